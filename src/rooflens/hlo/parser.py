@@ -1,0 +1,508 @@
+"""HLO text → Module.
+
+Reads what XLA prints: ``compile().as_text()``, ``--xla_dump_to`` files (before and after
+optimizations, after any pass), TPU and GPU modules, with or without the stack-frame index.
+The reader is forgiving: a line, attribute or opcode it does not understand is kept
+verbatim and listed in ``Module.warnings``. Only text that is not HLO at all raises
+:class:`HloParseError`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from rooflens.hlo import attrs as A
+from rooflens.hlo.errors import HloParseError, HloWarning
+from rooflens.hlo.module import CALLED_KEYS, Computation, Instruction, Module, Operand, SourceFrame
+from rooflens.hlo.opcodes import KNOWN_OPCODES, opcode_category
+from rooflens.hlo.shape import read_shape
+
+_COMMENT_RE = re.compile(r"/\*.*?\*/")
+_INSTR_HEAD_RE = re.compile(r"\s*(ROOT\s+)?%?([^\s=%(){}\[\],]+)\s*=\s*")
+_OPCODE_RE = re.compile(r"\s*([a-z][a-z0-9\-_]*)\(")
+_SECTION_NAMES = frozenset(["FileNames", "FunctionNames", "FileLocations", "StackFrames"])
+_SECTION_LINE_RE = re.compile(r"(\d+)\s+(.*)$")
+
+_ATTR_PARSERS: dict[str, Callable[[str], Any]] = {
+    "replica_groups": A.parse_replica_groups,
+    "source_target_pairs": A.parse_pairs,
+    "sharding": A.parse_sharding,
+    "metadata": A.parse_key_values,
+    "frontend_attributes": A.parse_key_values,
+    "window": A.parse_window,
+    "slice": A.parse_slice,
+    "padding": A.parse_padding,
+    "dim_labels": A.parse_dim_labels,
+    "backend_config": str,  # kept raw (JSON on TPU/GPU); see Instruction.backend_config_json
+    "origin": str,
+    "original_value": str,
+    "statistics": str,
+    "operand_layout_constraints": str,
+    "output_to_operand_aliasing": str,
+    "control-predecessors": A.parse_computation_list,
+    "custom_call_target": A.unquote,
+    "custom_call_schedule": str,
+    "api_version": str,
+    "kind": str,
+    "direction": str,
+    "type": str,
+    "distribution": str,
+    "fft_type": str,
+    "algorithm": str,
+    "operand_precision": str,
+    "precision_config": str,
+    "result_accuracy": str,
+    "execution_thread": A.unquote,
+    "async_execution_thread": A.unquote,
+    "schedule": str,
+    "infeed_config": A.unquote,
+    "outfeed_config": A.unquote,
+    "outfeed_shape": str,
+    "mode": str,
+    "sparsity": str,
+    "split_config": str,
+}
+for _k in CALLED_KEYS:
+    _ATTR_PARSERS[_k] = A.parse_computation_list
+
+# Keys with plain values (ints, bools, int lists) that XLA prints; parsed generically.
+_GENERIC_KEYS = frozenset(["channel_id", "use_global_device_ids", "constrain_layout", "dimensions", "index", "iota_dimension", "lhs_contracting_dims", "rhs_contracting_dims", "lhs_batch_dims", "rhs_batch_dims", "lhs_ragged_dims", "rhs_group_dims", "feature_group_count", "batch_group_count", "dynamic_slice_sizes", "offset_dims", "collapsed_slice_dims", "start_index_map", "index_vector_dim", "slice_sizes", "indices_are_sorted", "update_window_dims", "inserted_window_dims", "scatter_dims_to_operand_dims", "unique_indices", "operand_batching_dims", "start_indices_batching_dims", "input_batching_dims", "scatter_indices_batching_dims", "is_stable", "k", "largest", "exponent_bits", "mantissa_bits", "fft_length", "is_host_transfer", "custom_call_has_side_effect", "split_dimension", "split_count", "concat_dimension", "left_side", "lower", "transpose_a", "unit_diagonal", "epsilon", "feature_index", "cross_program_prefetch_index", "is_cross_program_prefetch", "async_group_id", "wait_on_operation_queues", "known_trip_count", "rng_algorithm"])
+
+_KNOWN_HEADER_KEYS = frozenset(["is_scheduled", "entry_computation_layout", "input_output_alias", "buffer_donor", "alias_passthrough_params", "allow_spmd_sharding_propagation_to_parameters", "allow_spmd_sharding_propagation_to_output", "num_partitions", "replica_count", "frontend_attributes", "spmd_output_sharding", "spmd_parameters_shardings", "use_auto_spmd_partitioning", "launch_bounds", "cross_program_prefetches", "static_device_assignment"])
+
+_NO_OPERANDS = frozenset(["parameter", "constant"])
+
+
+class _Ctx:
+    """Collects warnings; a repeated (kind, key) is reported once, with a count."""
+
+    def __init__(self) -> None:
+        self._first: dict[tuple[str, str], HloWarning] = {}
+        self._count: dict[tuple[str, str], int] = {}
+
+    def warn(self, line: int, kind: str, key: str, message: str, text: str = "") -> None:
+        k = (kind, key)
+        if k in self._first:
+            self._count[k] += 1
+            return
+        self._first[k] = HloWarning(line, kind, message, text[:500])
+        self._count[k] = 1
+
+    def finish(self) -> list[HloWarning]:
+        out = []
+        for k, w in self._first.items():
+            n = self._count[k]
+            out.append(w if n == 1 else HloWarning(w.line, w.kind, f"{w.message} ({n} times)", w.text))
+        return out
+
+
+def parse_attributes(text: str, start: int, ctx: _Ctx | None, lineno: int,
+                     ) -> tuple[dict[str, Any], dict[str, str], dict[str, str]]:
+    """Parse ``, key=value, key=value`` from ``text[start:]``."""
+    values: dict[str, Any] = {}
+    raw: dict[str, str] = {}
+    unparsed: dict[str, str] = {}
+    for part in A.split_top(text, start):
+        if not part:
+            continue
+        key, eq, value = part.partition("=")
+        key = key.strip()
+        if not eq or not key or " " in key:
+            unparsed[f"#{len(unparsed)}"] = part
+            if ctx:
+                ctx.warn(lineno, "unknown-syntax", part[:30],
+                         f"kept an attribute without key=value syntax: '{part[:60]}'", part)
+            continue
+        raw[key] = value
+        parser = _ATTR_PARSERS.get(key)
+        if parser is None:
+            values[key] = A.parse_generic(value)
+            if key not in _GENERIC_KEYS and ctx:
+                ctx.warn(lineno, "unknown-attribute", key,
+                         f"kept unknown attribute '{key}' verbatim", part)
+            continue
+        try:
+            values[key] = parser(value)
+        except (A.AttributeSyntaxError, ValueError, IndexError) as e:
+            values[key] = value
+            unparsed[key] = value
+            if ctx:
+                ctx.warn(lineno, "bad-attribute", key,
+                         f"kept attribute '{key}' verbatim: {e}", part)
+    return values, raw, unparsed
+
+
+def _parse_operands(text: str) -> tuple[Operand, ...]:
+    ops = []
+    for part in A.split_top(text):
+        if not part:
+            continue
+        head, _, name = part.rpartition(" ")
+        name = name.lstrip("%")
+        if not name or not re.fullmatch(r"[^\s=(){}\[\],]+", name):
+            raise HloParseError(f"bad operand {part[:60]!r}")
+        shape = None
+        head = head.strip()
+        if head:
+            shape, end = read_shape(head, 0)
+            if end != len(head):
+                raise HloParseError(f"bad operand {part[:60]!r}")
+        ops.append(Operand(name, shape))
+    return tuple(ops)
+
+
+def parse_instruction(line: str, lineno: int = 0, ctx: _Ctx | None = None) -> Instruction:
+    """Parse one instruction line: ``[ROOT] %name = shape opcode(operands), attrs``.
+
+    Raises :class:`HloParseError` when the line is not an instruction. Also useful on its
+    own for the HLO text that TPU traces carry per op (``long_name``).
+    """
+    if "/*" in line:
+        line = _COMMENT_RE.sub("", line)
+    m = _INSTR_HEAD_RE.match(line)
+    if not m:
+        raise HloParseError("expected 'name = shape opcode(…)'", lineno, 1)
+    is_root = bool(m.group(1))
+    name = m.group(2)
+    pos = m.end()
+    try:
+        shape, pos = read_shape(line, pos)
+    except HloParseError as e:
+        raise HloParseError(e.message, lineno, pos + 1) from None
+    om = _OPCODE_RE.match(line, pos)
+    if not om:
+        raise HloParseError("expected an opcode followed by '('", lineno, pos + 1)
+    opcode = om.group(1)
+    open_paren = om.end() - 1
+    close = A.find_close(line, open_paren)
+    if close < 0:
+        raise HloParseError(f"unbalanced parentheses after {opcode}", lineno, open_paren + 1)
+    inner = line[open_paren + 1:close]
+    literal = None
+    pnum = None
+    operands: tuple[Operand, ...] = ()
+    if opcode in _NO_OPERANDS:
+        literal = inner.strip()
+        if opcode == "parameter":
+            if not literal.isdigit():
+                raise HloParseError(f"bad parameter number {literal[:20]!r}", lineno, open_paren + 2)
+            pnum = int(literal)
+    else:
+        try:
+            operands = _parse_operands(inner)
+        except HloParseError as e:
+            raise HloParseError(e.message, lineno, open_paren + 2) from None
+    rest = line[close + 1:]
+    if rest.strip():
+        if not rest.lstrip().startswith(","):
+            raise HloParseError(f"unexpected text after operands: {rest.strip()[:40]!r}", lineno, close + 2)
+        values, raw, unparsed = parse_attributes(line, close + 1 + rest.index(",") + 1, ctx, lineno)
+    else:
+        values, raw, unparsed = {}, {}, {}
+    if opcode not in KNOWN_OPCODES and ctx:
+        ctx.warn(lineno, "unknown-opcode", opcode, f"kept unknown opcode '{opcode}'", line.strip())
+    return Instruction(
+        name=name, opcode=opcode, shape=shape, operands=operands, attrs=values, raw_attrs=raw,
+        is_root=is_root, line=lineno, literal=literal, parameter_number=pnum, unparsed=unparsed,
+    )
+
+
+def _parse_header(line: str, lineno: int, ctx: _Ctx) -> tuple[str, dict, dict]:
+    body = line.strip()[len("HloModule"):].strip()
+    name, comma, rest = body.partition(",")
+    name = name.strip()
+    if not name:
+        raise HloParseError("the HloModule line names no module", lineno, 10)
+    values, raw, _ = parse_attributes(rest, 0, None, lineno) if comma else ({}, {}, {})
+    for k in raw:
+        if k not in _KNOWN_HEADER_KEYS:
+            ctx.warn(lineno, "unknown-header-attribute", k, f"kept unknown module attribute '{k}' verbatim")
+    return name, values, raw
+
+
+def _parse_computation_header(s: str, lineno: int) -> Computation | None:
+    """``[ENTRY] %name [(params) -> shape] [, execution_thread="…"] {`` or None."""
+    if not s.endswith("{"):
+        return None
+    body = s[:-1].rstrip()
+    is_entry = body.startswith("ENTRY ")
+    if is_entry:
+        body = body[6:].lstrip()
+    thread = None
+    tm = re.search(r',\s*execution_thread="([^"]*)"\s*$', body)
+    if tm:
+        thread = tm.group(1)
+        body = body[:tm.start()].rstrip()
+    paren = body.find("(")
+    name = (body if paren < 0 else body[:paren]).strip().lstrip("%")
+    if not name or " " in name or "=" in name:
+        return None
+    params: list[tuple[str, Any]] = []
+    result = None
+    if paren >= 0:
+        close = A.find_close(body, paren)
+        if close < 0:
+            return None
+        for p in A.split_top(body, paren + 1, close):
+            pname, colon, ptext = p.partition(":")
+            if not colon:
+                return None
+            try:
+                pshape, end = read_shape(ptext.strip(), 0)
+            except HloParseError:
+                pshape = None
+            params.append((pname.strip().lstrip("%"), pshape))
+        arrow = body[close + 1:].strip()
+        if not arrow.startswith("->"):
+            return None
+        try:
+            result, _ = read_shape(arrow[2:].strip(), 0)
+        except HloParseError:
+            result = None
+    return Computation(name, [], is_entry, tuple(params), result, thread, lineno)
+
+
+def parse(text: str | bytes) -> Module:
+    """Parse a whole HLO module as XLA prints it."""
+    if isinstance(text, (bytes, bytearray)):
+        try:
+            text = bytes(text).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise HloParseError(f"not UTF-8 text (byte {e.start})", 1, 1) from None
+    if not isinstance(text, str):
+        raise HloParseError(f"HLO must be text, not {type(text).__name__}")
+    if "\x00" in text:
+        i = text.index("\x00")
+        ln = text.count("\n", 0, i) + 1
+        raise HloParseError("binary data (NUL byte) in HLO text", ln, i - text.rfind("\n", 0, i))
+    if "/*" in text:
+        text = _COMMENT_RE.sub("", text)
+
+    ctx = _Ctx()
+    lines = text.split("\n")
+    name = None
+    header_vals: dict = {}
+    header_raw: dict = {}
+    comps: dict[str, Computation] = {}
+    entry = None
+    cur: Computation | None = None
+    section: str | None = None
+    sections: dict[str, dict[int, str]] = {k: {} for k in _SECTION_NAMES}
+    seen_any = False
+    by_name: dict[str, Instruction] = {}
+
+    for i, line in enumerate(lines):
+        lineno = i + 1
+        s = line.strip()
+        if not s:
+            section = None
+            continue
+        if s.startswith("//") or s.startswith("#"):
+            continue
+        if cur is not None:
+            if s == "}":
+                _close_computation(cur, comps, ctx)
+                if cur.is_entry:
+                    entry = cur
+                cur = None
+                continue
+            try:
+                ins = parse_instruction(line, lineno, ctx)
+            except HloParseError as e:
+                if _parse_computation_header(s, lineno) is not None:
+                    ctx.warn(lineno, "unclosed-computation", cur.name,
+                             f"computation '{cur.name}' has no closing brace", s)
+                    _close_computation(cur, comps, ctx)
+                    cur = None
+                else:
+                    ctx.warn(lineno, "unparsed-line", str(lineno),
+                             f"kept a line that is not an instruction: '{s[:80]}' ({e.message})", s)
+                    continue
+            else:
+                ins.computation = cur
+                cur.instructions.append(ins)
+                if ins.name in by_name:
+                    ctx.warn(lineno, "duplicate-name", ins.name, f"instruction name '{ins.name}' is used twice")
+                else:
+                    by_name[ins.name] = ins
+                continue
+        if s.startswith("HloModule"):
+            if name is not None:
+                ctx.warn(lineno, "second-module", "HloModule", "a second HloModule header; read as one module", s)
+                continue
+            name, header_vals, header_raw = _parse_header(s, lineno, ctx)
+            seen_any = True
+            continue
+        if s in _SECTION_NAMES:
+            section = s
+            seen_any = True
+            continue
+        if section is not None:
+            m = _SECTION_LINE_RE.match(s)
+            if m:
+                sections[section][int(m.group(1))] = m.group(2)
+            else:
+                ctx.warn(lineno, "unparsed-line", str(lineno), f"kept a line of {section} not understood: '{s[:80]}'", s)
+            continue
+        comp = _parse_computation_header(s, lineno)
+        if comp is not None:
+            seen_any = True
+            cur = comp
+            continue
+        if not seen_any:
+            col = len(line) - len(line.lstrip()) + 1
+            raise HloParseError(f"not HLO: expected 'HloModule' or a computation, found {s[:40]!r}", lineno, col)
+        ctx.warn(lineno, "unparsed-line", str(lineno), f"kept a line outside any computation: '{s[:80]}'", s)
+
+    if cur is not None:
+        ctx.warn(len(lines), "unclosed-computation", cur.name,
+                 f"computation '{cur.name}' has no closing brace (truncated text?)")
+        _close_computation(cur, comps, ctx)
+        if cur.is_entry:
+            entry = cur
+    if not comps:
+        if not seen_any:
+            raise HloParseError("not HLO: the text is empty", 1, 1)
+        raise HloParseError("the module has no computations (truncated text?)", len(lines), 1)
+    if entry is None:
+        entry = list(comps.values())[-1]
+        ctx.warn(0, "no-entry", "ENTRY", f"no ENTRY computation; taking the last one, '{entry.name}'")
+        entry.is_entry = True
+
+    module = Module(
+        name=name or entry.name, attrs=header_vals, raw_attrs=header_raw, computations=comps,
+        entry=entry, _by_name=by_name,
+    )
+    if name is None:
+        ctx.warn(0, "no-header", "HloModule", "no HloModule header line")
+    _read_stack_frames(module, sections, ctx)
+    _finalize(module, ctx)
+    module.warnings = ctx.finish()
+    return module
+
+
+def _close_computation(cur: Computation, comps: dict[str, Computation], ctx: _Ctx) -> None:
+    if cur.name in comps:
+        ctx.warn(cur.line, "duplicate-name", cur.name, f"computation name '{cur.name}' is used twice")
+        return
+    comps[cur.name] = cur
+
+
+def _read_stack_frames(module: Module, sections: dict[str, dict[int, str]], ctx: _Ctx) -> None:
+    files = {k: A.unquote(v) for k, v in sections["FileNames"].items()}
+    funcs = {k: A.unquote(v) for k, v in sections["FunctionNames"].items()}
+    for k, v in sections["FileLocations"].items():
+        try:
+            kv = A.parse_key_values(v)
+        except A.AttributeSyntaxError:
+            ctx.warn(0, "unparsed-line", f"loc{k}", f"kept file location {k} verbatim: '{v[:60]}'")
+            continue
+        module.file_locations[k] = SourceFrame(
+            files.get(int(kv.get("file_name_id", 0) or 0), ""),
+            int(kv.get("line", 0) or 0),
+            funcs.get(int(kv.get("function_name_id", 0) or 0), ""),
+            int(kv.get("column", 0) or 0),
+        )
+    for k, v in sections["StackFrames"].items():
+        try:
+            kv = A.parse_key_values(v)
+        except A.AttributeSyntaxError:
+            ctx.warn(0, "unparsed-line", f"frame{k}", f"kept stack frame {k} verbatim: '{v[:60]}'")
+            continue
+        # The printed parent id is one more than the parent's frame id (1 means none).
+        parent = int(kv.get("parent_frame_id", 0) or 0) - 1
+        module.stack_frames[k] = (int(kv.get("file_location_id", 0) or 0), parent)
+
+
+_KIND_OF_KEY = {
+    "calls": "fusion", "to_apply": "applied", "body": "while body", "condition": "while condition",
+    "branch_computations": "branch", "true_computation": "branch", "false_computation": "branch",
+    "called_computations": "called", "select": "applied", "scatter": "applied",
+}
+
+
+def _finalize(module: Module, ctx: _Ctx) -> None:
+    """Resolve calls, computation kinds, categories and replica groups."""
+    comps = module.computations
+    module.entry.kind = "entry"
+    for comp in comps.values():
+        for ins in comp.instructions:
+            for key in CALLED_KEYS:
+                v = ins.attrs.get(key)
+                if not isinstance(v, tuple):
+                    continue
+                for cname in v:
+                    callee = comps.get(cname)
+                    if callee is None:
+                        ctx.warn(ins.line, "unknown-computation", cname,
+                                 f"'{ins.name}' calls computation '{cname}', which is not in the module")
+                        continue
+                    callee.callers.append(ins.name)
+                    if not callee.kind:
+                        kind = _KIND_OF_KEY.get(key, "called")
+                        if key == "calls" and ins.opcode != "fusion":
+                            kind = "async" if ins.opcode.startswith("async") else "call"
+                        callee.kind = kind
+    for comp in comps.values():
+        if not comp.kind:
+            comp.kind = "unreferenced"
+    # categories: fusions by what they contain, so leaves first
+    for comp in comps.values():
+        for ins in comp.instructions:
+            if ins.opcode != "fusion":
+                ins.category = opcode_category(ins.opcode, ins.custom_call_target)
+    for comp in comps.values():
+        for ins in comp.instructions:
+            if ins.opcode == "fusion":
+                ins.category = _fusion_category(module, ins)
+    # replica groups → explicit device groups
+    n_all = None
+    for ins in module.instructions():
+        spec = ins.replica_groups_spec
+        if spec is None:
+            if ins.collective_kind in ("all-reduce", "all-gather", "reduce-scatter", "all-to-all") \
+                    and "replica_groups" not in ins.raw_attrs:
+                spec = A.ReplicaGroups("all", (), "")
+            else:
+                continue
+        if spec.form == "all":
+            if n_all is None:
+                n_all = module.num_devices
+            n = _devices_in_all_group(module, ins, n_all)
+            ins.replica_groups = spec.resolved(n)
+        else:
+            ins.replica_groups = spec.groups
+
+
+def _devices_in_all_group(module: Module, ins: Instruction, n_all: int) -> int:
+    """How many devices ``replica_groups={}`` spans (XLA's CollectiveOpGroupMode)."""
+    has_channel = "channel_id" in ins.attrs
+    if not has_channel:
+        return module.replica_count if "replica_count" in module.attrs else n_all
+    if ins.attrs.get("use_global_device_ids"):
+        return n_all
+    return module.num_partitions if "num_partitions" in module.attrs else n_all
+
+
+def _fusion_category(module: Module, ins: Instruction) -> str:
+    body = [i for i in module.fusion_body(ins) if i.opcode not in ("parameter", "constant")]
+    ops = {i.opcode for i in body}
+    cats = {opcode_category(i.opcode, i.custom_call_target) for i in body}
+    if "matmul" in cats:
+        return "matmul"
+    if "convolution" in cats:
+        return "convolution"
+    if "collective" in cats:
+        return "collective"
+    meaningful = [i for i in body if i.opcode not in ("bitcast", "tuple", "get-tuple-element", "fusion")]
+    if meaningful and all(i.opcode in ("copy", "transpose") for i in meaningful):
+        return "copy/transpose"
+    if len(meaningful) == 1:
+        cat = opcode_category(meaningful[0].opcode)
+        if cat in ("elementwise", "reduction", "data movement"):
+            return cat
+    if ops and ops <= {"bitcast", "tuple", "get-tuple-element"}:
+        return "control"
+    return "fusion"
