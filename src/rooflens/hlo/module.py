@@ -80,6 +80,7 @@ class Instruction:
     computation: Computation | None = field(default=None, repr=False)
     category: str = ""
     replica_groups: tuple[tuple[int, ...], ...] | None = None  # resolved device groups
+    text: str = field(default="", repr=False)  # the instruction's line as printed
 
     # -- common attributes ---------------------------------------------------------------
     @property
@@ -194,29 +195,27 @@ class CollectiveInfo:
         return self.group_size
 
     def describe(self) -> str:
+        """One sentence: how many groups, their size and stride, the parallelism implied."""
         if self.kind == "collective-permute":
             if not self.pairs:
                 return "no source→target pairs"
             shifts = sorted({t - s for s, t in self.pairs})
-            shift = f"; every pair shifts by {shifts[0]:+d}" if len(shifts) == 1 else ""
+            shift = f", every device sends to the one {shifts[0]:+d} from it" if len(shifts) == 1 else ""
             return f"{len(self.pairs)} source→target pairs{shift}"
         if not self.groups:
-            return "groups unknown (no device count in the module)"
+            return "groups unknown (the module does not say how many devices there are)"
         txt = f"{self.num_groups} group(s) of {self.group_size} device(s)"
-        if self.stride is not None and self.group_size > 1:
-            txt += f", devices {self.stride} apart in each group"
-        if self.num_devices and self.group_size > 1:
-            txt += f" → {self.group_size}-way parallelism over {self.num_devices} devices"
-            if self.stride and self.stride > 1:
-                txt += (
-                    f" along a strided (major) mesh axis: a {self.num_devices // (self.stride * self.group_size) or 1}"
-                    f"×{self.group_size}×{self.stride} device grid grouped on its middle axis"
-                    if self.num_devices // (self.stride * self.group_size) > 1
-                    else f" along the major mesh axis of a {self.group_size}×{self.stride} device grid"
-                )
-            elif self.stride == 1:
-                txt += " along the minor (contiguous) mesh axis"
-        return txt
+        if self.group_size < 2:
+            return txt + ": nothing is exchanged"
+        if self.group_size == self.num_devices:
+            return txt + f": all {self.num_devices} devices take part"
+        if self.stride == 1:
+            axis = "the minor (fastest-varying) mesh axis"
+        elif self.stride:
+            axis = f"a mesh axis of stride {self.stride}"
+        else:
+            axis = "an irregular set of devices"
+        return txt + f": {self.group_size}-way parallelism along {axis}, out of {self.num_devices} devices"
 
 
 @dataclass(frozen=True, slots=True)
@@ -460,7 +459,8 @@ class Module:
             ins = found
         out: list[TrueShape] = []
         for user, _dim in self._collective_users(ins):
-            kind = user.collective_kind or (self.collective_of(user).collective_kind if self.collective_of(user) else None)
+            target = self.collective_of(user)
+            kind = target.collective_kind if target is not None else None
             if kind not in ("all-reduce", "reduce-scatter"):
                 continue
             info = self.collective(user)

@@ -3,16 +3,37 @@
 from __future__ import annotations
 
 # Opcodes of XLA's HLO (xla/hlo/ir/hlo_opcode.h), by category.
-ELEMENTWISE = frozenset(["abs", "add", "and", "atan2", "cbrt", "ceil", "clamp", "clz", "compare", "complex", "convert", "cos", "divide", "erf", "exp", "exponential-minus-one", "floor", "imag", "is-finite", "log", "log-plus-one", "logistic", "maximum", "minimum", "multiply", "negate", "not", "or", "popcnt", "power", "real", "reduce-precision", "remainder", "round-nearest-afz", "round-nearest-even", "rsqrt", "select", "shift-left", "shift-right-arithmetic", "shift-right-logical", "sign", "sine", "sqrt", "stochastic-convert", "subtract", "tan", "tanh", "xor", "bitcast-convert", "map", "rng", "rng-bit-generator", "rng-get-and-update-state"])
+ELEMENTWISE = frozenset("""
+abs acos acosh add and asin asinh atan atan2 atanh cbrt ceil clamp count-leading-zeros compare
+complex convert cosine cosh divide erf exponential exponential-minus-one floor imag is-finite
+log log-plus-one logistic maximum minimum mulhi multiply negate not or popcnt power real
+reduce-precision remainder round-nearest-afz round-nearest-even rsqrt select shift-left
+shift-right-arithmetic shift-right-logical sign sine sinh sqrt stochastic-convert subtract tan
+tanh xor bitcast-convert map rng rng-bit-generator rng-get-and-update-state
+""".split())
 MATMUL = frozenset(["dot", "ragged-dot", "scaled-dot", "block-scaled-dot"])
 CONVOLUTION = frozenset(["convolution"])
 REDUCTION = frozenset(["reduce", "reduce-window", "select-and-scatter"])
-DATA_MOVEMENT = frozenset(["broadcast", "reshape", "dynamic-reshape", "slice", "dynamic-slice", "dynamic-update-slice", "concatenate", "pad", "gather", "scatter", "reverse", "iota", "sort", "top-k"])
+DATA_MOVEMENT = frozenset("""
+broadcast reshape dynamic-reshape slice dynamic-slice dynamic-update-slice concatenate pad
+gather scatter reverse iota sort topk shuffle
+""".split())
 COPY = frozenset(["copy", "copy-start", "copy-done", "transpose"])
-COLLECTIVE = frozenset(["all-gather", "all-gather-start", "all-gather-done", "all-reduce", "all-reduce-start", "all-reduce-done", "reduce-scatter", "all-to-all", "ragged-all-to-all", "collective-permute", "collective-permute-start", "collective-permute-done", "collective-broadcast", "send", "send-done", "recv", "recv-done"])
-CONTROL = frozenset(["while", "conditional", "call", "async-start", "async-update", "async-done", "tuple", "get-tuple-element", "parameter", "constant", "after-all", "add-dependency", "domain", "opt-barrier", "partition-id", "replica-id", "bitcast", "get-dimension-size", "set-dimension-size"])
+COLLECTIVE = frozenset("""
+all-gather all-gather-start all-gather-done all-reduce all-reduce-start all-reduce-done
+reduce-scatter all-to-all ragged-all-to-all collective-permute collective-permute-start
+collective-permute-done collective-broadcast collective-reduce send send-done recv recv-done
+""".split())
+CONTROL = frozenset("""
+while conditional call async-start async-update async-done tuple get-tuple-element parameter
+constant after-all add-dependency domain opt-barrier partition-id replica-id bitcast
+get-dimension-size set-dimension-size scan
+""".split())
 HOST = frozenset(["infeed", "outfeed"])
-OTHER = frozenset(["fusion", "custom-call", "fft", "cholesky", "triangular-solve", "batch-norm-grad", "batch-norm-inference", "batch-norm-training"])
+OTHER = frozenset("""
+fusion custom-call fft cholesky triangular-solve batch-norm-grad batch-norm-inference
+batch-norm-training
+""".split())
 
 KNOWN_OPCODES = (
     ELEMENTWISE | MATMUL | CONVOLUTION | REDUCTION | DATA_MOVEMENT | COPY | COLLECTIVE | CONTROL
@@ -26,7 +47,7 @@ COLLECTIVE_KINDS = {
     "reduce-scatter": "reduce-scatter",
     "all-to-all": "all-to-all", "ragged-all-to-all": "all-to-all",
     "collective-permute": "collective-permute", "collective-permute-start": "collective-permute",
-    "collective-broadcast": "collective-broadcast",
+    "collective-broadcast": "collective-broadcast", "collective-reduce": "all-reduce",
     "send": "send", "recv": "recv",
 }
 

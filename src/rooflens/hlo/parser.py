@@ -68,9 +68,26 @@ for _k in CALLED_KEYS:
     _ATTR_PARSERS[_k] = A.parse_computation_list
 
 # Keys with plain values (ints, bools, int lists) that XLA prints; parsed generically.
-_GENERIC_KEYS = frozenset(["channel_id", "use_global_device_ids", "constrain_layout", "dimensions", "index", "iota_dimension", "lhs_contracting_dims", "rhs_contracting_dims", "lhs_batch_dims", "rhs_batch_dims", "lhs_ragged_dims", "rhs_group_dims", "feature_group_count", "batch_group_count", "dynamic_slice_sizes", "offset_dims", "collapsed_slice_dims", "start_index_map", "index_vector_dim", "slice_sizes", "indices_are_sorted", "update_window_dims", "inserted_window_dims", "scatter_dims_to_operand_dims", "unique_indices", "operand_batching_dims", "start_indices_batching_dims", "input_batching_dims", "scatter_indices_batching_dims", "is_stable", "k", "largest", "exponent_bits", "mantissa_bits", "fft_length", "is_host_transfer", "custom_call_has_side_effect", "split_dimension", "split_count", "concat_dimension", "left_side", "lower", "transpose_a", "unit_diagonal", "epsilon", "feature_index", "cross_program_prefetch_index", "is_cross_program_prefetch", "async_group_id", "wait_on_operation_queues", "known_trip_count", "rng_algorithm"])
+_GENERIC_KEYS = frozenset("""
+channel_id use_global_device_ids constrain_layout dimensions index iota_dimension
+lhs_contracting_dims rhs_contracting_dims lhs_batch_dims rhs_batch_dims lhs_ragged_dims
+rhs_group_dims feature_group_count batch_group_count dynamic_slice_sizes offset_dims
+collapsed_slice_dims start_index_map index_vector_dim slice_sizes indices_are_sorted
+update_window_dims inserted_window_dims scatter_dims_to_operand_dims unique_indices
+operand_batching_dims start_indices_batching_dims input_batching_dims
+scatter_indices_batching_dims is_stable k largest exponent_bits mantissa_bits fft_length
+is_host_transfer custom_call_has_side_effect split_dimension split_count concat_dimension
+left_side lower transpose_a unit_diagonal epsilon feature_index cross_program_prefetch_index
+is_cross_program_prefetch async_group_id wait_on_operation_queues known_trip_count
+rng_algorithm
+""".split())
 
-_KNOWN_HEADER_KEYS = frozenset(["is_scheduled", "entry_computation_layout", "input_output_alias", "buffer_donor", "alias_passthrough_params", "allow_spmd_sharding_propagation_to_parameters", "allow_spmd_sharding_propagation_to_output", "num_partitions", "replica_count", "frontend_attributes", "spmd_output_sharding", "spmd_parameters_shardings", "use_auto_spmd_partitioning", "launch_bounds", "cross_program_prefetches", "static_device_assignment"])
+_KNOWN_HEADER_KEYS = frozenset("""
+is_scheduled entry_computation_layout input_output_alias buffer_donor alias_passthrough_params
+allow_spmd_sharding_propagation_to_parameters allow_spmd_sharding_propagation_to_output
+num_partitions replica_count frontend_attributes spmd_output_sharding spmd_parameters_shardings
+use_auto_spmd_partitioning launch_bounds cross_program_prefetches static_device_assignment
+""".split())
 
 _NO_OPERANDS = frozenset(["parameter", "constant"])
 
@@ -206,6 +223,7 @@ def parse_instruction(line: str, lineno: int = 0, ctx: _Ctx | None = None) -> In
     return Instruction(
         name=name, opcode=opcode, shape=shape, operands=operands, attrs=values, raw_attrs=raw,
         is_root=is_root, line=lineno, literal=literal, parameter_number=pnum, unparsed=unparsed,
+        text=line,
     )
 
 

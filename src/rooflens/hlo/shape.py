@@ -44,7 +44,7 @@ INT_TYPES = frozenset(t for t in ELEMENT_BITS if t[0] in "su" and t[1:].isdigit(
 
 # Memory spaces as TPU HLO prints them in S(n) (scaling book, "How to profile TPU programs").
 MEMORY_SPACE_NAMES = {
-    0: "HBM (device main memory)",
+    0: "default device memory (HBM on TPU/GPU, RAM on CPU)",
     1: "VMEM (on-chip vector memory)",
     2: "SMEM/semaphore memory",
     3: "CMEM/other on-chip memory",

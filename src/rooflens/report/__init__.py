@@ -1,0 +1,1 @@
+"""Renderers: lay out what the analysis computed (terminal, JSON); they compute nothing."""
