@@ -225,7 +225,7 @@ def tiled_element_count(dims_major_to_minor: tuple[int, ...], tiles) -> int:
 
 _ARRAY_RE = re.compile(r"([a-z][a-z0-9]*)\[([^\]\[]*)\]")
 _LAYOUT_ITEM_RE = re.compile(r"([A-Z#*]*)\(")
-_INT_RE = re.compile(r"-?\d+")
+_COMMENT_RE = re.compile(r"/\*.*?\*/")
 
 
 def _parse_layout(text: str) -> Layout:
@@ -352,6 +352,8 @@ def parse_shape(text: str) -> Shape:
     if not isinstance(text, str):
         raise HloParseError(f"a shape must be text, not {type(text).__name__}")
     s = text.strip()
+    if "/*" in s:
+        s = _COMMENT_RE.sub("", s)  # XLA prints /*index=5*/ inside long tuples
     shape, end = read_shape(s, 0)
     if end != len(s):
         raise HloParseError(f"unexpected text after shape: {s[end:end + 40]!r}")

@@ -1,0 +1,120 @@
+"""Shared test set-up: 8 virtual CPU devices, the shared fixtures, and a corpus of real HLO.
+
+The environment must be set before jax is imported anywhere, hence at the top of conftest.
+"""
+
+import os
+
+os.environ["XLA_FLAGS"] = (
+    os.environ.get("XLA_FLAGS", "").replace("--xla_force_host_platform_device_count=8", "")
+    + " --xla_force_host_platform_device_count=8"
+).strip()
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = Path(os.environ.get("ROOFLENS_FIXTURES", REPO.parent / "shared" / "fixtures"))
+
+
+def fixture_path(*parts: str) -> Path:
+    p = FIXTURES.joinpath(*parts)
+    if not p.exists():
+        pytest.skip(f"shared fixture {p} is not present (set ROOFLENS_FIXTURES)")
+    return p
+
+
+def fixture_hlo_files() -> list[Path]:
+    """Every HLO module text file among the shared fixtures (buffer assignments excluded)."""
+    if not FIXTURES.exists():
+        return []
+    return sorted(
+        p for p in FIXTURES.rglob("*.txt")
+        if "buffer-assignment" not in p.name and "memory-usage" not in p.name
+    )
+
+
+def _compile_corpus(dump_root: Path) -> dict[str, str]:
+    """Real HLO texts from real JAX programs: compiled, lowered and XLA-dumped modules."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from rooflens.workloads import TransformerConfig, make_mesh, sharded_train_step
+
+    assert len(jax.devices()) == 8, "tests need 8 virtual CPU devices"
+    corpus: dict[str, str] = {}
+
+    def add(name, jitted, *args, dump=False):
+        lowered = jitted.lower(*args)
+        corpus[f"{name}.lowered"] = lowered.as_text(dialect="hlo")
+        opts = {}
+        if dump:
+            opts = {"xla_dump_to": str(dump_root / name), "xla_dump_hlo_pass_re": "spmd-partitioning"}
+        corpus[f"{name}.compiled"] = lowered.compile(compiler_options=opts).as_text()
+        if dump:
+            for f in sorted((dump_root / name).glob("*.txt")):
+                if "buffer-assignment" in f.name or "memory-usage" in f.name or "live-range" in f.name:
+                    continue
+                corpus[f"{name}.dump.{f.name}"] = f.read_text()
+
+    # the seed's matmul, with its bf16→f32 convert
+    add("seed_matmul", jax.jit(lambda x, y: jnp.einsum("bf,fd->db", x, y)),
+        jnp.ones((128, 256)), jnp.ones((256, 16), jnp.bfloat16))
+
+    def loop(x):
+        y = jax.lax.fori_loop(0, 3, lambda i, c: jnp.sin(c) @ c, x)
+        return jax.lax.cond(y.sum() > 0, lambda a: a + 1, lambda a: a - 1, y)
+
+    add("while_cond", jax.jit(loop), jnp.ones((16, 16)))
+
+    def conv_pool(x, k):
+        y = jax.lax.conv_general_dilated(x, k, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        y = jax.lax.reduce_window(y, -jnp.inf, jax.lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
+        return jnp.sort(y.reshape(-1))[:10], jnp.fft.rfft(y[0, 0, :, 0])
+
+    add("conv_pool_sort_fft", jax.jit(conv_pool), jnp.ones((2, 16, 16, 3)), jnp.ones((3, 3, 3, 8)))
+
+    def gather_scatter(table, idx, upd):
+        rows = table[idx]
+        return table.at[idx].add(upd), rows.astype(jnp.int8), jax.lax.top_k(rows[0], 3)
+
+    add("gather_scatter", jax.jit(gather_scatter), jnp.ones((64, 32)), jnp.arange(8), jnp.ones((8, 32)))
+
+    mesh = make_mesh((4, 2))
+    cfg = TransformerConfig()
+    step, args = sharded_train_step(cfg, mesh)
+    add("transformer_4x2", step, *args, dump=True)
+
+    def collectives(x):
+        a = jax.lax.all_to_all(x, "data", 0, 0, tiled=True)
+        b = jax.lax.ppermute(a, "data", [(i, (i + 1) % 4) for i in range(4)])
+        c = jax.lax.psum_scatter(b, "model", scatter_dimension=0, tiled=True)
+        d = jax.lax.all_gather(c, "model", tiled=True)
+        return jax.lax.psum(d, "data")
+
+    sm = jax.jit(jax.shard_map(collectives, mesh=mesh, in_specs=P("data", "model"), out_specs=P(None, "model")))
+    add("shard_map_collectives", sm, jax.ShapeDtypeStruct((64, 64), jnp.float32), dump=True)
+
+    # FSDP on a small model: weights sharded on 'data' must be all-gathered every step (seed 001)
+    w_spec = NamedSharding(mesh, P("data", None))
+    x_spec = NamedSharding(mesh, P("data", None))
+    fsdp = jax.jit(lambda x, w: jnp.tanh(x @ w), in_shardings=(x_spec, w_spec), out_shardings=x_spec)
+    add("fsdp_matmul", fsdp, jax.ShapeDtypeStruct((64, 256), jnp.bfloat16),
+        jax.ShapeDtypeStruct((256, 512), jnp.bfloat16), dump=True)
+    return corpus
+
+
+@pytest.fixture(scope="session")
+def hlo_corpus(tmp_path_factory) -> dict[str, str]:
+    return _compile_corpus(tmp_path_factory.mktemp("xla_dump"))
+
+
+@pytest.fixture(scope="session")
+def example_hlo() -> str:
+    from rooflens.cli import example_hlo_path
+
+    return example_hlo_path().read_text()
