@@ -21,7 +21,7 @@ class UserError(Exception):
 def _console():
     from rich.console import Console
 
-    return Console(highlight=False, soft_wrap=False)
+    return Console(highlight=False, soft_wrap=True)
 
 
 def example_hlo_path() -> Path:

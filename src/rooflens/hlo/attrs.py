@@ -20,8 +20,15 @@ _SCAN = re.compile(
     r"|'[^'\\]*(?:\\.[^'\\]*)*'?"
     r"|[{}()\[\],]"
 )
+# The same without commas, for finding a closing bracket (JSON values have many commas).
+_BRACKETS = re.compile(
+    r'"[^"\\]*(?:\\.[^"\\]*)*"?'
+    r"|'[^'\\]*(?:\\.[^'\\]*)*'?"
+    r"|[{}()\[\]]"
+)
 _OPEN = "({["
 _CLOSE = ")}]"
+_PAIR = {"(": ")", "[": "]", "{": "}"}
 
 
 class AttributeSyntaxError(ValueError):
@@ -30,8 +37,15 @@ class AttributeSyntaxError(ValueError):
 
 def find_close(text: str, start: int) -> int:
     """Index of the bracket closing the one at ``text[start]``, or -1 if it never closes."""
+    closer = _PAIR.get(text[start]) if start < len(text) else None
+    if closer is not None:  # fast path: nothing nested and no quotes before the first closer
+        j = text.find(closer, start + 1)
+        if j > 0:
+            seg = text[start + 1:j]
+            if not ("(" in seg or "[" in seg or "{" in seg or '"' in seg or "'" in seg):
+                return j
     depth = 0
-    for m in _SCAN.finditer(text, start):
+    for m in _BRACKETS.finditer(text, start):
         c = text[m.start()]
         if c in _OPEN:
             depth += 1
@@ -65,12 +79,19 @@ def split_top(text: str, start: int = 0, end: int | None = None) -> list[str]:
     return parts
 
 
+_ESCAPE_RE = re.compile(r"\\(.)")
+
+
+def _unescape(m: re.Match) -> str:
+    return m.group(1)
+
+
 def unquote(text: str) -> str:
     t = text.strip()
     if len(t) >= 2 and t[0] == t[-1] and t[0] in "\"'":
         body = t[1:-1]
         if "\\" in body:
-            body = re.sub(r"\\(.)", r"\1", body)
+            body = _ESCAPE_RE.sub(_unescape, body)
         return body
     return t
 
@@ -425,7 +446,10 @@ def _check_sharding_extra(extra: list[str], v: str) -> None:
 
 # --- metadata, windows, slices ------------------------------------------------------------
 
-_KV_RE = re.compile(r'([A-Za-z_][\w.-]*)=("[^"\\]*(?:\\.[^"\\]*)*"|\{[^{}]*\}|[^\s,]+)')
+_KV_VALUE = r'(?:"[^"\\]*(?:\\.[^"\\]*)*"|\{[^{}]*\}|[^\s,"{}]+)'
+_KV_RE = re.compile(r"([A-Za-z_][\w.-]*)=(" + _KV_VALUE + ")")
+_KV_PAIR = r"[A-Za-z_][\w.-]*=" + _KV_VALUE
+_KV_ALL_RE = re.compile(r"[\s,]*(?:" + _KV_PAIR + r"[\s,]+)*(?:" + _KV_PAIR + r")?[\s,]*")
 
 
 def parse_key_values(value: str) -> dict[str, str | int]:
@@ -434,21 +458,16 @@ def parse_key_values(value: str) -> dict[str, str | int]:
     if not (v.startswith("{") and v.endswith("}")):
         raise AttributeSyntaxError(f"expected {{key=value …}}, got {v[:40]!r}")
     body = v[1:-1]
+    if not _KV_ALL_RE.fullmatch(body):
+        raise AttributeSyntaxError(f"expected key=value pairs in {v[:60]!r}")
     out: dict[str, str | int] = {}
-    pos = 0
-    for m in _KV_RE.finditer(body):
-        if body[pos:m.start()].strip(" ,"):
-            raise AttributeSyntaxError(f"unexpected text {body[pos:m.start()].strip()[:30]!r} in {v[:60]!r}")
-        raw = m.group(2)
+    for key, raw in _KV_RE.findall(body):
         if raw.startswith('"'):
-            out[m.group(1)] = unquote(raw)
-        elif raw.lstrip("-").isdigit():
-            out[m.group(1)] = int(raw)
+            out[key] = unquote(raw)
+        elif raw.isdigit() or (raw.startswith("-") and raw[1:].isdigit()):
+            out[key] = int(raw)
         else:
-            out[m.group(1)] = raw
-        pos = m.end()
-    if body[pos:].strip(" ,"):
-        raise AttributeSyntaxError(f"unexpected text {body[pos:].strip()[:30]!r} in {v[:60]!r}")
+            out[key] = raw
     return out
 
 

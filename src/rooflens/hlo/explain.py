@@ -82,11 +82,12 @@ def summarize(module: Module, top_buffers: int = 10) -> HloSummary:
         if ins.category != "collective" or ins.opcode.endswith("-done"):
             continue
         info = module.collective(ins)
+        if info is None:
+            continue
         collectives.append(CollectiveRow(
-            ins.name, ins.opcode, info.kind if info else ins.opcode, ins.computation.name if ins.computation else "",
-            _payload_bytes(module, ins), info.group_size if info else 0, info.num_groups if info else 0,
-            info.stride if info else None, info.describe() if info else "", _groups_preview(info.groups if info else None)
-            or _pairs_preview(info.pairs if info else ()),
+            ins.name, ins.opcode, info.kind, ins.computation.name if ins.computation else "",
+            _payload_bytes(module, ins), info.group_size, info.num_groups, info.stride, info.describe(),
+            _groups_preview(info.groups) or _pairs_preview(info.pairs),
         ))
     buffers = [
         BufferRow(ins.name, ins.opcode, _short_shape(ins.shape), ins.shape.bytes, ins.shape.padded_bytes,

@@ -197,11 +197,7 @@ class CollectiveInfo:
     def describe(self) -> str:
         """One sentence: how many groups, their size and stride, the parallelism implied."""
         if self.kind == "collective-permute":
-            if not self.pairs:
-                return "no source→target pairs"
-            shifts = sorted({t - s for s, t in self.pairs})
-            shift = f", every device sends to the one {shifts[0]:+d} from it" if len(shifts) == 1 else ""
-            return f"{len(self.pairs)} source→target pairs{shift}"
+            return _describe_pairs(self.pairs)
         if not self.groups:
             return "groups unknown (the module does not say how many devices there are)"
         txt = f"{self.num_groups} group(s) of {self.group_size} device(s)"
@@ -228,6 +224,32 @@ class TrueShape:
     sharded_dims: tuple[int, ...]  # dimensions that are split across devices
     degree: int
     evidence: str  # why: a sharding annotation, or the collective that implies it
+
+
+def _describe_pairs(pairs: tuple[tuple[int, int], ...]) -> str:
+    """Source→target pairs as rings (0→2→4→6→0) or chains (0→1→2)."""
+    if not pairs:
+        return "no source→target pairs"
+    nxt = dict(pairs)
+    starts = sorted(set(nxt) - set(nxt.values()))  # chain heads; rings have none
+    seen: set[int] = set()
+    walks = []
+    for head in starts + sorted(nxt):
+        if head in seen:
+            continue
+        walk = [head]
+        seen.add(head)
+        while walk[-1] in nxt and nxt[walk[-1]] not in seen:
+            walk.append(nxt[walk[-1]])
+            seen.add(walk[-1])
+        ring = walk[-1] in nxt and nxt[walk[-1]] == head
+        walks.append("→".join(map(str, walk + ([head] if ring else []))))
+    rings = all(w.split("→")[0] == w.split("→")[-1] for w in walks)
+    sizes = {len(w.split("→")) - (1 if rings else 0) for w in walks}
+    kind = "ring" if rings else "chain"
+    size = f" of {sizes.pop()} devices" if len(sizes) == 1 else ""
+    shown = ", ".join(walks[:4]) + (", …" if len(walks) > 4 else "")
+    return f"{len(pairs)} source→target pairs: {len(walks)} {kind}(s){size}, each device sends to the next: {shown}"
 
 
 def _stride(groups) -> int | None:

@@ -9,6 +9,7 @@ verbatim and listed in ``Module.warnings``. Only text that is not HLO at all rai
 
 from __future__ import annotations
 
+import gc
 import re
 from collections.abc import Callable
 from typing import Any
@@ -16,8 +17,8 @@ from typing import Any
 from rooflens.hlo import attrs as A
 from rooflens.hlo.errors import HloParseError, HloWarning
 from rooflens.hlo.module import CALLED_KEYS, Computation, Instruction, Module, Operand, SourceFrame
-from rooflens.hlo.opcodes import KNOWN_OPCODES, opcode_category
-from rooflens.hlo.shape import read_shape
+from rooflens.hlo.opcodes import COLLECTIVE_KINDS, KNOWN_OPCODES, opcode_category
+from rooflens.hlo.shape import Shape, parse_shape
 
 _COMMENT_RE = re.compile(r"/\*.*?\*/")
 _INSTR_HEAD_RE = re.compile(r"\s*(ROOT\s+)?%?([^\s=%(){}\[\],]+)\s*=\s*")
@@ -115,30 +116,72 @@ class _Ctx:
         return out
 
 
+_ATTR_KEY_RE = re.compile(r"\s*,?\s*([\w.\-]+)=")
+_ATTR_PLAIN_RE = re.compile(r"[^,{}()\[\]\"']*")
+_STRING_RE = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+
+
+def _scan_attributes(text: str, start: int) -> list[tuple[str, str]] | None:
+    """Split ``, key=value, key=value`` quickly; None when the text needs the slow path."""
+    out = []
+    pos, n = start, len(text)
+    while pos < n:
+        m = _ATTR_KEY_RE.match(text, pos)
+        if not m:
+            return None if text[pos:].strip() else out
+        key = m.group(1)
+        vstart = pos = m.end()
+        while True:
+            pm = _ATTR_PLAIN_RE.match(text, pos)
+            pos = pm.end()
+            if pos >= n or text[pos] == ",":
+                break
+            c = text[pos]
+            if c == '"':
+                sm = _STRING_RE.match(text, pos)
+                if not sm:
+                    return None
+                pos = sm.end()
+            elif c in "{([":
+                close = A.find_close(text, pos)
+                if close < 0:
+                    return None
+                pos = close + 1
+            else:
+                return None
+        out.append((key, text[vstart:pos].strip()))
+    return out
+
+
 def parse_attributes(text: str, start: int, ctx: _Ctx | None, lineno: int,
                      ) -> tuple[dict[str, Any], dict[str, str], dict[str, str]]:
     """Parse ``, key=value, key=value`` from ``text[start:]``."""
     values: dict[str, Any] = {}
     raw: dict[str, str] = {}
     unparsed: dict[str, str] = {}
-    for part in A.split_top(text, start):
-        if not part:
-            continue
-        key, eq, value = part.partition("=")
-        key = key.strip()
-        if not eq or not key or " " in key:
-            unparsed[f"#{len(unparsed)}"] = part
-            if ctx:
-                ctx.warn(lineno, "unknown-syntax", part[:30],
-                         f"kept an attribute without key=value syntax: '{part[:60]}'", part)
-            continue
+    pairs = _scan_attributes(text, start)
+    if pairs is None:  # unusual text: split at top-level commas and look at each part
+        pairs = []
+        for part in A.split_top(text, start):
+            if not part:
+                continue
+            key, eq, value = part.partition("=")
+            key = key.strip()
+            if not eq or not key or " " in key:
+                unparsed[f"#{len(unparsed)}"] = part
+                if ctx:
+                    ctx.warn(lineno, "unknown-syntax", part[:30],
+                             f"kept an attribute without key=value syntax: '{part[:60]}'", part)
+                continue
+            pairs.append((key, value))
+    for key, value in pairs:
         raw[key] = value
         parser = _ATTR_PARSERS.get(key)
         if parser is None:
             values[key] = A.parse_generic(value)
             if key not in _GENERIC_KEYS and ctx:
                 ctx.warn(lineno, "unknown-attribute", key,
-                         f"kept unknown attribute '{key}' verbatim", part)
+                         f"kept unknown attribute '{key}' verbatim", f"{key}={value}")
             continue
         try:
             values[key] = parser(value)
@@ -147,27 +190,62 @@ def parse_attributes(text: str, start: int, ctx: _Ctx | None, lineno: int,
             unparsed[key] = value
             if ctx:
                 ctx.warn(lineno, "bad-attribute", key,
-                         f"kept attribute '{key}' verbatim: {e}", part)
+                         f"kept attribute '{key}' verbatim: {e}", f"{key}={value}")
     return values, raw, unparsed
 
 
+_OPERAND_RE = re.compile(
+    r"\s*(?:([a-z][a-z0-9]*\[[^\]\[]*\](?:\{[^{}]*\})?)\s+)?%?([^\s=(){}\[\],%]+)\s*(,|$)"
+)
+
+
 def _parse_operands(text: str) -> tuple[Operand, ...]:
+    if not text.strip():
+        return ()
     ops = []
-    for part in A.split_top(text):
+    pos, n = 0, len(text)
+    while pos < n:  # fast path: array shapes and names only
+        m = _OPERAND_RE.match(text, pos)
+        if not m:
+            break
+        shape = _shape_at(m.group(1)) if m.group(1) else None
+        ops.append(Operand(m.group(2), shape))
+        pos = m.end()
+        if not m.group(3):
+            return tuple(ops)
+    else:
+        return tuple(ops)
+    ops = []
+    for part in A.split_top(text):  # tuple-shaped operands, odd spacing
         if not part:
-            continue
+            raise HloParseError(f"empty operand in {text[:60]!r}")
         head, _, name = part.rpartition(" ")
         name = name.lstrip("%")
         if not name or not re.fullmatch(r"[^\s=(){}\[\],]+", name):
             raise HloParseError(f"bad operand {part[:60]!r}")
-        shape = None
         head = head.strip()
-        if head:
-            shape, end = read_shape(head, 0)
-            if end != len(head):
-                raise HloParseError(f"bad operand {part[:60]!r}")
-        ops.append(Operand(name, shape))
+        ops.append(Operand(name, _shape_at(head) if head else None))
     return tuple(ops)
+
+
+_ARRAY_SHAPE_RE = re.compile(r"[a-z][a-z0-9]*\[[^\]\[]*\](?:\{[^{}]*\})?")
+
+
+def _shape_at(text: str) -> Shape:
+    return parse_shape(text)  # cached by text
+
+
+def _read_result_shape(line: str, pos: int) -> tuple[Shape, int]:
+    """The result shape starting at ``line[pos]`` (cached: modules repeat shapes a lot)."""
+    if line.startswith("(", pos):
+        close = A.find_close(line, pos)
+        if close < 0:
+            raise HloParseError("unterminated tuple shape")
+        return parse_shape(line[pos:close + 1]), close + 1
+    m = _ARRAY_SHAPE_RE.match(line, pos)
+    if not m:
+        raise HloParseError(f"expected a shape at {line[pos:pos + 40]!r}")
+    return parse_shape(m.group()), m.end()
 
 
 def parse_instruction(line: str, lineno: int = 0, ctx: _Ctx | None = None) -> Instruction:
@@ -185,7 +263,7 @@ def parse_instruction(line: str, lineno: int = 0, ctx: _Ctx | None = None) -> In
     name = m.group(2)
     pos = m.end()
     try:
-        shape, pos = read_shape(line, pos)
+        shape, pos = _read_result_shape(line, pos)
     except HloParseError as e:
         raise HloParseError(e.message, lineno, pos + 1) from None
     om = _OPCODE_RE.match(line, pos)
@@ -220,10 +298,11 @@ def parse_instruction(line: str, lineno: int = 0, ctx: _Ctx | None = None) -> In
         values, raw, unparsed = {}, {}, {}
     if opcode not in KNOWN_OPCODES and ctx:
         ctx.warn(lineno, "unknown-opcode", opcode, f"kept unknown opcode '{opcode}'", line.strip())
+    category = "" if opcode == "fusion" else opcode_category(opcode, values.get("custom_call_target"))
     return Instruction(
         name=name, opcode=opcode, shape=shape, operands=operands, attrs=values, raw_attrs=raw,
         is_root=is_root, line=lineno, literal=literal, parameter_number=pnum, unparsed=unparsed,
-        text=line,
+        text=line, category=category,
     )
 
 
@@ -268,7 +347,7 @@ def _parse_computation_header(s: str, lineno: int) -> Computation | None:
             if not colon:
                 return None
             try:
-                pshape, end = read_shape(ptext.strip(), 0)
+                pshape = parse_shape(ptext)
             except HloParseError:
                 pshape = None
             params.append((pname.strip().lstrip("%"), pshape))
@@ -276,7 +355,7 @@ def _parse_computation_header(s: str, lineno: int) -> Computation | None:
         if not arrow.startswith("->"):
             return None
         try:
-            result, _ = read_shape(arrow[2:].strip(), 0)
+            result = parse_shape(arrow[2:])
         except HloParseError:
             result = None
     return Computation(name, [], is_entry, tuple(params), result, thread, lineno)
@@ -284,6 +363,16 @@ def _parse_computation_header(s: str, lineno: int) -> Computation | None:
 
 def parse(text: str | bytes) -> Module:
     """Parse a whole HLO module as XLA prints it."""
+    enabled = gc.isenabled()
+    gc.disable()  # the reader allocates many small objects that all live on: skip the GC passes
+    try:
+        return _parse(text)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _parse(text: str | bytes) -> Module:
     if isinstance(text, (bytes, bytearray)):
         try:
             text = bytes(text).decode("utf-8")
@@ -362,7 +451,8 @@ def parse(text: str | bytes) -> Module:
             if m:
                 sections[section][int(m.group(1))] = m.group(2)
             else:
-                ctx.warn(lineno, "unparsed-line", str(lineno), f"kept a line of {section} not understood: '{s[:80]}'", s)
+                ctx.warn(lineno, "unparsed-line", str(lineno),
+                         f"kept a line of {section} not understood: '{s[:80]}'", s)
             continue
         comp = _parse_computation_header(s, lineno)
         if comp is not None:
@@ -418,10 +508,8 @@ def _read_stack_frames(module: Module, sections: dict[str, dict[int, str]], ctx:
             ctx.warn(0, "unparsed-line", f"loc{k}", f"kept file location {k} verbatim: '{v[:60]}'")
             continue
         module.file_locations[k] = SourceFrame(
-            files.get(int(kv.get("file_name_id", 0) or 0), ""),
-            int(kv.get("line", 0) or 0),
-            funcs.get(int(kv.get("function_name_id", 0) or 0), ""),
-            int(kv.get("column", 0) or 0),
+            files.get(_int(kv, "file_name_id"), ""), _int(kv, "line"),
+            funcs.get(_int(kv, "function_name_id"), ""), _int(kv, "column"),
         )
     for k, v in sections["StackFrames"].items():
         try:
@@ -430,8 +518,13 @@ def _read_stack_frames(module: Module, sections: dict[str, dict[int, str]], ctx:
             ctx.warn(0, "unparsed-line", f"frame{k}", f"kept stack frame {k} verbatim: '{v[:60]}'")
             continue
         # The printed parent id is one more than the parent's frame id (1 means none).
-        parent = int(kv.get("parent_frame_id", 0) or 0) - 1
-        module.stack_frames[k] = (int(kv.get("file_location_id", 0) or 0), parent)
+        parent = _int(kv, "parent_frame_id") - 1
+        module.stack_frames[k] = (_int(kv, "file_location_id"), parent)
+
+
+def _int(kv: dict, key: str) -> int:
+    v = kv.get(key, 0)
+    return v if isinstance(v, int) else 0
 
 
 _KIND_OF_KEY = {
@@ -445,10 +538,18 @@ def _finalize(module: Module, ctx: _Ctx) -> None:
     """Resolve calls, computation kinds, categories and replica groups."""
     comps = module.computations
     module.entry.kind = "entry"
+    fusions = []
+    collectives = []
     for comp in comps.values():
         for ins in comp.instructions:
-            for key in CALLED_KEYS:
-                v = ins.attrs.get(key)
+            if ins.opcode == "fusion":
+                fusions.append(ins)
+            elif ins.opcode in COLLECTIVE_KINDS:
+                collectives.append(ins)
+            for key in ins.attrs:
+                if key not in _KIND_OF_KEY:
+                    continue
+                v = ins.attrs[key]
                 if not isinstance(v, tuple):
                     continue
                 for cname in v:
@@ -459,25 +560,18 @@ def _finalize(module: Module, ctx: _Ctx) -> None:
                         continue
                     callee.callers.append(ins.name)
                     if not callee.kind:
-                        kind = _KIND_OF_KEY.get(key, "called")
+                        kind = _KIND_OF_KEY[key]
                         if key == "calls" and ins.opcode != "fusion":
                             kind = "async" if ins.opcode.startswith("async") else "call"
                         callee.kind = kind
     for comp in comps.values():
         if not comp.kind:
             comp.kind = "unreferenced"
-    # categories: fusions by what they contain, so leaves first
-    for comp in comps.values():
-        for ins in comp.instructions:
-            if ins.opcode != "fusion":
-                ins.category = opcode_category(ins.opcode, ins.custom_call_target)
-    for comp in comps.values():
-        for ins in comp.instructions:
-            if ins.opcode == "fusion":
-                ins.category = _fusion_category(module, ins)
+    for ins in fusions:  # by what they contain (leaf categories are set at parse time)
+        ins.category = _fusion_category(module, ins)
     # replica groups → explicit device groups
     n_all = None
-    for ins in module.instructions():
+    for ins in collectives:
         spec = ins.replica_groups_spec
         if spec is None:
             if ins.collective_kind in ("all-reduce", "all-gather", "reduce-scatter", "all-to-all") \
