@@ -61,12 +61,12 @@ class HloSummary:
         return asdict(self)
 
 
-def _groups_preview(groups) -> str:
+def _groups_preview(groups, limit: int = 2) -> str:
+    """``{0,1} {2,3} …`` — the first groups, enough to see the pattern."""
     if not groups:
         return ""
-    shown = ",".join("{" + ",".join(map(str, g)) + "}" for g in groups[:_MAX_GROUPS_SHOWN])
-    more = f",… ({len(groups)} groups)" if len(groups) > _MAX_GROUPS_SHOWN else ""
-    return "{" + shown + more + "}"
+    shown = " ".join("{" + ",".join(map(str, g)) + "}" for g in groups[:limit])
+    return shown + (" …" if len(groups) > limit else "")
 
 
 def summarize(module: Module, top_buffers: int = 10) -> HloSummary:
@@ -118,11 +118,11 @@ def _short_shape(shape: Shape) -> str:
     return f"({leaves[0]}, … {len(leaves)} elements)"
 
 
-def _pairs_preview(pairs) -> str:
+def _pairs_preview(pairs, limit: int = 4) -> str:
     if not pairs:
         return ""
-    shown = ", ".join(f"{s}→{t}" for s, t in pairs[:_MAX_GROUPS_SHOWN])
-    return shown + (f", … ({len(pairs)} pairs)" if len(pairs) > _MAX_GROUPS_SHOWN else "")
+    shown = ", ".join(f"{s}→{t}" for s, t in pairs[:limit])
+    return shown + (f", … ({len(pairs)} pairs)" if len(pairs) > limit else "")
 
 
 def _payload_bytes(module: Module, ins: Instruction) -> int:
@@ -307,7 +307,7 @@ def _collective_lines(module: Module, ins: Instruction) -> list[str]:
         return []
     out = [info.describe()]
     if info.pairs:
-        out.append("sends: " + _pairs_preview(info.pairs))
+        out.append("sends: " + _pairs_preview(info.pairs, _MAX_GROUPS_SHOWN))
     elif info.groups:
         for g in info.groups[:_MAX_GROUPS_SHOWN]:
             out.append("devices " + " ↔ ".join(map(str, g)) + " exchange data")

@@ -498,28 +498,26 @@ def _close_computation(cur: Computation, comps: dict[str, Computation], ctx: _Ct
     comps[cur.name] = cur
 
 
+def _key_value_rows(rows: dict[int, str], what: str, ctx: _Ctx):
+    """The ``N {key=value …}`` rows of a stack-frame table; bad rows become warnings."""
+    for k, v in rows.items():
+        try:
+            yield k, A.parse_key_values(v)
+        except A.AttributeSyntaxError:
+            ctx.warn(0, "unparsed-line", f"{what}{k}", f"kept {what} {k} verbatim: '{v[:60]}'")
+
+
 def _read_stack_frames(module: Module, sections: dict[str, dict[int, str]], ctx: _Ctx) -> None:
     files = {k: A.unquote(v) for k, v in sections["FileNames"].items()}
     funcs = {k: A.unquote(v) for k, v in sections["FunctionNames"].items()}
-    for k, v in sections["FileLocations"].items():
-        try:
-            kv = A.parse_key_values(v)
-        except A.AttributeSyntaxError:
-            ctx.warn(0, "unparsed-line", f"loc{k}", f"kept file location {k} verbatim: '{v[:60]}'")
-            continue
+    for k, kv in _key_value_rows(sections["FileLocations"], "file location", ctx):
         module.file_locations[k] = SourceFrame(
             files.get(_int(kv, "file_name_id"), ""), _int(kv, "line"),
             funcs.get(_int(kv, "function_name_id"), ""), _int(kv, "column"),
         )
-    for k, v in sections["StackFrames"].items():
-        try:
-            kv = A.parse_key_values(v)
-        except A.AttributeSyntaxError:
-            ctx.warn(0, "unparsed-line", f"frame{k}", f"kept stack frame {k} verbatim: '{v[:60]}'")
-            continue
+    for k, kv in _key_value_rows(sections["StackFrames"], "stack frame", ctx):
         # The printed parent id is one more than the parent's frame id (1 means none).
-        parent = _int(kv, "parent_frame_id") - 1
-        module.stack_frames[k] = (_int(kv, "file_location_id"), parent)
+        module.stack_frames[k] = (_int(kv, "file_location_id"), _int(kv, "parent_frame_id") - 1)
 
 
 def _int(kv: dict, key: str) -> int:

@@ -33,7 +33,7 @@ def render_summary(console: Console, s: HloSummary, source: str = "") -> None:
     if s.collectives:
         t = Table(title="Collectives", title_justify="left", show_edge=False)
         for col in ("op", "kind", "bytes/device", "groups×size", "stride", "who talks"):
-            t.add_column(col, justify="right" if col in ("bytes/device", "stride") else "left")
+            t.add_column(col, justify="right" if col in ("bytes/device", "stride") else "left", overflow="fold")
         for c in s.collectives:
             shape = f"{c.num_groups}×{c.group_size}" if c.group_size else "?"
             stride = "" if c.stride is None else str(c.stride)
@@ -42,7 +42,7 @@ def render_summary(console: Console, s: HloSummary, source: str = "") -> None:
     if s.largest_buffers:
         t = Table(title="Largest buffers", title_justify="left", show_edge=False)
         for col in ("op", "shape", "logical", "padded", "space"):
-            t.add_column(col, justify="right" if col in ("logical", "padded", "space") else "left")
+            t.add_column(col, justify="right" if col in ("logical", "padded", "space") else "left", overflow="fold")
         for b in s.largest_buffers:
             pad = _b(b.padded_bytes)
             if b.padded_bytes > b.bytes:
