@@ -274,6 +274,7 @@ class Module:
     file_locations: dict[int, SourceFrame] = field(default_factory=dict)
     _by_name: dict[str, Instruction] = field(default_factory=dict, repr=False)
     _users: dict[str, list[Instruction]] | None = field(default=None, repr=False)
+    _num_devices: int = field(default=0, repr=False)
 
     # -- lookup --------------------------------------------------------------------------
     def instructions(self) -> list[Instruction]:
@@ -309,6 +310,8 @@ class Module:
     @property
     def num_devices(self) -> int:
         """Devices the program runs on: from the header, shardings and replica groups."""
+        if self._num_devices:
+            return self._num_devices
         n = self.replica_count * self.num_partitions
         for ins in self.instructions():
             s = ins.sharding
@@ -320,6 +323,7 @@ class Module:
             pairs = ins.attrs.get("source_target_pairs")
             if isinstance(pairs, tuple) and pairs:
                 n = max(n, 1 + max(max(p) for p in pairs))
+        self._num_devices = n
         return n
 
     # -- graph ---------------------------------------------------------------------------
