@@ -16,7 +16,7 @@ from pathlib import Path  # noqa: E402
 import pytest  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-FIXTURES = Path(os.environ.get("ROOFLENS_FIXTURES", REPO.parent / "shared" / "fixtures"))
+FIXTURES = Path(os.environ.get("ROOFLENS_FIXTURES", (REPO / "../shared/fixtures").resolve()))
 
 
 def fixture_path(*parts: str) -> Path:

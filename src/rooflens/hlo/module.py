@@ -548,14 +548,15 @@ class Module:
                 for side, key in ((0, "lhs_contracting_dims"), (1, "rhs_contracting_dims")):
                     if side >= len(inner.operands):
                         continue
-                    src = self._through_layout_ops(inner.operands[side].name, comp)
+                    src = self._through_layout_ops(inner.operands[side].name)
                     pnum = params.get(src)
                     if pnum is not None and pnum < len(ins.operands):
                         for d in inner.attrs.get(key) or ():
                             out.append((pnum, d))
         return out
 
-    def _through_layout_ops(self, name: str, comp: Computation) -> str:
+    def _through_layout_ops(self, name: str) -> str:
+        """Follow converts and copies back to the value they started from."""
         for _ in range(8):
             ins = self._by_name.get(name)
             if ins is None or ins.opcode not in ("convert", "copy") or not ins.operands:
