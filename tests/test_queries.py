@@ -52,6 +52,8 @@ def test_seed_worked_problem_parallelism_and_true_shapes(seed_module):
     assert all(t.degree == 8 for t in true.values())
     e = explain(m, "fusion.1")
     assert any("65536" in line for line in e.sharding)
+    assert "dot.1 inside: contracted size K = 8,192; output bf16[4096] (4,096 elements, each a K-long dot product)" \
+        in e.details
     assert any("T(1024,)" in line or "T(1024)" in line for line in e.layout)
 
 

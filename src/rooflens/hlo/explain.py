@@ -260,24 +260,34 @@ def _memory_space(shape: Shape) -> str:
     return "; ".join(f"S({m}) = {MEMORY_SPACE_NAMES.get(m, f'memory space {m}')}" for m in spaces)
 
 
+def _dot_details(module: Module, ins: Instruction) -> list[str]:
+    """Contracting and batch dims of a dot, and the contracted size K."""
+    a = ins.attrs
+    lc, rc = a.get("lhs_contracting_dims") or (), a.get("rhs_contracting_dims") or ()
+    lb, rb = a.get("lhs_batch_dims") or (), a.get("rhs_batch_dims") or ()
+    out = [f"contracts lhs dims {list(lc)} with rhs dims {list(rc)}; batch dims lhs {list(lb)}, rhs {list(rb)}"]
+    shapes = [op.shape for op in ins.operands]
+    if len(shapes) >= 2 and not all(shapes[:2]):
+        shapes = [o.shape for o in module.operands_of(ins)]
+    if len(shapes) >= 2 and all(s is not None and s.is_array for s in shapes[:2]):
+        k = 1
+        for d in lc:
+            if d < shapes[0].rank:
+                k *= shapes[0].dims[d]
+        out.append(f"contracted size K = {k:,}; output {ins.shape.dims_str()} "
+                   f"({ins.shape.num_elements:,} elements, each a K-long dot product)")
+    return out
+
+
 def _details(module: Module, ins: Instruction) -> list[str]:
     a = ins.attrs
     out = []
     if ins.opcode in ("dot", "ragged-dot", "scaled-dot"):
-        ops = module.operands_of(ins)
-        lc, rc = a.get("lhs_contracting_dims") or (), a.get("rhs_contracting_dims") or ()
-        lb, rb = a.get("lhs_batch_dims") or (), a.get("rhs_batch_dims") or ()
-        out.append(f"contracts lhs dims {list(lc)} with rhs dims {list(rc)}; batch dims lhs {list(lb)}, rhs {list(rb)}")
-        shapes = [op.shape for op in ins.operands]
-        if len(ops) == 2 and not all(shapes):
-            shapes = [o.shape for o in ops]
-        if len(shapes) == 2 and all(s is not None and s.is_array for s in shapes):
-            k = 1
-            for d in lc:
-                if d < shapes[0].rank:
-                    k *= shapes[0].dims[d]
-            out.append(f"contracted size K = {k:,}; output {ins.shape.dims_str()} "
-                       f"({ins.shape.num_elements:,} elements, each a K-long dot product)")
+        out.extend(_dot_details(module, ins))
+    if ins.opcode == "fusion":
+        for inner in module.fusion_body(ins):
+            if inner.opcode == "dot":
+                out.extend(f"{inner.name} inside: {line}" for line in _dot_details(module, inner))
     if ins.opcode == "convolution" or "dim_labels" in a:
         if "window" in a:
             out.append(f"window {ins.raw_attrs.get('window')}")
