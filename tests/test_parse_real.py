@@ -183,3 +183,18 @@ def test_bytes_input_and_binary():
     assert rl.hlo.parse(b"HloModule m\nENTRY e {\n ROOT p = f32[] parameter(0)\n}\n").entry.name == "e"
     with pytest.raises(HloParseError):
         rl.hlo.parse(b"\xff\xfe\x00garbage")
+
+
+def test_a_missing_closing_brace_is_recovered():
+    text = """HloModule m
+ENTRY e {
+  p = f32[2]{0} parameter(0)
+  ROOT q = f32[2]{0} negate(p)
+other {
+  a = f32[] parameter(0)
+  ROOT b = f32[] negate(a)
+}
+"""
+    m = rl.hlo.parse(text)
+    assert m.entry.name == "e" and m.entry.root.name == "q" and m.computation("other") is not None
+    assert [w.kind for w in m.warnings] == ["unclosed-computation"]

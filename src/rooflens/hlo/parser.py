@@ -422,6 +422,8 @@ def _parse(text: str | bytes) -> Module:
                     ctx.warn(lineno, "unclosed-computation", cur.name,
                              f"computation '{cur.name}' has no closing brace", s)
                     _close_computation(cur, comps, ctx)
+                    if cur.is_entry:
+                        entry = cur
                     cur = None
                 else:
                     ctx.warn(lineno, "unparsed-line", str(lineno),
