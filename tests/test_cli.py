@@ -70,6 +70,13 @@ def test_bad_input_is_one_sentence_and_nonzero(tmp_path, case):
     assert len(lines) == 1 and needle in lines[0], r.stderr
 
 
+def test_a_dump_directory_points_at_its_modules():
+    d = fixture_path("tpu", "hlo", "tpu_megacore_xla_dump")
+    r = run("hlo", str(d))
+    assert r.returncode == 2 and "is a directory; give one HLO text file, e.g." in r.stderr
+    assert "module_0000.jit_iota.after_optimizations.txt" in r.stderr
+
+
 def test_corrupt_fixture_is_refused_cleanly():
     r = run("hlo", str(fixture_path("corrupt", "xprof_tpu_inference_2.HEAD_utf8_mangled.xplane.pb")))
     assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1

@@ -34,7 +34,9 @@ def read_hlo_file(path: str) -> str:
     if not p.exists():
         raise UserError(f"{path} does not exist.")
     if p.is_dir():
-        raise UserError(f"{path} is a directory; give an HLO text file (e.g. a *.after_optimizations.txt dump).")
+        dumps = sorted(p.glob("*after_optimizations.txt")) or sorted(p.glob("*.txt"))
+        hint = f", e.g. {dumps[0]}" if dumps else " (e.g. a *after_optimizations.txt file of an XLA dump)"
+        raise UserError(f"{path} is a directory; give one HLO text file{hint}.")
     try:
         data = p.read_bytes()
     except OSError as e:
