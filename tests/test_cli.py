@@ -23,8 +23,7 @@ def test_example_summary_and_op():
     data = json.loads(r.stdout)
     assert data["num_devices"] == 8 and data["warnings"] == []
     assert {c["group_size"] for c in data["collectives"]} == {2, 4}
-    dot = next(b for b in data["opcodes"] if b == "fusion")
-    assert dot
+    assert data["opcodes"]["fusion"] > 0 and data["ops_by_category"]["matmul"] > 0
 
 
 def test_op_explanation_text_and_json(tmp_path):

@@ -123,7 +123,9 @@ def parse_computation_list(value: str) -> tuple[str, ...]:
 # --- replica groups -----------------------------------------------------------------------
 
 _GROUP_RE = re.compile(r"\{([^{}]*)\}")
-_IOTA_RE = re.compile(r"\[(\d+(?:,\d+)*)\]<=\[(\d+(?:,\d+)*)\](?:T\((\d+(?:,\d+)*)\))?")
+_IOTA_TAIL = r"<=\[(\d+(?:,\d+)*)\](?:T\((\d+(?:,\d+)*)\))?"  # <=[reshape dims]T(perm)
+_IOTA_TAIL_RE = re.compile(_IOTA_TAIL)
+_IOTA_RE = re.compile(r"\[(\d+(?:,\d+)*)\]" + _IOTA_TAIL)
 _MESH_AXIS_RE = re.compile(r"'((?:[^'\\]|\\.)*)'\s*=\s*(\d+)|([A-Za-z_][\w.]*)\s*=\s*(\d+)")
 _AXIS_REF_RE = re.compile(r"'((?:[^'\\]|\\.)*)'|([A-Za-z_][\w.]*)")
 _SUBAXIS_RE = re.compile(r":\((\d+)\)(\d+)")
@@ -223,9 +225,9 @@ def _parse_mesh_groups(v: str) -> ReplicaGroups:
     if "device_ids" in device_text:
         dm = re.search(r"device_ids\s*=\s*(.*)$", device_text.strip().rstrip(","))
         dtext = dm.group(1) if dm else ""
-        im = _IOTA_RE.search(dtext.replace(" ", ""))
-        if im and "<=" in dtext:
-            ids = iota_tile_assignment(_ints(im.group(2)), _ints(im.group(3)) if im.group(3) else None)
+        im = _IOTA_TAIL_RE.search(dtext.replace(" ", ""))
+        if im:
+            ids = iota_tile_assignment(_ints(im.group(1)), _ints(im.group(2)) if im.group(2) else None)
         else:
             ids = np.array([int(x) for x in re.findall(r"\d+", dtext)], dtype=np.int64)
         if ids.size != n:
@@ -404,10 +406,10 @@ def parse_sharding(value: str) -> Sharding:
     pos = m.end()
     n = math.prod(tile_dims)
     rest = inner[pos:]
-    im = _IOTA_RE.match("[" + m.group(1) + "]" + rest) if rest.startswith("<=") else None
+    im = _IOTA_TAIL_RE.match(rest)
     if im:
-        devices = iota_tile_assignment(_ints(im.group(2)), _ints(im.group(3)) if im.group(3) else None)
-        rest = ("[" + m.group(1) + "]" + rest)[im.end():]
+        devices = iota_tile_assignment(_ints(im.group(1)), _ints(im.group(2)) if im.group(2) else None)
+        rest = rest[im.end():]
     else:
         dm = re.match(r"(\d+(?:,\d+)*)", rest)
         if not dm:

@@ -127,15 +127,7 @@ def _pairs_preview(pairs, limit: int = 4) -> str:
 
 def _payload_bytes(module: Module, ins: Instruction) -> int:
     """Bytes a collective moves per device: its array operands (the data it starts with)."""
-    total = 0
-    for op in ins.operands:
-        shape = op.shape
-        if shape is None:
-            producer = module.find(op.name)
-            shape = producer.shape if producer else None
-        if shape is not None:
-            total += shape.bytes
-    return total
+    return sum(s.bytes for s in map(module.operand_shape, ins.operands) if s is not None)
 
 
 # --- one op ------------------------------------------------------------------------------
@@ -177,7 +169,8 @@ class OpExplanation:
         return asdict(self)
 
 
-def _fmt_bytes(n: int) -> str:
+def format_bytes(n: int) -> str:
+    """``2048`` → ``2.0 KiB``; what every view of rooflens prints for a byte count."""
     for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= size:
             return f"{n / size:,.1f} {unit}"
@@ -206,26 +199,25 @@ def describe_layout(shape: Shape) -> list[str]:
     if lay is not None and lay.tiles:
         phys = shape.physical_dims
         for i, tile in enumerate(lay.tiles):
-            t = "×".join("*" if x < 0 else str(x) for x in tile)
+            dims = ["*" if x < 0 else str(x) for x in tile]
             if i == 0:
                 covered = phys[-len(tile):] if len(tile) <= len(phys) else (1,) * (len(tile) - len(phys)) + phys
                 out.append(
-                    f"T({','.join(map(str, tile))}): the {len(tile)} minor-most dims "
-                    f"({'×'.join(map(str, covered))}) are stored in {t} tiles"
+                    f"T({','.join(dims)}): the {len(tile)} minor-most dims "
+                    f"({'×'.join(map(str, covered))}) are stored in {'×'.join(dims)} tiles"
                 )
             elif tile == (2, 1) and shape.bits_per_element == 16:
-                out.append(f"({t.replace('×', ',')}): inside each tile, pairs of 16-bit values are packed "
-                           "into 32-bit words")
+                out.append("(2,1): inside each tile, pairs of 16-bit values are packed into 32-bit words")
             elif tile == (4, 1) and shape.bits_per_element == 8:
-                out.append(f"({t.replace('×', ',')}): inside each tile, four 8-bit values are packed into 32-bit words")
+                out.append("(4,1): inside each tile, four 8-bit values are packed into 32-bit words")
             else:
-                out.append(f"({t.replace('×', ',')}): a second level of tiling inside each tile")
+                out.append(f"({','.join(dims)}): a second level of tiling inside each tile")
         padded = shape.padded_physical_dims()
         if shape.padded_bytes > shape.bytes:
             ratio = shape.padded_bytes / max(shape.bytes, 1)
             out.append(
                 f"padding: {'×'.join(map(str, phys)) or 'scalar'} is padded to {'×'.join(map(str, padded))}; "
-                f"{_fmt_bytes(shape.padded_bytes)} in memory for {_fmt_bytes(shape.bytes)} of data "
+                f"{format_bytes(shape.padded_bytes)} in memory for {format_bytes(shape.bytes)} of data "
                 f"({ratio:.2f}×, {100 * (1 - shape.bytes / shape.padded_bytes):.1f}% waste)"
             )
         else:
@@ -328,7 +320,7 @@ def _collective_lines(module: Module, ins: Instruction) -> list[str]:
         out.append(f"printed as {c.replica_groups_spec.form} form: {c.replica_groups_spec.text}")
     payload = _payload_bytes(module, ins)
     if payload:
-        out.append(f"starts with {_fmt_bytes(payload)} per device")
+        out.append(f"starts with {format_bytes(payload)} per device")
     return out
 
 
@@ -370,7 +362,7 @@ def explain(module: Module, name: str) -> OpExplanation:
     operands = []
     for op in ins.operands:
         producer = module.find(op.name)
-        shape = op.shape or (producer.shape if producer else None)
+        shape = module.operand_shape(op)
         operands.append(OperandRow(op.name, str(shape) if shape else "?", shape.bytes if shape else 0,
                                    producer.opcode if producer else ""))
     called = {}

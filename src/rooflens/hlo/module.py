@@ -8,16 +8,19 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from rooflens.hlo.attrs import ReplicaGroups, Sharding
+from rooflens.hlo.attrs import ReplicaGroups, Sharding, unquote
 from rooflens.hlo.errors import HloWarning
 from rooflens.hlo.opcodes import COLLECTIVE_KINDS, opcode_category
 from rooflens.hlo.shape import Shape
 
-# Keys whose value names other computations.
-CALLED_KEYS = (
-    "calls", "to_apply", "body", "condition", "branch_computations", "true_computation",
-    "false_computation", "called_computations", "select", "scatter",
-)
+# Keys whose value names other computations, and the kind of computation each one calls
+# ("calls" of a non-fusion op is an async wrapper or a call; the parser refines it).
+CALLED_KEY_KINDS = {
+    "calls": "fusion", "to_apply": "applied", "body": "while body", "condition": "while condition",
+    "branch_computations": "branch", "true_computation": "branch", "false_computation": "branch",
+    "called_computations": "called", "select": "applied", "scatter": "applied",
+}
+CALLED_KEYS = tuple(CALLED_KEY_KINDS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,8 +127,8 @@ class Instruction:
         raw = self.backend_config
         if not raw:
             return None
-        if raw.startswith('"'):
-            raw = raw[1:-1].encode().decode("unicode_escape")
+        if raw.startswith('"'):  # older XLA printed it as a quoted string
+            raw = unquote(raw)
         try:
             out = json.loads(raw)
         except ValueError:
@@ -138,15 +141,9 @@ class Instruction:
         return t if isinstance(t, str) else None
 
     @property
-    def is_collective(self) -> bool:
-        return self.category == "collective"
-
-    @property
     def collective_kind(self) -> str | None:
         """all-gather / all-reduce / reduce-scatter / all-to-all / collective-permute / …"""
-        if self.opcode in COLLECTIVE_KINDS:
-            return COLLECTIVE_KINDS[self.opcode]
-        return None
+        return COLLECTIVE_KINDS.get(self.opcode)
 
     def __repr__(self) -> str:
         return f"<Instruction {self.name} = {self.shape} {self.opcode}({len(self.operands)} operands)>"
@@ -293,6 +290,16 @@ class Module:
     def computation(self, name: str) -> Computation | None:
         return self.computations.get(name.lstrip("%"))
 
+    def _resolve(self, ins: Instruction | str) -> Instruction | None:
+        return self.find(ins) if isinstance(ins, str) else ins
+
+    def operand_shape(self, op: Operand) -> Shape | None:
+        """An operand's shape: as printed beside it, else its producer's."""
+        if op.shape is not None:
+            return op.shape
+        producer = self._by_name.get(op.name)
+        return producer.shape if producer is not None else None
+
     @property
     def is_scheduled(self) -> bool:
         return bool(self.attrs.get("is_scheduled"))
@@ -409,11 +416,9 @@ class Module:
 
     def collective(self, ins: Instruction | str) -> CollectiveInfo | None:
         """Group size, number of groups and the parallelism a collective implies."""
-        if isinstance(ins, str):
-            found = self.find(ins)
-            if found is None:
-                return None
-            ins = found
+        ins = self._resolve(ins)
+        if ins is None:
+            return None
         c = self.collective_of(ins)
         if c is None:
             return None
@@ -440,11 +445,9 @@ class Module:
         contracted dimension of the producing dot was split n ways (Megatron-style model
         parallelism), so the dot's operands are n× larger on that dimension.
         """
-        if isinstance(ins, str):
-            found = self.find(ins)
-            if found is None:
-                return None
-            ins = found
+        ins = self._resolve(ins)
+        if ins is None:
+            return None
         if not ins.shape.is_array:
             return None
         s = ins.sharding
@@ -457,12 +460,12 @@ class Module:
                     ins.name, ins.shape, dims, split, math.prod(tiles) if tiles else 1,
                     f"sharding={s.text}",
                 )
-        for user, dim in self._collective_users(ins):
+        for user, target, dim in self._collective_users(ins):
             info = self.collective(user)
             if info is None or info.group_size < 2:
                 continue
             n = info.group_size
-            if user.collective_kind == "all-gather" and dim is not None:
+            if target.collective_kind == "all-gather" and dim is not None:
                 dims = list(ins.shape.dims)
                 dims[dim] *= n
                 return TrueShape(
@@ -478,15 +481,12 @@ class Module:
         bf16[4096]`` whose result is all-reduced over groups of 8 was computed on 1/8 of
         the contracted dimension on each device, so the operands are 8× larger there.
         """
-        if isinstance(ins, str):
-            found = self.find(ins)
-            if found is None:
-                return []
-            ins = found
+        ins = self._resolve(ins)
+        if ins is None:
+            return []
         out: list[TrueShape] = []
-        for user, _dim in self._collective_users(ins):
-            target = self.collective_of(user)
-            kind = target.collective_kind if target is not None else None
+        for user, target, _dim in self._collective_users(ins):
+            kind = target.collective_kind
             if kind not in ("all-reduce", "reduce-scatter"):
                 continue
             info = self.collective(user)
@@ -495,8 +495,7 @@ class Module:
             n = info.group_size
             for op_index, dim in self._contracted_operand_dims(ins):
                 op = ins.operands[op_index]
-                producer = self._by_name.get(op.name)
-                shape = op.shape or (producer.shape if producer else None)
+                shape = self.operand_shape(op)
                 if shape is None or not shape.is_array or dim >= shape.rank:
                     continue
                 dims = list(shape.dims)
@@ -511,7 +510,8 @@ class Module:
         return out
 
     def _collective_users(self, ins: Instruction, depth: int = 4):
-        """Collectives fed by ``ins`` directly or through layout-only/elementwise ops."""
+        """(user, collective, gathered/scattered dim) for the collectives fed by ``ins``,
+        directly or through layout-only and elementwise ops."""
         frontier = [ins]
         seen = {ins.name}
         for _ in range(depth):
@@ -521,11 +521,11 @@ class Module:
                     if u.name in seen:
                         continue
                     seen.add(u.name)
-                    target = self.collective_of(u) if u.opcode in ("async-start", "fusion") else u
-                    if target is not None and (target.collective_kind or u.collective_kind):
+                    target = self.collective_of(u)
+                    if target is not None:
                         dims = target.attrs.get("dimensions")
                         dim = dims[0] if isinstance(dims, tuple) and dims else None
-                        yield u, dim
+                        yield u, target, dim
                     elif u.opcode in ("bitcast", "reshape", "convert", "copy", "get-tuple-element",
                                       "tuple", "reduce") or opcode_category(u.opcode) == "elementwise":
                         nxt.append(u)

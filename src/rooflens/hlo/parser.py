@@ -16,11 +16,10 @@ from typing import Any
 
 from rooflens.hlo import attrs as A
 from rooflens.hlo.errors import HloParseError, HloWarning
-from rooflens.hlo.module import CALLED_KEYS, Computation, Instruction, Module, Operand, SourceFrame
+from rooflens.hlo.module import CALLED_KEY_KINDS, CALLED_KEYS, Computation, Instruction, Module, Operand, SourceFrame
 from rooflens.hlo.opcodes import COLLECTIVE_KINDS, KNOWN_OPCODES, opcode_category
-from rooflens.hlo.shape import Shape, parse_shape
+from rooflens.hlo.shape import ARRAY_SHAPE_PATTERN, COMMENT_RE, Shape, parse_shape
 
-_COMMENT_RE = re.compile(r"/\*.*?\*/")
 _INSTR_HEAD_RE = re.compile(r"\s*(ROOT\s+)?%?([^\s=%(){}\[\],]+)\s*=\s*")
 _OPCODE_RE = re.compile(r"\s*([a-z][a-z0-9\-_]*)\(")
 _SECTION_NAMES = frozenset(["FileNames", "FunctionNames", "FileLocations", "StackFrames"])
@@ -194,9 +193,9 @@ def parse_attributes(text: str, start: int, ctx: _Ctx | None, lineno: int,
     return values, raw, unparsed
 
 
-_OPERAND_RE = re.compile(
-    r"\s*(?:([a-z][a-z0-9]*\[[^\]\[]*\](?:\{[^{}]*\})?)\s+)?%?([^\s=(){}\[\],%]+)\s*(,|$)"
-)
+_OPERAND_RE = re.compile(r"\s*(?:(" + ARRAY_SHAPE_PATTERN + r")\s+)?%?([^\s=(){}\[\],%]+)\s*(,|$)")
+_OPERAND_NAME_RE = re.compile(r"[^\s=(){}\[\],]+")
+_ARRAY_SHAPE_RE = re.compile(ARRAY_SHAPE_PATTERN)
 
 
 def _parse_operands(text: str) -> tuple[Operand, ...]:
@@ -208,7 +207,7 @@ def _parse_operands(text: str) -> tuple[Operand, ...]:
         m = _OPERAND_RE.match(text, pos)
         if not m:
             break
-        shape = _shape_at(m.group(1)) if m.group(1) else None
+        shape = parse_shape(m.group(1)) if m.group(1) else None  # cached by text
         ops.append(Operand(m.group(2), shape))
         pos = m.end()
         if not m.group(3):
@@ -221,18 +220,11 @@ def _parse_operands(text: str) -> tuple[Operand, ...]:
             raise HloParseError(f"empty operand in {text[:60]!r}")
         head, _, name = part.rpartition(" ")
         name = name.lstrip("%")
-        if not name or not re.fullmatch(r"[^\s=(){}\[\],]+", name):
+        if not _OPERAND_NAME_RE.fullmatch(name):
             raise HloParseError(f"bad operand {part[:60]!r}")
         head = head.strip()
-        ops.append(Operand(name, _shape_at(head) if head else None))
+        ops.append(Operand(name, parse_shape(head) if head else None))
     return tuple(ops)
-
-
-_ARRAY_SHAPE_RE = re.compile(r"[a-z][a-z0-9]*\[[^\]\[]*\](?:\{[^{}]*\})?")
-
-
-def _shape_at(text: str) -> Shape:
-    return parse_shape(text)  # cached by text
 
 
 def _read_result_shape(line: str, pos: int) -> tuple[Shape, int]:
@@ -255,7 +247,7 @@ def parse_instruction(line: str, lineno: int = 0, ctx: _Ctx | None = None) -> In
     own for the HLO text that TPU traces carry per op (``long_name``).
     """
     if "/*" in line:
-        line = _COMMENT_RE.sub("", line)
+        line = COMMENT_RE.sub("", line)
     m = _INSTR_HEAD_RE.match(line)
     if not m:
         raise HloParseError("expected 'name = shape opcode(…)'", lineno, 1)
@@ -385,7 +377,7 @@ def _parse(text: str | bytes) -> Module:
         ln = text.count("\n", 0, i) + 1
         raise HloParseError("binary data (NUL byte) in HLO text", ln, i - text.rfind("\n", 0, i))
     if "/*" in text:
-        text = _COMMENT_RE.sub("", text)
+        text = COMMENT_RE.sub("", text)
 
     ctx = _Ctx()
     lines = text.split("\n")
@@ -527,13 +519,6 @@ def _int(kv: dict, key: str) -> int:
     return v if isinstance(v, int) else 0
 
 
-_KIND_OF_KEY = {
-    "calls": "fusion", "to_apply": "applied", "body": "while body", "condition": "while condition",
-    "branch_computations": "branch", "true_computation": "branch", "false_computation": "branch",
-    "called_computations": "called", "select": "applied", "scatter": "applied",
-}
-
-
 def _finalize(module: Module, ctx: _Ctx) -> None:
     """Resolve calls, computation kinds, categories and replica groups."""
     comps = module.computations
@@ -547,7 +532,7 @@ def _finalize(module: Module, ctx: _Ctx) -> None:
             elif ins.opcode in COLLECTIVE_KINDS:
                 collectives.append(ins)
             for key in ins.attrs:
-                if key not in _KIND_OF_KEY:
+                if key not in CALLED_KEY_KINDS:
                     continue
                 v = ins.attrs[key]
                 if not isinstance(v, tuple):
@@ -560,7 +545,7 @@ def _finalize(module: Module, ctx: _Ctx) -> None:
                         continue
                     callee.callers.append(ins.name)
                     if not callee.kind:
-                        kind = _KIND_OF_KEY[key]
+                        kind = CALLED_KEY_KINDS[key]
                         if key == "calls" and ins.opcode != "fusion":
                             kind = "async" if ins.opcode.startswith("async") else "call"
                         callee.kind = kind
@@ -569,39 +554,29 @@ def _finalize(module: Module, ctx: _Ctx) -> None:
             comp.kind = "unreferenced"
     for ins in fusions:  # by what they contain (leaf categories are set at parse time)
         ins.category = _fusion_category(module, ins)
-    # replica groups → explicit device groups
-    n_all = None
+    # replica groups → explicit device groups (no attribute at all means one group of all)
     for ins in collectives:
         spec = ins.replica_groups_spec
-        if spec is None:
-            if ins.collective_kind in ("all-reduce", "all-gather", "reduce-scatter", "all-to-all") \
-                    and "replica_groups" not in ins.raw_attrs:
-                spec = A.ReplicaGroups("all", (), "")
-            else:
-                continue
-        if spec.form == "all":
-            if n_all is None:
-                n_all = module.num_devices
-            n = _devices_in_all_group(module, ins, n_all)
-            ins.replica_groups = spec.resolved(n)
-        else:
-            ins.replica_groups = spec.groups
+        if spec is None and "replica_groups" not in ins.raw_attrs and \
+                ins.collective_kind in ("all-reduce", "all-gather", "reduce-scatter", "all-to-all"):
+            spec = A.ReplicaGroups("all", (), "")
+        if spec is not None:
+            ins.replica_groups = spec.resolved(_devices_in_all_group(module, ins) if spec.form == "all" else None)
 
 
-def _devices_in_all_group(module: Module, ins: Instruction, n_all: int) -> int:
+def _devices_in_all_group(module: Module, ins: Instruction) -> int:
     """How many devices ``replica_groups={}`` spans (XLA's CollectiveOpGroupMode)."""
-    has_channel = "channel_id" in ins.attrs
-    if not has_channel:
-        return module.replica_count if "replica_count" in module.attrs else n_all
+    if "channel_id" not in ins.attrs:
+        return module.replica_count if "replica_count" in module.attrs else module.num_devices
     if ins.attrs.get("use_global_device_ids"):
-        return n_all
-    return module.num_partitions if "num_partitions" in module.attrs else n_all
+        return module.num_devices
+    return module.num_partitions if "num_partitions" in module.attrs else module.num_devices
 
 
 def _fusion_category(module: Module, ins: Instruction) -> str:
     body = [i for i in module.fusion_body(ins) if i.opcode not in ("parameter", "constant")]
     ops = {i.opcode for i in body}
-    cats = {opcode_category(i.opcode, i.custom_call_target) for i in body}
+    cats = {i.category for i in body}  # leaves were categorised at parse time
     if "matmul" in cats:
         return "matmul"
     if "convolution" in cats:
@@ -611,10 +586,8 @@ def _fusion_category(module: Module, ins: Instruction) -> str:
     meaningful = [i for i in body if i.opcode not in ("bitcast", "tuple", "get-tuple-element", "fusion")]
     if meaningful and all(i.opcode in ("copy", "transpose") for i in meaningful):
         return "copy/transpose"
-    if len(meaningful) == 1:
-        cat = opcode_category(meaningful[0].opcode)
-        if cat in ("elementwise", "reduction", "data movement"):
-            return cat
+    if len(meaningful) == 1 and meaningful[0].category in ("elementwise", "reduction", "data movement"):
+        return meaningful[0].category
     if ops and ops <= {"bitcast", "tuple", "get-tuple-element"}:
         return "control"
     return "fusion"

@@ -37,11 +37,6 @@ ELEMENT_BITS: dict[str, int] = {
     "token": 0, "opaque": 0,
 }
 
-FLOAT_TYPES = frozenset(
-    t for t in ELEMENT_BITS if t.startswith(("f", "bf")) or t in ("c64", "c128")
-)
-INT_TYPES = frozenset(t for t in ELEMENT_BITS if t[0] in "su" and t[1:].isdigit())
-
 # Memory spaces as TPU HLO prints them in S(n) (scaling book, "How to profile TPU programs").
 MEMORY_SPACE_NAMES = {
     0: "default device memory (HBM on TPU/GPU, RAM on CPU)",
@@ -162,19 +157,8 @@ class Shape:
         dims = list(self.physical_dims)
         if not (self.layout and self.layout.tiles):
             return tuple(dims)
-        tile = self.layout.tiles[0]
-        if len(tile) > len(dims):
-            dims = [1] * (len(tile) - len(dims)) + dims
-        k = len(tile)
-        for j, t in enumerate(tile):
-            i = len(dims) - k + j
-            if t > 0:
-                dims[i] = -(-dims[i] // t) * t
-        return tuple(dims)
-
-    def with_dims(self, dims: tuple[int, ...]) -> Shape:
-        """The same element type and layout with other dimension sizes."""
-        return Shape(self.dtype, tuple(dims), self.layout, self.dynamic if self.dynamic else ())
+        outer, counts, tile_dims = _tile_once(dims, self.layout.tiles[0])
+        return tuple(outer + [c * t for c, t in zip(counts, tile_dims)])
 
     # -- printing ----------------------------------------------------------------------
     def dims_str(self) -> str:
@@ -203,29 +187,36 @@ def tiled_element_count(dims_major_to_minor: tuple[int, ...], tiles) -> int:
     """
     shape = list(dims_major_to_minor)
     for tile in tiles:
-        k = len(tile)
-        if k == 0:
-            continue
-        if k > len(shape):
-            shape = [1] * (k - len(shape)) + shape
-        outer, inner = shape[:-k], shape[-k:]
-        counts, tile_dims = [], []
-        for d, t in zip(inner, tile):
-            if t == COMBINE_DIM or t <= 0:
-                counts.append(1)
-                tile_dims.append(d)
-            else:
-                counts.append(-(-d // t))
-                tile_dims.append(t)
-        shape = outer + counts + tile_dims
+        if tile:
+            outer, counts, tile_dims = _tile_once(shape, tile)
+            shape = outer + counts + tile_dims
     return math.prod(shape) if shape else 1
+
+
+def _tile_once(shape: list[int], tile: tuple[int, ...]) -> tuple[list[int], list[int], list[int]]:
+    """One tiling step: (untouched major dims, tile counts, tile dims) of the minor dims."""
+    k = len(tile)
+    if k > len(shape):
+        shape = [1] * (k - len(shape)) + shape
+    outer, inner = shape[:-k], shape[-k:]
+    counts, tile_dims = [], []
+    for d, t in zip(inner, tile):
+        if t == COMBINE_DIM or t <= 0:
+            counts.append(1)
+            tile_dims.append(d)
+        else:
+            counts.append(-(-d // t))
+            tile_dims.append(t)
+    return outer, counts, tile_dims
 
 
 # --- parsing ------------------------------------------------------------------------------
 
 _ARRAY_RE = re.compile(r"([a-z][a-z0-9]*)\[([^\]\[]*)\]")
+# An array shape with its optional layout, as one regex fragment (the parser reuses it).
+ARRAY_SHAPE_PATTERN = r"[a-z][a-z0-9]*\[[^\]\[]*\](?:\{[^{}]*\})?"
 _LAYOUT_ITEM_RE = re.compile(r"([A-Z#*]*)\(")
-_COMMENT_RE = re.compile(r"/\*.*?\*/")
+COMMENT_RE = re.compile(r"/\*.*?\*/")  # XLA prints /*index=5*/ in long tuples and operand lists
 
 
 def _parse_layout(text: str) -> Layout:
@@ -353,7 +344,7 @@ def parse_shape(text: str) -> Shape:
         raise HloParseError(f"a shape must be text, not {type(text).__name__}")
     s = text.strip()
     if "/*" in s:
-        s = _COMMENT_RE.sub("", s)  # XLA prints /*index=5*/ inside long tuples
+        s = COMMENT_RE.sub("", s)
     shape, end = read_shape(s, 0)
     if end != len(s):
         raise HloParseError(f"unexpected text after shape: {s[end:end + 40]!r}")

@@ -7,13 +7,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from rooflens.hlo.explain import HloSummary, OpExplanation
-
-
-def _b(n: int) -> str:
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= size:
-            return f"{n / size:,.1f} {unit}"
-    return f"{n:,} B"
+from rooflens.hlo.explain import format_bytes as _b
 
 
 def render_summary(console: Console, s: HloSummary, source: str = "") -> None:
