@@ -11,10 +11,12 @@ from pathlib import Path
 
 import click
 
+from rooflens.errors import RooflensError
+
 EXAMPLE_HLO = "transformer_train_step.8dev.after_optimizations.hlo.txt"
 
 
-class UserError(Exception):
+class UserError(RooflensError):
     """Bad input from the user: reported as one sentence, exit status 2."""
 
 
@@ -109,7 +111,7 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point: user errors become one sentence on stderr and exit status 2."""
     try:
         cli.main(args=argv, prog_name="rooflens", standalone_mode=False)
-    except UserError as e:
+    except RooflensError as e:
         click.echo(f"rooflens: {e}", err=True)
         sys.exit(2)
     except click.exceptions.Abort:

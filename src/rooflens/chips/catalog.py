@@ -1,0 +1,327 @@
+"""The hardware catalogue: chips as data, every number with the document it came from.
+
+A catalogue file is TOML. Each chip is a table ``[chip.<name>]`` with a few plain strings
+(``description``, ``vendor``, ``kind``, ``device_unit``, ``device_kinds``) and sections whose
+numbers are inline tables ``{ value = ..., source = "document, section" }``::
+
+    [chip.my-tpu]
+    description = "..."
+    kind = "tpu"
+    device_unit = "chip"
+    [chip.my-tpu.peak_flops_per_s]
+    bf16 = { value = 1.97e14, source = "vendor datasheet, table 1" }
+    [chip.my-tpu.memory]
+    hbm_bytes_per_s = { value = 8.1e11, source = "..." }
+
+The shipped files live in ``rooflens/chips/data``. Users add chips (or replace one of the same
+name) with ``ROOFLENS_CHIPS=file.toml[:dir:...]`` or ``--chips FILE``; ``rooflens calibrate``
+writes the chip ``local`` into the user's cache directory, which is read last.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from types import MappingProxyType
+
+from rooflens.errors import RooflensError
+
+#: Sections of a chip table that hold cited numbers.
+SECTIONS = ("peak_flops_per_s", "memory", "compute", "interconnect", "topology", "overheads")
+#: Plain (uncited) string fields of a chip table.
+PLAIN_FIELDS = ("description", "vendor", "kind", "device_unit", "device_kinds", "calibration")
+KINDS = ("tpu", "gpu", "cpu")
+DEVICE_UNITS = ("core", "chip", "gpu", "cpu")
+WRAPAROUND_RULES = ("always", "full-axis", "multiple-of-4", "none")
+#: Peak keys a dtype may be priced at.
+PEAK_KEYS = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4")
+LOCAL_CHIP = "local"
+
+
+class ChipError(RooflensError):
+    """An unknown chip name, or a catalogue file that cannot be read."""
+
+
+@dataclass(frozen=True, slots=True)
+class Figure:
+    """One catalogue number and where it comes from."""
+
+    value: float | int | str | tuple
+    source: str
+
+
+@dataclass(frozen=True)
+class Chip:
+    """What one JAX device of a given kind can do, as published (or measured, for ``local``).
+
+    ``figures`` maps dotted keys (``"memory.hbm_bytes_per_s"``) to :class:`Figure`; the
+    properties below are the ones the cost model reads. A figure that was not published is
+    absent, and its property is ``None``.
+    """
+
+    name: str
+    description: str
+    vendor: str
+    kind: str  # tpu | gpu | cpu
+    device_unit: str  # what one JAX device is: core | chip | gpu | cpu
+    device_kinds: tuple[str, ...]
+    figures: Mapping[str, Figure]
+    origin: str  # the file it was read from
+    calibration: str = ""  # for measured chips: how, when, the spread
+
+    def figure(self, key: str) -> Figure | None:
+        return self.figures.get(key)
+
+    def value(self, key: str, default=None):
+        f = self.figures.get(key)
+        return default if f is None else f.value
+
+    def source(self, key: str) -> str:
+        f = self.figures.get(key)
+        return "" if f is None else f.source
+
+    @property
+    def peak_flops_per_s(self) -> dict[str, float]:
+        return {k.split(".", 1)[1]: float(f.value) for k, f in self.figures.items() if k.startswith("peak_flops_per_s.")}
+
+    @property
+    def hbm_bytes(self) -> float | None:
+        return self.value("memory.hbm_bytes")
+
+    @property
+    def hbm_bytes_per_s(self) -> float | None:
+        return self.value("memory.hbm_bytes_per_s")
+
+    @property
+    def ici_links(self) -> int | None:
+        return self.value("interconnect.ici_links")
+
+    @property
+    def ici_link_bytes_per_s_oneway(self) -> float | None:
+        v = self.value("interconnect.ici_link_bytes_per_s_oneway")
+        if v is None and self.value("interconnect.ici_link_bytes_per_s_bidirectional") is not None:
+            v = self.value("interconnect.ici_link_bytes_per_s_bidirectional") / 2
+        return v
+
+    @property
+    def nvlink_bytes_per_s_oneway(self) -> float | None:
+        v = self.value("interconnect.nvlink_bytes_per_s_oneway")
+        if v is None and self.value("interconnect.nvlink_bytes_per_s_bidirectional") is not None:
+            v = self.value("interconnect.nvlink_bytes_per_s_bidirectional") / 2
+        return v
+
+    @property
+    def network_bytes_per_s_oneway(self) -> float | None:
+        return self.value("interconnect.network_bytes_per_s_oneway")
+
+    @property
+    def torus_dims(self) -> int | None:
+        return self.value("topology.torus_dims")
+
+    @property
+    def max_axis_devices(self) -> int | None:
+        return self.value("topology.max_axis_devices")
+
+    @property
+    def wraparound(self) -> str | None:
+        return self.value("topology.wraparound")
+
+    @property
+    def nvlink_domain_devices(self) -> int | None:
+        return self.value("topology.nvlink_domain_devices")
+
+    @property
+    def op_overhead_s(self) -> float:
+        """Fixed cost of launching one op (measured by calibration; 0 when not known)."""
+        return float(self.value("overheads.op_overhead_s", 0.0))
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name, "description": self.description, "vendor": self.vendor, "kind": self.kind,
+            "device_unit": self.device_unit, "device_kinds": list(self.device_kinds), "origin": self.origin,
+            "calibration": self.calibration,
+            "figures": {k: {"value": list(f.value) if isinstance(f.value, tuple) else f.value, "source": f.source}
+                        for k, f in self.figures.items()},
+        }
+
+
+def _figure(where: str, key: str, raw) -> Figure:
+    if not isinstance(raw, dict) or "value" not in raw or "source" not in raw:
+        raise ChipError(f"{where}: {key} must be an inline table {{ value = ..., source = \"...\" }}.")
+    value = raw["value"]
+    if isinstance(value, list):
+        value = tuple(value)
+    if isinstance(value, bool) or not isinstance(value, int | float | str | tuple):
+        raise ChipError(f"{where}: {key} has a value of an unsupported type ({type(value).__name__}).")
+    if isinstance(value, int | float) and not value >= 0:
+        raise ChipError(f"{where}: {key} must not be negative.")
+    source = str(raw["source"]).strip()
+    if not source:
+        raise ChipError(f"{where}: {key} has an empty source; every number needs one.")
+    return Figure(value, source)
+
+
+def chip_from_table(name: str, table: Mapping, origin: str) -> Chip:
+    """Build a :class:`Chip` from one ``[chip.<name>]`` table, checking its form."""
+    where = f"{origin}: chip {name!r}"
+    if not isinstance(table, Mapping):
+        raise ChipError(f"{where} is not a table.")
+    figures: dict[str, Figure] = {}
+    for key, raw in table.items():
+        if key in PLAIN_FIELDS:
+            continue
+        if key not in SECTIONS:
+            raise ChipError(f"{where} has an unknown section or field {key!r} (known: {', '.join(SECTIONS + PLAIN_FIELDS)}).")
+        if not isinstance(raw, Mapping):
+            raise ChipError(f"{where}: {key} must be a table.")
+        for sub, fig in raw.items():
+            figures[f"{key}.{sub}"] = _figure(where, f"{key}.{sub}", fig)
+    kind = str(table.get("kind", "")).lower()
+    if kind not in KINDS:
+        raise ChipError(f"{where} needs kind = one of {', '.join(KINDS)}.")
+    unit = str(table.get("device_unit", {"gpu": "gpu", "cpu": "cpu"}.get(kind, "chip")))
+    if unit not in DEVICE_UNITS:
+        raise ChipError(f"{where}: device_unit must be one of {', '.join(DEVICE_UNITS)}.")
+    peaks = [k for k in figures if k.startswith("peak_flops_per_s.")]
+    bad = [k.split(".", 1)[1] for k in peaks if k.split(".", 1)[1] not in PEAK_KEYS]
+    if bad:
+        raise ChipError(f"{where}: unknown peak dtype {bad[0]!r} (known: {', '.join(PEAK_KEYS)}).")
+    if not peaks:
+        raise ChipError(f"{where} has no peak_flops_per_s; at least one dtype is needed.")
+    if "memory.hbm_bytes_per_s" not in figures:
+        raise ChipError(f"{where} has no memory.hbm_bytes_per_s.")
+    wrap = figures.get("topology.wraparound")
+    if wrap is not None and wrap.value not in WRAPAROUND_RULES:
+        raise ChipError(f"{where}: topology.wraparound must be one of {', '.join(WRAPAROUND_RULES)}.")
+    kinds = table.get("device_kinds", ())
+    if isinstance(kinds, str):
+        kinds = (kinds,)
+    return Chip(
+        name=name, description=str(table.get("description", "")), vendor=str(table.get("vendor", "")),
+        kind=kind, device_unit=unit, device_kinds=tuple(str(k) for k in kinds),
+        figures=MappingProxyType(figures), origin=origin, calibration=str(table.get("calibration", "")),
+    )
+
+
+def read_catalog_file(path: str | os.PathLike) -> dict[str, Chip]:
+    """Every chip of one TOML file (a user's or a shipped one)."""
+    p = Path(path)
+    try:
+        with p.open("rb") as fh:
+            doc = tomllib.load(fh)
+    except FileNotFoundError:
+        raise ChipError(f"chip file {p} does not exist.") from None
+    except IsADirectoryError:
+        raise ChipError(f"chip file {p} is a directory.") from None
+    except OSError as e:
+        raise ChipError(f"cannot read chip file {p}: {e.strerror or e}.") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise ChipError(f"chip file {p} is not valid TOML ({e}).") from None
+    chips = doc.get("chip")
+    if not isinstance(chips, Mapping) or not chips:
+        raise ChipError(f"chip file {p} has no [chip.<name>] table.")
+    return {name: chip_from_table(name, table, str(p)) for name, table in chips.items()}
+
+
+def cache_dir() -> Path:
+    """Where rooflens keeps what it measured on this machine (``ROOFLENS_CACHE_DIR`` overrides)."""
+    env = os.environ.get("ROOFLENS_CACHE_DIR")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "rooflens"
+
+
+def local_chip_path() -> Path:
+    return cache_dir() / "local.toml"
+
+
+def _shipped_files() -> list[Path]:
+    data = resources.files("rooflens.chips") / "data"
+    return sorted(Path(str(p)) for p in data.iterdir() if p.name.endswith(".toml"))
+
+
+@lru_cache(maxsize=1)
+def _shipped() -> MappingProxyType:
+    out: dict[str, Chip] = {}
+    for f in _shipped_files():
+        out.update(read_catalog_file(f))
+    return MappingProxyType(out)
+
+
+def _user_files(extra: Iterable[str | os.PathLike] = ()) -> list[Path]:
+    files: list[Path] = []
+    for entry in filter(None, os.environ.get("ROOFLENS_CHIPS", "").split(os.pathsep)):
+        p = Path(entry)
+        files.extend(sorted(p.glob("*.toml")) if p.is_dir() else [p])
+    files.extend(Path(e) for e in extra)
+    return files
+
+
+def catalog(extra_files: Iterable[str | os.PathLike] = ()) -> dict[str, Chip]:
+    """All known chips: shipped, then ``ROOFLENS_CHIPS``, then ``extra_files``, then ``local``.
+
+    A later file replaces a chip of the same name, so a user can correct a shipped figure.
+    """
+    chips = dict(_shipped())
+    for f in _user_files(extra_files):
+        chips.update(read_catalog_file(f))
+    local = local_chip_path()
+    if local.is_file():
+        chips.update(read_catalog_file(local))
+    return chips
+
+
+def chips(extra_files: Iterable[str | os.PathLike] = ()) -> list[str]:
+    """Names of every known chip."""
+    return sorted(catalog(extra_files))
+
+
+def chip(name: str | Chip, extra_files: Iterable[str | os.PathLike] = ()) -> Chip:
+    """The chip called ``name`` (or one of its ``device_kinds``), or a ChipError naming the choices."""
+    if isinstance(name, Chip):
+        return name
+    known = catalog(extra_files)
+    if name in known:
+        return known[name]
+    low = name.strip().lower()
+    for c in known.values():
+        if low == c.name.lower() or low in (k.lower() for k in c.device_kinds):
+            return c
+    if low == LOCAL_CHIP:
+        raise ChipError(f"there is no calibrated chip 'local' yet ({local_chip_path()} is missing); "
+                        "run `rooflens calibrate` first.")
+    raise ChipError(f"unknown chip {name!r}; known chips: {', '.join(sorted(known))}.")
+
+
+@dataclass(frozen=True)
+class ChipTable:
+    """A plain listing row for ``rooflens chips`` (renderers print it, they do not compute it)."""
+
+    name: str
+    device_unit: str
+    description: str
+    bf16_flops_per_s: float | None
+    hbm_bytes: float | None
+    hbm_bytes_per_s: float | None
+    link_bytes_per_s_oneway: float | None
+    origin: str
+
+
+def chip_rows(extra_files: Iterable[str | os.PathLike] = ()) -> list[ChipTable]:
+    rows = []
+    for c in sorted(catalog(extra_files).values(), key=lambda c: (c.kind, c.name)):
+        peaks = c.peak_flops_per_s
+        rows.append(ChipTable(
+            name=c.name, device_unit=c.device_unit, description=c.description,
+            bf16_flops_per_s=peaks.get("bf16", peaks.get("fp32")), hbm_bytes=c.hbm_bytes,
+            hbm_bytes_per_s=c.hbm_bytes_per_s,
+            link_bytes_per_s_oneway=c.ici_link_bytes_per_s_oneway or c.nvlink_bytes_per_s_oneway,
+            origin=c.origin,
+        ))
+    return rows

@@ -1,0 +1,148 @@
+"""Collective traffic and time on a chip's interconnect.
+
+``comm_bytes`` is what one device must send over its links; the time is
+``comm_bytes / link_bytes_per_s × factor``, where the factor is what the topology and algorithm
+make of it. With ``N`` devices in a group and ``V`` the per-device buffer (the gathered output for
+an all-gather, the input otherwise):
+
+======================  =========================  ==========================================
+collective              comm_bytes                 factor
+======================  =========================  ==========================================
+all-gather              (N−1)/N · V_out            ring on a torus axis with wraparound: both
+reduce-scatter          (N−1)/N · V_in             directions carry chunks, ⌈(N−1)/2⌉ hops →
+all-reduce (= RS + AG)  2 · (N−1)/N · V            ⌈(N−1)/2⌉/(N−1) (≈ ½); without wraparound
+                                                   (a line, or N = 2: one link): 1 (N−1 hops)
+all-to-all              (N−1)/N · V                bidirectional ring: mean shortest distance / 2
+                                                   per link; line: N²/4 chunks on the middle link
+collective-permute      V                          1 (each device sends to a neighbour)
+======================  =========================  ==========================================
+
+``link_bytes_per_s`` is one ICI link in one direction on TPU (groups longer than one torus axis
+use one ring per axis at once, dividing the time by the number of axes); on GPU it is the GPU's
+whole NVLink bandwidth in one direction while the group fits in one NVLink domain (NVSwitch:
+every pair is one hop, factor 1), and the scale-out network per GPU beyond it. On the CPU
+(``local``) the "devices" share memory, so a collective costs a memory copy at the calibrated
+memory bandwidth.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from rooflens.chips import Chip
+
+KINDS = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute", "collective-broadcast",
+         "send", "recv")
+
+
+@dataclass(frozen=True, slots=True)
+class CommCost:
+    kind: str
+    group_size: int
+    comm_bytes: float  # bytes each device sends over its links
+    link_bytes_per_s: float
+    factor: float  # algorithm/topology factor applied to comm_bytes / link_bytes_per_s
+    hops: int  # sequential link steps (latency count)
+    link: str  # which link: "ICI", "NVLink", "network", "memory"
+    algorithm: str  # in words, with the assumption
+    formula: str
+
+    @property
+    def t_comm_s(self) -> float:
+        if self.link_bytes_per_s <= 0 or self.comm_bytes <= 0:
+            return 0.0
+        return self.comm_bytes / self.link_bytes_per_s * self.factor
+
+
+def has_wraparound(chip: Chip, n: int) -> bool:
+    """Whether a ring of ``n`` devices along one torus axis has its wraparound link."""
+    if n <= 2:
+        return False  # two devices share one link pair: nothing to wrap around
+    rule = chip.wraparound or "none"
+    if rule == "always":
+        return True
+    if rule == "full-axis":
+        return chip.max_axis_devices is not None and n >= chip.max_axis_devices
+    if rule == "multiple-of-4":
+        return n % 4 == 0
+    return False
+
+
+def _torus_axes(chip: Chip, n: int) -> int:
+    """How many torus axes a group of ``n`` devices spans (each runs its own ring)."""
+    longest = chip.max_axis_devices or n
+    dims = chip.torus_dims or 1
+    if n <= longest or longest <= 1:
+        return 1
+    return max(1, min(dims, math.ceil(math.log(n) / math.log(longest))))
+
+
+def _sent_bytes(kind: str, n: int, in_bytes: float, out_bytes: float) -> tuple[float, str]:
+    frac = (n - 1) / n
+    if kind == "all-gather":
+        return frac * out_bytes, f"(N−1)/N × {_b(out_bytes)} gathered"
+    if kind == "reduce-scatter":
+        return frac * in_bytes, f"(N−1)/N × {_b(in_bytes)} input"
+    if kind == "all-reduce":
+        return 2 * frac * in_bytes, f"2 × (N−1)/N × {_b(in_bytes)} (reduce-scatter + all-gather)"
+    if kind == "all-to-all":
+        return frac * in_bytes, f"(N−1)/N × {_b(in_bytes)} input"
+    return in_bytes, f"{_b(in_bytes)} sent"
+
+
+def _b(n: float) -> str:
+    for unit, div in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= div:
+            return f"{n / div:.4g} {unit}"
+    return f"{n:.0f} B"
+
+
+def _torus_factor(kind: str, n: int, wrap: bool) -> tuple[float, int, str]:
+    if kind in ("collective-permute", "collective-broadcast", "send", "recv"):
+        return 1.0, 1, "one hop to a neighbour"
+    if kind == "all-to-all":
+        if wrap:
+            load = sum(min(d, n - d) for d in range(1, n)) / 2  # chunks per directed link
+            return load / (n - 1), n // 2, "bidirectional ring (wraparound): shortest way round"
+        load = (n // 2) * (n - n // 2)  # chunks crossing the middle link one way
+        return load / (n - 1), n - 1, "line (no wraparound): the middle link carries N²/4 chunks"
+    if wrap:
+        hops = math.ceil((n - 1) / 2)
+        return hops / (n - 1), hops, f"bidirectional ring with wraparound: {hops} hops, half the chunks each way"
+    return 1.0, n - 1, f"no wraparound: {n - 1} hops in a line, each end receives on one link"
+
+
+def collective_cost(chip: Chip, kind: str, n: int, in_bytes: float, out_bytes: float) -> CommCost:
+    """Traffic and time of one collective over a group of ``n`` devices on ``chip``."""
+    if n <= 1:
+        return CommCost(kind, n, 0.0, 0.0, 1.0, 0, "none", "group of one device: nothing moves", "no traffic")
+    sent, sent_text = _sent_bytes(kind, n, in_bytes, out_bytes)
+    if chip.kind == "tpu":
+        w = chip.ici_link_bytes_per_s_oneway or 0.0
+        wrap = has_wraparound(chip, n)
+        factor, hops, algo = _torus_factor(kind, n, wrap)
+        axes = _torus_axes(chip, n) if kind in ("all-gather", "reduce-scatter", "all-reduce") else 1
+        if axes > 1:
+            factor /= axes
+            algo += f"; spans {axes} torus axes, one ring per axis at once"
+        if kind == "all-reduce":
+            hops *= 2
+        link = "ICI"
+    elif chip.kind == "gpu":
+        domain = chip.nvlink_domain_devices or 8
+        if n <= domain:
+            w = chip.nvlink_bytes_per_s_oneway or 0.0
+            link, algo = "NVLink", f"NVLink switch: every pair one hop (group of {n} ≤ domain of {domain})"
+        else:
+            w = chip.network_bytes_per_s_oneway or chip.nvlink_bytes_per_s_oneway or 0.0
+            link, algo = "network", f"group of {n} spans NVLink domains of {domain}: limited by the network per GPU"
+        factor, hops = 1.0, (n - 1) * (2 if kind == "all-reduce" else 1)
+    else:
+        w = chip.hbm_bytes_per_s or 0.0
+        link, algo = "memory", "devices share host memory: a collective is a memory copy"
+        factor, hops = 1.0, 1
+    t = sent / w * factor if w > 0 else 0.0
+    formula = (f"{kind} over N={n}: comm_bytes = {sent_text} = {_b(sent)}; "
+               f"T = {_b(sent)} / {w:.3g} B/s ({link} one-way) × {factor:.3g} = {t * 1e3:.4g} ms")
+    return CommCost(kind, n, sent, w, factor, hops, link, algo, formula)

@@ -1,0 +1,224 @@
+"""What one HLO instruction computes: FLOPs and transcendentals, with the formula in words.
+
+The counting rules are XLA's own (``HloCostAnalysis``), so a module's total agrees with
+``compiled.cost_analysis()["flops"]``:
+
+* dot: 2 × (output elements) × (product of contracted dims); batch dims are in the output once;
+* convolution: 2 × output batch × output features × input features per group × the number of
+  (output position, kernel position) pairs that land on a real input element (padding and
+  dilation counted exactly);
+* elementwise: 1 per output element, except transcendentals (exp, log, tanh, power, …), which
+  are counted separately; ``select`` and ``clamp`` count 1;
+* reduce: (input elements − output elements) × the reducer's FLOPs; reduce-window: output
+  elements × (window elements − 1) × reducer FLOPs; scatter: update elements × combiner FLOPs;
+  all-reduce: elements × reducer FLOPs; sort: n·log2(n) over all elements;
+* data movement, layout, control and collectives without a reduction: 0.
+
+A fusion's counts are the sum over its body (nested fusions included).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from rooflens.hlo import Instruction, Module, Shape
+
+TRANSCENDENTAL = frozenset("""
+exponential log tanh sqrt rsqrt cbrt logistic sine cosine tan exponential-minus-one log-plus-one erf
+power atan2 acos acosh asin asinh atan atanh cosh sinh rng
+""".split())
+ONE_FLOP = frozenset("""
+abs add and ceil clamp compare complex convert count-leading-zeros divide floor imag is-finite maximum
+minimum multiply negate not or popcnt real reduce-precision remainder round-nearest-afz round-nearest-even
+select shift-left shift-right-arithmetic shift-right-logical sign subtract xor stochastic-convert mulhi
+""".split())
+
+
+@dataclass(frozen=True, slots=True)
+class Counts:
+    flops: float = 0.0
+    transcendentals: float = 0.0
+    formula: str = ""  # how the FLOPs were counted, for --explain
+
+    def __add__(self, other: Counts) -> Counts:
+        formula = " + ".join(f for f in (self.formula, other.formula) if f)
+        return Counts(self.flops + other.flops, self.transcendentals + other.transcendentals, formula)
+
+
+ZERO = Counts()
+
+
+def _elements(shape: Shape | None) -> int:
+    if shape is None:
+        return 0
+    if shape.is_tuple:
+        return sum(_elements(s) for s in shape.tuple_shapes)
+    return shape.num_elements
+
+
+def _first_array(shape: Shape | None) -> Shape | None:
+    if shape is None:
+        return None
+    if shape.is_tuple:
+        return _first_array(shape.tuple_shapes[0]) if shape.tuple_shapes else None
+    return shape
+
+
+def _dims(value) -> tuple[int, ...]:
+    if isinstance(value, tuple):
+        return value
+    if isinstance(value, int):
+        return (value,)
+    return ()
+
+
+def _fmt(n: float) -> str:
+    return f"{n:,.0f}" if n < 1e6 else f"{n:.4g}"
+
+
+def computation_flops(module: Module, name: str) -> float:
+    """FLOPs of one application of a small computation (a reducer such as ``add``)."""
+    comp = module.computation(name)
+    if comp is None:
+        return 1.0
+    return sum(instruction_counts(module, i).flops for i in comp.instructions)
+
+
+def _reducer_flops(module: Module, ins: Instruction) -> float:
+    called = ins.called_computations
+    return computation_flops(module, called[0]) if called else 1.0
+
+
+def dot_counts(module: Module, ins: Instruction) -> Counts:
+    lhs = module.operand_shape(ins.operands[0]) if ins.operands else None
+    out = _first_array(ins.shape)
+    if lhs is None or out is None:
+        return ZERO
+    contracting = _dims(ins.attrs.get("lhs_contracting_dims"))
+    k = math.prod(lhs.dims[d] for d in contracting if d < len(lhs.dims))
+    n_out = out.num_elements
+    flops = 2.0 * n_out * k
+    out_dims = "·".join(str(d) for d in out.dims) or "1"
+    return Counts(flops, 0.0, f"2 × {out_dims} (output) × {k} (contracted) = {_fmt(flops)}")
+
+
+def _valid_pairs(out_size: int, kernel: int, in_size: int, stride: int, pad_lo: int,
+                 lhs_dil: int, rhs_dil: int) -> int:
+    """Number of (output position, kernel position) pairs that read a real input element."""
+    dilated_in = (in_size - 1) * lhs_dil + 1 if in_size else 0
+    count = 0
+    for o in range(out_size):
+        base = o * stride - pad_lo
+        for k in range(kernel):
+            pos = base + k * rhs_dil
+            if 0 <= pos < dilated_in and pos % lhs_dil == 0:
+                count += 1
+    return count
+
+
+def convolution_counts(module: Module, ins: Instruction) -> Counts:
+    if len(ins.operands) < 2:
+        return ZERO
+    lhs = module.operand_shape(ins.operands[0])
+    rhs = module.operand_shape(ins.operands[1])
+    out = _first_array(ins.shape)
+    labels = ins.attrs.get("dim_labels")
+    if lhs is None or rhs is None or out is None or not isinstance(labels, tuple):
+        return ZERO
+    in_l, k_l, out_l = labels
+    window = ins.attrs.get("window") if isinstance(ins.attrs.get("window"), dict) else {}
+    spatial = [c for c in out_l if c not in "bf"]
+    valid = 1
+    for si, c in enumerate(spatial):
+        size = window.get("size", ())
+        kernel = size[si] if si < len(size) else rhs.dims[k_l.index(c)]
+        stride = window.get("stride", ())[si] if si < len(window.get("stride", ())) else 1
+        pad = window.get("pad", ())[si] if si < len(window.get("pad", ())) else (0, 0)
+        ld = window.get("lhs_dilate", ())[si] if si < len(window.get("lhs_dilate", ())) else 1
+        rd = window.get("rhs_dilate", ())[si] if si < len(window.get("rhs_dilate", ())) else 1
+        valid *= _valid_pairs(out.dims[out_l.index(c)], kernel, lhs.dims[in_l.index(c)], stride, pad[0], ld, rd)
+    groups = int(ins.attrs.get("feature_group_count", 1) or 1)
+    in_features = lhs.dims[in_l.index("f")] // max(groups, 1)
+    out_features = out.dims[out_l.index("f")]
+    batch = out.dims[out_l.index("b")]
+    flops = 2.0 * batch * out_features * in_features * valid
+    return Counts(flops, 0.0, f"2 × {batch} (batch) × {out_features} (out features) × {in_features} "
+                              f"(in features/group) × {valid} (valid window positions) = {_fmt(flops)}")
+
+
+def instruction_counts(module: Module, ins: Instruction) -> Counts:
+    """FLOPs and transcendentals of one instruction (a fusion: of its whole body)."""
+    op = ins.opcode
+    if op in ("dot", "ragged-dot", "scaled-dot", "block-scaled-dot"):
+        return dot_counts(module, ins)
+    if op == "convolution":
+        return convolution_counts(module, ins)
+    if op == "fusion":
+        total = ZERO
+        for comp in module.called(ins):
+            for inner in comp.instructions:
+                total = total + instruction_counts(module, inner)
+        return total
+    if op == "custom-call":
+        return custom_call_counts(module, ins)
+    n = _elements(ins.shape)
+    if op in TRANSCENDENTAL:
+        return Counts(0.0, float(n), f"{_fmt(n)} transcendentals ({op}, one per element)")
+    if op in ONE_FLOP:
+        return Counts(float(n), 0.0, f"{_fmt(n)} ({op}, one per element)")
+    if op == "reduce":
+        half = max(len(ins.operands) // 2, 1)
+        inp = module.operand_shape(ins.operands[0]) if ins.operands else None
+        n_in = _elements(inp)
+        n_out = _elements(_first_array(ins.shape))
+        per = _reducer_flops(module, ins)
+        flops = max(n_in - n_out, 0) * per
+        what = f" × {half} inputs" if half > 1 else ""
+        return Counts(flops, 0.0, f"({_fmt(n_in)} − {_fmt(n_out)}) reduced elements × {per:g} FLOP{what} = {_fmt(flops)}")
+    if op == "reduce-window":
+        window = ins.attrs.get("window") if isinstance(ins.attrs.get("window"), dict) else {}
+        w = math.prod(window.get("size", (1,)))
+        n_out = _elements(_first_array(ins.shape))
+        per = _reducer_flops(module, ins)
+        flops = n_out * max(w - 1, 0) * per
+        return Counts(flops, 0.0, f"{_fmt(n_out)} outputs × ({w} − 1) window × {per:g} = {_fmt(flops)}")
+    if op == "scatter":
+        upd = module.operand_shape(ins.operands[-1]) if ins.operands else None
+        per = _reducer_flops(module, ins)
+        flops = _elements(upd) * per
+        return Counts(flops, 0.0, f"{_fmt(_elements(upd))} updates × {per:g} = {_fmt(flops)}")
+    if op in ("all-reduce", "all-reduce-start", "reduce-scatter"):
+        n_in = sum(_elements(module.operand_shape(o)) for o in ins.operands)
+        per = _reducer_flops(module, ins)
+        flops = n_in * per
+        return Counts(flops, 0.0, f"{_fmt(n_in)} elements reduced × {per:g} = {_fmt(flops)}")
+    if op == "sort":
+        inp = module.operand_shape(ins.operands[0]) if ins.operands else None
+        n_in = _elements(inp)
+        flops = n_in * math.log2(n_in) if n_in > 1 else 0.0
+        return Counts(flops, 0.0, f"n·log2(n), n = {_fmt(n_in)} = {_fmt(flops)}")
+    if op == "map":
+        per = _reducer_flops(module, ins)
+        return Counts(n * per, 0.0, f"{_fmt(n)} elements × {per:g}")
+    return ZERO
+
+
+def custom_call_counts(module: Module, ins: Instruction) -> Counts:
+    """FLOPs of library calls whose shape is known: cuBLAS/hipBLAS GEMMs (GPU HLO)."""
+    target = (ins.custom_call_target or "").lower()
+    cfg = ins.backend_config_json() or {}
+    if "gemm" in target or "matmul" in target:
+        dnums = (cfg.get("gemm_backend_config") or cfg).get("dot_dimension_numbers") or {}
+        lhs = module.operand_shape(ins.operands[0]) if ins.operands else None
+        out = _first_array(ins.shape)
+        contracting = tuple(int(d) for d in dnums.get("lhs_contracting_dimensions", ()))
+        if lhs is None or out is None or not contracting:
+            return ZERO
+        k = math.prod(lhs.dims[d] for d in contracting if d < len(lhs.dims))
+        flops = 2.0 * out.num_elements * k
+        out_dims = "·".join(str(d) for d in out.dims)
+        return Counts(flops, 0.0, f"GEMM: 2 × {out_dims} (output) × {k} (contracted) = {_fmt(flops)}")
+    if "conv" in target and "dim_labels" in ins.attrs:  # cuDNN/MIOpen convolutions keep XLA's conv attributes
+        return convolution_counts(module, ins)
+    return ZERO

@@ -1,0 +1,460 @@
+"""Per-op cost (chip-independent) and roofline time on a chip: OpCost → OpPrediction → Prediction.
+
+``costs(module)`` walks the ops that run (ENTRY, loop bodies × trip count, called computations),
+and gives each an :class:`OpCost`: FLOPs, transcendentals, HBM bytes, and for collectives the
+group and buffer sizes. ``price(costs, chip)`` turns them into times:
+
+* ``T_math = flops / peak`` at the op's dtype (a matmul's operand dtype; f32 matmuls at the
+  precision they run with: one bf16 pass on TPU by default, TF32 on NVIDIA GPUs by default);
+* ``T_mem = bytes / HBM bandwidth``;
+* ``T_comm`` from :mod:`rooflens.cost.comm`;
+* ``t_pred = max(T_math, T_mem, T_comm)`` (a kernel overlaps its loads with its math and a
+  collective overlaps its sends with its reads), plus the chip's measured per-op overhead when
+  it has one; ``bound`` names the largest term.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+
+from rooflens.chips import Chip
+from rooflens.cost.comm import CommCost, collective_cost
+from rooflens.cost.counts import Counts, instruction_counts
+from rooflens.cost.fuse import NO_VALUE, Group, plan_groups
+from rooflens.cost.traffic import SLICING as SLICING_OPS
+from rooflens.cost.traffic import Traffic, hbm_bytes, instruction_traffic
+from rooflens.hlo import Instruction, Module, Shape
+
+MATMUL_OPCODES = frozenset(["dot", "convolution", "ragged-dot", "scaled-dot", "block-scaled-dot"])
+DTYPE_PEAK_KEY = {
+    "bf16": "bf16", "f16": "fp16", "f32": "fp32", "f64": "fp64", "s8": "int8", "u8": "int8", "s4": "int8",
+    "u4": "int8", "tf32": "tf32",
+}
+PRECISION_PASSES = {"default": 1, "high": 3, "highest": 6}  # bf16 passes of an f32 matmul on TPU
+
+
+@dataclass(frozen=True)
+class OpCost:
+    """What one op (or one emulated fusion) does, independent of any chip."""
+
+    name: str
+    opcode: str
+    category: str
+    computation: str
+    count: float  # executions per run of the program (trip counts of enclosing loops)
+    flops: float
+    transcendentals: float
+    read_bytes: float
+    written_bytes: float
+    dtype: str  # the dtype its math runs in (a matmul's operand dtype)
+    precision: str  # operand precision of a matmul ("default" unless the HLO says otherwise)
+    is_matmul: bool
+    named_scope: str
+    flops_formula: str
+    bytes_formula: str
+    collective: str = ""  # collective kind ("" when not a collective)
+    group_size: int = 0
+    comm_in_bytes: float = 0.0
+    comm_out_bytes: float = 0.0
+    members: tuple[str, ...] = ()  # ops grouped into this one (emulated fusion), else (name,)
+
+    @property
+    def bytes(self) -> float:
+        return self.read_bytes + self.written_bytes
+
+
+@dataclass(frozen=True)
+class OpPrediction:
+    """One op's roofline on one chip. Times are per execution; ``count`` executions per run."""
+
+    name: str
+    opcode: str
+    category: str
+    named_scope: str
+    count: float
+    flops: float
+    bytes: float
+    comm_bytes: float
+    t_math_s: float
+    t_mem_s: float
+    t_comm_s: float
+    t_pred_s: float
+    bound: str  # compute | memory | communication | overhead | none
+    peak_key: str  # which peak priced the math (bf16, fp32, …)
+    explanation: tuple[str, ...] = ()  # the arithmetic, one line per term
+    members: tuple[str, ...] = ()
+
+    # The names of DESIGN.md's public API (the fields above carry units).
+    @property
+    def t_math(self) -> float:
+        return self.t_math_s
+
+    @property
+    def t_mem(self) -> float:
+        return self.t_mem_s
+
+    @property
+    def t_comm(self) -> float:
+        return self.t_comm_s
+
+    @property
+    def t_pred(self) -> float:
+        return self.t_pred_s
+
+    @property
+    def total_s(self) -> float:
+        return self.t_pred_s * self.count
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["explanation"] = list(self.explanation)
+        d["members"] = list(self.members)
+        d["total_s"] = self.total_s
+        return d
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """The roofline of a whole program on one chip (per device)."""
+
+    chip: str
+    device_unit: str
+    module: str
+    source: str  # which HLO was priced and why
+    ops: tuple[OpPrediction, ...]
+    num_devices: int = 1
+    assumptions: tuple[str, ...] = ()
+    time_by_category_s: dict = field(default_factory=dict)
+    time_by_scope_s: dict = field(default_factory=dict)
+    time_by_bound_s: dict = field(default_factory=dict)
+
+    @property
+    def time_s(self) -> float:
+        return sum(o.total_s for o in self.ops)
+
+    @property
+    def flops(self) -> float:
+        return sum(o.flops * o.count for o in self.ops)
+
+    @property
+    def bytes(self) -> float:
+        return sum(o.bytes * o.count for o in self.ops)
+
+    @property
+    def comm_bytes(self) -> float:
+        return sum(o.comm_bytes * o.count for o in self.ops)
+
+    def op(self, name: str) -> OpPrediction:
+        for o in self.ops:
+            if o.name == name or name in o.members:
+                return o
+        raise KeyError(name)
+
+    def top(self, n: int = 10) -> list[OpPrediction]:
+        return sorted(self.ops, key=lambda o: -o.total_s)[:n]
+
+    def to_dict(self) -> dict:
+        return {
+            "chip": self.chip, "device_unit": self.device_unit, "module": self.module, "source": self.source,
+            "num_devices": self.num_devices, "time_s": self.time_s, "flops": self.flops, "bytes": self.bytes,
+            "comm_bytes": self.comm_bytes, "assumptions": list(self.assumptions),
+            "time_by_category_s": self.time_by_category_s, "time_by_scope_s": self.time_by_scope_s,
+            "time_by_bound_s": self.time_by_bound_s, "ops": [o.to_dict() for o in self.ops],
+        }
+
+
+# -- walking the program ---------------------------------------------------------------------
+
+_TRIP_RE = re.compile(r'"known_trip_count"\s*:\s*\{\s*"n"\s*:\s*"?(\d+)')
+
+
+def trip_count(module: Module, ins: Instruction) -> int | None:
+    """A while loop's trip count: XLA's ``known_trip_count``, else ``i < N`` in the condition."""
+    m = _TRIP_RE.search(ins.backend_config or "")
+    if m:
+        return int(m.group(1))
+    cond = module.computation(str(ins.attrs.get("condition", "")).lstrip("%"))
+    if cond is None or cond.root is None or cond.root.opcode != "compare":
+        return None
+    direction = str(cond.root.attrs.get("direction", ""))
+    for op in cond.root.operands:
+        src = module.find(op.name)
+        if src is not None and src.opcode == "constant" and src.literal and src.literal.strip().lstrip("-").isdigit():
+            n = int(src.literal.strip())
+            return n + 1 if direction == "LE" else n
+    return None
+
+
+def _executed(module: Module) -> list[tuple[object, float]]:
+    """(computation, executions per run) for every computation whose ops run as ops."""
+    out: list[tuple[object, float]] = []
+    if module.entry is None:
+        return out
+    stack = [(module.entry, 1.0)]
+    seen: set[tuple[str, float]] = set()
+    while stack:
+        comp, count = stack.pop()
+        if (comp.name, count) in seen:
+            continue
+        seen.add((comp.name, count))
+        out.append((comp, count))
+        for ins in comp.instructions:
+            if ins.opcode == "while":
+                n = trip_count(module, ins) or 1
+                for c in module.called(ins):
+                    stack.append((c, count * n))
+            elif ins.opcode == "conditional":
+                branches = module.called(ins)
+                for c in branches:
+                    stack.append((c, count / max(len(branches), 1)))
+            elif ins.opcode == "call":
+                stack.extend((c, count) for c in module.called(ins))
+    return out
+
+
+def _matmul_of(module: Module, ins: Instruction) -> Instruction | None:
+    if ins.opcode in MATMUL_OPCODES:
+        return ins
+    if ins.opcode == "fusion":
+        for inner in module.fusion_body(ins):
+            if inner.opcode in MATMUL_OPCODES:
+                return inner
+    if ins.opcode == "custom-call" and ins.category in ("matmul", "convolution"):
+        return ins
+    return None
+
+
+def _math_dtype(module: Module, ins: Instruction, mm: Instruction | None) -> str:
+    if mm is not None and mm.operands:
+        s = module.operand_shape(mm.operands[0])
+        if s is not None and s.is_array:
+            return s.dtype
+    s = ins.shape
+    while s is not None and s.is_tuple and s.tuple_shapes:
+        s = s.tuple_shapes[0]
+    return s.dtype if s is not None and s.is_array else "f32"
+
+
+def _precision(mm: Instruction | None) -> str:
+    if mm is None:
+        return "default"
+    raw = str(mm.raw_attrs.get("operand_precision", mm.raw_attrs.get("precision_config", ""))).lower()
+    for p in ("highest", "high"):
+        if p in raw:
+            return p
+    return "default"
+
+
+def _logical_bytes(shape: Shape | None) -> float:
+    if shape is None:
+        return 0.0
+    if shape.is_tuple:
+        return sum(_logical_bytes(s) for s in shape.tuple_shapes)
+    return float(shape.bytes) if shape.is_array else 0.0
+
+
+def _becomes_reduce_scatter(module: Module, ins: Instruction, n: int) -> bool:
+    """An all-reduce whose every user keeps 1/N of it: XLA turns it into a reduce-scatter later."""
+    if ins.opcode != "all-reduce" or n <= 1:
+        return False
+    users = module.users(ins)
+    total = _logical_bytes(ins.shape)
+    return bool(users) and all(
+        u.opcode == "dynamic-slice" and abs(_logical_bytes(u.shape) * n - total) < 1 for u in users)
+
+
+def _collective_fields(module: Module, ins: Instruction) -> tuple[str, int, float, float]:
+    info = module.collective(ins)
+    if info is None or ins.opcode.endswith("-done"):
+        return "", 0, 0.0, 0.0
+    c = module.collective_of(ins) or ins
+    n = info.group_size or (module.num_devices if info.form in ("all", "") else 0) or 1
+    in_bytes = sum(_logical_bytes(module.operand_shape(o)) for o in c.operands)
+    out_shape = c.shape
+    if c.opcode in ("all-gather-start", "collective-permute-start") and out_shape.is_tuple and len(
+            out_shape.tuple_shapes) >= 2:
+        out_shape = out_shape.tuple_shapes[1]
+    out_bytes = _logical_bytes(out_shape)
+    kind = info.kind
+    if kind == "all-reduce" and _becomes_reduce_scatter(module, c, n):
+        kind = "reduce-scatter"
+    return kind, n, in_bytes, out_bytes
+
+
+def _op_cost(module: Module, ins: Instruction, count: float, counts: Counts, traffic: Traffic,
+             members: tuple[str, ...], category: str) -> OpCost:
+    mm = None
+    for name in members:
+        mm = _matmul_of(module, module[name])
+        if mm is not None:
+            break
+    kind, n, cin, cout = _collective_fields(module, ins)
+    return OpCost(
+        name=ins.name, opcode=ins.opcode, category=category, computation=ins.computation.name if ins.computation else "",
+        count=count, flops=counts.flops, transcendentals=counts.transcendentals, read_bytes=traffic.read_bytes,
+        written_bytes=traffic.written_bytes, dtype=_math_dtype(module, ins, mm), precision=_precision(mm),
+        is_matmul=mm is not None, named_scope=ins.named_scope, flops_formula=counts.formula,
+        bytes_formula=traffic.formula, collective=kind, group_size=n, comm_in_bytes=cin, comm_out_bytes=cout,
+        members=members,
+    )
+
+
+def _group_traffic(module: Module, g: Group) -> Traffic:
+    inside = {m.name for m in g.members}
+    reads: dict[str, float] = {}
+    for m in g.members:
+        for k, op in enumerate(m.operands):
+            if op.name in inside:
+                continue
+            src = module.find(op.name)
+            shape = module.operand_shape(op)
+            full = hbm_bytes(shape)
+            if src is not None and src.opcode in ("constant", "iota"):
+                full = 0.0 if src.opcode == "iota" else full
+            if src is not None and src.opcode == "broadcast" and src.operands:
+                full = hbm_bytes(module.operand_shape(src.operands[0]))  # recomputed: reads its scalar
+            if k == 0 and m.opcode in SLICING_OPS:
+                full = min(full, hbm_bytes(m.shape))
+            if k == 0 and m.opcode == "dynamic-update-slice":
+                full = 0.0  # updated in place
+            reads[op.name] = max(reads.get(op.name, 0.0), full)
+    written = 0.0
+    for m in g.members:
+        users = module.users(m)
+        if m.is_root or any(u.name not in inside for u in users):
+            if m.opcode == "dynamic-update-slice" and len(m.operands) > 1:
+                written += hbm_bytes(module.operand_shape(m.operands[1]))
+            else:
+                written += hbm_bytes(m.shape)
+    r = sum(reads.values())
+    n = len(g.members)
+    what = f"{n} ops grouped as one kernel: " if n > 1 else ""
+    return Traffic(r, written, f"{what}{r / 1e6:.4g} MB read ({len(reads)} inputs) + {written / 1e6:.4g} MB written")
+
+
+def costs(module: Module, *, emulate_fusion: bool | None = None) -> list[OpCost]:
+    """Every op that runs, once per (op, enclosing loop), with its chip-independent cost.
+
+    ``emulate_fusion`` groups unfused computations as a TPU/GPU compiler would (see
+    :mod:`rooflens.cost.fuse`); by default it is on exactly when the module has no fusions yet.
+    """
+    if emulate_fusion is None:
+        emulate_fusion = not any(i.opcode == "fusion" for i in module.instructions())
+    out: list[OpCost] = []
+    for comp, count in _executed(module):
+        if emulate_fusion:
+            rs = {i.name for i in comp.instructions
+                  if i.opcode == "all-reduce" and _collective_fields(module, i)[0] == "reduce-scatter"}
+            shards = frozenset(u.name for name in rs for u in module.users(name))
+            for g in plan_groups(module, comp, passthrough=shards):
+                root = g.root
+                if root.opcode in ("while", "conditional", "call") or root.opcode in NO_VALUE:
+                    continue
+                total = Counts()
+                for m in g.members:
+                    total = total + instruction_counts(module, m)
+                if root.opcode.endswith("-start") or root.collective_kind or root.opcode.endswith("-done"):
+                    traffic = instruction_traffic(module, root)
+                else:
+                    traffic = _group_traffic(module, g)
+                category = _group_category(module, g)
+                out.append(_op_cost(module, root, count, total, traffic, tuple(m.name for m in g.members), category))
+        else:
+            for ins in comp.instructions:
+                if ins.opcode in ("while", "conditional", "call") or ins.opcode in NO_VALUE or ins.opcode == "bitcast":
+                    continue
+                out.append(_op_cost(module, ins, count, instruction_counts(module, ins),
+                                    instruction_traffic(module, ins), (ins.name,), ins.category))
+    return out
+
+
+def _group_category(module: Module, g: Group) -> str:
+    if len(g.members) == 1:
+        return g.root.category
+    for m in g.members:
+        if m.category in ("matmul", "convolution"):
+            return m.category
+    return "fusion"
+
+
+# -- pricing on a chip ---------------------------------------------------------------------------
+
+def peak_for(chip: Chip, dtype: str, is_matmul: bool, precision: str) -> tuple[float, str, str]:
+    """(FLOP/s, the peak's key, a note on the choice) for math in ``dtype`` on ``chip``."""
+    peaks = chip.peak_flops_per_s
+    key = "fp8" if dtype.startswith("f8") else DTYPE_PEAK_KEY.get(dtype, "fp32")
+    note = ""
+    if key == "fp32" and is_matmul:
+        if chip.kind == "tpu":
+            passes = PRECISION_PASSES.get(precision, 1)
+            base = peaks.get("bf16", max(peaks.values()))
+            return base / passes, "bf16", f"f32 matmul on TPU at precision {precision}: {passes} bf16 pass(es)"
+        if chip.kind == "gpu" and precision == "default" and "tf32" in peaks:
+            return peaks["tf32"], "tf32", "f32 matmul on an NVIDIA GPU at default precision runs in TF32"
+    if key not in peaks:
+        fallback = next((k for k in ("bf16", "fp16", "fp32") if k in peaks), max(peaks, key=peaks.get))
+        note = f"no published {key} peak; priced at {fallback}"
+        key = fallback
+    return peaks[key], key, note
+
+
+def price(op: OpCost, chip: Chip) -> OpPrediction:
+    """One op's roofline on one chip."""
+    lines: list[str] = []
+    peak, key, note = peak_for(chip, op.dtype, op.is_matmul, op.precision)
+    t_math = op.flops / peak if op.flops and peak else 0.0
+    if op.flops:
+        lines.append(f"FLOPs: {op.flops_formula}")
+        lines.append(f"T_math = {op.flops:.4g} FLOP / {peak:.4g} FLOP/s ({key} peak){' [' + note + ']' if note else ''}"
+                     f" = {t_math * 1e3:.4g} ms")
+    if op.transcendentals:
+        lines.append(f"transcendentals: {op.transcendentals:.4g} (not in FLOPs)")
+    bw = chip.hbm_bytes_per_s or 0.0
+    t_mem = op.bytes / bw if bw and op.bytes else 0.0
+    if op.bytes:
+        lines.append(f"bytes: {op.bytes_formula}")
+        lines.append(f"T_mem = {op.bytes:.4g} B / {bw:.4g} B/s (HBM) = {t_mem * 1e3:.4g} ms")
+    t_comm, comm_bytes = 0.0, 0.0
+    if op.collective:
+        cc: CommCost = collective_cost(chip, op.collective, op.group_size, op.comm_in_bytes, op.comm_out_bytes)
+        t_comm, comm_bytes = cc.t_comm_s, cc.comm_bytes
+        lines.append(f"T_comm: {cc.formula} [{cc.algorithm}]")
+    overhead = chip.op_overhead_s
+    terms = {"compute": t_math, "memory": t_mem, "communication": t_comm}
+    bound = max(terms, key=terms.get)
+    t = terms[bound]
+    if overhead and overhead > t:
+        bound = "overhead"
+    if t == 0 and not overhead:
+        bound = "none"
+    t_pred = t + overhead
+    lines.append(f"t_pred = max(T_math, T_mem, T_comm){' + per-op overhead ' + format(overhead * 1e6, '.3g') + ' µs' if overhead else ''}"
+                 f" = {t_pred * 1e3:.4g} ms → {bound}-bound" + (f", × {op.count:g} executions" if op.count != 1 else ""))
+    return OpPrediction(
+        name=op.name, opcode=op.opcode, category=op.category, named_scope=op.named_scope, count=op.count,
+        flops=op.flops, bytes=op.bytes, comm_bytes=comm_bytes, t_math_s=t_math, t_mem_s=t_mem, t_comm_s=t_comm,
+        t_pred_s=t_pred, bound=bound, peak_key=key, explanation=tuple(lines), members=op.members,
+    )
+
+
+def _totals(ops: list[OpPrediction], key) -> dict[str, float]:
+    out: dict[str, float] = defaultdict(float)
+    for o in ops:
+        out[key(o) or "(none)"] += o.total_s
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def predict_module(module: Module, chip: Chip, *, source: str = "", emulate_fusion: bool | None = None,
+                   assumptions: tuple[str, ...] = ()) -> Prediction:
+    """Price every op of ``module`` on ``chip``."""
+    ops = [price(c, chip) for c in costs(module, emulate_fusion=emulate_fusion)]
+    ops = [o for o in ops if o.bound != "none" or o.flops or o.bytes]
+    return Prediction(
+        chip=chip.name, device_unit=chip.device_unit, module=module.name, source=source, ops=tuple(ops),
+        num_devices=module.num_devices, assumptions=assumptions,
+        time_by_category_s=_totals(ops, lambda o: o.category),
+        time_by_scope_s=_totals(ops, lambda o: o.named_scope),
+        time_by_bound_s=_totals(ops, lambda o: o.bound),
+    )

@@ -1,0 +1,132 @@
+"""Bytes one op moves between its kernel and device memory (HBM).
+
+The boundary is the op as it runs: a fusion reads its operands once and writes its output once;
+what happens inside stays in registers/VMEM. Rules:
+
+* sizes are *padded* sizes when the layout is tiled (``bf16[3,5]{1,0:T(8,128)(2,1)}`` moves 2048
+  bytes, not 30); arrays placed in on-chip memory (TPU ``S(1)``, VMEM) are not HBM traffic;
+* ops that only rename buffers move nothing: parameter, constant, tuple, get-tuple-element,
+  bitcast, the ``-done`` half of an async pair, control flow (its bodies are priced op by op);
+* slicing reads only what it keeps: slice, dynamic-slice and gather read their output's size,
+  and a fusion parameter that is only sliced inside the body is read only as much as the slices;
+* in-place updates write only the update: dynamic-update-slice (alone or as a fusion root) and
+  scatter read and write the update region, not the whole buffer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rooflens.hlo import Instruction, Module, Shape
+
+FREE = frozenset("""
+parameter constant tuple get-tuple-element bitcast after-all add-dependency opt-barrier partition-id replica-id
+domain while conditional call get-dimension-size set-dimension-size all-gather-done all-reduce-done
+collective-permute-done copy-done async-done async-update send-done recv-done reshape
+""".split())
+SLICING = frozenset(["slice", "dynamic-slice", "gather"])
+ON_CHIP_MEMORY_SPACES = frozenset([1])  # TPU S(1) = VMEM
+
+
+@dataclass(frozen=True, slots=True)
+class Traffic:
+    read_bytes: float = 0.0
+    written_bytes: float = 0.0
+    formula: str = ""
+
+    @property
+    def bytes(self) -> float:
+        return self.read_bytes + self.written_bytes
+
+
+def hbm_bytes(shape: Shape | None) -> float:
+    """Bytes a value occupies in device memory (padded when tiled; 0 when it lives on chip)."""
+    if shape is None:
+        return 0.0
+    if shape.is_tuple:
+        return sum(hbm_bytes(s) for s in shape.tuple_shapes)
+    if not shape.is_array:
+        return 0.0
+    if shape.memory_space in ON_CHIP_MEMORY_SPACES:
+        return 0.0
+    return float(shape.padded_bytes)
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit, div in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= div:
+            return f"{n / div:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
+def _fusion_param_reads(module: Module, ins: Instruction) -> list[float]:
+    """Bytes read of each fusion operand: all of it, or only what the body slices out of it."""
+    comps = module.called(ins)
+    body = comps[0] if comps else None
+    reads: list[float] = []
+    params = {}
+    if body is not None:
+        params = {i.parameter_number: i for i in body.instructions if i.opcode == "parameter"}
+    root = body.root if body is not None else None
+    for k, op in enumerate(ins.operands):
+        full = hbm_bytes(module.operand_shape(op))
+        p = params.get(k)
+        if p is None:
+            reads.append(full)
+            continue
+        users = module.users(p)
+        if users and all(u.opcode in SLICING and u.operands and u.operands[0].name == p.name for u in users):
+            reads.append(min(full, sum(hbm_bytes(u.shape) for u in users)))
+        elif (root is not None and root.opcode == "dynamic-update-slice" and root.operands
+              and root.operands[0].name == p.name and users == [root]):
+            reads.append(0.0)  # the buffer updated in place is not read
+        else:
+            reads.append(full)
+    return reads
+
+
+def _fusion_write(module: Module, ins: Instruction) -> float:
+    comps = module.called(ins)
+    root = comps[0].root if comps else None
+    if root is not None and root.opcode == "dynamic-update-slice" and len(root.operands) > 1:
+        return hbm_bytes(module.operand_shape(root.operands[1]))
+    return hbm_bytes(ins.shape)
+
+
+def instruction_traffic(module: Module, ins: Instruction) -> Traffic:
+    """HBM bytes read and written by one top-level op."""
+    op = ins.opcode
+    if op in FREE:
+        return Traffic()
+    out = hbm_bytes(ins.shape)
+    if op == "fusion":
+        reads = _fusion_param_reads(module, ins)
+        write = _fusion_write(module, ins)
+        r = sum(reads)
+        return Traffic(r, write, f"{_fmt_bytes(r)} read ({len(reads)} operands) + {_fmt_bytes(write)} written")
+    if op in SLICING:
+        idx = sum(hbm_bytes(module.operand_shape(o)) for o in ins.operands[1:])
+        return Traffic(out + idx, out, f"{_fmt_bytes(out)} sliced out + {_fmt_bytes(out)} written")
+    if op == "dynamic-update-slice" and len(ins.operands) > 1:
+        upd = hbm_bytes(module.operand_shape(ins.operands[1]))
+        return Traffic(upd, upd, f"{_fmt_bytes(upd)} update read + written in place")
+    if op == "scatter" and len(ins.operands) >= 3:
+        upd = hbm_bytes(module.operand_shape(ins.operands[-1]))
+        idx = hbm_bytes(module.operand_shape(ins.operands[1]))
+        return Traffic(2 * upd + idx, upd, f"{_fmt_bytes(upd)} updates, read-modify-write in place")
+    if op.endswith("-start") and op != "copy-start":
+        # an async collective's start reads its input and writes its output buffer
+        operands = ins.operands
+        r = sum(hbm_bytes(module.operand_shape(o)) for o in operands)
+        w = hbm_bytes(ins.shape if op == "all-reduce-start" else _async_output(ins.shape))
+        return Traffic(r, w, f"{_fmt_bytes(r)} read + {_fmt_bytes(w)} written")
+    reads = [hbm_bytes(module.operand_shape(o)) for o in ins.operands]
+    r = sum(reads)
+    return Traffic(r, out, f"{_fmt_bytes(r)} read ({len(reads)} operands) + {_fmt_bytes(out)} written")
+
+
+def _async_output(shape: Shape) -> Shape | None:
+    """The result part of an async start's ``(operands, results, …)`` tuple."""
+    if shape.is_tuple and len(shape.tuple_shapes) >= 2:
+        return shape.tuple_shapes[1]
+    return shape
