@@ -10,6 +10,11 @@ os.environ["XLA_FLAGS"] = (
     + " --xla_force_host_platform_device_count=8"
 ).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# Never read or write the user's own calibration or chip files from tests.
+import tempfile  # noqa: E402
+
+os.environ["ROOFLENS_CACHE_DIR"] = tempfile.mkdtemp(prefix="rooflens-test-cache-")
+os.environ.pop("ROOFLENS_CHIPS", None)
 
 from pathlib import Path  # noqa: E402
 

@@ -1,7 +1,26 @@
-"""rooflens: predict, measure and explain the performance of JAX programs."""
+"""rooflens: predict, measure and explain the performance of JAX programs.
 
-from rooflens import hlo
+>>> import rooflens as rl
+>>> rl.chip("tpu-v5e")                                  # a catalogue chip, every number cited
+>>> pred = rl.predict(fn, *args, chip="tpu-v5e")        # per-op roofline, without the chip
+"""
+
+from rooflens import chips as _chips
+from rooflens import cost, hlo
+from rooflens.chips import Chip, ChipError, chip
+from rooflens.cost import OpCost, OpPrediction, Prediction
+from rooflens.errors import RooflensError
+from rooflens.lowering import predict
 
 __version__ = "0.1.0"
 
-__all__ = ["hlo", "__version__"]
+
+def chips() -> list[str]:
+    """Names of every known chip (shipped, ROOFLENS_CHIPS files, and the calibrated ``local``)."""
+    return _chips.chips()
+
+
+__all__ = [
+    "Chip", "ChipError", "OpCost", "OpPrediction", "Prediction", "RooflensError", "__version__", "chip", "chips",
+    "cost", "hlo", "predict",
+]

@@ -23,7 +23,8 @@ class UserError(RooflensError):
 def _console():
     from rich.console import Console
 
-    return Console(highlight=False, soft_wrap=True)
+    width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "160"))
+    return Console(highlight=False, soft_wrap=True, width=width)
 
 
 def example_hlo_path() -> Path:
@@ -105,6 +106,144 @@ def hlo(file: str | None, op_name: str | None, as_json: bool, example: bool) -> 
         click.echo(json.dumps({"file": path, **summary.to_dict()}, indent=2))
     else:
         render_summary(_console(), summary, source=path)
+
+
+def _chip_files(chips_file: tuple[str, ...]) -> tuple[str, ...]:
+    for f in chips_file:
+        if not Path(f).is_file():
+            raise UserError(f"chip file {f} does not exist.")
+    return chips_file
+
+
+@cli.command()
+@click.argument("name", required=False)
+@click.option("--chips", "chips_file", multiple=True, metavar="FILE", help="Also read chips from this TOML file.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+def chips(name: str | None, chips_file: tuple[str, ...], as_json: bool) -> None:
+    """List the chip catalogue, or show one chip with the source of every number.
+
+    Each entry describes ONE JAX device: a TensorCore on TPU v2/v3, a chip on v4 and later, one
+    GPU. Add your own with ROOFLENS_CHIPS=file.toml or --chips FILE (same format).
+    """
+    from rooflens import chips as C
+    from rooflens.report.cost_view import render_chip, render_chip_list
+
+    files = _chip_files(chips_file)
+    if name:
+        c = C.chip(name, files)
+        if as_json:
+            click.echo(json.dumps(c.to_dict(), indent=2))
+        else:
+            render_chip(_console(), c)
+        return
+    rows = C.chip_rows(files)
+    if as_json:
+        click.echo(json.dumps([r.__dict__ for r in rows], indent=2))
+    else:
+        render_chip_list(_console(), rows)
+
+
+@cli.command()
+@click.option("--repeats", default=7, show_default=True, help="Timed runs per kernel (after warm-up).")
+@click.option("--quick", is_flag=True, help="Smaller kernels and fewer runs (a rough figure in seconds).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+def calibrate(repeats: int, quick: bool, as_json: bool) -> None:
+    """Measure this machine's matmul FLOP/s and memory bandwidth; save them as the chip 'local'."""
+    from rooflens.chips import calibrate as K
+    from rooflens.report.cost_view import render_calibration
+
+    if repeats < 2:
+        raise UserError("--repeats must be at least 2, so there is a spread to report.")
+    kw = {"repeats": 3, "max_n": 1024, "copy_bytes": 32 << 20} if quick else {"repeats": repeats}
+    cal = K.measure(**kw)
+    path = K.save(cal)
+    if as_json:
+        click.echo(json.dumps({
+            "path": str(path), "backend": cal.backend, "device_kind": cal.device_kind, "when": cal.when,
+            "measurements": [{"what": m.what, "unit": m.unit, "times_s": list(m.times_s), **m.spread}
+                             for m in [*(x for ms in cal.matmul.values() for x in ms), *cal.copy]],
+        }, indent=2))
+    else:
+        render_calibration(_console(), cal, path)
+
+
+def _load_function(target: str):
+    import importlib.util
+
+    path, colon, name = target.rpartition(":")
+    if not colon or not path or not name:
+        raise UserError(f"give the function as FILE.py:NAME, not {target!r}.")
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"{path} does not exist.")
+    spec = importlib.util.spec_from_file_location(f"rooflens_user_{p.stem}", p)
+    if spec is None or spec.loader is None:
+        raise UserError(f"{path} is not a Python file.")
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(p.parent.resolve()))
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:
+        first = (str(e).strip().splitlines() or [""])[0]
+        raise UserError(f"importing {path} failed ({type(e).__name__}: {first}).") from None
+    fn = getattr(module, name, None)
+    if fn is None:
+        found = [k for k, v in vars(module).items() if callable(v) and not k.startswith("_")][:8]
+        raise UserError(f"{path} has no function {name!r} (it defines: {', '.join(found) or 'nothing callable'}).")
+    if not callable(fn):
+        raise UserError(f"{name} in {path} is not a function.")
+    return fn
+
+
+def _mesh_devices(mesh: str | None) -> int:
+    from rooflens.lowering import parse_mesh_spec
+
+    if not mesh:
+        return 0
+    n = 1
+    for v in parse_mesh_spec(mesh).values():
+        n *= v
+    return n
+
+
+@cli.command()
+@click.argument("target", metavar="FILE.py:FUNCTION")
+@click.option("--chip", "chip_name", required=True, help="A catalogue chip (see `rooflens chips`) or 'local'.")
+@click.option("--arg", "arg_specs", multiple=True, metavar="SPEC",
+              help="One positional argument as dtype[dims], e.g. 'bf16[32,1024,8192]'; shard it over mesh axes "
+                   "with '@data,_,_' (one entry per dimension, '_' = not sharded, 'data+model' = both).")
+@click.option("--mesh", metavar="AXES", help="Device mesh as axis=size pairs, e.g. data=4,model=2 (CPU devices "
+                                              "stand in for the target's).")
+@click.option("--chips", "chips_file", multiple=True, metavar="FILE", help="Also read chips from this TOML file.")
+@click.option("--top", default=15, show_default=True, help="How many ops to list.")
+@click.option("--explain", is_flag=True, help="Show the arithmetic behind each listed op.")
+@click.option("--json", "as_json", is_flag=True, help="Print the full prediction as JSON.")
+def predict(target: str, chip_name: str, arg_specs: tuple[str, ...], mesh: str | None, chips_file: tuple[str, ...],
+            top: int, explain: bool, as_json: bool) -> None:
+    """Predict a JAX function op by op on a chip you may not have (roofline: math, memory, links)."""
+    from rooflens import chips as C
+
+    files = _chip_files(chips_file)
+    chip = C.chip(chip_name, files)  # unknown chips fail before JAX starts
+    need = _mesh_devices(mesh)
+    if need and "jax" not in sys.modules:
+        flags = os.environ.get("XLA_FLAGS", "")
+        if "xla_force_host_platform_device_count" not in flags:
+            os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={need}".strip()
+        if chip.name != C.LOCAL_CHIP:
+            os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    from rooflens.lowering import make_mesh, parse_arg_spec
+    from rooflens.lowering import predict as run_predict
+    from rooflens.report.cost_view import render_prediction
+
+    mesh_obj = make_mesh(mesh) if mesh else None
+    args = [parse_arg_spec(a, mesh_obj) for a in arg_specs]
+    fn = _load_function(target)
+    pred = run_predict(fn, *args, chip=chip, mesh=mesh_obj)
+    if as_json:
+        click.echo(json.dumps(pred.to_dict(), indent=2))
+    else:
+        render_prediction(_console(), pred, top=top, explain=explain)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -87,7 +87,8 @@ class Chip:
 
     @property
     def peak_flops_per_s(self) -> dict[str, float]:
-        return {k.split(".", 1)[1]: float(f.value) for k, f in self.figures.items() if k.startswith("peak_flops_per_s.")}
+        prefix = "peak_flops_per_s."
+        return {k[len(prefix):]: float(f.value) for k, f in self.figures.items() if k.startswith(prefix)}
 
     @property
     def hbm_bytes(self) -> float | None:
@@ -176,7 +177,8 @@ def chip_from_table(name: str, table: Mapping, origin: str) -> Chip:
         if key in PLAIN_FIELDS:
             continue
         if key not in SECTIONS:
-            raise ChipError(f"{where} has an unknown section or field {key!r} (known: {', '.join(SECTIONS + PLAIN_FIELDS)}).")
+            known = ", ".join(SECTIONS + PLAIN_FIELDS)
+            raise ChipError(f"{where} has an unknown section or field {key!r} (known: {known}).")
         if not isinstance(raw, Mapping):
             raise ChipError(f"{where}: {key} must be a table.")
         for sub, fig in raw.items():

@@ -12,6 +12,7 @@ The counting rules are XLA's own (``HloCostAnalysis``), so a module's total agre
 * reduce: (input elements − output elements) × the reducer's FLOPs; reduce-window: output
   elements × (window elements − 1) × reducer FLOPs; scatter: update elements × combiner FLOPs;
   all-reduce: elements × reducer FLOPs; sort: n·log2(n) over all elements;
+* fft: 8 × Π log2(fft_length) × elements of the real side;
 * data movement, layout, control and collectives without a reduction: 0.
 
 A fusion's counts are the sum over its body (nested fusions included).
@@ -175,7 +176,8 @@ def instruction_counts(module: Module, ins: Instruction) -> Counts:
         per = _reducer_flops(module, ins)
         flops = max(n_in - n_out, 0) * per
         what = f" × {half} inputs" if half > 1 else ""
-        return Counts(flops, 0.0, f"({_fmt(n_in)} − {_fmt(n_out)}) reduced elements × {per:g} FLOP{what} = {_fmt(flops)}")
+        return Counts(flops, 0.0,
+                      f"({_fmt(n_in)} − {_fmt(n_out)}) reduced elements × {per:g} FLOP{what} = {_fmt(flops)}")
     if op == "reduce-window":
         window = ins.attrs.get("window") if isinstance(ins.attrs.get("window"), dict) else {}
         w = math.prod(window.get("size", (1,)))
@@ -198,6 +200,12 @@ def instruction_counts(module: Module, ins: Instruction) -> Counts:
         n_in = _elements(inp)
         flops = n_in * math.log2(n_in) if n_in > 1 else 0.0
         return Counts(flops, 0.0, f"n·log2(n), n = {_fmt(n_in)} = {_fmt(flops)}")
+    if op == "fft":
+        lengths = _dims(ins.attrs.get("fft_length"))
+        log_factors = math.prod(max(int(n_).bit_length() - 1, 0) for n_ in lengths) if lengths else 0
+        real = max(n, _elements(module.operand_shape(ins.operands[0])) if ins.operands else 0)
+        flops = 8.0 * log_factors * real  # 4 complex FMAs per butterfly, log2(n) stages
+        return Counts(flops, 0.0, f"8 × {log_factors} (log2 of the lengths) × {_fmt(real)} elements = {_fmt(flops)}")
     if op == "map":
         per = _reducer_flops(module, ins)
         return Counts(n * per, 0.0, f"{_fmt(n)} elements × {per:g}")

@@ -175,7 +175,9 @@ def trip_count(module: Module, ins: Instruction) -> int | None:
     m = _TRIP_RE.search(ins.backend_config or "")
     if m:
         return int(m.group(1))
-    cond = module.computation(str(ins.attrs.get("condition", "")).lstrip("%"))
+    name = ins.attrs.get("condition", "")
+    name = name[0] if isinstance(name, tuple) and name else name
+    cond = module.computation(str(name).lstrip("%"))
     if cond is None or cond.root is None or cond.root.opcode != "compare":
         return None
     direction = str(cond.root.attrs.get("direction", ""))
@@ -292,7 +294,8 @@ def _op_cost(module: Module, ins: Instruction, count: float, counts: Counts, tra
             break
     kind, n, cin, cout = _collective_fields(module, ins)
     return OpCost(
-        name=ins.name, opcode=ins.opcode, category=category, computation=ins.computation.name if ins.computation else "",
+        name=ins.name, opcode=ins.opcode, category=category,
+        computation=ins.computation.name if ins.computation else "",
         count=count, flops=counts.flops, transcendentals=counts.transcendentals, read_bytes=traffic.read_bytes,
         written_bytes=traffic.written_bytes, dtype=_math_dtype(module, ins, mm), precision=_precision(mm),
         is_matmul=mm is not None, named_scope=ins.named_scope, flops_formula=counts.formula,
@@ -355,7 +358,10 @@ def costs(module: Module, *, emulate_fusion: bool | None = None) -> list[OpCost]
                 total = Counts()
                 for m in g.members:
                     total = total + instruction_counts(module, m)
-                if root.opcode.endswith("-start") or root.collective_kind or root.opcode.endswith("-done"):
+                if root.name in rs:  # reads the partial sums, writes its 1/N shard
+                    kind, n, cin, _ = _collective_fields(module, root)
+                    traffic = Traffic(cin, cin / n, f"{cin / 1e6:.4g} MB read + {cin / n / 1e6:.4g} MB shard written")
+                elif root.opcode.endswith("-start") or root.collective_kind or root.opcode.endswith("-done"):
                     traffic = instruction_traffic(module, root)
                 else:
                     traffic = _group_traffic(module, g)
@@ -430,8 +436,9 @@ def price(op: OpCost, chip: Chip) -> OpPrediction:
     if t == 0 and not overhead:
         bound = "none"
     t_pred = t + overhead
-    lines.append(f"t_pred = max(T_math, T_mem, T_comm){' + per-op overhead ' + format(overhead * 1e6, '.3g') + ' µs' if overhead else ''}"
-                 f" = {t_pred * 1e3:.4g} ms → {bound}-bound" + (f", × {op.count:g} executions" if op.count != 1 else ""))
+    extra = f" + per-op overhead {overhead * 1e6:.3g} µs" if overhead else ""
+    times = f", × {op.count:g} executions" if op.count != 1 else ""
+    lines.append(f"t_pred = max(T_math, T_mem, T_comm){extra} = {t_pred * 1e3:.4g} ms → {bound}-bound{times}")
     return OpPrediction(
         name=op.name, opcode=op.opcode, category=op.category, named_scope=op.named_scope, count=op.count,
         flops=op.flops, bytes=op.bytes, comm_bytes=comm_bytes, t_math_s=t_math, t_mem_s=t_mem, t_comm_s=t_comm,

@@ -23,7 +23,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from rooflens import hlo as H
-from rooflens.chips import LOCAL_CHIP, Chip, chip as get_chip
+from rooflens.chips import LOCAL_CHIP, Chip
+from rooflens.chips import chip as get_chip
 from rooflens.cost.model import Prediction, predict_module
 from rooflens.errors import RooflensError
 
