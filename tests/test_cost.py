@@ -108,7 +108,7 @@ def _one_op_module(module, ins) -> str:
     args = ", ".join(f"p{k}" for k in range(len(ins.operands)))
     attrs = ", ".join(f"{k}={v}" for k, v in ins.raw_attrs.items() if k not in ("metadata", "backend_config"))
     shape = ins.shape.text
-    return (f"HloModule one\nENTRY e {{\n  " + "\n  ".join(params)
+    return ("HloModule one\nENTRY e {\n  " + "\n  ".join(params)
             + f"\n  ROOT r = {shape} {ins.opcode}({args}){', ' + attrs if attrs else ''}\n}}\n")
 
 

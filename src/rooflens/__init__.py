@@ -5,11 +5,11 @@
 >>> pred = rl.predict(fn, *args, chip="tpu-v5e")        # per-op roofline, without the chip
 """
 
-from rooflens import chips as _chips
 from rooflens import cost, hlo
-from rooflens.chips import Chip, ChipError, chip
+from rooflens import hardware as _hardware
 from rooflens.cost import OpCost, OpPrediction, Prediction
 from rooflens.errors import RooflensError
+from rooflens.hardware import Chip, ChipError, chip
 from rooflens.lowering import predict
 
 __version__ = "0.1.0"
@@ -17,7 +17,7 @@ __version__ = "0.1.0"
 
 def chips() -> list[str]:
     """Names of every known chip (shipped, ROOFLENS_CHIPS files, and the calibrated ``local``)."""
-    return _chips.chips()
+    return _hardware.chips()
 
 
 __all__ = [

@@ -125,7 +125,7 @@ def chips(name: str | None, chips_file: tuple[str, ...], as_json: bool) -> None:
     Each entry describes ONE JAX device: a TensorCore on TPU v2/v3, a chip on v4 and later, one
     GPU. Add your own with ROOFLENS_CHIPS=file.toml or --chips FILE (same format).
     """
-    from rooflens import chips as C
+    from rooflens import hardware as C
     from rooflens.report.cost_view import render_chip, render_chip_list
 
     files = _chip_files(chips_file)
@@ -149,12 +149,12 @@ def chips(name: str | None, chips_file: tuple[str, ...], as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 def calibrate(repeats: int, quick: bool, as_json: bool) -> None:
     """Measure this machine's matmul FLOP/s and memory bandwidth; save them as the chip 'local'."""
-    from rooflens.chips import calibrate as K
+    from rooflens.hardware import calibrate as K
     from rooflens.report.cost_view import render_calibration
 
     if repeats < 2:
         raise UserError("--repeats must be at least 2, so there is a spread to report.")
-    kw = {"repeats": 3, "max_n": 1024, "copy_bytes": 32 << 20} if quick else {"repeats": repeats}
+    kw = {"repeats": 3, "sizes": (256, 512, 1024), "copy_bytes": 32 << 20} if quick else {"repeats": repeats}
     cal = K.measure(**kw)
     path = K.save(cal)
     if as_json:
@@ -221,7 +221,7 @@ def _mesh_devices(mesh: str | None) -> int:
 def predict(target: str, chip_name: str, arg_specs: tuple[str, ...], mesh: str | None, chips_file: tuple[str, ...],
             top: int, explain: bool, as_json: bool) -> None:
     """Predict a JAX function op by op on a chip you may not have (roofline: math, memory, links)."""
-    from rooflens import chips as C
+    from rooflens import hardware as C
 
     files = _chip_files(chips_file)
     chip = C.chip(chip_name, files)  # unknown chips fail before JAX starts

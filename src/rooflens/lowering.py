@@ -23,10 +23,10 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from rooflens import hlo as H
-from rooflens.chips import LOCAL_CHIP, Chip
-from rooflens.chips import chip as get_chip
 from rooflens.cost.model import Prediction, predict_module
 from rooflens.errors import RooflensError
+from rooflens.hardware import LOCAL_CHIP, Chip
+from rooflens.hardware import chip as get_chip
 
 _SPEC_RE = re.compile(r"^\s*([a-z]+[0-9a-z]*)\s*\[\s*([0-9,\s]*)\]\s*(?:@\s*(.*))?$")
 DTYPE_NAMES = {

@@ -19,12 +19,12 @@ import re
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 
-from rooflens.chips import Chip
 from rooflens.cost.comm import CommCost, collective_cost
 from rooflens.cost.counts import Counts, instruction_counts
 from rooflens.cost.fuse import NO_VALUE, Group, plan_groups
 from rooflens.cost.traffic import SLICING as SLICING_OPS
 from rooflens.cost.traffic import Traffic, hbm_bytes, instruction_traffic
+from rooflens.hardware import Chip
 from rooflens.hlo import Instruction, Module, Shape
 
 MATMUL_OPCODES = frozenset(["dot", "convolution", "ragged-dot", "scaled-dot", "block-scaled-dot"])
@@ -59,6 +59,7 @@ class OpCost:
     comm_in_bytes: float = 0.0
     comm_out_bytes: float = 0.0
     members: tuple[str, ...] = ()  # ops grouped into this one (emulated fusion), else (name,)
+    contracted: int = 0  # a matmul's contracted size K
 
     @property
     def bytes(self) -> float:
@@ -300,8 +301,21 @@ def _op_cost(module: Module, ins: Instruction, count: float, counts: Counts, tra
         written_bytes=traffic.written_bytes, dtype=_math_dtype(module, ins, mm), precision=_precision(mm),
         is_matmul=mm is not None, named_scope=ins.named_scope, flops_formula=counts.formula,
         bytes_formula=traffic.formula, collective=kind, group_size=n, comm_in_bytes=cin, comm_out_bytes=cout,
-        members=members,
+        members=members, contracted=_contracted(module, mm),
     )
+
+
+def _contracted(module: Module, mm: Instruction | None) -> int:
+    if mm is None or mm.opcode != "dot" or not mm.operands:
+        return 0
+    lhs = module.operand_shape(mm.operands[0])
+    dims = mm.attrs.get("lhs_contracting_dims")
+    dims = dims if isinstance(dims, tuple) else (dims,) if isinstance(dims, int) else ()
+    k = 1
+    for d in dims:
+        if lhs is not None and d < len(lhs.dims):
+            k *= lhs.dims[d]
+    return k
 
 
 def _group_traffic(module: Module, g: Group) -> Traffic:
@@ -410,6 +424,10 @@ def price(op: OpCost, chip: Chip) -> OpPrediction:
     """One op's roofline on one chip."""
     lines: list[str] = []
     peak, key, note = peak_for(chip, op.dtype, op.is_matmul, op.precision)
+    measured = chip.matmul_rate(key, op.flops, op.contracted) if op.is_matmul and op.flops else None
+    if measured:
+        note = f"measured rate for a matmul of this shape; best measured {peak:.4g}"
+        peak = measured
     t_math = op.flops / peak if op.flops and peak else 0.0
     if op.flops:
         lines.append(f"FLOPs: {op.flops_formula}")

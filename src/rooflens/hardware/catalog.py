@@ -20,6 +20,7 @@ writes the chip ``local`` into the user's cache directory, which is read last.
 
 from __future__ import annotations
 
+import math
 import os
 import tomllib
 from collections.abc import Iterable, Mapping
@@ -136,6 +137,38 @@ class Chip:
     def nvlink_domain_devices(self) -> int | None:
         return self.value("topology.nvlink_domain_devices")
 
+    def matmul_rate(self, key: str, flops: float, contracted: int = 0) -> float | None:
+        """Achieved FLOP/s of a matmul from measurements, when the chip has them (``local``).
+
+        A CPU's matmul throughput depends on shape (threading, cache blocking), which one peak
+        hides. With a measured grid over (output elements, K), the rate is the inverse-distance
+        weighted mean in log space of the grid's rates; else a curve over FLOPs, interpolated in
+        log(FLOPs) and held flat beyond the measured sizes.
+        """
+        grid = self.value(f"compute.matmul_grid_{key}")
+        if grid and contracted > 0:
+            out = flops / (2.0 * contracted)
+            x, y = math.log(max(out, 1.0)), math.log(contracted)
+            num = den = 0.0
+            for mn, k, rate in grid:
+                d2 = (x - math.log(mn)) ** 2 + (y - math.log(k)) ** 2
+                if d2 < 1e-12:
+                    return float(rate)
+                num += float(rate) / d2
+                den += 1.0 / d2
+            return num / den
+        curve = self.value(f"compute.matmul_curve_{key}")
+        if not curve:
+            return None
+        pts = sorted((float(f), float(r)) for f, r in curve)
+        if flops <= pts[0][0]:
+            return pts[0][1]
+        for (f0, r0), (f1, r1) in zip(pts, pts[1:]):
+            if flops <= f1:
+                w = (math.log(flops) - math.log(f0)) / (math.log(f1) - math.log(f0))
+                return r0 + w * (r1 - r0)
+        return pts[-1][1]
+
     @property
     def op_overhead_s(self) -> float:
         """Fixed cost of launching one op (measured by calibration; 0 when not known)."""
@@ -156,7 +189,7 @@ def _figure(where: str, key: str, raw) -> Figure:
         raise ChipError(f"{where}: {key} must be an inline table {{ value = ..., source = \"...\" }}.")
     value = raw["value"]
     if isinstance(value, list):
-        value = tuple(value)
+        value = tuple(tuple(v) if isinstance(v, list) else v for v in value)
     if isinstance(value, bool) or not isinstance(value, int | float | str | tuple):
         raise ChipError(f"{where}: {key} has a value of an unsupported type ({type(value).__name__}).")
     if isinstance(value, int | float) and not value >= 0:
@@ -244,7 +277,7 @@ def local_chip_path() -> Path:
 
 
 def _shipped_files() -> list[Path]:
-    data = resources.files("rooflens.chips") / "data"
+    data = resources.files("rooflens.hardware") / "data"
     return sorted(Path(str(p)) for p in data.iterdir() if p.name.endswith(".toml"))
 
 

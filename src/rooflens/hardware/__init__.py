@@ -5,7 +5,7 @@
 197000000000000.0
 """
 
-from rooflens.chips.catalog import (
+from rooflens.hardware.catalog import (
     LOCAL_CHIP,
     Chip,
     ChipError,
