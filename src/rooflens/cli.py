@@ -207,7 +207,7 @@ def _mesh_devices(mesh: str | None) -> int:
 
 
 @cli.command()
-@click.argument("target", metavar="FILE.py:FUNCTION")
+@click.argument("target", metavar="FILE.py:FUNCTION|HLO_FILE")
 @click.option("--chip", "chip_name", required=True, help="A catalogue chip (see `rooflens chips`) or 'local'.")
 @click.option("--arg", "arg_specs", multiple=True, metavar="SPEC",
               help="One positional argument as dtype[dims], e.g. 'bf16[32,1024,8192]'; shard it over mesh axes "
@@ -220,11 +220,33 @@ def _mesh_devices(mesh: str | None) -> int:
 @click.option("--json", "as_json", is_flag=True, help="Print the full prediction as JSON.")
 def predict(target: str, chip_name: str, arg_specs: tuple[str, ...], mesh: str | None, chips_file: tuple[str, ...],
             top: int, explain: bool, as_json: bool) -> None:
-    """Predict a JAX function op by op on a chip you may not have (roofline: math, memory, links)."""
+    """Predict a JAX function op by op on a chip you may not have (roofline: math, memory, links).
+
+    TARGET is FILE.py:FUNCTION (lowered here with the --arg shapes), or an HLO text file (a dump,
+    or compiled.as_text()) priced as it is.
+    """
     from rooflens import hardware as C
+    from rooflens.report.cost_view import render_prediction
 
     files = _chip_files(chips_file)
     chip = C.chip(chip_name, files)  # unknown chips fail before JAX starts
+    if not target.endswith(".py") and ":" not in target.replace("\\", "/").rsplit("/", 1)[-1]:
+        if arg_specs or mesh:
+            raise UserError("--arg and --mesh are for FILE.py:FUNCTION; an HLO file already has its shapes.")
+        from rooflens import hlo as H
+        from rooflens.cost import predict_module
+
+        text = read_hlo_file(target)
+        try:
+            module = H.parse(text)
+        except H.HloParseError as e:
+            raise UserError(f"{target} is not HLO text: line {e.line}, column {e.column}: {e.message}.") from None
+        pred = predict_module(module, chip, source=f"the HLO in {target}, as written")
+        if as_json:
+            click.echo(json.dumps(pred.to_dict(), indent=2))
+        else:
+            render_prediction(_console(), pred, top=top, explain=explain)
+        return
     need = _mesh_devices(mesh)
     if need and "jax" not in sys.modules:
         flags = os.environ.get("XLA_FLAGS", "")
@@ -234,7 +256,6 @@ def predict(target: str, chip_name: str, arg_specs: tuple[str, ...], mesh: str |
             os.environ.setdefault("JAX_PLATFORMS", "cpu")
     from rooflens.lowering import make_mesh, parse_arg_spec
     from rooflens.lowering import predict as run_predict
-    from rooflens.report.cost_view import render_prediction
 
     mesh_obj = make_mesh(mesh) if mesh else None
     args = [parse_arg_spec(a, mesh_obj) for a in arg_specs]

@@ -60,6 +60,7 @@ class OpCost:
     comm_out_bytes: float = 0.0
     members: tuple[str, ...] = ()  # ops grouped into this one (emulated fusion), else (name,)
     contracted: int = 0  # a matmul's contracted size K
+    host_bytes: float = 0.0  # bytes moved between device and host memory (offload, S(5))
 
     @property
     def bytes(self) -> float:
@@ -82,7 +83,7 @@ class OpPrediction:
     t_mem_s: float
     t_comm_s: float
     t_pred_s: float
-    bound: str  # compute | memory | communication | overhead | none
+    bound: str  # compute | memory | communication | host-transfer | overhead | none
     peak_key: str  # which peak priced the math (bf16, fp32, …)
     explanation: tuple[str, ...] = ()  # the arithmetic, one line per term
     members: tuple[str, ...] = ()
@@ -301,8 +302,24 @@ def _op_cost(module: Module, ins: Instruction, count: float, counts: Counts, tra
         written_bytes=traffic.written_bytes, dtype=_math_dtype(module, ins, mm), precision=_precision(mm),
         is_matmul=mm is not None, named_scope=ins.named_scope, flops_formula=counts.formula,
         bytes_formula=traffic.formula, collective=kind, group_size=n, comm_in_bytes=cin, comm_out_bytes=cout,
-        members=members, contracted=_contracted(module, mm),
+        members=members, contracted=_contracted(module, mm), host_bytes=_host_bytes(module, ins),
     )
+
+
+HOST_MEMORY_SPACE = 5  # TPU S(5): pinned host memory (host offload)
+
+
+def _host_bytes(module: Module, ins: Instruction) -> float:
+    """Bytes a copy moves between device memory and host memory (S(5)), else 0."""
+    if ins.opcode not in ("copy-start", "copy") or not ins.operands:
+        return 0.0
+    src = module.operand_shape(ins.operands[0])
+    dst = ins.shape.tuple_shapes[0] if ins.shape.is_tuple and ins.shape.tuple_shapes else ins.shape  # (dest, src, ctx)
+    if src is None or not src.is_array or not dst.is_array:
+        return 0.0
+    if (src.memory_space == HOST_MEMORY_SPACE) != (dst.memory_space == HOST_MEMORY_SPACE):
+        return float(src.bytes)
+    return 0.0
 
 
 def _contracted(module: Module, mm: Instruction | None) -> int:
@@ -445,8 +462,14 @@ def price(op: OpCost, chip: Chip) -> OpPrediction:
         cc: CommCost = collective_cost(chip, op.collective, op.group_size, op.comm_in_bytes, op.comm_out_bytes)
         t_comm, comm_bytes = cc.t_comm_s, cc.comm_bytes
         lines.append(f"T_comm: {cc.formula} [{cc.algorithm}]")
+    t_host = 0.0
+    if op.host_bytes:
+        pcie = chip.value("interconnect.pcie_bytes_per_s") or 0.0
+        t_host = op.host_bytes / pcie if pcie else 0.0
+        lines.append(f"T_host = {op.host_bytes:.4g} B / {pcie:.4g} B/s (PCIe, host ↔ device) = {t_host * 1e3:.4g} ms"
+                     if pcie else "host transfer: the chip has no published PCIe bandwidth, so it is not priced")
     overhead = chip.op_overhead_s
-    terms = {"compute": t_math, "memory": t_mem, "communication": t_comm}
+    terms = {"compute": t_math, "memory": t_mem, "communication": t_comm, "host-transfer": t_host}
     bound = max(terms, key=terms.get)
     t = terms[bound]
     if overhead and overhead > t:
@@ -456,10 +479,12 @@ def price(op: OpCost, chip: Chip) -> OpPrediction:
     t_pred = t + overhead
     extra = f" + per-op overhead {overhead * 1e6:.3g} µs" if overhead else ""
     times = f", × {op.count:g} executions" if op.count != 1 else ""
-    lines.append(f"t_pred = max(T_math, T_mem, T_comm){extra} = {t_pred * 1e3:.4g} ms → {bound}-bound{times}")
+    host = ", T_host" if op.host_bytes else ""
+    lines.append(f"t_pred = max(T_math, T_mem, T_comm{host}){extra} = {t_pred * 1e3:.4g} ms → {bound}-bound{times}")
     return OpPrediction(
         name=op.name, opcode=op.opcode, category=op.category, named_scope=op.named_scope, count=op.count,
-        flops=op.flops, bytes=op.bytes, comm_bytes=comm_bytes, t_math_s=t_math, t_mem_s=t_mem, t_comm_s=t_comm,
+        flops=op.flops, bytes=op.bytes, comm_bytes=comm_bytes or op.host_bytes, t_math_s=t_math, t_mem_s=t_mem,
+        t_comm_s=max(t_comm, t_host),
         t_pred_s=t_pred, bound=bound, peak_key=key, explanation=tuple(lines), members=op.members,
     )
 

@@ -4,7 +4,8 @@ The boundary is the op as it runs: a fusion reads its operands once and writes i
 what happens inside stays in registers/VMEM. Rules:
 
 * sizes are *padded* sizes when the layout is tiled (``bf16[3,5]{1,0:T(8,128)(2,1)}`` moves 2048
-  bytes, not 30); arrays placed in on-chip memory (TPU ``S(1)``, VMEM) are not HBM traffic;
+  bytes, not 30); arrays placed in on-chip memory (TPU ``S(1)``, VMEM) or in host memory
+  (``S(5)``, offloaded; priced over PCIe by the model) are not HBM traffic;
 * ops that only rename buffers move nothing: parameter, constant, tuple, get-tuple-element,
   bitcast, the ``-done`` half of an async pair, control flow (its bodies are priced op by op);
 * slicing reads only what it keeps: slice, dynamic-slice and gather read their output's size,
@@ -26,6 +27,7 @@ collective-permute-done copy-done async-done async-update send-done recv-done re
 """.split())
 SLICING = frozenset(["slice", "dynamic-slice", "gather"])
 ON_CHIP_MEMORY_SPACES = frozenset([1])  # TPU S(1) = VMEM
+HOST_MEMORY_SPACES = frozenset([5])  # TPU S(5) = pinned host memory (host offload)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +49,7 @@ def hbm_bytes(shape: Shape | None) -> float:
         return sum(hbm_bytes(s) for s in shape.tuple_shapes)
     if not shape.is_array:
         return 0.0
-    if shape.memory_space in ON_CHIP_MEMORY_SPACES:
+    if shape.memory_space in ON_CHIP_MEMORY_SPACES or shape.memory_space in HOST_MEMORY_SPACES:
         return 0.0
     return float(shape.padded_bytes)
 
@@ -114,7 +116,13 @@ def instruction_traffic(module: Module, ins: Instruction) -> Traffic:
         upd = hbm_bytes(module.operand_shape(ins.operands[-1]))
         idx = hbm_bytes(module.operand_shape(ins.operands[1]))
         return Traffic(2 * upd + idx, upd, f"{_fmt_bytes(upd)} updates, read-modify-write in place")
-    if op.endswith("-start") and op != "copy-start":
+    if op == "copy-start" and ins.operands and ins.shape.is_tuple and ins.shape.tuple_shapes:
+        # (destination, source alias, context): reads the source, writes the destination; a side
+        # in host memory (S(5)) or on chip costs no HBM traffic
+        r = hbm_bytes(module.operand_shape(ins.operands[0]))
+        w = hbm_bytes(ins.shape.tuple_shapes[0])
+        return Traffic(r, w, f"{_fmt_bytes(r)} read + {_fmt_bytes(w)} written in device memory")
+    if op.endswith("-start"):
         # an async collective's start reads its input and writes its output buffer
         operands = ins.operands
         r = sum(hbm_bytes(module.operand_shape(o)) for o in operands)

@@ -1,0 +1,99 @@
+"""`rooflens predict FILE.py:fn --chip … --arg …`: tables, JSON, the arithmetic, and bad input."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+
+def run(*args):
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # the command sets the device count
+    return subprocess.run([sys.executable, "-m", "rooflens.cli", *args], capture_output=True, text=True,
+                          timeout=300, env=env)
+
+
+@pytest.fixture(scope="module")
+def model_py(tmp_path_factory):
+    p = tmp_path_factory.mktemp("user") / "model.py"
+    p.write_text(textwrap.dedent("""
+        import jax
+        import jax.numpy as jnp
+        from jax.sharding import PartitionSpec as P
+
+        def matmul(x, w):
+            return x @ w
+
+        def ffn(x, win, wout):
+            with jax.named_scope("ffn"):
+                h = jax.nn.relu(jnp.einsum("btd,df->btf", x, win))
+                out = jnp.einsum("btf,fd->btd", h, wout)
+            return jax.lax.with_sharding_constraint(out, P("data", None, "model"))
+
+        NOT_A_FUNCTION = 3
+    """))
+    return p
+
+
+def test_seed_matmul_on_v5e(model_py):
+    r = run("predict", f"{model_py}:matmul", "--chip", "tpu-v5e", "--arg", "bf16[32,1024,8192]",
+            "--arg", "bf16[8192,32768]")
+    assert r.returncode == 0, r.stderr
+    assert "predicted time 89.3 ms" in r.stdout and "17.6 TFLOP" in r.stdout and "compute" in r.stdout
+    r = run("predict", f"{model_py}:matmul", "--chip", "tpu-v5e", "--arg", "bf16[32,1024,8192]",
+            "--arg", "bf16[8192,32768]", "--json")
+    data = json.loads(r.stdout)
+    assert data["time_s"] == pytest.approx(0.0893, abs=5e-5) and data["chip"] == "tpu-v5e"
+    assert data["ops"][0]["bound"] == "compute"
+
+
+def test_mesh_sharded_args_and_explain(model_py):
+    r = run("predict", f"{model_py}:ffn", "--chip", "tpu-v2", "--mesh", "data=4,model=2",
+            "--arg", "bf16[32,1024,8192]@data,_,_", "--arg", "bf16[8192,32768]@_,model",
+            "--arg", "bf16[32768,8192]@model,_", "--explain")
+    assert r.returncode == 0, r.stderr
+    assert "8 device(s)" in r.stdout
+    assert "reduce-scatter over N=2" in r.stdout and "T_math = 2.199e+12 FLOP / 2.3e+13 FLOP/s" in r.stdout
+    assert "ffn" in r.stdout  # the named scope
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--chip", "tpu-v9", "--arg", "f32[4]"], "unknown chip 'tpu-v9'"),
+    (["--chip", "tpu-v5e", "--arg", "bf16[32,x]"], "bad --arg 'bf16[32,x]'"),
+    (["--chip", "tpu-v5e", "--arg", "float[4,4]"], "bad --arg 'float[4,4]'"),
+    (["--chip", "tpu-v5e", "--arg", "f32[4,4]@data,_"], "give --mesh too"),
+    (["--chip", "tpu-v5e", "--mesh", "data=0", "--arg", "f32[4]"], "bad mesh 'data=0'"),
+    (["--chip", "tpu-v5e", "--mesh", "data=2", "--arg", "f32[4,4]@model,_"], "mesh has no axis 'model'"),
+    (["--chip", "tpu-v5e", "--arg", "f32[3,4]", "--arg", "f32[5,6]"], "matmul failed to lower"),
+])
+def test_bad_input_is_one_sentence(model_py, args, message):
+    r = run("predict", f"{model_py}:matmul", *args)
+    assert r.returncode == 2, r.stdout
+    assert message in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("target, message", [
+    ("{model}:nope", "has no function 'nope'"),
+    ("{model}:NOT_A_FUNCTION", "is not a function"),
+    ("{model}", "give the function as FILE.py:NAME"),
+    ("/does/not/exist.py:f", "does not exist"),
+])
+def test_bad_target_is_one_sentence(model_py, target, message):
+    r = run("predict", target.format(model=model_py), "--chip", "tpu-v5e", "--arg", "f32[4,4]")
+    assert r.returncode == 2 and message in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_predict_an_hlo_file():
+    from tests.conftest import fixture_path
+
+    path = fixture_path("tpu", "hlo", "v6e_from_xplane", "jit__psum_9646411105960254074_.after_optimizations.DERIVED.hlo.txt")
+    r = run("predict", str(path), "--chip", "tpu-v6e", "--json")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    (ar,) = [o for o in data["ops"] if o["name"] == "all-reduce"]
+    assert ar["bound"] == "communication" and ar["comm_bytes"] == pytest.approx(2 * 3 / 4 * 5 * 1024 * 1024 * 256 * 4)
+    r = run("predict", str(path), "--chip", "tpu-v6e", "--arg", "f32[4]")
+    assert r.returncode == 2 and "an HLO file already has its shapes" in r.stderr
