@@ -144,5 +144,5 @@ def collective_cost(chip: Chip, kind: str, n: int, in_bytes: float, out_bytes: f
         factor, hops = 1.0, 1
     t = sent / w * factor if w > 0 else 0.0
     formula = (f"{kind} over N={n}: comm_bytes = {sent_text} = {_b(sent)}; "
-               f"T = {_b(sent)} / {w:.3g} B/s ({link} one-way) × {factor:.3g} = {t * 1e3:.4g} ms")
+               f"T = {_b(sent)} / {w:.3g} B/s ({link} one-way) × {factor:.3g} = {t * 1e3:.4g} ms, {hops} hop(s)")
     return CommCost(kind, n, sent, w, factor, hops, link, algo, formula)
