@@ -442,13 +442,14 @@ def price(op: OpCost, chip: Chip) -> OpPrediction:
     lines: list[str] = []
     peak, key, note = peak_for(chip, op.dtype, op.is_matmul, op.precision)
     measured = chip.matmul_rate(key, op.flops, op.contracted) if op.is_matmul and op.flops else None
+    what = f"{key} peak"
     if measured:
-        note = f"measured rate for a matmul of this shape; best measured {peak:.4g}"
+        what = f"measured {key} matmul rate at this shape; best measured {peak:.4g}"
         peak = measured
     t_math = op.flops / peak if op.flops and peak else 0.0
     if op.flops:
         lines.append(f"FLOPs: {op.flops_formula}")
-        lines.append(f"T_math = {op.flops:.4g} FLOP / {peak:.4g} FLOP/s ({key} peak){' [' + note + ']' if note else ''}"
+        lines.append(f"T_math = {op.flops:.4g} FLOP / {peak:.4g} FLOP/s ({what}){' [' + note + ']' if note else ''}"
                      f" = {t_math * 1e3:.4g} ms")
     if op.transcendentals:
         lines.append(f"transcendentals: {op.transcendentals:.4g} (not in FLOPs)")

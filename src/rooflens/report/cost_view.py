@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape as e
 from rich.table import Table
 
 UNITS = {"core": "one TensorCore", "chip": "one chip", "gpu": "one GPU", "cpu": "this CPU"}
@@ -30,20 +31,20 @@ def render_chip_list(console: Console, rows) -> None:
     for col in ("name", "one device is", "bf16 peak", "HBM", "HBM bandwidth", "link (one way)", "from"):
         table.add_column(col)
     for r in rows:
-        table.add_row(r.name, UNITS.get(r.device_unit, r.device_unit), si(r.bf16_flops_per_s, "FLOP/s"),
+        table.add_row(e(r.name), UNITS.get(r.device_unit, r.device_unit), si(r.bf16_flops_per_s, "FLOP/s"),
                       si(r.hbm_bytes, "B"), si(r.hbm_bytes_per_s, "B/s"), si(r.link_bytes_per_s_oneway, "B/s"),
-                      r.origin.rsplit("/", 1)[-1])
+                      e(r.origin.rsplit("/", 1)[-1]))
     console.print(table)
     console.print("TPU v2/v3 entries are one TensorCore (JAX shows each core as a device); v4/v5p are "
                   "megacore chips, v5e/v6e/v7 chips, NVIDIA entries one GPU. `rooflens chips NAME` shows sources.")
 
 
 def render_chip(console: Console, chip) -> None:
-    console.print(f"[bold]{chip.name}[/bold]: {chip.description}")
-    console.print(f"one JAX device = {UNITS.get(chip.device_unit, chip.device_unit)}; kind {chip.kind}; "
-                  f"device_kind strings: {', '.join(chip.device_kinds) or '—'}; from {chip.origin}")
+    console.print(f"[bold]{e(chip.name)}[/bold]: {e(chip.description)}")
+    console.print(f"one JAX device = {UNITS.get(chip.device_unit, chip.device_unit)}; kind {e(chip.kind)}; "
+                  f"device_kind strings: {e(', '.join(chip.device_kinds) or '—')}; from {e(chip.origin)}")
     if chip.calibration:
-        console.print(f"calibration: {chip.calibration}")
+        console.print(f"calibration: {e(chip.calibration)}")
     table = Table(show_lines=False)
     table.add_column("figure")
     table.add_column("value", justify="right")
@@ -52,47 +53,48 @@ def render_chip(console: Console, chip) -> None:
         unit = "FLOP/s" if key.startswith("peak_flops_per_s") else (
             "B/s" if key.endswith("_per_s") else ("B" if key.endswith("_bytes") else ""))
         value = si(fig.value, unit, 4) if isinstance(fig.value, int | float) and unit else str(fig.value)
-        table.add_row(key, value, fig.source)
+        table.add_row(e(key), e(value), e(fig.source))
     console.print(table)
 
 
 def render_calibration(console: Console, cal, path) -> None:
-    table = Table(title=f"Calibration of {cal.device_kind} ({cal.backend}) on {cal.host}", title_justify="left")
+    table = Table(title=e(f"Calibration of {cal.device_kind} ({cal.backend}) on {cal.host}"), title_justify="left")
     for col in ("kernel", "runs", "min", "q1", "median", "q3", "max", "± (IQR/2)"):
         table.add_column(col, justify="right" if col != "kernel" else "left")
     for m in [m for ms_ in cal.matmul.values() for m in ms_] + list(cal.copy):
         s = m.spread
-        table.add_row(m.what, str(len(m.times_s)), *(si(s[k], m.unit) for k in ("min", "q1", "median", "q3", "max")),
+        table.add_row(e(m.what), str(len(m.times_s)), *(si(s[k], m.unit) for k in ("min", "q1", "median", "q3", "max")),
                       f"{m.relative_spread * 50:.1f}%")
     console.print(table)
-    console.print(f"saved as chip 'local' in {path}")
+    console.print(f"saved as chip 'local' in {e(str(path))}")
 
 
 def render_prediction(console: Console, pred, top: int = 15, explain: bool = False) -> None:
-    console.print(f"[bold]{pred.module}[/bold] on [bold]{pred.chip}[/bold] (per device, one device = "
+    console.print(f"[bold]{e(pred.module)}[/bold] on [bold]{e(pred.chip)}[/bold] (per device, one device = "
                   f"{UNITS.get(pred.device_unit, pred.device_unit)}; {pred.num_devices} device(s) in the program)")
     console.print(f"predicted time {ms(pred.time_s)}; {si(pred.flops, 'FLOP')}, {si(pred.bytes, 'B')} HBM traffic, "
                   f"{si(pred.comm_bytes, 'B')} sent over links")
-    console.print(f"priced: {pred.source}")
+    console.print(f"priced: {e(pred.source)}")
     table = Table(title=f"Top {min(top, len(pred.ops))} of {len(pred.ops)} ops by predicted time", title_justify="left")
     for col in ("op", "category", "scope", "×", "FLOPs", "bytes", "comm", "T_math", "T_mem", "T_comm", "t_pred",
                 "bound"):
         table.add_column(col, justify="left" if col in ("op", "category", "scope", "bound") else "right")
     for o in pred.top(top):
-        table.add_row(o.name, o.category, o.named_scope or "", f"{o.count:g}", si(o.flops), si(o.bytes, "B"),
+        table.add_row(e(o.name), o.category, e(o.named_scope or ""), f"{o.count:g}", si(o.flops), si(o.bytes, "B"),
                       si(o.comm_bytes, "B") if o.comm_bytes else "", ms(o.t_math_s), ms(o.t_mem_s),
                       ms(o.t_comm_s) if o.comm_bytes else "", ms(o.t_pred_s), o.bound)
     console.print(table)
     for title, totals in (("by category", pred.time_by_category_s), ("by bound", pred.time_by_bound_s),
                           ("by named scope", pred.time_by_scope_s)):
         items = list(totals.items())[:12]
-        console.print(f"{title}: " + ", ".join(f"{k} {ms(v)}" for k, v in items))
+        console.print(f"{title}: " + ", ".join(f"{e(k)} {ms(v)}" for k, v in items))
     if explain:
         for o in pred.top(top):
-            console.print(f"\n[bold]{o.name}[/bold] ({o.opcode}{', ' + o.named_scope if o.named_scope else ''})")
+            scope = f", {e(o.named_scope)}" if o.named_scope else ""
+            console.print(f"\n[bold]{e(o.name)}[/bold] ({e(o.opcode)}{scope})")
             if len(o.members) > 1:
-                console.print(f"  grouped ops: {', '.join(o.members)}")
+                console.print(f"  grouped ops: {e(', '.join(o.members))}")
             for line in o.explanation:
-                console.print(f"  {line}")
+                console.print(f"  {e(line)}")
     for a in pred.assumptions:
-        console.print(f"[dim]assumption: {a}[/dim]")
+        console.print(f"[dim]assumption: {e(a)}[/dim]")
