@@ -315,3 +315,28 @@ def test_predictions_against_real_tpu_v6e_durations():
             checked += 1
     assert checked == 5
     assert pred.op("copy-start").bound == "host-transfer"
+
+
+def test_topology_places_groups_on_physical_axes():
+    """An all-gather over 8 v5e chips: one line of 8 (no wraparound) vs a 2x4 slice (two axes at once)."""
+    mesh = make_mesh("x=8")
+    spec = NamedSharding(mesh, P("x"))
+
+    def gather(a):
+        return jax.lax.with_sharding_constraint(a * 2, NamedSharding(mesh, P()))
+
+    arg = S((8 * 1024, 1024), BF16, sharding=spec)
+    line = rl.predict(gather, arg, chip="tpu-v5e", mesh=mesh)
+    slab = rl.predict(gather, arg, chip="tpu-v5e", mesh=mesh, topology="2x4")
+    ring = rl.predict(gather, arg, chip="tpu-v5e", mesh=mesh, topology="8")
+    (ag_line,) = [o for o in line.ops if o.comm_bytes]
+    (ag_slab,) = [o for o in slab.ops if o.comm_bytes]
+    (ag_ring,) = [o for o in ring.ops if o.comm_bytes]
+    gathered = 8 * 1024 * 1024 * 2
+    assert ag_line.comm_bytes == 7 / 8 * gathered
+    assert ag_line.t_comm == pytest.approx(7 / 8 * gathered / 4.5e10)  # 7 hops one way
+    assert ag_slab.t_comm == pytest.approx(ag_line.t_comm / 2)  # two axes, one direction each
+    assert ag_ring.t_comm == pytest.approx(ag_line.t_comm)  # an 8-chip v5e axis has no wraparound
+    assert any("2 torus axes" in line for line in ag_slab.explanation)
+    with pytest.raises(rl.RooflensError, match="has 4 devices but the program runs on 8"):
+        rl.predict(gather, arg, chip="tpu-v5e", mesh=mesh, topology="2x2")

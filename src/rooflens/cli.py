@@ -214,12 +214,14 @@ def _mesh_devices(mesh: str | None) -> int:
                    "with '@data,_,_' (one entry per dimension, '_' = not sharded, 'data+model' = both).")
 @click.option("--mesh", metavar="AXES", help="Device mesh as axis=size pairs, e.g. data=4,model=2 (CPU devices "
                                               "stand in for the target's).")
+@click.option("--topology", metavar="SHAPE", help="TPU slice shape, e.g. 4x4 or 2x2x4: collectives are priced on "
+                                                  "the torus axes their device groups span.")
 @click.option("--chips", "chips_file", multiple=True, metavar="FILE", help="Also read chips from this TOML file.")
 @click.option("--top", default=15, show_default=True, help="How many ops to list.")
 @click.option("--explain", is_flag=True, help="Show the arithmetic behind each listed op.")
 @click.option("--json", "as_json", is_flag=True, help="Print the full prediction as JSON.")
-def predict(target: str, chip_name: str, arg_specs: tuple[str, ...], mesh: str | None, chips_file: tuple[str, ...],
-            top: int, explain: bool, as_json: bool) -> None:
+def predict(target: str, chip_name: str, arg_specs: tuple[str, ...], mesh: str | None, topology: str | None,
+            chips_file: tuple[str, ...], top: int, explain: bool, as_json: bool) -> None:
     """Predict a JAX function op by op on a chip you may not have (roofline: math, memory, links).
 
     TARGET is FILE.py:FUNCTION (lowered here with the --arg shapes), or an HLO text file (a dump,
@@ -241,7 +243,7 @@ def predict(target: str, chip_name: str, arg_specs: tuple[str, ...], mesh: str |
             module = H.parse(text)
         except H.HloParseError as e:
             raise UserError(f"{target} is not HLO text: line {e.line}, column {e.column}: {e.message}.") from None
-        pred = predict_module(module, chip, source=f"the HLO in {target}, as written")
+        pred = predict_module(module, chip, source=f"the HLO in {target}, as written", topology=topology)
         if as_json:
             click.echo(json.dumps(pred.to_dict(), indent=2))
         else:
@@ -260,7 +262,7 @@ def predict(target: str, chip_name: str, arg_specs: tuple[str, ...], mesh: str |
     mesh_obj = make_mesh(mesh) if mesh else None
     args = [parse_arg_spec(a, mesh_obj) for a in arg_specs]
     fn = _load_function(target)
-    pred = run_predict(fn, *args, chip=chip, mesh=mesh_obj)
+    pred = run_predict(fn, *args, chip=chip, mesh=mesh_obj, topology=topology)
     if as_json:
         click.echo(json.dumps(pred.to_dict(), indent=2))
     else:

@@ -179,13 +179,14 @@ def lower_and_dump(fn, args, kwargs, mesh=None):
         shutil.rmtree(dump, ignore_errors=True)
 
 
-def predict(fn, *args, chip: str | Chip = "local", mesh=None, emulate_fusion: bool | None = None,
-            **kwargs) -> Prediction:
+def predict(fn, *args, chip: str | Chip = "local", mesh=None, topology: str | None = None,
+            emulate_fusion: bool | None = None, **kwargs) -> Prediction:
     """Predict ``fn(*args)`` op by op on ``chip`` (a catalogue name, ``"local"``, or a Chip).
 
     ``mesh`` is a ``jax.sharding.Mesh`` or ``"data=4,model=2"``; args then carry their
     shardings (``jax.ShapeDtypeStruct(shape, dtype, sharding=NamedSharding(mesh, P(...)))``)
-    and the prediction is per device.
+    and the prediction is per device. ``topology`` is the TPU slice's physical shape (``"4x4"``,
+    ``"2x2x4"``); with it, collectives are priced on the torus axes their groups really span.
     """
     c = get_chip(chip)
     mesh_obj = make_mesh(mesh) if mesh is not None else None
@@ -202,10 +203,16 @@ def predict(fn, *args, chip: str | Chip = "local", mesh=None, emulate_fusion: bo
     fused = any(i.opcode == "fusion" for i in module.instructions())
     if emulate_fusion is None and not fused:
         assumptions.append("ops are grouped into kernels as XLA's producer-consumer fusion would (estimate)")
-    if c.kind == "tpu":
+    if c.kind == "tpu" and topology:
+        assumptions.append(f"slice topology {topology}, device ids laid out first axis fastest; a group uses "
+                           "wraparound only on an axis it covers whole (per the chip's rule); one ICI link one way "
+                           "per direction per axis")
+    elif c.kind == "tpu":
         assumptions.append("collectives run as rings along one torus axis per group (wraparound per the chip's "
-                           "topology rule); link bandwidth is one ICI link one way")
+                           "topology rule; give a topology such as 4x4 to place groups on real axes); link "
+                           "bandwidth is one ICI link one way")
     elif c.kind == "gpu":
         assumptions.append("collectives inside an NVLink domain see the GPU's full NVLink bandwidth one way")
     assumptions.append(f"one JAX device = one {c.device_unit}; times are per device")
-    return predict_module(module, c, source=source, emulate_fusion=emulate_fusion, assumptions=tuple(assumptions))
+    return predict_module(module, c, source=source, emulate_fusion=emulate_fusion, assumptions=tuple(assumptions),
+                          topology=topology)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from rooflens.errors import RooflensError
 from rooflens.hardware import Chip
 
 KINDS = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute", "collective-broadcast",
@@ -113,12 +114,96 @@ def _torus_factor(kind: str, n: int, wrap: bool) -> tuple[float, int, str]:
     return 1.0, n - 1, f"no wraparound: {n - 1} hops in a line, each end receives on one link"
 
 
-def collective_cost(chip: Chip, kind: str, n: int, in_bytes: float, out_bytes: float) -> CommCost:
-    """Traffic and time of one collective over a group of ``n`` devices on ``chip``."""
+@dataclass(frozen=True, slots=True)
+class Topology:
+    """The physical shape of a TPU slice, e.g. ``4x4`` (v5e) or ``2x2x4`` (v5p).
+
+    Device ids are laid out with the first axis fastest (id = x + X·y + X·Y·z), as TPU device
+    ids are; a group of devices then spans the axes along which its members' coordinates vary.
+    """
+
+    dims: tuple[int, ...]
+
+    @property
+    def num_devices(self) -> int:
+        return math.prod(self.dims)
+
+    def coords(self, device: int) -> tuple[int, ...]:
+        out = []
+        for d in self.dims:
+            out.append(device % d)
+            device //= d
+        return tuple(out)
+
+    def __str__(self) -> str:
+        return "x".join(map(str, self.dims))
+
+
+def parse_topology(text: str | Topology | None) -> Topology | None:
+    if text is None or isinstance(text, Topology):
+        return text
+    try:
+        dims = tuple(int(p) for p in str(text).lower().replace("×", "x").split("x"))
+    except ValueError:
+        dims = ()
+    if not dims or any(d < 1 for d in dims) or len(dims) > 3:
+        raise RooflensError(f"bad topology {text!r}: write the slice shape like 4x4 or 2x2x4.")
+    return Topology(dims)
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """The torus axes one group of devices occupies: (extent, axis length) per spanned axis."""
+
+    axes: tuple[tuple[int, int], ...]
+
+    def describe(self) -> str:
+        return " × ".join(f"{e} of {d}" for e, d in self.axes)
+
+
+def group_span(topology: Topology, group: tuple[int, ...]) -> Span:
+    coords = [topology.coords(d) for d in group]
+    axes = []
+    for a, dim in enumerate(topology.dims):
+        extent = len({c[a] for c in coords})
+        if extent > 1:
+            axes.append((extent, dim))
+    return Span(tuple(axes))
+
+
+def _span_factor(chip: Chip, kind: str, n: int, span: Span) -> tuple[float, int, str]:
+    """Factor and hops of a collective whose group spans known physical axes."""
+    if len(span.axes) == 1:
+        extent, dim = span.axes[0]
+        wrap = extent == dim and has_wraparound(chip, dim)
+        factor, hops, algo = _torus_factor(kind, extent, wrap)
+        return factor, hops, f"{algo} (axis of {dim} in the slice)"
+    dirs = [2 if (extent == dim and has_wraparound(chip, dim)) else 1 for extent, dim in span.axes]
+    hops = sum(math.ceil((e - 1) / 2) if d == 2 else e - 1 for (e, _), d in zip(span.axes, dirs))
+    if kind in ("all-gather", "reduce-scatter", "all-reduce"):
+        return 1.0 / sum(dirs), hops, (f"rings on {len(span.axes)} torus axes at once ({span.describe()}; "
+                                       f"{sum(dirs)} link directions per device)")
+    factor, _, algo = _torus_factor(kind, n, False)
+    return factor / sum(dirs), hops, f"{algo}, spread over {len(span.axes)} axes ({span.describe()})"
+
+
+def collective_cost(chip: Chip, kind: str, n: int, in_bytes: float, out_bytes: float,
+                    span: Span | None = None) -> CommCost:
+    """Traffic and time of one collective over a group of ``n`` devices on ``chip``.
+
+    ``span`` (TPU) says which physical axes the group occupies, from a known slice topology;
+    without it the group is taken to lie along one torus axis.
+    """
     if n <= 1:
         return CommCost(kind, n, 0.0, 0.0, 1.0, 0, "none", "group of one device: nothing moves", "no traffic")
     sent, sent_text = _sent_bytes(kind, n, in_bytes, out_bytes)
-    if chip.kind == "tpu":
+    if chip.kind == "tpu" and span is not None and span.axes:
+        w = chip.ici_link_bytes_per_s_oneway or 0.0
+        factor, hops, algo = _span_factor(chip, kind, n, span)
+        if kind == "all-reduce":
+            hops *= 2
+        link = "ICI"
+    elif chip.kind == "tpu":
         w = chip.ici_link_bytes_per_s_oneway or 0.0
         wrap = has_wraparound(chip, n)
         factor, hops, algo = _torus_factor(kind, n, wrap)

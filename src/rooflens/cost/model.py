@@ -19,11 +19,12 @@ import re
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 
-from rooflens.cost.comm import CommCost, collective_cost
+from rooflens.cost.comm import CommCost, Topology, collective_cost, group_span, parse_topology
 from rooflens.cost.counts import Counts, instruction_counts
 from rooflens.cost.fuse import NO_VALUE, Group, plan_groups
 from rooflens.cost.traffic import SLICING as SLICING_OPS
 from rooflens.cost.traffic import Traffic, hbm_bytes, instruction_traffic
+from rooflens.errors import RooflensError
 from rooflens.hardware import Chip
 from rooflens.hlo import Instruction, Module, Shape
 
@@ -61,6 +62,7 @@ class OpCost:
     members: tuple[str, ...] = ()  # ops grouped into this one (emulated fusion), else (name,)
     contracted: int = 0  # a matmul's contracted size K
     host_bytes: float = 0.0  # bytes moved between device and host memory (offload, S(5))
+    device_group: tuple[int, ...] = ()  # a collective's first replica group (device ids)
 
     @property
     def bytes(self) -> float:
@@ -269,6 +271,17 @@ def _becomes_reduce_scatter(module: Module, ins: Instruction, n: int) -> bool:
         u.opcode == "dynamic-slice" and abs(_logical_bytes(u.shape) * n - total) < 1 for u in users)
 
 
+def _first_group(module: Module, ins: Instruction) -> tuple[int, ...]:
+    info = module.collective(ins)
+    if info is None or ins.opcode.endswith("-done"):
+        return ()
+    if info.groups:
+        return tuple(info.groups[0])
+    if info.pairs:
+        return tuple(info.pairs[0])
+    return tuple(range(info.num_devices or module.num_devices))
+
+
 def _collective_fields(module: Module, ins: Instruction) -> tuple[str, int, float, float]:
     info = module.collective(ins)
     if info is None or ins.opcode.endswith("-done"):
@@ -303,6 +316,7 @@ def _op_cost(module: Module, ins: Instruction, count: float, counts: Counts, tra
         is_matmul=mm is not None, named_scope=ins.named_scope, flops_formula=counts.formula,
         bytes_formula=traffic.formula, collective=kind, group_size=n, comm_in_bytes=cin, comm_out_bytes=cout,
         members=members, contracted=_contracted(module, mm), host_bytes=_host_bytes(module, ins),
+        device_group=_first_group(module, ins) if kind else (),
     )
 
 
@@ -437,8 +451,8 @@ def peak_for(chip: Chip, dtype: str, is_matmul: bool, precision: str) -> tuple[f
     return peaks[key], key, note
 
 
-def price(op: OpCost, chip: Chip) -> OpPrediction:
-    """One op's roofline on one chip."""
+def price(op: OpCost, chip: Chip, topology: Topology | None = None) -> OpPrediction:
+    """One op's roofline on one chip (``topology``: the TPU slice shape, when known)."""
     lines: list[str] = []
     peak, key, note = peak_for(chip, op.dtype, op.is_matmul, op.precision)
     measured = chip.matmul_rate(key, op.flops, op.contracted) if op.is_matmul and op.flops else None
@@ -460,7 +474,8 @@ def price(op: OpCost, chip: Chip) -> OpPrediction:
         lines.append(f"T_mem = {op.bytes:.4g} B / {bw:.4g} B/s (HBM) = {t_mem * 1e3:.4g} ms")
     t_comm, comm_bytes = 0.0, 0.0
     if op.collective:
-        cc: CommCost = collective_cost(chip, op.collective, op.group_size, op.comm_in_bytes, op.comm_out_bytes)
+        span = group_span(topology, op.device_group) if topology is not None and op.device_group else None
+        cc: CommCost = collective_cost(chip, op.collective, op.group_size, op.comm_in_bytes, op.comm_out_bytes, span)
         t_comm, comm_bytes = cc.t_comm_s, cc.comm_bytes
         lines.append(f"T_comm: {cc.formula} [{cc.algorithm}]")
     t_host = 0.0
@@ -498,9 +513,17 @@ def _totals(ops: list[OpPrediction], key) -> dict[str, float]:
 
 
 def predict_module(module: Module, chip: Chip, *, source: str = "", emulate_fusion: bool | None = None,
-                   assumptions: tuple[str, ...] = ()) -> Prediction:
-    """Price every op of ``module`` on ``chip``."""
-    ops = [price(c, chip) for c in costs(module, emulate_fusion=emulate_fusion)]
+                   assumptions: tuple[str, ...] = (), topology: Topology | str | None = None) -> Prediction:
+    """Price every op of ``module`` on ``chip``.
+
+    ``topology`` is the TPU slice shape (``"4x4"``): collectives are then priced on the physical
+    axes their device groups span, with wraparound only where the whole axis is in the group.
+    """
+    topo = parse_topology(topology)
+    if topo is not None and topo.num_devices < module.num_devices:
+        raise RooflensError(f"the topology {topo} has {topo.num_devices} devices but the program runs on "
+                            f"{module.num_devices}.")
+    ops = [price(c, chip, topo) for c in costs(module, emulate_fusion=emulate_fusion)]
     ops = [o for o in ops if o.bound != "none" or o.flops or o.bytes]
     return Prediction(
         chip=chip.name, device_unit=chip.device_unit, module=module.name, source=source, ops=tuple(ops),
