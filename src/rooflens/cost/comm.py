@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from rooflens.cost.traffic import fmt_bytes
 from rooflens.errors import RooflensError
 from rooflens.hardware import Chip
 
@@ -82,21 +83,14 @@ def _torus_axes(chip: Chip, n: int) -> int:
 def _sent_bytes(kind: str, n: int, in_bytes: float, out_bytes: float) -> tuple[float, str]:
     frac = (n - 1) / n
     if kind == "all-gather":
-        return frac * out_bytes, f"(N−1)/N × {_b(out_bytes)} gathered"
+        return frac * out_bytes, f"(N−1)/N × {fmt_bytes(out_bytes)} gathered"
     if kind == "reduce-scatter":
-        return frac * in_bytes, f"(N−1)/N × {_b(in_bytes)} input"
+        return frac * in_bytes, f"(N−1)/N × {fmt_bytes(in_bytes)} input"
     if kind == "all-reduce":
-        return 2 * frac * in_bytes, f"2 × (N−1)/N × {_b(in_bytes)} (reduce-scatter + all-gather)"
+        return 2 * frac * in_bytes, f"2 × (N−1)/N × {fmt_bytes(in_bytes)} (reduce-scatter + all-gather)"
     if kind == "all-to-all":
-        return frac * in_bytes, f"(N−1)/N × {_b(in_bytes)} input"
-    return in_bytes, f"{_b(in_bytes)} sent"
-
-
-def _b(n: float) -> str:
-    for unit, div in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= div:
-            return f"{n / div:.4g} {unit}"
-    return f"{n:.0f} B"
+        return frac * in_bytes, f"(N−1)/N × {fmt_bytes(in_bytes)} input"
+    return in_bytes, f"{fmt_bytes(in_bytes)} sent"
 
 
 def _torus_factor(kind: str, n: int, wrap: bool) -> tuple[float, int, str]:
@@ -228,6 +222,6 @@ def collective_cost(chip: Chip, kind: str, n: int, in_bytes: float, out_bytes: f
         link, algo = "memory", "devices share host memory: a collective is a memory copy"
         factor, hops = 1.0, 1
     t = sent / w * factor if w > 0 else 0.0
-    formula = (f"{kind} over N={n}: comm_bytes = {sent_text} = {_b(sent)}; "
-               f"T = {_b(sent)} / {w:.3g} B/s ({link} one-way) × {factor:.3g} = {t * 1e3:.4g} ms, {hops} hop(s)")
+    formula = (f"{kind} over N={n}: comm_bytes = {sent_text} = {fmt_bytes(sent)}; "
+               f"T = {fmt_bytes(sent)} / {w:.3g} B/s ({link} one-way) × {factor:.3g} = {t * 1e3:.4g} ms, {hops} hop(s)")
     return CommCost(kind, n, sent, w, factor, hops, link, algo, formula)

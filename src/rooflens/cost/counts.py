@@ -51,11 +51,7 @@ ZERO = Counts()
 
 
 def _elements(shape: Shape | None) -> int:
-    if shape is None:
-        return 0
-    if shape.is_tuple:
-        return sum(_elements(s) for s in shape.tuple_shapes)
-    return shape.num_elements
+    return 0 if shape is None else sum(s.num_elements for s in shape.leaves() if s.is_array)
 
 
 def _first_array(shape: Shape | None) -> Shape | None:
@@ -91,13 +87,19 @@ def _reducer_flops(module: Module, ins: Instruction) -> float:
     return computation_flops(module, called[0]) if called else 1.0
 
 
+def contracted_size(module: Module, dot: Instruction) -> int:
+    """K of a dot: the product of the lhs contracting dimensions (1 for an outer product)."""
+    lhs = module.operand_shape(dot.operands[0]) if dot.operands else None
+    if lhs is None:
+        return 0
+    return math.prod(lhs.dims[d] for d in _dims(dot.attrs.get("lhs_contracting_dims")) if d < len(lhs.dims))
+
+
 def dot_counts(module: Module, ins: Instruction) -> Counts:
-    lhs = module.operand_shape(ins.operands[0]) if ins.operands else None
     out = _first_array(ins.shape)
-    if lhs is None or out is None:
+    k = contracted_size(module, ins)
+    if not k or out is None:
         return ZERO
-    contracting = _dims(ins.attrs.get("lhs_contracting_dims"))
-    k = math.prod(lhs.dims[d] for d in contracting if d < len(lhs.dims))
     n_out = out.num_elements
     flops = 2.0 * n_out * k
     out_dims = "·".join(str(d) for d in out.dims) or "1"

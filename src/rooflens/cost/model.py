@@ -20,7 +20,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 
 from rooflens.cost.comm import CommCost, Topology, collective_cost, group_span, parse_topology
-from rooflens.cost.counts import Counts, instruction_counts
+from rooflens.cost.counts import Counts, contracted_size, instruction_counts
 from rooflens.cost.fuse import NO_VALUE, Group, plan_groups
 from rooflens.cost.traffic import SLICING as SLICING_OPS
 from rooflens.cost.traffic import Traffic, hbm_bytes, instruction_traffic
@@ -254,11 +254,7 @@ def _precision(mm: Instruction | None) -> str:
 
 
 def _logical_bytes(shape: Shape | None) -> float:
-    if shape is None:
-        return 0.0
-    if shape.is_tuple:
-        return sum(_logical_bytes(s) for s in shape.tuple_shapes)
-    return float(shape.bytes) if shape.is_array else 0.0
+    return 0.0 if shape is None else float(sum(s.bytes for s in shape.leaves() if s.is_array))
 
 
 def _becomes_reduce_scatter(module: Module, ins: Instruction, n: int) -> bool:
@@ -337,16 +333,7 @@ def _host_bytes(module: Module, ins: Instruction) -> float:
 
 
 def _contracted(module: Module, mm: Instruction | None) -> int:
-    if mm is None or mm.opcode != "dot" or not mm.operands:
-        return 0
-    lhs = module.operand_shape(mm.operands[0])
-    dims = mm.attrs.get("lhs_contracting_dims")
-    dims = dims if isinstance(dims, tuple) else (dims,) if isinstance(dims, int) else ()
-    k = 1
-    for d in dims:
-        if lhs is not None and d < len(lhs.dims):
-            k *= lhs.dims[d]
-    return k
+    return contracted_size(module, mm) if mm is not None and mm.opcode == "dot" else 0
 
 
 def _group_traffic(module: Module, g: Group) -> Traffic:

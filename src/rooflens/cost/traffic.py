@@ -28,6 +28,7 @@ collective-permute-done copy-done async-done async-update send-done recv-done re
 SLICING = frozenset(["slice", "dynamic-slice", "gather"])
 ON_CHIP_MEMORY_SPACES = frozenset([1])  # TPU S(1) = VMEM
 HOST_MEMORY_SPACES = frozenset([5])  # TPU S(5) = pinned host memory (host offload)
+OFF_HBM = ON_CHIP_MEMORY_SPACES | HOST_MEMORY_SPACES
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,19 +46,14 @@ def hbm_bytes(shape: Shape | None) -> float:
     """Bytes a value occupies in device memory (padded when tiled; 0 when it lives on chip)."""
     if shape is None:
         return 0.0
-    if shape.is_tuple:
-        return sum(hbm_bytes(s) for s in shape.tuple_shapes)
-    if not shape.is_array:
-        return 0.0
-    if shape.memory_space in ON_CHIP_MEMORY_SPACES or shape.memory_space in HOST_MEMORY_SPACES:
-        return 0.0
-    return float(shape.padded_bytes)
+    return float(sum(s.padded_bytes for s in shape.leaves() if s.is_array and s.memory_space not in OFF_HBM))
 
 
-def _fmt_bytes(n: float) -> str:
+def fmt_bytes(n: float) -> str:
+    """Decimal units, 4 significant digits: the figures of the arithmetic (``67.11 MB``)."""
     for unit, div in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
         if n >= div:
-            return f"{n / div:.3g} {unit}"
+            return f"{n / div:.4g} {unit}"
     return f"{n:.0f} B"
 
 
@@ -105,32 +101,32 @@ def instruction_traffic(module: Module, ins: Instruction) -> Traffic:
         reads = _fusion_param_reads(module, ins)
         write = _fusion_write(module, ins)
         r = sum(reads)
-        return Traffic(r, write, f"{_fmt_bytes(r)} read ({len(reads)} operands) + {_fmt_bytes(write)} written")
+        return Traffic(r, write, f"{fmt_bytes(r)} read ({len(reads)} operands) + {fmt_bytes(write)} written")
     if op in SLICING:
         idx = sum(hbm_bytes(module.operand_shape(o)) for o in ins.operands[1:])
-        return Traffic(out + idx, out, f"{_fmt_bytes(out)} sliced out + {_fmt_bytes(out)} written")
+        return Traffic(out + idx, out, f"{fmt_bytes(out)} sliced out + {fmt_bytes(out)} written")
     if op == "dynamic-update-slice" and len(ins.operands) > 1:
         upd = hbm_bytes(module.operand_shape(ins.operands[1]))
-        return Traffic(upd, upd, f"{_fmt_bytes(upd)} update read + written in place")
+        return Traffic(upd, upd, f"{fmt_bytes(upd)} update read + written in place")
     if op == "scatter" and len(ins.operands) >= 3:
         upd = hbm_bytes(module.operand_shape(ins.operands[-1]))
         idx = hbm_bytes(module.operand_shape(ins.operands[1]))
-        return Traffic(2 * upd + idx, upd, f"{_fmt_bytes(upd)} updates, read-modify-write in place")
+        return Traffic(2 * upd + idx, upd, f"{fmt_bytes(upd)} updates, read-modify-write in place")
     if op == "copy-start" and ins.operands and ins.shape.is_tuple and ins.shape.tuple_shapes:
         # (destination, source alias, context): reads the source, writes the destination; a side
         # in host memory (S(5)) or on chip costs no HBM traffic
         r = hbm_bytes(module.operand_shape(ins.operands[0]))
         w = hbm_bytes(ins.shape.tuple_shapes[0])
-        return Traffic(r, w, f"{_fmt_bytes(r)} read + {_fmt_bytes(w)} written in device memory")
+        return Traffic(r, w, f"{fmt_bytes(r)} read + {fmt_bytes(w)} written in device memory")
     if op.endswith("-start"):
         # an async collective's start reads its input and writes its output buffer
         operands = ins.operands
         r = sum(hbm_bytes(module.operand_shape(o)) for o in operands)
         w = hbm_bytes(ins.shape if op == "all-reduce-start" else _async_output(ins.shape))
-        return Traffic(r, w, f"{_fmt_bytes(r)} read + {_fmt_bytes(w)} written")
+        return Traffic(r, w, f"{fmt_bytes(r)} read + {fmt_bytes(w)} written")
     reads = [hbm_bytes(module.operand_shape(o)) for o in ins.operands]
     r = sum(reads)
-    return Traffic(r, out, f"{_fmt_bytes(r)} read ({len(reads)} operands) + {_fmt_bytes(out)} written")
+    return Traffic(r, out, f"{fmt_bytes(r)} read ({len(reads)} operands) + {fmt_bytes(out)} written")
 
 
 def _async_output(shape: Shape) -> Shape | None:
