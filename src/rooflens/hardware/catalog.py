@@ -141,7 +141,7 @@ class Chip:
         """Achieved FLOP/s of a matmul from measurements, when the chip has them (``local``).
 
         A CPU's matmul throughput depends on shape (threading, cache blocking), which one peak
-        hides. With a measured grid over (output elements, K), the rate is the inverse-distance
+        hides. With a measured grid over (output elements, K), the rate is the inverse-distance⁴
         weighted mean in log space of the grid's rates; else a curve over FLOPs, interpolated in
         log(FLOPs) and held flat beyond the measured sizes.
         """
@@ -154,8 +154,8 @@ class Chip:
                 d2 = (x - math.log(mn)) ** 2 + (y - math.log(k)) ** 2
                 if d2 < 1e-12:
                     return float(rate)
-                num += float(rate) / d2
-                den += 1.0 / d2
+                num += float(rate) / d2 ** 2  # weight 1/distance⁴: the nearest shapes dominate
+                den += 1.0 / d2 ** 2
             return num / den
         curve = self.value(f"compute.matmul_curve_{key}")
         if not curve:
