@@ -5,12 +5,13 @@
 >>> pred = rl.predict(fn, *args, chip="tpu-v5e")        # per-op roofline, without the chip
 """
 
-from rooflens import cost, hlo
+from rooflens import cost, hlo, trace
 from rooflens import hardware as _hardware
 from rooflens.cost import OpCost, OpPrediction, Prediction
 from rooflens.errors import RooflensError
 from rooflens.hardware import Chip, ChipError, chip
 from rooflens.lowering import predict
+from rooflens.trace import Profile, capture, load
 
 __version__ = "0.1.0"
 
@@ -21,6 +22,6 @@ def chips() -> list[str]:
 
 
 __all__ = [
-    "Chip", "ChipError", "OpCost", "OpPrediction", "Prediction", "RooflensError", "__version__", "chip", "chips",
-    "cost", "hlo", "predict",
+    "Chip", "ChipError", "OpCost", "OpPrediction", "Prediction", "Profile", "RooflensError", "__version__", "capture",
+    "chip", "chips", "cost", "hlo", "load", "predict", "trace",
 ]

@@ -269,6 +269,30 @@ def predict(target: str, chip_name: str, arg_specs: tuple[str, ...], mesh: str |
         render_prediction(_console(), pred, top=top, explain=explain)
 
 
+@cli.command()
+@click.argument("logdir", metavar="LOGDIR|RUN_DIR|TRACE_FILE")
+@click.option("--hlo", "hlo_dir", metavar="DIR", help="HLO text files of the programs (an XLA dump directory), for "
+                                                       "traces captured without rooflens.")
+@click.option("--top", default=20, show_default=True, help="How many ops to list.")
+@click.option("--json", "as_json", is_flag=True, help="Print all the stats as JSON.")
+def report(logdir: str, hlo_dir: str | None, top: int, as_json: bool) -> None:
+    """What ran: HLO op stats, time by scope and category, steps, and device idle time.
+
+    Reads a TensorBoard/XProf logdir, one of its run directories, or a single *.xplane.pb /
+    *.trace.json.gz, from CPU, GPU or TPU.
+    """
+    from rooflens.report.trace_view import render_op_stats
+    from rooflens.trace import load, op_stats
+
+    prof = load(logdir, hlo_dir=hlo_dir)
+    stats = op_stats(prof)
+    if as_json:
+        click.echo(json.dumps({"path": prof.path, "sources": prof.sources, "hosts": prof.hosts,
+                               "metadata": prof.metadata, **stats.to_dict()}, indent=2, default=str))
+    else:
+        render_op_stats(_console(), stats, source=", ".join(prof.sources), top=top)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: user errors become one sentence on stderr and exit status 2."""
     try:

@@ -46,8 +46,24 @@ def named_scope_of(op_name: str) -> str:
 
     ``jit(train)/jit(main)/layer_0/attention/dot_general`` → ``layer_0/attention``;
     ``jit(f)/transpose(jvp(ffn))/dot_general`` → ``ffn`` (autodiff wrappers unwrapped).
-    The last component is the JAX primitive and is dropped.
+    The last component is the JAX primitive and is dropped. A combined op (XLA joins the
+    ``op_name`` of ops it merges, e.g. several all-reduces, with ``:``) gets the scope its parts
+    share: ``layer_0/ffn/dot:layer_0/attention/dot`` → ``layer_0``.
     """
+    if ":" in op_name:
+        scopes = [_one_scope(p) for p in op_name.split(":") if p]
+        common = scopes[0].split("/") if scopes else []
+        for sc in scopes[1:]:
+            other = sc.split("/")
+            n = 0
+            while n < min(len(common), len(other)) and common[n] == other[n]:
+                n += 1
+            common = common[:n]
+        return "/".join(common)
+    return _one_scope(op_name)
+
+
+def _one_scope(op_name: str) -> str:
     parts = [p for p in op_name.split("/") if p]
     if len(parts) <= 1:
         return ""

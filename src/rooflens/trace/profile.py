@@ -1,0 +1,223 @@
+"""``rl.load``: a logdir, a run directory or one trace file → a :class:`Profile`.
+
+A run directory is what ``jax.profiler`` writes (``<logdir>/plugins/profile/<run>/``): one
+``<host>.xplane.pb`` per host (and usually a ``<host>.trace.json.gz``). ``rl.capture`` adds
+``rooflens.json`` (what was captured) and ``hlo/<program>.txt`` (the compiled HLO of every
+program that ran), which give each op its category and named scope.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+from rooflens import hlo as H
+from rooflens.errors import RooflensError
+from rooflens.hlo.opcodes import KNOWN_OPCODES, opcode_category
+from rooflens.trace.events import EventTable, concat
+from rooflens.trace.readers import RawTrace, assign_steps, read_chrome, read_xspace
+
+XSPACE = ".xplane.pb"
+CHROME = (".trace.json.gz", ".trace.json")
+
+
+@dataclass
+class OpInfo:
+    category: str
+    named_scope: str
+    opcode: str
+
+
+@dataclass
+class Profile:
+    """A measured run: device op events, steps, and the HLO of its programs."""
+
+    path: str
+    table: EventTable
+    steps: list[tuple[int, float, float]]  # (step number, start ns, end ns)
+    platform: str  # tpu | gpu | cpu | unknown
+    device_kind: str
+    hosts: list[str]
+    sources: list[str]  # the files read
+    notes: list[str] = field(default_factory=list)  # what this trace cannot give, said plainly
+    metadata: dict = field(default_factory=dict)  # rooflens.json, when captured by rooflens
+    hlo_texts: dict[str, str] = field(default_factory=dict)  # program → HLO module text
+    plane_stats: dict = field(default_factory=dict)
+
+    @cached_property
+    def modules(self) -> dict[str, H.Module]:
+        out = {}
+        for name, text in self.hlo_texts.items():
+            try:
+                out[name] = H.parse(text)
+            except H.HloParseError:
+                self.notes.append(f"the HLO saved for {name} could not be read; its ops have no scope or category")
+        return out
+
+    @cached_property
+    def op_info(self) -> dict[tuple[str, str], OpInfo]:
+        """(program, op) → category and named scope, from the programs' HLO where known."""
+        t = self.table
+        out: dict[tuple[str, str], OpInfo] = {}
+        pairs = {(int(p), int(n)) for p, n in zip(t.program.tolist(), t.name.tolist())}
+        for p, n in pairs:
+            program, name = t.programs[p], t.names[n]
+            out[(program, name)] = _op_info(self.modules.get(program), name, t.hlo_text.get((program, name)),
+                                            t.op_meta.get((program, name), {}))
+        return out
+
+
+def _from_trace_category(hlo_category: str) -> str:
+    """TensorBoard's ``hlo_category`` (TPU traces) → rooflens's categories."""
+    c = hlo_category.lower()
+    if "convolution" in c:
+        return "convolution"
+    if "fusion" in c:
+        return "fusion"
+    if c in ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute") or "collective" in c:
+        return "collective"
+    if "data formatting" in c or c in ("copy", "transpose"):
+        return "copy/transpose"
+    return opcode_category(c) if c in KNOWN_OPCODES else ""
+
+
+def _op_info(module: H.Module | None, name: str, text: str | None, meta: dict | None = None) -> OpInfo:
+    ins = module.find(name) if module is not None else None
+    if ins is None and text and "(" in text:
+        try:
+            ins = H.parse_instruction(text.strip())
+        except (H.HloParseError, ValueError):
+            ins = None
+    if ins is not None:
+        category = ins.category or opcode_category(ins.opcode, ins.custom_call_target)
+        if ins.opcode == "fusion" and module is not None:
+            body = {i.category for i in module.fusion_body(ins)}
+            for c in ("matmul", "convolution", "collective"):
+                if c in body:
+                    category = c
+                    break
+        scope = ins.named_scope
+        if meta:  # TPU traces carry XLA's own category and the op_name (tf_op) on every event
+            category = _from_trace_category(meta.get("hlo_category", "")) or category
+            scope = scope or H.named_scope_of(meta.get("op_name", "").rstrip(":"))
+        return OpInfo(category, scope, ins.opcode)
+    return OpInfo(*_guess_from_name(name))
+
+
+def _guess_from_name(name: str) -> tuple[str, str, str]:
+    """(category, scope, opcode) from an op name alone: XLA names ops after their opcode
+    (``all-reduce.4``, ``copy.3``), fusions after what they fuse (``input_transpose_fusion``)."""
+    base = name.split(".")[0]
+    if base in KNOWN_OPCODES:
+        return opcode_category(base), "", base
+    tokens = re.split(r"[_\-]", base)
+    if "fusion" in tokens:
+        return "fusion", "", "fusion"
+    low = base.lower()
+    for key, cat in (("gemm", "matmul"), ("cublas", "matmul"), ("conv", "convolution")):
+        if key in low:
+            return cat, "", "custom-call"
+    for tok in reversed(tokens):
+        if tok in KNOWN_OPCODES:
+            return opcode_category(tok), "", tok
+    return "unknown", "", base
+
+
+def find_trace_files(path: Path) -> tuple[Path, list[Path]]:
+    """(run directory, trace files to read): one per host, XSpace preferred over Chrome JSON."""
+    if not path.exists():
+        raise RooflensError(f"{path} does not exist.")
+    if path.is_file():
+        if path.name.endswith(XSPACE) or path.name.endswith(CHROME):
+            return path.parent, [path]
+        raise RooflensError(f"{path} is not a profile: give a logdir, a run directory, a *.xplane.pb or a "
+                            "*.trace.json.gz.")
+    run = path
+    if not _host_files(path):
+        runs = sorted(p for p in (path / "plugins" / "profile").glob("*") if p.is_dir() and _host_files(p))
+        if not runs:
+            runs = sorted({p.parent for p in path.rglob("*") if p.name.endswith(XSPACE) or p.name.endswith(CHROME)})
+        if not runs:
+            raise RooflensError(f"{path} holds no profile (no *.xplane.pb or *.trace.json.gz under it).")
+        run = runs[-1]  # the newest run (run directories are named by time)
+    return run, _host_files(run)
+
+
+def _host_files(run: Path) -> list[Path]:
+    files = sorted(p for p in run.iterdir() if p.is_file() and (p.name.endswith(XSPACE) or p.name.endswith(CHROME)))
+    by_host: dict[str, Path] = {}
+    for f in files:
+        host = f.name.removesuffix(XSPACE).removesuffix(".gz").removesuffix(".json").removesuffix(".trace")
+        if host not in by_host or f.name.endswith(XSPACE):
+            by_host[host] = f
+    return list(by_host.values())
+
+
+def read_hlo_dir(directory: str | Path) -> dict[str, str]:
+    """Program name → HLO text, from a directory of HLO text files (an XLA dump, or ``hlo/``).
+
+    The program name is the module's own (``HloModule jit_step``); of a dump's several files
+    for one module, the one after optimizations (what ran) is kept.
+    """
+    out: dict[str, tuple[int, str]] = {}
+    d = Path(directory)
+    if not d.is_dir():
+        raise RooflensError(f"{directory} is not a directory of HLO files.")
+    for f in sorted(d.glob("*.txt")):
+        if "buffer-assignment" in f.name or "memory-usage" in f.name:
+            continue
+        try:
+            text = f.read_text()
+        except (OSError, UnicodeDecodeError):
+            continue
+        m = re.match(r"\s*HloModule\s+([^\s,]+)", text)
+        if not m:
+            continue
+        rank = 2 if "after_optimizations" in f.name or f.parent.name == "hlo" else 1
+        if rank >= out.get(m.group(1), (0, ""))[0]:
+            out[m.group(1)] = (rank, text)
+    return {k: v for k, (_, v) in out.items()}
+
+
+def load(path: str | Path, hlo_dir: str | Path | None = None) -> Profile:
+    """Read a profile: logdir, run directory, or one ``*.xplane.pb`` / ``*.trace.json.gz`` file.
+
+    ``hlo_dir`` adds the HLO of the programs (an XLA dump directory) when the run has none.
+    """
+    run, files = find_trace_files(Path(path))
+    raws: list[RawTrace] = [read_xspace(f) if f.name.endswith(XSPACE) else read_chrome(f) for f in files]
+    table = concat([r.table for r in raws])
+    steps = sorted(s for r in raws for s in r.steps)
+    assign_steps(table, steps)
+    notes = [n for r in raws for n in r.notes]
+    if not len(table):
+        raise RooflensError(f"{path} has no device op events (no XLA ops on any device or CPU thread): "
+                            "was anything running on the devices while it was traced?")
+    platform = next((r.platform for r in raws if r.platform != "unknown"), "unknown")
+    meta: dict = {}
+    meta_path = run / "rooflens.json"
+    if meta_path.is_file():
+        try:
+            meta = json.loads(meta_path.read_text())
+        except ValueError:
+            notes.append(f"{meta_path} is not valid JSON; ignored")
+    hlo_texts = read_hlo_dir(run / "hlo") if (run / "hlo").is_dir() else {}
+    if hlo_dir is not None:
+        hlo_texts.update(read_hlo_dir(hlo_dir))
+    profile = Profile(
+        path=str(path), table=table, steps=steps, platform=platform,
+        device_kind=next((r.device_kind for r in raws if r.device_kind != "unknown"), "unknown"),
+        hosts=[r.host for r in raws], sources=[str(f) for f in files], notes=notes, metadata=meta,
+        hlo_texts=hlo_texts, plane_stats=next((r.plane_stats for r in raws if r.plane_stats), {}),
+    )
+    if not steps:
+        profile.notes.append("the trace has no step annotations (jax.profiler.StepTraceAnnotation) or Steps line, "
+                             "so there are no per-step times")
+    missing = sorted({table.programs[p] for p in set(table.program.tolist())} - set(hlo_texts))
+    if missing and platform != "tpu":
+        profile.notes.append(f"no HLO saved for {', '.join(missing[:5])}: ops have no named scope; capture with "
+                             "rl.capture (or rooflens run) to keep it")
+    return profile

@@ -1,0 +1,200 @@
+"""HLO op stats (TensorBoard's "HLO Op Stats", for every device kind), steps and device idle time.
+
+All pure functions of a :class:`Profile`; times in seconds. Grouping is vectorised: events are
+grouped by integer codes with ``np.unique``/``np.bincount``, never one Python call per event.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from rooflens.trace.profile import Profile
+
+
+@dataclass(frozen=True)
+class OpStat:
+    """One HLO op of one program, summed over devices (and steps)."""
+
+    name: str
+    program: str
+    category: str
+    named_scope: str
+    occurrences: int  # executions (kernels on GPU) over all devices
+    devices: int
+    total_time_s: float
+    self_time_s: float  # total minus time inside other op events nested in it (same line)
+    avg_time_s: float
+    min_time_s: float
+    max_time_s: float
+    pct_device_time: float  # of all devices' busy time
+
+
+@dataclass(frozen=True)
+class Gap:
+    device: int
+    start_s: float  # from the start of the capture
+    duration_s: float
+    before: str  # op that ended just before
+    after: str  # op that started just after
+
+
+@dataclass(frozen=True)
+class DeviceTime:
+    device: int
+    host: str
+    busy_s: float  # union of its op intervals
+    window_s: float  # first op start to last op end
+    idle_s: float
+    op_time_s: float  # plain sum of op durations (≥ busy when ops overlap)
+    events: int
+    largest_gaps: tuple[Gap, ...]
+
+
+@dataclass(frozen=True)
+class StepSummary:
+    count: int
+    mean_s: float
+    std_s: float
+    min_s: float
+    max_s: float
+    times_s: tuple[float, ...]
+    steps: tuple[int, ...]
+
+
+@dataclass
+class OpStats:
+    op_stats: list[OpStat]
+    by_program_s: dict[str, float]
+    by_scope_s: dict[str, float]  # full named scope → time
+    by_scope_prefix_s: dict[str, float]  # every prefix ("layer_0", "layer_0/ffn") → time
+    by_category_s: dict[str, float]
+    devices: list[DeviceTime]
+    steps: StepSummary | None
+    platform: str
+    device_kind: str
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _self_times(start: np.ndarray, end: np.ndarray, group: np.ndarray) -> np.ndarray:
+    """Each event's duration minus its directly nested events (same group = same device line)."""
+    dur = end - start
+    self_t = dur.copy()
+    order = np.lexsort((-(end - start), start, group))
+    g, s, e = group[order], start[order], end[order]
+    nested = (g[1:] == g[:-1]) & (s[1:] < e[:-1])
+    if not nested.any():
+        return self_t
+    stack: list[int] = []
+    for k in range(len(order)):  # only reached when some events nest
+        i = order[k]
+        while stack and (group[stack[-1]] != group[i] or end[stack[-1]] <= start[i]):
+            stack.pop()
+        if stack:
+            self_t[stack[-1]] -= dur[i]
+        stack.append(i)
+    return np.maximum(self_t, 0.0)
+
+
+def _busy(start: np.ndarray, end: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+    """Union length of intervals, and the merged intervals (starts, ends), for sorted starts."""
+    if not len(start):
+        return 0.0, start, end
+    run_end = np.maximum.accumulate(end)
+    new = np.empty(len(start), dtype=bool)
+    new[0] = True
+    new[1:] = start[1:] > run_end[:-1]
+    idx = np.flatnonzero(new)
+    m_start = start[idx]
+    m_end = np.append(run_end[idx[1:] - 1], run_end[-1])
+    return float((m_end - m_start).sum()), m_start, m_end
+
+
+def op_stats(profile: Profile, gaps_per_device: int = 5) -> OpStats:
+    t = profile.table
+    info = profile.op_info
+    start, dur = t.start_ns, t.dur_ns
+    end = start + dur
+    line_group = (t.host.astype(np.int64) << 40) + (t.device.astype(np.int64) + 1 << 20) + t.line
+    self_ns = _self_times(start, end, line_group)
+
+    # per device: busy (union), idle, gaps
+    devices: list[DeviceTime] = []
+    dev_keys = np.unique(np.stack([t.host, t.device], axis=1), axis=0) if len(t) else np.zeros((0, 2), int)
+    t0 = float(start.min()) if len(t) else 0.0
+    for host, dev in dev_keys:
+        sel = np.flatnonzero((t.host == host) & (t.device == dev))
+        s, e = start[sel], end[sel]
+        busy, ms, me = _busy(s, e)
+        window = float(e.max() - s.min())
+        gaps = []
+        if len(ms) > 1:
+            g = ms[1:] - me[:-1]
+            for k in np.argsort(-g)[:gaps_per_device]:
+                if g[k] <= 0:
+                    break
+                before = sel[np.argmin(np.abs(e - me[k]))]
+                after = sel[np.searchsorted(s, ms[k + 1])] if np.searchsorted(s, ms[k + 1]) < len(sel) else before
+                gaps.append(Gap(int(dev), float(me[k] - t0) * 1e-9, float(g[k]) * 1e-9, t.names[t.name[before]],
+                                t.names[t.name[after]]))
+        devices.append(DeviceTime(int(dev), t.hosts[host], busy * 1e-9, window * 1e-9, (window - busy) * 1e-9,
+                                  float(dur[sel].sum()) * 1e-9, len(sel), tuple(gaps)))
+    total_busy_s = sum(d.busy_s for d in devices) or 1.0
+
+    # per (program, op)
+    key = t.program.astype(np.int64) * (len(t.names) + 1) + t.name
+    uniq, inv = np.unique(key, return_inverse=True)
+    tot = np.bincount(inv, weights=dur)
+    selft = np.bincount(inv, weights=self_ns)
+    cnt = np.bincount(inv)
+    mins = np.full(len(uniq), np.inf)
+    maxs = np.zeros(len(uniq))
+    np.minimum.at(mins, inv, dur)
+    np.maximum.at(maxs, inv, dur)
+    ndev = np.bincount(np.unique(np.stack([inv, t.device + 1]), axis=1)[0], minlength=len(uniq))
+    stats = []
+    for k, u in enumerate(uniq):
+        program, name = t.programs[int(u // (len(t.names) + 1))], t.names[int(u % (len(t.names) + 1))]
+        oi = info.get((program, name))
+        stats.append(OpStat(
+            name=name, program=program, category=oi.category if oi else "unknown",
+            named_scope=oi.named_scope if oi else "", occurrences=int(cnt[k]), devices=int(ndev[k]),
+            total_time_s=float(tot[k]) * 1e-9, self_time_s=float(selft[k]) * 1e-9,
+            avg_time_s=float(tot[k] / cnt[k]) * 1e-9, min_time_s=float(mins[k]) * 1e-9,
+            max_time_s=float(maxs[k]) * 1e-9, pct_device_time=100.0 * float(selft[k]) * 1e-9 / total_busy_s,
+        ))
+    stats.sort(key=lambda s: -s.self_time_s)
+
+    def totals(keyf) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for s in stats:
+            k = keyf(s)
+            out[k] = out.get(k, 0.0) + s.self_time_s
+        return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+    prefix: dict[str, float] = {}
+    for s in stats:
+        parts = [p for p in s.named_scope.split("/") if p]
+        for d in range(1, len(parts) + 1):
+            p = "/".join(parts[:d])
+            prefix[p] = prefix.get(p, 0.0) + s.self_time_s
+    return OpStats(
+        op_stats=stats, by_program_s=totals(lambda s: s.program),
+        by_scope_s=totals(lambda s: s.named_scope or "(none)"),
+        by_scope_prefix_s=dict(sorted(prefix.items(), key=lambda kv: -kv[1])),
+        by_category_s=totals(lambda s: s.category), devices=devices, steps=step_summary(profile),
+        platform=profile.platform, device_kind=profile.device_kind, notes=list(profile.notes),
+    )
+
+
+def step_summary(profile: Profile) -> StepSummary | None:
+    if not profile.steps:
+        return None
+    nums = [n for n, _, _ in profile.steps]
+    times = np.asarray([(e - s) * 1e-9 for _, s, e in profile.steps])
+    return StepSummary(len(times), float(times.mean()), float(times.std()), float(times.min()), float(times.max()),
+                       tuple(float(x) for x in times), tuple(nums))
