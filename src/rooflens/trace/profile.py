@@ -150,7 +150,7 @@ def _host_files(run: Path) -> list[Path]:
     files = sorted(p for p in run.iterdir() if p.is_file() and (p.name.endswith(XSPACE) or p.name.endswith(CHROME)))
     by_host: dict[str, Path] = {}
     for f in files:
-        host = f.name.removesuffix(XSPACE).removesuffix(".gz").removesuffix(".json").removesuffix(".trace")
+        host = _host_of(f)
         if host not in by_host or f.name.endswith(XSPACE):
             by_host[host] = f
     return list(by_host.values())
@@ -182,6 +182,41 @@ def read_hlo_dir(directory: str | Path) -> dict[str, str]:
     return {k: v for k, (_, v) in out.items()}
 
 
+def _embedded_hlo(files: list[Path], table: EventTable) -> dict[str, str]:
+    """Program → HLO text from the XSpaces' metadata plane (for a Chrome trace: its sibling XSpace).
+
+    A program name compiled several times (``jit_dot(5)``, ``jit_dot(21)``) keeps the module whose
+    instruction names cover most of the ops the trace ran under that name.
+    """
+    from rooflens.trace.hlo_protos import hlo_texts
+
+    seen: dict[str, set[str]] = {}
+    for p, n in {(int(p), int(n)) for p, n in zip(table.program.tolist(), table.name.tolist())}:
+        seen.setdefault(table.programs[p], set()).add(table.names[n])
+    best: dict[str, tuple[int, str]] = {}
+    for f in files:
+        xspace = f if f.name.endswith(XSPACE) else f.with_name(_host_of(f) + XSPACE)
+        if not xspace.is_file():
+            continue
+        try:
+            texts = hlo_texts(xspace.read_bytes())
+        except (ValueError, IndexError, OSError):
+            continue  # a damaged metadata plane: the ops just lack scopes
+        for key, text in texts.items():
+            name = re.sub(r"\(\d+\)$", "", key)
+            ops = seen.get(name)
+            if not ops:
+                continue
+            score = sum(1 for op in ops if f"%{op} = " in text or f"\n  {op} = " in text or f" {op} = " in text)
+            if score > best.get(name, (-1, ""))[0]:
+                best[name] = (score, text)
+    return {k: v for k, (_, v) in best.items()}
+
+
+def _host_of(f: Path) -> str:
+    return f.name.removesuffix(XSPACE).removesuffix(".gz").removesuffix(".json").removesuffix(".trace")
+
+
 def load(path: str | Path, hlo_dir: str | Path | None = None) -> Profile:
     """Read a profile: logdir, run directory, or one ``*.xplane.pb`` / ``*.trace.json.gz`` file.
 
@@ -204,7 +239,9 @@ def load(path: str | Path, hlo_dir: str | Path | None = None) -> Profile:
             meta = json.loads(meta_path.read_text())
         except ValueError:
             notes.append(f"{meta_path} is not valid JSON; ignored")
-    hlo_texts = read_hlo_dir(run / "hlo") if (run / "hlo").is_dir() else {}
+    hlo_texts = _embedded_hlo(files, table)
+    if (run / "hlo").is_dir():
+        hlo_texts.update(read_hlo_dir(run / "hlo"))
     if hlo_dir is not None:
         hlo_texts.update(read_hlo_dir(hlo_dir))
     profile = Profile(
@@ -217,7 +254,7 @@ def load(path: str | Path, hlo_dir: str | Path | None = None) -> Profile:
         profile.notes.append("the trace has no step annotations (jax.profiler.StepTraceAnnotation) or Steps line, "
                              "so there are no per-step times")
     missing = sorted({table.programs[p] for p in set(table.program.tolist())} - set(hlo_texts))
-    if missing and platform != "tpu":
-        profile.notes.append(f"no HLO saved for {', '.join(missing[:5])}: ops have no named scope; capture with "
-                             "rl.capture (or rooflens run) to keep it")
+    if missing:
+        profile.notes.append(f"no HLO for {', '.join(missing[:5])} (the trace does not carry it): those ops have no "
+                             "named scope; give --hlo DUMP_DIR, or capture with rl.capture")
     return profile
