@@ -199,3 +199,31 @@ def test_report_command(captured):
     assert data["op_stats"][0]["self_time_s"] == max(s["self_time_s"] for s in data["op_stats"])
     assert np.isclose(sum(s["pct_device_time"] for s in data["op_stats"]),
                       100 * sum(d["op_time_s"] for d in data["devices"]) / sum(d["busy_s"] for d in data["devices"]))
+
+
+def test_compilations_inside_the_window_are_recorded_with_their_reason(tmp_path):
+    sizes = iter([8, 16, 32, 32])
+    prof = rl.capture(lambda x: (x * 2).sum(), jnp.ones(8), steps=3, logdir=tmp_path,
+                      feed=lambda out, args: (jnp.ones(next(sizes)),))
+    window = prof.metadata["in_window"]
+    assert len(window["compilations"]) >= 2
+    assert any("test_trace.py" in c["where"] for c in window["compilations"])
+    assert any("now f32[16] and before f32[8]" in m for m in window["cache_misses"])
+    assert op_stats(prof).in_window == window
+    assert not jax.config.jax_explain_cache_misses  # restored after the window
+    r = run("report", str(tmp_path))
+    assert "compilation(s) inside the traced window" in r.stdout and "now f32[" in r.stdout
+
+
+def test_hlo_from_the_xspace_metadata_plane_matches_jaxlibs_own_print():
+    """The TPU fixture's programs, read by our wire decoder, print exactly as the DERIVED texts."""
+    from rooflens.trace.hlo_protos import hlo_texts
+
+    pb = fixture_path("tpu", "xprof_tpu_inference_2.v6e-4.xplane.pb")
+    texts = hlo_texts(pb.read_bytes())
+    assert {k.split("(")[0] for k in texts} == {"jit__psum", "jit_broadcast_in_dim", "jit_f", "jit_convert_element_type"}
+    derived = pb.parent / "hlo" / "v6e_from_xplane"
+    for key, text in texts.items():
+        name, pid = key[:-1].split("(")
+        (want,) = derived.glob(f"{name}_{pid}_.after_optimizations.DERIVED.hlo.txt")
+        assert text.strip() == want.read_text().strip()

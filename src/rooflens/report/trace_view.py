@@ -36,5 +36,13 @@ def render_op_stats(console: Console, stats, source: str, top: int = 20) -> None
         dev.add_row(str(d.device), e(d.host), f"{d.events:,}", ms(d.busy_s), ms(d.idle_s), ms(d.window_s),
                     ms(g.duration_s) if g else "", e(f"{g.before} → {g.after} at {ms(g.start_s)}") if g else "")
     console.print(dev)
+    comp = stats.in_window.get("compilations") or []
+    if comp:
+        total = sum(c["duration_s"] for c in comp)
+        wheres = sorted({c["where"] for c in comp if c["where"]})
+        console.print(f"[bold]{len(comp)} compilation(s) inside the traced window[/bold] ({ms(total)}), from "
+                      f"{e(', '.join(wheres[:3]) or 'an unknown place')}")
+        for m in (stats.in_window.get("cache_misses") or [])[:3]:
+            console.print(f"  {e(m.splitlines()[-1].strip())}")
     for n in stats.notes:
         console.print(f"[dim]note: {e(n)}[/dim]")

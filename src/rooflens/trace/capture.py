@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from rooflens.errors import RooflensError
+from rooflens.trace.killers import recording
 
 STEP_NAME = "rooflens_step"
 
@@ -66,11 +67,12 @@ def capture(fn, *args, steps: int = 5, warmup: int = 1, logdir: str | Path | Non
     t0 = time.time()
     jax.profiler.start_trace(str(logdir))
     try:
-        for i in range(steps):
-            with jax.profiler.StepTraceAnnotation(STEP_NAME, step_num=i):
-                out = jax.block_until_ready(jitted(*args, **kwargs))
-            if feed is not None:
-                args = tuple(feed(out, args))
+        with recording() as rec:
+            for i in range(steps):
+                with jax.profiler.StepTraceAnnotation(STEP_NAME, step_num=i):
+                    out = jax.block_until_ready(jitted(*args, **kwargs))
+                if feed is not None:
+                    args = tuple(feed(out, args))
     finally:
         jax.profiler.stop_trace()
     run = _new_run_dir(logdir, before)
@@ -85,6 +87,7 @@ def capture(fn, *args, steps: int = 5, warmup: int = 1, logdir: str | Path | Non
         "devices": [{"id": d.id, "kind": d.device_kind, "platform": d.platform} for d in devices],
         "programs": [module_name], "args": _describe_args(args),
         "function": getattr(fn, "__name__", repr(fn)),
+        "in_window": rec.to_dict(),
     }
     (run / "rooflens.json").write_text(json.dumps(meta, indent=2, default=str))
     return load(run)

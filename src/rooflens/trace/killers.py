@@ -1,0 +1,97 @@
+"""What the seeds call performance killers, recorded while a trace window is open.
+
+* compilations inside the window (shape or dtype churn): every backend compile JAX reports
+  through ``jax.monitoring``, with its duration and the user's line that triggered it;
+* the reason JAX gives for each cache miss (``jax_explain_cache_misses``, switched on only for
+  the window and restored after).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import traceback
+from dataclasses import asdict, dataclass, field
+
+_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+_lock = threading.Lock()
+_active: list[Recorder] = []
+_installed = False
+
+
+@dataclass
+class Compilation:
+    duration_s: float
+    where: str  # the first frame outside jax and rooflens
+
+
+@dataclass
+class Recorder:
+    compilations: list[Compilation] = field(default_factory=list)
+    cache_misses: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"compilations": [asdict(c) for c in self.compilations], "cache_misses": list(self.cache_misses)}
+
+
+def _user_frame() -> str:
+    for fr in reversed(traceback.extract_stack()[:-2]):
+        f = fr.filename.replace("\\", "/")
+        if "/jax/" in f or "/jaxlib/" in f or "/rooflens/" in f or "/contextlib" in f or f.startswith("<frozen"):
+            continue
+        return f"{fr.filename}:{fr.lineno} ({fr.name})"
+    return ""
+
+
+def _on_duration(name: str, duration: float, **_) -> None:
+    if name != _COMPILE_EVENT or not _active:
+        return
+    where = _user_frame()
+    for r in list(_active):
+        r.compilations.append(Compilation(float(duration), where))
+
+
+class _MissHandler(logging.Handler):
+    def emit(self, record: logging.LogRecord) -> None:
+        msg = record.getMessage()
+        if "CACHE MISS" in msg:
+            for r in list(_active):
+                r.cache_misses.append(msg.strip())
+
+
+_handler = _MissHandler(level=logging.WARNING)
+
+
+def _install() -> None:
+    global _installed
+    if _installed:
+        return
+    import jax.monitoring
+
+    jax.monitoring.register_event_duration_secs_listener(_on_duration)
+    _installed = True
+
+
+class recording:
+    """``with recording() as rec:`` — compilations and cache-miss reasons while the block runs."""
+
+    def __enter__(self) -> Recorder:
+        import jax
+
+        with _lock:
+            _install()
+            self.rec = Recorder()
+            _active.append(self.rec)
+            self.old = jax.config.jax_explain_cache_misses
+            jax.config.update("jax_explain_cache_misses", True)
+            logging.getLogger("jax").addHandler(_handler)
+        return self.rec
+
+    def __exit__(self, *exc) -> None:
+        import jax
+
+        with _lock:
+            _active.remove(self.rec)
+            if not _active:
+                logging.getLogger("jax").removeHandler(_handler)
+            jax.config.update("jax_explain_cache_misses", self.old)
