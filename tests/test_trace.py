@@ -227,3 +227,27 @@ def test_hlo_from_the_xspace_metadata_plane_matches_jaxlibs_own_print():
         name, pid = key[:-1].split("(")
         (want,) = derived.glob(f"{name}_{pid}_.after_optimizations.DERIVED.hlo.txt")
         assert text.strip() == want.read_text().strip()
+
+
+def test_rooflens_run_profiles_an_unmodified_script(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import sys\nimport jax, jax.numpy as jnp\n"
+        "@jax.jit\ndef f(x):\n    with jax.named_scope('block'):\n        return jnp.tanh(x @ x.T).sum()\n"
+        "x = jnp.ones((int(sys.argv[1]),) * 2)\n"
+        "for _ in range(3):\n    y = f(x).block_until_ready()\n"
+        "if len(sys.argv) > 2:\n    raise ValueError('the script itself failed')\n")
+    logs = tmp_path / "logs"
+    r = run("run", "--logdir", str(logs), str(script), "128")
+    assert r.returncode == 0, r.stderr
+    assert "profile written to" in r.stderr
+    prof = load(logs)
+    stats = op_stats(prof)
+    top = stats.op_stats[0]
+    assert top.program == "jit_f" and top.named_scope == "block" and top.occurrences == 3
+    assert json.loads(next(logs.rglob("rooflens.json")).read_text())["argv"] == ["128"]
+    r = run("run", "--logdir", str(logs), str(script), "64", "fail")
+    assert r.returncode == 1 and "ValueError: the script itself failed" in r.stderr
+    assert len(list(logs.rglob("*.xplane.pb"))) == 2  # the failed run's trace is kept too
+    r = run("run", str(tmp_path / "missing.py"))
+    assert r.returncode == 2 and "does not exist" in r.stderr

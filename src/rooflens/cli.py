@@ -269,6 +269,28 @@ def predict(target: str, chip_name: str, arg_specs: tuple[str, ...], mesh: str |
         render_prediction(_console(), pred, top=top, explain=explain)
 
 
+@cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--logdir", default=None, metavar="DIR", help="Where to write the profile (default: ./rooflens-logs).")
+@click.argument("script")
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+def run(logdir: str | None, script: str, script_args: tuple[str, ...]) -> None:
+    """Profile an unmodified Python script: every jitted program it runs, with their HLO.
+
+    Writes a TensorBoard/XProf logdir and prints where it is; `rooflens report` reads it.
+    """
+    import traceback
+
+    from rooflens.trace.run import run_script
+
+    run_dir, error = run_script(script, list(script_args), logdir or "rooflens-logs")
+    click.echo(f"rooflens: profile written to {run_dir}; read it with: rooflens report {run_dir}", err=True)
+    if error is not None:
+        if isinstance(error, SystemExit):
+            sys.exit(error.code if isinstance(error.code, int) else 1)
+        traceback.print_exception(error)
+        sys.exit(1)
+
+
 @cli.command()
 @click.argument("logdir", metavar="LOGDIR|RUN_DIR|TRACE_FILE")
 @click.option("--hlo", "hlo_dir", metavar="DIR", help="HLO text files of the programs (an XLA dump directory), for "

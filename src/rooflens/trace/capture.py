@@ -32,6 +32,18 @@ def _describe_args(args) -> list:
     return [jax.tree_util.tree_map(one, a) for a in args]
 
 
+def wait_for_fresh_run_name(logdir: Path) -> None:
+    """The profiler names a run by the second it starts; never let a new run land in (and
+    overwrite) an existing run directory of the same second."""
+    profile = logdir / "plugins" / "profile"
+    for _ in range(50):
+        now = time.time()
+        names = {time.strftime("%Y_%m_%d_%H_%M_%S", f(now)) for f in (time.localtime, time.gmtime)}
+        if not any((profile / n).exists() for n in names):
+            return
+        time.sleep(0.1)
+
+
 def _new_run_dir(logdir: Path, before: set[Path]) -> Path:
     runs = {p for p in (logdir / "plugins" / "profile").glob("*") if p.is_dir()}
     new = sorted(runs - before)
@@ -63,6 +75,7 @@ def capture(fn, *args, steps: int = 5, warmup: int = 1, logdir: str | Path | Non
         out = jax.block_until_ready(jitted(*args, **kwargs))
         if feed is not None:
             args = tuple(feed(out, args))
+    wait_for_fresh_run_name(logdir)
     before = {p for p in (logdir / "plugins" / "profile").glob("*") if p.is_dir()}
     t0 = time.time()
     jax.profiler.start_trace(str(logdir))
