@@ -251,3 +251,27 @@ def test_rooflens_run_profiles_an_unmodified_script(tmp_path):
     assert len(list(logs.rglob("*.xplane.pb"))) == 2  # the failed run's trace is kept too
     r = run("run", str(tmp_path / "missing.py"))
     assert r.returncode == 2 and "does not exist" in r.stderr
+
+
+def test_session_for_an_existing_training_loop(tmp_path):
+    f = jax.jit(lambda x: jnp.tanh(x @ x.T))
+    x = jnp.ones((64, 64))
+    with rl.trace.Session(tmp_path / "a", warmup=2, steps=3) as session:
+        for _ in range(8):  # 2 warm-up steps, 3 traced, 3 more after the window closed
+            with session.step():
+                y = f(x)
+    prof = session.profile
+    assert prof.metadata["steps"] == 3 and op_stats(prof).steps.count == 3
+    assert {s.occurrences for s in op_stats(prof).op_stats if s.program == "jit__lambda"} == {3}
+    assert not prof.metadata["in_window"]["compilations"]  # compiled during warm-up, outside the window
+
+    session = rl.trace.Session(tmp_path / "b", warmup=1, steps=2)
+    g = session.wrap(f)
+    for _ in range(4):
+        y = g(x)
+    assert y.shape == (64, 64)
+    assert op_stats(session.profile).steps.count == 2
+    with rl.trace.Session(tmp_path / "c", warmup=5) as s, s.step():
+        f(x)
+    with pytest.raises(rl.RooflensError, match="nothing was traced"):
+        _ = s.profile

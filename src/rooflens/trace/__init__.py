@@ -8,7 +8,8 @@
 from rooflens.trace.capture import capture
 from rooflens.trace.events import EventTable
 from rooflens.trace.profile import OpInfo, Profile, load
+from rooflens.trace.session import Session
 from rooflens.trace.stats import DeviceTime, Gap, OpStat, OpStats, StepSummary, op_stats
 
-__all__ = ["DeviceTime", "EventTable", "Gap", "OpInfo", "OpStat", "OpStats", "Profile", "StepSummary", "capture",
-           "load", "op_stats"]
+__all__ = ["DeviceTime", "EventTable", "Gap", "OpInfo", "OpStat", "OpStats", "Profile", "Session", "StepSummary",
+           "capture", "load", "op_stats"]
