@@ -125,10 +125,21 @@ def read_xspace(path: Path) -> RawTrace:
     for plane in planes:
         if plane.name != "/host:CPU":
             continue
+        skip: set[str] = set()  # runtime bookkeeping names (thread-pool regions, waits): no stats needed
+        host_c, name_code, prog_code = b.hosts.code(host), b.names.code, b.programs.code
+        cols = b.cols
         for ln in plane.lines:
             execute_dev: list[tuple[float, float, int]] = []
+            line_c = b.lines.code(ln.name)
             for e in ln.events:
+                name = e.name
+                if name in skip:
+                    continue
                 st = dict(e.stats)
+                if not st or ("hlo_op" not in st and "step_num" not in st and "global_device_id" not in st
+                              and not name.startswith(_EXECUTE)):
+                    skip.add(name)
+                    continue
                 if "step_num" in st:
                     steps.append((int(st["step_num"]), e.start_ns, e.start_ns + e.duration_ns))
                     continue
@@ -142,9 +153,16 @@ def read_xspace(path: Path) -> RawTrace:
                 if not op:
                     continue
                 dev = st.get("device_ordinal")
+                start = e.start_ns
                 if dev is None:
-                    dev = next((d for s, t, d in reversed(execute_dev) if s <= e.start_ns <= t), -1)
-                b.add(host, int(dev), ln.name, str(op), str(st.get("hlo_module", "")), e.start_ns, e.duration_ns)
+                    dev = next((d for s, t, d in reversed(execute_dev) if s <= start <= t), -1)
+                cols["host"].append(host_c)
+                cols["device"].append(int(dev))
+                cols["line"].append(line_c)
+                cols["name"].append(name_code(str(op)))
+                cols["program"].append(prog_code(str(st.get("hlo_module", ""))))
+                cols["start"].append(start)
+                cols["dur"].append(e.duration_ns)
                 platform = "cpu"
         if platform == "cpu":
             device_kind = "cpu"
