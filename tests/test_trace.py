@@ -275,3 +275,15 @@ def test_session_for_an_existing_training_loop(tmp_path):
         f(x)
     with pytest.raises(rl.RooflensError, match="nothing was traced"):
         _ = s.profile
+
+
+def test_implicit_transfers_inside_the_window_are_counted(tmp_path, capfd):
+    f = jax.jit(lambda x: x * 2)
+    prof = rl.capture(f, jnp.ones(8), steps=3, logdir=tmp_path,
+                      feed=lambda out, args: (np.ones(8, np.float32),))  # NumPy in: a host→device copy per step
+    transfers = prof.metadata["in_window"]["transfers"]
+    assert len(transfers) >= 3 and all(t.startswith("host-to-device") for t in transfers)
+    assert "float32[8]" in transfers[0]
+    assert "transfer:" not in capfd.readouterr().err  # counted, not echoed
+    r = run("report", str(tmp_path))
+    assert "implicit host-to-device transfer(s) inside the traced window" in r.stdout

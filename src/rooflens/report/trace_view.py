@@ -44,5 +44,10 @@ def render_op_stats(console: Console, stats, source: str, top: int = 20) -> None
                       f"{e(', '.join(wheres[:3]) or 'an unknown place')}")
         for m in (stats.in_window.get("cache_misses") or [])[:3]:
             console.print(f"  {e(m.splitlines()[-1].strip())}")
+    transfers = stats.in_window.get("transfers") or []
+    if transfers:
+        kinds = sorted({t.split(":")[0] for t in transfers})
+        console.print(f"[bold]{len(transfers)} implicit {'/'.join(kinds)} transfer(s) inside the traced window[/bold]"
+                      f", e.g. {e(transfers[0])}")
     for n in stats.notes:
         console.print(f"[dim]note: {e(n)}[/dim]")

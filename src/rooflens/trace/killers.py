@@ -3,12 +3,20 @@
 * compilations inside the window (shape or dtype churn): every backend compile JAX reports
   through ``jax.monitoring``, with its duration and the user's line that triggered it;
 * the reason JAX gives for each cache miss (``jax_explain_cache_misses``, switched on only for
-  the window and restored after).
+  the window and restored after);
+* implicit host↔device transfers (``jax.transfer_guard("log")`` for the window: a NumPy array
+  passed to a jitted function, ``float(x)`` on a device array, …). JAX logs them from C++ to
+  the process's stderr, so stderr is diverted to a file for the window, the transfer lines are
+  counted, and everything else is passed back to stderr unchanged.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import re
+import sys
+import tempfile
 import threading
 import traceback
 from dataclasses import asdict, dataclass, field
@@ -29,9 +37,11 @@ class Compilation:
 class Recorder:
     compilations: list[Compilation] = field(default_factory=list)
     cache_misses: list[str] = field(default_factory=list)
+    transfers: list[str] = field(default_factory=list)  # "host-to-device transfer: aval=…" lines
 
     def to_dict(self) -> dict:
-        return {"compilations": [asdict(c) for c in self.compilations], "cache_misses": list(self.cache_misses)}
+        return {"compilations": [asdict(c) for c in self.compilations], "cache_misses": list(self.cache_misses),
+                "transfers": list(self.transfers)}
 
 
 def _user_frame() -> str:
@@ -85,13 +95,51 @@ class recording:
             self.old = jax.config.jax_explain_cache_misses
             jax.config.update("jax_explain_cache_misses", True)
             logging.getLogger("jax").addHandler(_handler)
+        self._divert = _StderrDiversion()
+        self._guard = jax.transfer_guard("log")
+        self._guard.__enter__()
         return self.rec
 
     def __exit__(self, *exc) -> None:
         import jax
 
+        try:
+            self._guard.__exit__(*exc)
+        finally:
+            self.rec.transfers.extend(self._divert.close())
         with _lock:
             _active.remove(self.rec)
             if not _active:
                 logging.getLogger("jax").removeHandler(_handler)
             jax.config.update("jax_explain_cache_misses", self.old)
+
+
+_TRANSFER = re.compile(r"(host-to-device|device-to-host|device-to-device) transfer: (.*)$")
+
+
+class _StderrDiversion:
+    """Send fd 2 to a temporary file until close(); then replay it, minus transfer-guard lines."""
+
+    def __init__(self) -> None:
+        sys.stderr.flush()
+        self.tmp = tempfile.TemporaryFile(mode="w+b")  # noqa: SIM115 (kept open until close())
+        self.saved = os.dup(2)
+        os.dup2(self.tmp.fileno(), 2)
+
+    def close(self) -> list[str]:
+        sys.stderr.flush()
+        os.dup2(self.saved, 2)
+        os.close(self.saved)
+        self.tmp.seek(0)
+        transfers, passthrough = [], []
+        for raw in self.tmp.read().decode("utf-8", "replace").splitlines(keepends=True):
+            m = _TRANSFER.search(raw.rstrip("\n"))
+            if m:
+                transfers.append(f"{m.group(1)}: {m.group(2).strip() or '(a repeat; JAX gives no details)'}")
+            else:
+                passthrough.append(raw)
+        self.tmp.close()
+        if passthrough:
+            sys.stderr.write("".join(passthrough))
+            sys.stderr.flush()
+        return transfers
