@@ -287,3 +287,19 @@ def test_implicit_transfers_inside_the_window_are_counted(tmp_path, capfd):
     assert "transfer:" not in capfd.readouterr().err  # counted, not echoed
     r = run("report", str(tmp_path))
     assert "implicit host-to-device transfer(s) inside the traced window" in r.stdout
+
+
+def test_several_hosts_in_one_run_directory(captured, tmp_path):
+    logdir, prof = captured
+    src = next((logdir / "plugins" / "profile").iterdir())
+    run_dir = tmp_path / "plugins" / "profile" / "2026_01_01_00_00_00"
+    run_dir.mkdir(parents=True)
+    for host in ("worker0", "worker1"):
+        (run_dir / f"{host}.xplane.pb").write_bytes(next(src.glob("*.xplane.pb")).read_bytes())
+    two = load(tmp_path)
+    stats = op_stats(two)
+    assert sorted(two.hosts) == ["worker0", "worker1"]
+    assert len(stats.devices) == 16 and {d.host for d in stats.devices} == {"worker0", "worker1"}
+    one = {(s.program, s.name): s for s in op_stats(prof).op_stats}
+    for s in stats.op_stats:
+        assert s.occurrences == 2 * one[(s.program, s.name)].occurrences

@@ -49,7 +49,7 @@ def _string(mv) -> str:
     return bytes(mv).decode("utf-8", "replace")
 
 
-def hlo_protos(xspace: bytes) -> dict[str, bytes]:
+def hlo_protos(xspace) -> dict[str, bytes]:
     """Program name → serialized HloModuleProto, for every program in the metadata plane."""
     data = memoryview(xspace)
     out: dict[str, bytes] = {}
@@ -102,7 +102,7 @@ def hlo_protos(xspace: bytes) -> dict[str, bytes]:
     return out
 
 
-def hlo_texts(xspace: bytes) -> dict[str, str]:
+def hlo_texts(xspace) -> dict[str, str]:
     """Program name → HLO text (printed by jaxlib) of every program the trace recorded."""
     from jax._src.lib import hlo
 

@@ -9,6 +9,7 @@ program that ran), which give each op its category and named scope.
 from __future__ import annotations
 
 import json
+import mmap
 import re
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -199,7 +200,8 @@ def _embedded_hlo(files: list[Path], table: EventTable) -> dict[str, str]:
         if not xspace.is_file():
             continue
         try:
-            texts = hlo_texts(xspace.read_bytes())
+            with xspace.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+                texts = hlo_texts(mm)
         except (ValueError, IndexError, OSError):
             continue  # a damaged metadata plane: the ops just lack scopes
         for key, text in texts.items():

@@ -69,13 +69,13 @@ def _strip_program_id(name: str) -> str:
 
 
 def read_xspace(path: Path) -> RawTrace:
-    data = _read_bytes(path)
-    if data[:1] != b"\x0a":
+    head = _read_bytes(path, 1)  # the file itself goes straight to the C++ parser: no Python copy of it
+    if head != b"\x0a":
         raise RooflensError(f"{path} is not an XSpace profile (.xplane.pb); it does not start like one.")
     try:
         from jax.profiler import ProfileData
 
-        pd = ProfileData.from_serialized_xspace(data)
+        pd = ProfileData.from_file(str(path))
         planes = list(pd.planes)
     except Exception as e:  # the C++ parser's message names the protobuf problem
         raise RooflensError(f"{path} is a damaged or truncated XSpace profile ({_first(e)}).") from None
@@ -258,9 +258,10 @@ def read_chrome(path: Path) -> RawTrace:
     return RawTrace(host, b.build(), sorted(steps), device_kind or "unknown", platform)
 
 
-def _read_bytes(path: Path) -> bytes:
+def _read_bytes(path: Path, limit: int = -1) -> bytes:
     try:
-        data = path.read_bytes()
+        with path.open("rb") as fh:
+            data = fh.read(limit)
     except OSError as e:
         raise RooflensError(f"cannot read {path}: {e.strerror or e}.") from None
     if not data:
