@@ -7,6 +7,7 @@ is a vectorised ``np.unique``/``bincount`` away.
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -60,7 +61,10 @@ class TableBuilder:
 
     def __init__(self) -> None:
         self.hosts, self.lines, self.names, self.programs = Vocab(), Vocab(), Vocab(), Vocab()
-        self.cols: dict[str, list] = {k: [] for k in ("host", "device", "line", "name", "program", "start", "dur")}
+        # compact typed buffers (4 or 8 bytes a value), not lists of Python objects: a trace of tens of
+        # millions of events must fit in memory next to the parsed XSpace
+        self.cols: dict[str, array] = {k: array("i") for k in ("host", "device", "line", "name", "program")}
+        self.cols.update(start=array("d"), dur=array("d"))
         self.hlo_text: dict[tuple[str, str], str] = {}
         self.op_meta: dict[tuple[str, str], dict] = {}
 
@@ -75,17 +79,17 @@ class TableBuilder:
         c["dur"].append(dur_ns)
 
     def build(self) -> EventTable:
-        c = self.cols
-        start = np.asarray(c["start"], dtype=np.float64)
+        c = {k: np.frombuffer(v, dtype=np.float64 if v.typecode == "d" else np.intc) for k, v in self.cols.items()}
+        start = c["start"]
         order = np.argsort(start, kind="stable")
         return EventTable(
-            host=np.asarray(c["host"], dtype=np.int32)[order],
-            device=np.asarray(c["device"], dtype=np.int32)[order],
-            line=np.asarray(c["line"], dtype=np.int32)[order],
-            name=np.asarray(c["name"], dtype=np.int32)[order],
-            program=np.asarray(c["program"], dtype=np.int32)[order],
+            host=c["host"][order].astype(np.int32),
+            device=c["device"][order].astype(np.int32),
+            line=c["line"][order].astype(np.int32),
+            name=c["name"][order].astype(np.int32),
+            program=c["program"][order].astype(np.int32),
             start_ns=start[order],
-            dur_ns=np.asarray(c["dur"], dtype=np.float64)[order],
+            dur_ns=c["dur"][order],
             step=np.full(len(start), -1, dtype=np.int32),
             hosts=self.hosts.words, lines=self.lines.words, names=self.names.words, programs=self.programs.words,
             hlo_text=self.hlo_text, op_meta=self.op_meta,
