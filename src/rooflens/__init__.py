@@ -5,8 +5,9 @@
 >>> pred = rl.predict(fn, *args, chip="tpu-v5e")        # per-op roofline, without the chip
 """
 
-from rooflens import cost, hlo, trace
+from rooflens import analysis, cost, hlo, trace
 from rooflens import hardware as _hardware
+from rooflens.analysis import Finding, Report, analyze
 from rooflens.cost import OpCost, OpPrediction, Prediction
 from rooflens.errors import RooflensError
 from rooflens.hardware import Chip, ChipError, chip
@@ -22,6 +23,6 @@ def chips() -> list[str]:
 
 
 __all__ = [
-    "Chip", "ChipError", "OpCost", "OpPrediction", "Prediction", "Profile", "RooflensError", "__version__", "capture",
-    "chip", "chips", "cost", "hlo", "load", "predict", "trace",
+    "Chip", "ChipError", "Finding", "OpCost", "OpPrediction", "Prediction", "Profile", "Report", "RooflensError",
+    "__version__", "analysis", "analyze", "capture", "chip", "chips", "cost", "hlo", "load", "predict", "trace",
 ]

@@ -295,24 +295,40 @@ def run(logdir: str | None, script: str, script_args: tuple[str, ...]) -> None:
 @click.argument("logdir", metavar="LOGDIR|RUN_DIR|TRACE_FILE")
 @click.option("--hlo", "hlo_dir", metavar="DIR", help="HLO text files of the programs (an XLA dump directory), for "
                                                        "traces captured without rooflens.")
+@click.option("--chip", "chip_name", help="Compare with this chip's roofline (default: inferred from the trace; a "
+                                          "CPU trace uses the calibrated 'local').")
 @click.option("--top", default=20, show_default=True, help="How many ops to list.")
 @click.option("--json", "as_json", is_flag=True, help="Print all the stats as JSON.")
-def report(logdir: str, hlo_dir: str | None, top: int, as_json: bool) -> None:
-    """What ran: HLO op stats, time by scope and category, steps, and device idle time.
+def report(logdir: str, hlo_dir: str | None, chip_name: str | None, top: int, as_json: bool) -> None:
+    """What ran, against its roofline: op stats, expected vs observed, the step, and findings.
 
     Reads a TensorBoard/XProf logdir, one of its run directories, or a single *.xplane.pb /
     *.trace.json.gz, from CPU, GPU or TPU.
     """
-    from rooflens.report.trace_view import render_op_stats
+    from rooflens.analysis import analyze
+    from rooflens.report.trace_view import render_op_stats, render_report
     from rooflens.trace import load, op_stats
 
     prof = load(logdir, hlo_dir=hlo_dir)
-    stats = op_stats(prof)
+    try:
+        rep = analyze(prof, chip=chip_name)
+    except RooflensError as e:
+        if chip_name:
+            raise
+        rep, why = None, str(e)
+    source = ", ".join(prof.sources)
     if as_json:
+        body = rep.to_json() if rep else {**op_stats(prof).to_dict(), "findings": [], "comparison": [],
+                                          "notes": [f"no comparison: {why}"]}
         click.echo(json.dumps({"path": prof.path, "sources": prof.sources, "hosts": prof.hosts,
-                               "metadata": prof.metadata, **stats.to_dict()}, indent=2, default=str))
+                               "metadata": prof.metadata, **body}, indent=2, default=str))
+        return
+    console = _console()
+    render_op_stats(console, rep.stats if rep else op_stats(prof), source=source, top=top)
+    if rep:
+        render_report(console, rep, source=source, top=top)
     else:
-        render_op_stats(_console(), stats, source=", ".join(prof.sources), top=top)
+        console.print(f"[dim]no expected-vs-observed comparison: {why}[/dim]")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -18,9 +18,10 @@ from rooflens.hardware.catalog import (
     chips,
     local_chip_path,
     read_catalog_file,
+    shared_by,
 )
 
 __all__ = [
     "LOCAL_CHIP", "Chip", "ChipError", "ChipTable", "Figure", "cache_dir", "catalog", "chip", "chip_rows",
-    "chips", "local_chip_path", "read_catalog_file",
+    "chips", "local_chip_path", "read_catalog_file", "shared_by",
 ]

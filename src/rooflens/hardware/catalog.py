@@ -317,6 +317,26 @@ def chips(extra_files: Iterable[str | os.PathLike] = ()) -> list[str]:
     return sorted(catalog(extra_files))
 
 
+def shared_by(c: Chip, n: int) -> Chip:
+    """``c`` as each of ``n`` devices sees it when they share it (forced CPU devices share the cores
+    and the memory bus that calibration measured for one device running alone)."""
+    if n <= 1:
+        return c
+    rated = ("peak_flops_per_s.", "memory.hbm_bytes_per_s")
+    figures = {}
+    for key, fig in c.figures.items():
+        if key.startswith(rated) and isinstance(fig.value, int | float):
+            figures[key] = Figure(fig.value / n, f"{fig.source}; shared by {n} devices: ÷ {n}")
+        elif key.startswith(("compute.matmul_grid_", "compute.matmul_curve_")):
+            figures[key] = Figure(tuple(tuple(v[:-1]) + (v[-1] / n,) for v in fig.value),
+                                  f"{fig.source}; shared by {n} devices: rates ÷ {n}")
+        else:
+            figures[key] = fig
+    return Chip(name=c.name, description=f"{c.description} (shared by {n} devices)", vendor=c.vendor, kind=c.kind,
+                device_unit=c.device_unit, device_kinds=c.device_kinds, figures=MappingProxyType(figures),
+                origin=c.origin, calibration=c.calibration)
+
+
 def chip(name: str | Chip, extra_files: Iterable[str | os.PathLike] = ()) -> Chip:
     """The chip called ``name`` (or one of its ``device_kinds``), or a ChipError naming the choices."""
     if isinstance(name, Chip):

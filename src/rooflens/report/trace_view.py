@@ -51,3 +51,54 @@ def render_op_stats(console: Console, stats, source: str, top: int = 20) -> None
                       f", e.g. {e(transfers[0])}")
     for n in stats.notes:
         console.print(f"[dim]note: {e(n)}[/dim]")
+
+
+def _ratio_style(ratio: float | None) -> str:
+    if ratio is None:
+        return "dim"
+    return "green" if ratio <= 1.25 else "yellow" if ratio <= 2 else "red"
+
+
+def render_report(console: Console, report, source: str, top: int = 20) -> None:
+    """Expected vs observed, the step breakdown and the findings (after the op stats view)."""
+    console.print(f"\n[bold]Expected vs observed[/bold] on {e(report.chip)} ({e(report.chip_reason)}); times per "
+                  "execution on one device")
+    table = Table(title_justify="left")
+    for col in ("op", "category", "scope", "runs", "measured", "roofline", "ratio", "bound", "achieved"):
+        table.add_column(col, justify="left" if col in ("op", "category", "scope", "bound") else "right")
+    for c in sorted(report.comparison, key=lambda c: -c.total_time_s)[:top]:
+        ratio = f"{c.ratio:.2f}×" if c.ratio is not None else "unpriced"
+        achieved = ""
+        if c.flops_fraction_of_peak is not None and c.bound == "compute":
+            achieved = f"{c.flops_fraction_of_peak:.0%} of peak FLOP/s"
+        elif c.bytes_fraction_of_peak is not None:
+            achieved = f"{c.bytes_fraction_of_peak:.0%} of HBM B/s"
+        table.add_row(e(c.name), c.category, e(c.named_scope), f"{c.occurrences:,}", ms(c.measured_s),
+                      ms(c.predicted_s) if c.predicted_s is not None else "—",
+                      f"[{_ratio_style(c.ratio)}]{ratio}[/]", c.bound, achieved)
+    console.print(table)
+    unpriced = [c for c in report.comparison if not c.priced]
+    if unpriced:
+        console.print(f"unpriced ({len(unpriced)} ops, {ms(sum(c.total_time_s for c in unpriced))} in all): "
+                      + ", ".join(f"{e(c.name)} ({e(c.unpriced_reason)})" for c in unpriced[:5]))
+    s = report.steps
+    if s:
+        mfu = f", MFU {s.mfu:.1%}" if s.mfu is not None else ""
+        console.print(f"\n[bold]Step[/bold] ({e(s.program)}, per device): measured {ms(s.step_time_s)}, roofline sum "
+                      f"{ms(s.predicted_s)}{mfu}")
+        console.print(f"  compute {ms(s.compute_s)} · communication {ms(s.communication_s)} · copies/layout "
+                      f"{ms(s.layout_s)} · other {ms(s.other_s)} · idle {ms(s.idle_s)}"
+                      + (f" · unpriced {ms(s.unpriced_s)}" if s.unpriced_s else ""))
+    console.print(f"\n[bold]Findings[/bold] ({len(report.findings)}, most costly first)")
+    if not report.findings:
+        console.print("  none: every rule passed.")
+    colors = {"high": "red", "medium": "yellow", "low": "cyan"}
+    for f in report.findings:
+        console.print(f"[{colors.get(f.severity, 'white')}]{f.severity.upper()}[/] [bold]{e(f.title)}[/bold] "
+                      f"[dim]({f.rule}, {ms(f.time_s)})[/dim]")
+        for line in f.evidence:
+            console.print(f"    evidence: {e(line)}")
+        if f.ops:
+            console.print(f"    ops: {e(', '.join(f.ops))}")
+        console.print(f"    cause: {e(f.cause)}")
+        console.print(f"    fix: {e(f.fix)}")

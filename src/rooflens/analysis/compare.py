@@ -1,0 +1,207 @@
+"""Expected vs observed: every measured op joined with its roofline, per op, step and program.
+
+``analyze(profile, chip=None)`` prices the HLO that actually ran (the programs' optimized
+modules, as the trace or the capture recorded them) on the chip the trace ran on, and joins it
+with the measured op stats by program and instruction name. Times are per device: a measured
+op's time per execution is its total over devices and executions divided by their number.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from rooflens.cost.model import OpPrediction, costs, price
+from rooflens.errors import RooflensError
+from rooflens.hardware import Chip, ChipError, shared_by
+from rooflens.hardware import chip as get_chip
+from rooflens.trace.profile import Profile
+from rooflens.trace.stats import OpStat, OpStats, op_stats
+
+COMPUTE = ("matmul", "convolution", "fusion", "elementwise", "reduction")
+LAYOUT = ("copy/transpose", "data movement")
+
+
+@dataclass(frozen=True)
+class OpComparison:
+    """One measured op next to its roofline (times per execution on one device)."""
+
+    name: str
+    program: str
+    category: str
+    named_scope: str
+    opcode: str
+    occurrences: int
+    total_time_s: float  # measured, summed over devices and executions
+    measured_s: float  # per execution
+    predicted_s: float | None  # None: the cost model could not price it
+    ratio: float | None  # measured / predicted
+    bound: str
+    flops: float
+    bytes: float
+    comm_bytes: float
+    achieved_flops_per_s: float
+    achieved_bytes_per_s: float
+    flops_fraction_of_peak: float | None
+    bytes_fraction_of_peak: float | None
+    unpriced_reason: str = ""
+    explanation: tuple[str, ...] = ()
+
+    @property
+    def priced(self) -> bool:
+        return self.predicted_s is not None
+
+
+@dataclass(frozen=True)
+class StepBreakdown:
+    """One program's step on one device, measured and predicted (seconds)."""
+
+    program: str
+    steps: int
+    step_time_s: float  # measured mean step time (annotations), or busy+idle per step
+    predicted_s: float  # roofline sum of the ops it ran per step
+    model_flops: float  # per device per step
+    mfu: float | None  # model FLOPs / (step time × peak)
+    compute_s: float
+    communication_s: float
+    layout_s: float  # copies, transposes, data movement
+    other_s: float
+    idle_s: float  # device idle inside the step window
+    unpriced_s: float
+
+
+@dataclass
+class Report:
+    chip: str
+    chip_reason: str
+    platform: str
+    device_kind: str
+    num_devices: int
+    op_stats: list[OpStat]
+    comparison: list[OpComparison]
+    steps: StepBreakdown | None
+    stats: OpStats
+    findings: list = field(default_factory=list)
+    memory: dict = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    modules: dict = field(default_factory=dict, repr=False)  # program → hlo.Module (for the rules)
+    chip_peaks: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {
+            "chip": self.chip, "chip_reason": self.chip_reason, "platform": self.platform,
+            "device_kind": self.device_kind, "num_devices": self.num_devices,
+            "op_stats": [asdict(s) for s in self.op_stats],
+            "comparison": [asdict(c) for c in self.comparison],
+            "findings": [f.to_dict() for f in self.findings],
+            "steps": asdict(self.steps) if self.steps else None,
+            "devices": [asdict(d) for d in self.stats.devices],
+            "step_times_s": list(self.stats.steps.times_s) if self.stats.steps else [],
+            "in_window": self.stats.in_window, "memory": self.memory, "notes": self.notes,
+        }
+
+
+def infer_chip(profile: Profile) -> tuple[Chip, str]:
+    """The catalogue chip of the trace's devices (CPU: the calibrated ``local``)."""
+    kind = profile.device_kind
+    if profile.platform == "cpu":
+        try:
+            return get_chip("local"), "CPU trace: the calibrated chip 'local'"
+        except ChipError:
+            raise RooflensError("this is a CPU trace and there is no calibrated chip 'local' yet; run "
+                                "`rooflens calibrate` first (or give --chip).") from None
+    try:
+        return get_chip(kind), f"the trace's device kind {kind!r}"
+    except ChipError:
+        raise RooflensError(f"the trace's devices are {kind!r}, which matches no catalogue chip; give --chip "
+                            "(see `rooflens chips`).") from None
+
+
+def _unpriced_reason(pred: OpPrediction | None, opcode: str, category: str) -> str:
+    if pred is None:
+        return "no HLO for this op"
+    if category in ("custom-call", "unknown", "other") and not pred.flops:
+        return f"{opcode}: the cost model has no formula for it"
+    return ""
+
+
+def analyze(profile: Profile, chip: str | Chip | None = None) -> Report:
+    from rooflens.analysis.rules import run_rules
+
+    if chip is None:
+        c, reason = infer_chip(profile)
+    else:
+        c, reason = get_chip(chip), "given"
+    stats = op_stats(profile)
+    n_dev = max(len(stats.devices), 1)
+    if c.kind == "cpu" and n_dev > 1:  # forced CPU devices run at once on the cores calibration measured alone
+        c = shared_by(c, n_dev)
+        reason += f", its throughput shared by the {n_dev} devices that run at once"
+    preds: dict[tuple[str, str], OpPrediction] = {}
+    for program, module in profile.modules.items():
+        for oc in costs(module, emulate_fusion=False):
+            preds[(program, oc.name)] = price(oc, c)
+    steps = stats.steps.count if stats.steps else 0
+    comparison = []
+    peaks = c.peak_flops_per_s
+    for s in stats.op_stats:
+        p = preds.get((s.program, s.name))
+        info = profile.op_info.get((s.program, s.name))
+        opcode = info.opcode if info else ""
+        per = s.total_time_s / max(s.occurrences, 1)
+        why = _unpriced_reason(p, opcode, s.category)
+        predicted = None if why or p is None else p.t_pred_s
+        flops = p.flops if p else 0.0
+        nbytes = p.bytes if p else 0.0
+        peak = peaks.get(p.peak_key) if p else None
+        comparison.append(OpComparison(
+            name=s.name, program=s.program, category=s.category, named_scope=s.named_scope, opcode=opcode,
+            occurrences=s.occurrences, total_time_s=s.total_time_s, measured_s=per, predicted_s=predicted,
+            ratio=(per / predicted) if predicted else None, bound=p.bound if p else "unpriced",
+            flops=flops, bytes=nbytes, comm_bytes=p.comm_bytes if p else 0.0,
+            achieved_flops_per_s=flops / per if per else 0.0, achieved_bytes_per_s=nbytes / per if per else 0.0,
+            flops_fraction_of_peak=(flops / per / peak) if per and peak and flops else None,
+            bytes_fraction_of_peak=(nbytes / per / c.hbm_bytes_per_s) if per and nbytes and c.hbm_bytes_per_s else None,
+            unpriced_reason=why, explanation=p.explanation if p else (),
+        ))
+    report = Report(
+        chip=c.name, chip_reason=reason, platform=profile.platform, device_kind=profile.device_kind,
+        num_devices=n_dev, op_stats=stats.op_stats, comparison=comparison,
+        steps=_step_breakdown(stats, comparison, c, n_dev, steps), stats=stats, notes=list(stats.notes),
+        modules=dict(profile.modules), chip_peaks=dict(peaks),
+    )
+    report.findings = run_rules(report)
+    return report
+
+
+def _step_breakdown(stats: OpStats, comparison: list[OpComparison], chip: Chip, n_dev: int,
+                    steps: int) -> StepBreakdown | None:
+    if not comparison:
+        return None
+    main = max(stats.by_program_s, key=stats.by_program_s.get)
+    ops = [c for c in comparison if c.program == main]
+    per_step = max(steps, 1) * n_dev  # executions of a once-per-step op
+    split = {"compute": 0.0, "communication": 0.0, "layout": 0.0, "other": 0.0}
+    predicted = flops = unpriced = 0.0
+    for c in ops:
+        t = c.total_time_s / per_step
+        group = ("communication" if c.category == "collective" else "compute" if c.category in COMPUTE
+                 else "layout" if c.category in LAYOUT else "other")
+        split[group] += t
+        runs = c.occurrences / per_step
+        if c.priced:
+            predicted += c.predicted_s * runs
+        else:
+            unpriced += t
+        flops += c.flops * runs
+    if stats.steps:
+        step_time = stats.steps.mean_s
+    else:
+        step_time = sum(d.window_s for d in stats.devices) / n_dev / max(steps, 1)
+    busy = sum(split.values())
+    peak = chip.peak_flops_per_s.get("bf16") or max(chip.peak_flops_per_s.values())
+    return StepBreakdown(
+        program=main, steps=steps, step_time_s=step_time, predicted_s=predicted, model_flops=flops,
+        mfu=flops / (step_time * peak) if step_time and peak else None, compute_s=split["compute"],
+        communication_s=split["communication"], layout_s=split["layout"], other_s=split["other"],
+        idle_s=max(step_time - busy, 0.0), unpriced_s=unpriced,
+    )

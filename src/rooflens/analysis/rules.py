@@ -1,0 +1,355 @@
+"""Findings: small rules over a Report, each naming the ops, the evidence, the cause and the fix.
+
+Every rule is a plain function ``rule(report) -> list[Finding]``; ``RULES`` lists them and
+``run_rules`` runs them all, most costly finding first. Thresholds are module constants so a
+finding can quote the line it crossed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from rooflens.hlo import Instruction, Module
+
+SLOW_RATIO = 2.0  # an op this many times slower than its roofline is worth a look (seed 000's red flag)
+SLOW_COLLECTIVE_RATIO = 3.0
+MIN_SHARE = 0.02  # ignore ops under 2 % of device time
+COMM_SHARE = 0.25  # collectives above a quarter of the step
+COPY_SHARE = 0.10  # copies/transposes above a tenth of device time
+TINY_OP_S = 20e-6  # below this an op costs about what launching it does (GPU/TPU launch ≈ 5–10 µs)
+TINY_OPS_PER_STEP = 100
+IDLE_SHARE = 0.30
+MIN_GAP_S = 1e-3
+STEP_CV = 0.20  # std/mean of step times
+STRAGGLER_RATIO = 1.3  # slowest device's busy time / fastest's
+OVERHEAD_RATIO = 2.0
+SMALL_DIM = 128  # MXU / tensor-core tile edge: smaller dims pad
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str
+    severity: str  # high | medium | low
+    title: str
+    ops: tuple[str, ...]
+    time_s: float  # device time involved, per device per step where steps are known, else in total
+    evidence: tuple[str, ...]
+    cause: str
+    fix: str
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["ops"], d["evidence"] = list(self.ops), list(self.evidence)
+        return d
+
+
+def _severity(share: float) -> str:
+    return "high" if share >= 0.2 else "medium" if share >= 0.05 else "low"
+
+
+def _per_step(report, total_s: float) -> float:
+    steps = report.steps.steps if report.steps and report.steps.steps else 1
+    return total_s / max(report.num_devices, 1) / steps
+
+
+def _busy_total(report) -> float:
+    return sum(d.busy_s for d in report.stats.devices) or 1.0
+
+
+def _ms(s: float) -> str:
+    return f"{s * 1e3:.3g} ms" if s >= 1e-3 else f"{s * 1e6:.3g} µs"
+
+
+def _producer_chain(module: Module, ins: Instruction, depth: int = 3) -> list[Instruction]:
+    out, frontier = [], [ins]
+    for _ in range(depth):
+        nxt = []
+        for i in frontier:
+            for op in module.operands_of(i):
+                out.append(op)
+                if op.opcode in ("bitcast", "reshape", "get-tuple-element", "convert"):
+                    nxt.append(op)
+        frontier = nxt
+    return out
+
+
+def _dot_of(module: Module, ins: Instruction) -> Instruction | None:
+    if ins.opcode in ("dot", "convolution"):
+        return ins
+    return next((i for i in module.fusion_body(ins) if i.opcode in ("dot", "convolution")), None)
+
+
+def rule_slow_ops(report) -> list[Finding]:
+    """A dot/convolution/fusion more than 2× slower than its roofline, with the next check done."""
+    out = []
+    busy = _busy_total(report)
+    for c in report.comparison:
+        if not c.priced or c.category not in ("matmul", "convolution", "fusion") or c.ratio is None:
+            continue
+        share = c.total_time_s / busy
+        if c.ratio <= SLOW_RATIO or share < MIN_SHARE:
+            continue
+        module = report.modules.get(c.program)
+        ins = module.find(c.name) if module else None
+        causes, fixes = [], []
+        evidence = [f"measured {_ms(c.measured_s)} per run vs roofline {_ms(c.predicted_s)} "
+                    f"({c.ratio:.1f}×, {c.bound}-bound), {share:.0%} of device time"]
+        if ins is not None:
+            layout = [p for p in _producer_chain(module, ins) if p.opcode in ("copy", "transpose")
+                      or (p.opcode == "fusion" and p.category == "copy/transpose")]
+            if layout:
+                causes.append(f"a layout change feeds it ({', '.join(p.name for p in layout[:3])}): its operands are "
+                              "retiled before it can start")
+                fixes.append("let XLA choose the layout (AUTO input layouts) or restructure so the transpose "
+                             "folds into the dot's dimension numbers")
+            dot = _dot_of(module, ins) if report.platform in ("tpu", "gpu") else None  # tiles: TPU/GPU units
+            if dot is not None:
+                dims = [d for op in dot.operands for d in (module.operand_shape(op).dims
+                                                           if module.operand_shape(op) else ())]
+                small = [d for d in dims if d < SMALL_DIM]
+                if small:
+                    causes.append(f"small dimensions ({', '.join(map(str, sorted(set(small))))} < {SMALL_DIM}) "
+                                  "pad to the matrix unit's tile")
+                    fixes.append("batch more work into each matmul (larger batch, fuse heads) so every dim "
+                                 f"is a multiple of {SMALL_DIM}")
+                lhs = module.operand_shape(dot.operands[0]) if dot.operands else None
+                peaks = report.chip_peaks
+                if lhs is not None and lhs.dtype == "f32" and peaks.get("bf16", 0) > 1.5 * peaks.get("fp32", 0):
+                    causes.append("it multiplies in f32 on a chip whose bf16 peak is far higher")
+                    fixes.append("keep weights/activations in bf16 (or set precision) where f32 was not meant")
+        if not causes:
+            causes.append("the kernel runs below the roofline with no layout, padding or dtype cause visible "
+                          "in the HLO")
+            fixes.append("check its fusion in the HLO (`rooflens hlo --op`) and whether it overlaps other work")
+        out.append(Finding(
+            "slow-op", _severity(share), f"{c.name} is {c.ratio:.1f}× slower than its roofline", (c.name,),
+            _per_step(report, c.total_time_s), tuple(evidence), "; ".join(causes), "; ".join(fixes)))
+    return out
+
+
+def rule_slow_collectives(report) -> list[Finding]:
+    """Collectives much slower than their bandwidth prediction (one finding for all of them)."""
+    busy = _busy_total(report)
+    slow = [c for c in report.comparison if c.category == "collective" and c.priced and c.ratio is not None
+            and c.ratio > SLOW_COLLECTIVE_RATIO and c.total_time_s / busy >= MIN_SHARE]
+    if not slow:
+        return []
+    slow.sort(key=lambda c: -c.total_time_s)
+    total = sum(c.total_time_s for c in slow)
+    cause = ("the devices wait for each other (a straggler or an earlier op delays a participant), or the group "
+             "does not map onto the interconnect as assumed")
+    if report.platform == "cpu":
+        cause = ("on a CPU with forced devices every device is a thread pool sharing the same cores, so a collective "
+                 "mostly waits for the other devices' threads to reach it")
+    return [Finding(
+        "slow-collective", _severity(total / busy),
+        f"{len(slow)} collective(s) take {min(c.ratio for c in slow):.0f}–{max(c.ratio for c in slow):.0f}× their "
+        "bandwidth prediction", tuple(c.name for c in slow[:8]), _per_step(report, total),
+        tuple(f"{c.name}: {_ms(c.measured_s)} vs {_ms(c.predicted_s)} for {c.comm_bytes / 1e6:.3g} MB sent per "
+              "device" for c in slow[:4]),
+        cause, "look at what runs just before it on the slowest device; check the mesh axes against the topology")]
+
+
+def _gathers_weights(module: Module, ins: Instruction) -> bool:
+    """An all-gather whose input comes straight from a program parameter (a sharded weight)."""
+    target = ins
+    if ins.opcode.endswith("-done"):
+        target = module.collective_of(ins) or ins
+    for op in _producer_chain(module, target, depth=4):
+        if op.opcode == "parameter" and op.computation is module.entry:
+            return True
+    return False
+
+
+def rule_communication_share(report) -> list[Finding]:
+    if not report.steps or report.steps.step_time_s <= 0:
+        return []
+    st = report.steps
+    share = st.communication_s / st.step_time_s
+    if share < COMM_SHARE:
+        return []
+    colls = sorted((c for c in report.comparison if c.category == "collective"), key=lambda c: -c.total_time_s)
+    module = report.modules.get(st.program)
+    weights = [c for c in colls if module is not None and "all-gather" in c.opcode
+               and module.find(c.name) is not None and _gathers_weights(module, module.find(c.name))]
+    ops = tuple(c.name for c in colls[:6])
+    evidence = [f"collectives take {_ms(st.communication_s)} of a {_ms(st.step_time_s)} step ({share:.0%})"]
+    evidence += [f"{c.name}: {_ms(c.total_time_s / max(c.occurrences, 1))} per run, "
+                 f"{c.comm_bytes / 1e6:.3g} MB per device" for c in colls[:3]]
+    if weights:
+        evidence.append(f"{len(weights)} all-gather(s) read program parameters: the weights are gathered every step")
+        return [Finding(
+            "weights-all-gathered", _severity(share), "Weights are all-gathered every step (FSDP-style sharding)",
+            tuple(c.name for c in weights), st.communication_s, tuple(evidence),
+            "parameters are sharded over a mesh axis, so every step gathers them back before the matmuls; "
+            "on a model this small the gathers cost more than the memory they save",
+            "replicate the weights and shard only the batch (data parallelism), or pin the intended layout with "
+            "jax.lax.with_sharding_constraint / shard_map, or use a mesh whose axis matches the sharding")]
+    return [Finding(
+        "communication-share", _severity(share), f"Collectives take {share:.0%} of the step", ops,
+        st.communication_s, tuple(evidence),
+        "the sharding makes devices exchange activations or gradients more than they compute",
+        "check which tensors the collectives move (`rooflens hlo --op`); add with_sharding_constraint on the "
+        "intermediate that XLA gathers, or change the mesh so the heavy matmuls need no communication")]
+
+
+def rule_copies(report) -> list[Finding]:
+    copies = [c for c in report.comparison if c.category == "copy/transpose"]
+    busy = _busy_total(report)
+    total = sum(c.total_time_s for c in copies)
+    share = total / busy
+    if share < COPY_SHARE:
+        return []
+    copies.sort(key=lambda c: -c.total_time_s)
+    return [Finding(
+        "copies", _severity(share), f"Copies and transposes take {share:.0%} of device time",
+        tuple(c.name for c in copies[:6]), _per_step(report, total),
+        tuple(f"{c.name}: {_ms(c.total_time_s)} in all" for c in copies[:4]),
+        "arrays are retiled between ops whose preferred layouts differ (a transpose or layout change that XLA "
+        "could not fold into its neighbours)",
+        "use AUTO layouts for jitted inputs, avoid explicit transposes of large arrays between matmuls, or "
+        "change the einsum so the contraction order matches the stored layout")]
+
+
+def rule_tiny_ops(report) -> list[Finding]:
+    st = report.stats
+    if not st.op_stats:
+        return []
+    n_dev = max(report.num_devices, 1)
+    steps = report.steps.steps if report.steps and report.steps.steps else 1
+    per_step = sum(s.occurrences for s in st.op_stats) / n_dev / steps
+    # median duration over executions, weighting each op by its occurrences
+    durations = sorted((s.avg_time_s, s.occurrences) for s in st.op_stats)
+    half, acc, median = sum(n for _, n in durations) / 2, 0, 0.0
+    for d, n in durations:
+        acc += n
+        if acc >= half:
+            median = d
+            break
+    if median >= TINY_OP_S or per_step < TINY_OPS_PER_STEP:
+        return []
+    total = sum(s.total_time_s for s in st.op_stats if s.avg_time_s < TINY_OP_S)
+    programs = len(st.by_program_s)
+    return [Finding(
+        "tiny-ops", "high" if per_step >= 10 * TINY_OPS_PER_STEP else "medium",
+        f"Many tiny ops: {per_step:.0f} per step per device, median {_ms(median)}",
+        tuple(s.name for s in sorted((s for s in st.op_stats if s.avg_time_s < TINY_OP_S),
+                                     key=lambda s: -s.occurrences)[:6]), _per_step(report, total),
+        (f"median op time {_ms(median)} < {_ms(TINY_OP_S)} (about the cost of launching one)",
+         f"{per_step:.0f} op executions per step per device across {programs} program(s)"),
+        "the work is split into kernels too small to amortise their launch and synchronisation (a Python loop "
+        "of small jitted calls, or ops XLA could not fuse)",
+        "jit the whole step (one program), turn Python loops into lax.scan / vmap, or give each op more work "
+        "(larger batch)")]
+
+
+def rule_idle(report) -> list[Finding]:
+    out = []
+    for d in report.stats.devices:
+        if d.window_s <= 0:
+            continue
+        share = d.idle_s / d.window_s
+        gaps = [g for g in d.largest_gaps if g.duration_s >= MIN_GAP_S]
+        if share < IDLE_SHARE or not gaps:
+            continue
+        out.append(Finding(
+            "idle", _severity(share), f"Device {d.device} is idle {share:.0%} of the time", (),
+            _per_step(report, d.idle_s) * max(report.num_devices, 1),
+            tuple([f"idle {_ms(d.idle_s)} of {_ms(d.window_s)}"] +
+                  [f"gap of {_ms(g.duration_s)} at {_ms(g.start_s)} between {g.before} and {g.after}"
+                   for g in gaps[:3]]),
+            "the host does not feed the device fast enough: Python or data loading between steps, a "
+            "synchronisation (print, device_get, block_until_ready) or a host-side stall",
+            "prefetch the next batch while the device runs (async data loading), move host work off the critical "
+            "path, and drop per-step synchronisations"))
+    if len(out) > 1:  # one finding for all devices, with the worst one's numbers
+        worst = max(out, key=lambda f: f.time_s)
+        return [Finding(worst.rule, worst.severity, worst.title.replace("Device", f"{len(out)} devices idle; device"),
+                        worst.ops, worst.time_s, worst.evidence, worst.cause, worst.fix)]
+    return out
+
+
+def rule_in_window(report) -> list[Finding]:
+    out = []
+    w = report.stats.in_window
+    comps = w.get("compilations") or []
+    if comps:
+        where = sorted({c["where"] for c in comps if c.get("where")})
+        reasons = [m.splitlines()[-1].strip() for m in (w.get("cache_misses") or [])]
+        total = sum(c["duration_s"] for c in comps)
+        out.append(Finding(
+            "recompilation", "high", f"{len(comps)} compilation(s) inside the measured window", (), total,
+            tuple([f"{_ms(total)} compiling, from {', '.join(where[:3]) or 'an unknown place'}"] + reasons[:3]),
+            "a jitted function sees new shapes or dtypes (or a new Python function object) during the steady "
+            "state, so XLA compiles again",
+            "keep shapes static (pad batches to fixed sizes, bucket sequence lengths), keep dtypes stable, and "
+            "jit once outside the loop"))
+    transfers = w.get("transfers") or []
+    if transfers:
+        steps = report.steps.steps if report.steps and report.steps.steps else 1
+        out.append(Finding(
+            "host-transfers", "medium" if len(transfers) >= steps else "low",
+            f"{len(transfers)} implicit host↔device transfer(s) inside the window", (), 0.0,
+            tuple([f"{len(transfers) / steps:.1f} per step"] + transfers[:2]),
+            "NumPy arrays or Python scalars cross to the device each step (or device values are read back), "
+            "which serialises host and device",
+            "device_put inputs ahead of time (prefetch), keep the loop state on the device, and read values back "
+            "only when needed"))
+    return out
+
+
+def rule_variance(report) -> list[Finding]:
+    out = []
+    st = report.stats.steps
+    if st is not None and st.count >= 3 and st.mean_s > 0:
+        cv = st.std_s / st.mean_s
+        if cv > STEP_CV:
+            slow = max(range(st.count), key=lambda i: st.times_s[i])
+            out.append(Finding(
+                "step-variance", _severity(cv / 2), f"Step times vary by {cv:.0%} (std/mean)", (),
+                max(st.times_s) - min(st.times_s),
+                (f"steps: mean {_ms(st.mean_s)}, min {_ms(st.min_s)}, max {_ms(st.max_s)}",
+                 f"slowest: step {st.steps[slow]}"),
+                "some steps do extra work or wait (recompilation, input stalls, garbage collection, a slow batch)",
+                "look at the slowest step in the trace; make per-step work uniform"))
+    devs = [d for d in report.stats.devices if d.busy_s > 0]
+    if len(devs) > 1:
+        fast, slow = min(devs, key=lambda d: d.busy_s), max(devs, key=lambda d: d.busy_s)
+        if slow.busy_s / fast.busy_s > STRAGGLER_RATIO:
+            out.append(Finding(
+                "straggler", "medium", f"Device {slow.device} is busy {slow.busy_s / fast.busy_s:.1f}× longer than "
+                f"device {fast.device}", (), _per_step(report, slow.busy_s - fast.busy_s),
+                (f"busy {_ms(slow.busy_s)} vs {_ms(fast.busy_s)}",),
+                "uneven work across devices (an imbalanced sharding) or a slow device; collectives make everyone "
+                "wait for it", "balance the sharding (shapes divisible by the mesh), check the slow device's ops"))
+    return out
+
+
+def rule_overheads(report) -> list[Finding]:
+    st = report.steps
+    if not st or st.predicted_s <= 0 or st.step_time_s <= 0:
+        return []
+    ratio = st.step_time_s / st.predicted_s
+    slow = [c for c in report.comparison if c.priced and c.ratio and c.ratio > SLOW_RATIO
+            and c.total_time_s / _busy_total(report) >= MIN_SHARE]
+    if ratio <= OVERHEAD_RATIO or slow:
+        return []
+    return [Finding(
+        "overheads", _severity(1 - 1 / ratio), f"The step is {ratio:.1f}× its roofline sum though no big op is slow",
+        (), st.step_time_s - st.predicted_s,
+        (f"step {_ms(st.step_time_s)} vs roofline sum {_ms(st.predicted_s)}",
+         f"idle {_ms(st.idle_s)}, unpriced ops {_ms(st.unpriced_s)}"),
+        "time goes between ops rather than in them: launch and dispatch overhead, synchronisation, small "
+        "ops and idle gaps add up",
+        "fuse more of the step into one program, remove host round-trips, and check the idle and tiny-op findings")]
+
+
+RULES = (rule_slow_ops, rule_slow_collectives, rule_communication_share, rule_copies, rule_tiny_ops, rule_idle,
+         rule_in_window, rule_variance, rule_overheads)
+
+
+def run_rules(report) -> list[Finding]:
+    found = [f for rule in RULES for f in rule(report)]
+    rank = {"high": 0, "medium": 1, "low": 2}
+    return sorted(found, key=lambda f: (rank.get(f.severity, 3), -f.time_s))
+
