@@ -2,6 +2,7 @@
 
 import gzip
 import json
+import re
 import subprocess
 import sys
 
@@ -82,7 +83,13 @@ def test_named_scopes_and_steps(captured):
 
 
 def _by_op(stats):
-    return {(s.program, s.name): (s.occurrences, s.total_time_s) for s in stats.op_stats}
+    """(program, op) → (occurrences, total time); programs by name (Chrome JSON drops program ids on GPU/CPU)."""
+    out = {}
+    for s in stats.op_stats:
+        key = (re.sub(r"\(\d+\)$", "", s.program), s.name)
+        n, t = out.get(key, (0, 0.0))
+        out[key] = (n + s.occurrences, t + s.total_time_s)
+    return out
 
 
 def _assert_same(a, b):
@@ -147,7 +154,7 @@ def test_gpu_fixture_kernels_with_hlo_from_a_dump():
     stats = op_stats(p)
     assert p.platform == "gpu" and len(stats.devices) == 1
     gemm = stats.op_stats[0]
-    assert gemm.program == "jit_dot" and gemm.category == "matmul"
+    assert gemm.program.startswith("jit_dot(") and gemm.category == "matmul"  # compiled 6 times: ids kept
     _assert_same(_by_op(stats), _by_op(op_stats(load(fixture_path(
         "gpu_amd", "tracelens_mi300x_jax08_gemm.DERIVED.trace.json.gz")))))
 

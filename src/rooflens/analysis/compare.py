@@ -133,11 +133,22 @@ def analyze(profile: Profile, chip: str | Chip | None = None) -> Report:
         c, reason = get_chip(chip), "given"
     stats = op_stats(profile)
     n_dev = max(len(stats.devices), 1)
-    if c.kind == "cpu" and n_dev > 1:  # forced CPU devices run at once on the cores calibration measured alone
-        c = shared_by(c, n_dev)
-        reason += f", its throughput shared by the {n_dev} devices that run at once"
+    serial = 1.0  # how many devices' steps the hardware runs one after another (CPU: n / concurrency)
+    if c.kind == "cpu" and n_dev > 1:
+        # forced CPU devices share the cores calibration measured for one device alone; they share them
+        # among as many devices as run at once on average (their summed busy time over the union's)
+        union = sum(h.busy_s for h in stats.hosts) or 1.0
+        concurrency = max(1.0, min(float(n_dev), sum(d.busy_s for d in stats.devices) / union))
+        c = shared_by(c, concurrency)
+        serial = n_dev / concurrency
+        reason += f", shared by the {concurrency:.1f} of its {n_dev} devices that run at once on average"
     preds: dict[tuple[str, str], OpPrediction] = {}
-    for program, module in profile.modules.items():
+    modules = {}
+    for program in stats.by_program_s:
+        module = profile.module_for(program)
+        if module is None:
+            continue
+        modules[program] = module
         for oc in costs(module, emulate_fusion=False):
             preds[(program, oc.name)] = price(oc, c)
     steps = stats.steps.count if stats.steps else 0
@@ -166,15 +177,17 @@ def analyze(profile: Profile, chip: str | Chip | None = None) -> Report:
     report = Report(
         chip=c.name, chip_reason=reason, platform=profile.platform, device_kind=profile.device_kind,
         num_devices=n_dev, op_stats=stats.op_stats, comparison=comparison,
-        steps=_step_breakdown(stats, comparison, c, n_dev, steps), stats=stats, notes=list(stats.notes),
-        modules=dict(profile.modules), chip_peaks=dict(peaks),
+        steps=_step_breakdown(stats, comparison, c, n_dev, steps, serial), stats=stats, notes=list(stats.notes),
+        modules=modules, chip_peaks=dict(peaks),
     )
     report.findings = run_rules(report)
     return report
 
 
 def _step_breakdown(stats: OpStats, comparison: list[OpComparison], chip: Chip, n_dev: int,
-                    steps: int) -> StepBreakdown | None:
+                    steps: int, serial: float = 1.0) -> StepBreakdown | None:
+    """The main program's step per device. ``serial`` > 1 when devices share one processor (forced CPU
+    devices): the roofline step is then their work run ``n / serial`` at a time."""
     if not comparison:
         return None
     main = max(stats.by_program_s, key=stats.by_program_s.get)
@@ -200,7 +213,7 @@ def _step_breakdown(stats: OpStats, comparison: list[OpComparison], chip: Chip, 
     busy = sum(split.values())
     peak = chip.peak_flops_per_s.get("bf16") or max(chip.peak_flops_per_s.values())
     return StepBreakdown(
-        program=main, steps=steps, step_time_s=step_time, predicted_s=predicted, model_flops=flops,
+        program=main, steps=steps, step_time_s=step_time, predicted_s=predicted * serial, model_flops=flops,
         mfu=flops / (step_time * peak) if step_time and peak else None, compute_s=split["compute"],
         communication_s=split["communication"], layout_s=split["layout"], other_s=split["other"],
         idle_s=max(step_time - busy, 0.0), unpriced_s=unpriced,

@@ -317,7 +317,7 @@ def chips(extra_files: Iterable[str | os.PathLike] = ()) -> list[str]:
     return sorted(catalog(extra_files))
 
 
-def shared_by(c: Chip, n: int) -> Chip:
+def shared_by(c: Chip, n: float) -> Chip:
     """``c`` as each of ``n`` devices sees it when they share it (forced CPU devices share the cores
     and the memory bus that calibration measured for one device running alone)."""
     if n <= 1:
@@ -326,13 +326,13 @@ def shared_by(c: Chip, n: int) -> Chip:
     figures = {}
     for key, fig in c.figures.items():
         if key.startswith(rated) and isinstance(fig.value, int | float):
-            figures[key] = Figure(fig.value / n, f"{fig.source}; shared by {n} devices: ÷ {n}")
+            figures[key] = Figure(fig.value / n, f"{fig.source}; shared by {n:.3g} devices: ÷ {n:.3g}")
         elif key.startswith(("compute.matmul_grid_", "compute.matmul_curve_")):
             figures[key] = Figure(tuple(tuple(v[:-1]) + (v[-1] / n,) for v in fig.value),
-                                  f"{fig.source}; shared by {n} devices: rates ÷ {n}")
+                                  f"{fig.source}; shared by {n:.3g} devices: rates ÷ {n:.3g}")
         else:
             figures[key] = fig
-    return Chip(name=c.name, description=f"{c.description} (shared by {n} devices)", vendor=c.vendor, kind=c.kind,
+    return Chip(name=c.name, description=f"{c.description} (shared by {n:.3g} devices)", vendor=c.vendor, kind=c.kind,
                 device_unit=c.device_unit, device_kinds=c.device_kinds, figures=MappingProxyType(figures),
                 origin=c.origin, calibration=c.calibration)
 

@@ -7,6 +7,7 @@ is a vectorised ``np.unique``/``bincount`` away.
 
 from __future__ import annotations
 
+import re
 from array import array
 from dataclasses import dataclass, field
 
@@ -47,6 +48,7 @@ class EventTable:
     programs: list[str]
     hlo_text: dict[tuple[str, str], str] = field(default_factory=dict)  # (program, op) → instruction text
     op_meta: dict[tuple[str, str], dict] = field(default_factory=dict)  # (program, op) → the trace's own stats
+    program_keys: dict[str, str] = field(default_factory=dict)  # shown name → "name(program_id)" when known
 
     def __len__(self) -> int:
         return len(self.start_ns)
@@ -67,6 +69,18 @@ class TableBuilder:
         self.cols.update(start=array("d"), dur=array("d"))
         self.hlo_text: dict[tuple[str, str], str] = {}
         self.op_meta: dict[tuple[str, str], dict] = {}
+        self.program_keys: dict[str, str] = {}
+
+    def _plain_program_names(self) -> None:
+        """Programs are recorded as ``name(program_id)``; keep the id only where one name was
+        compiled more than once (a recompilation), so one trace's names match across formats."""
+        rename = _plain_program_names_of(self.programs.words)
+        self.program_keys = {plain: raw for raw, plain in rename.items() if raw != plain}
+        words = [rename.get(w, w) for w in self.programs.words]
+        self.hlo_text = {(rename.get(p, p), n): v for (p, n), v in self.hlo_text.items()}
+        self.op_meta = {(rename.get(p, p), n): v for (p, n), v in self.op_meta.items()}
+        self.programs.words = words
+        self.programs.index = {w: i for i, w in enumerate(words)}
 
     def add(self, host: str, device: int, line: str, name: str, program: str, start_ns: float, dur_ns: float) -> None:
         c = self.cols
@@ -79,6 +93,7 @@ class TableBuilder:
         c["dur"].append(dur_ns)
 
     def build(self) -> EventTable:
+        self._plain_program_names()
         c = {k: np.frombuffer(v, dtype=np.float64 if v.typecode == "d" else np.intc) for k, v in self.cols.items()}
         start = c["start"]
         order = np.argsort(start, kind="stable")
@@ -92,8 +107,20 @@ class TableBuilder:
             dur_ns=c["dur"][order],
             step=np.full(len(start), -1, dtype=np.int32),
             hosts=self.hosts.words, lines=self.lines.words, names=self.names.words, programs=self.programs.words,
-            hlo_text=self.hlo_text, op_meta=self.op_meta,
+            hlo_text=self.hlo_text, op_meta=self.op_meta, program_keys=self.program_keys,
         )
+
+
+_ID_RE = re.compile(r"^(.*)\((\d+)\)$")
+
+
+def _plain_program_names_of(words: list[str]) -> dict[str, str]:
+    """``jit_f(12)`` → ``jit_f`` where the trace ran only one program of that name."""
+    bases: dict[str, set[str]] = {}
+    for w in words:
+        m = _ID_RE.match(w)
+        bases.setdefault(m.group(1) if m else w, set()).add(w)
+    return {w: base for base, ws in bases.items() if len(ws) == 1 for w in ws}
 
 
 def concat(tables: list[EventTable]) -> EventTable:
@@ -108,15 +135,16 @@ def concat(tables: list[EventTable]) -> EventTable:
             parts[col].append(remap[getattr(t, col)] if len(t) else np.zeros(0, np.int32))
     start = np.concatenate([t.start_ns for t in tables])
     order = np.argsort(start, kind="stable")
-    hlo_text, op_meta = {}, {}
+    hlo_text, op_meta, keys = {}, {}, {}
     for t in tables:
         hlo_text.update(t.hlo_text)
         op_meta.update(t.op_meta)
+        keys.update(t.program_keys)
     return EventTable(
         host=np.concatenate(parts["host"])[order], device=np.concatenate([t.device for t in tables])[order],
         line=np.concatenate(parts["line"])[order], name=np.concatenate(parts["name"])[order],
         program=np.concatenate(parts["program"])[order], start_ns=start[order],
         dur_ns=np.concatenate([t.dur_ns for t in tables])[order], step=np.concatenate([t.step for t in tables])[order],
         hosts=merged["hosts"].words, lines=merged["lines"].words, names=merged["names"].words,
-        programs=merged["programs"].words, hlo_text=hlo_text, op_meta=op_meta,
+        programs=merged["programs"].words, hlo_text=hlo_text, op_meta=op_meta, program_keys=keys,
     )

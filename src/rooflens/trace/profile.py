@@ -58,6 +58,10 @@ class Profile:
                 self.notes.append(f"the HLO saved for {name} could not be read; its ops have no scope or category")
         return out
 
+    def module_for(self, program: str) -> H.Module | None:
+        """The HLO of ``program`` (``jit_dot(49)``), or of its name when only that is known."""
+        return self.modules.get(program) or self.modules.get(re.sub(r"\(\d+\)$", "", program))
+
     @cached_property
     def op_info(self) -> dict[tuple[str, str], OpInfo]:
         """(program, op) → category and named scope, from the programs' HLO where known."""
@@ -66,7 +70,7 @@ class Profile:
         pairs = {(int(p), int(n)) for p, n in zip(t.program.tolist(), t.name.tolist())}
         for p, n in pairs:
             program, name = t.programs[p], t.names[n]
-            out[(program, name)] = _op_info(self.modules.get(program), name, t.hlo_text.get((program, name)),
+            out[(program, name)] = _op_info(self.module_for(program), name, t.hlo_text.get((program, name)),
                                             t.op_meta.get((program, name), {}))
         return out
 
@@ -204,13 +208,17 @@ def _embedded_hlo(files: list[Path], table: EventTable) -> dict[str, str]:
                 texts = hlo_texts(mm)
         except (ValueError, IndexError, OSError):
             continue  # a damaged metadata plane: the ops just lack scopes
+        exact = {raw: shown for shown, raw in table.program_keys.items()}
         for key, text in texts.items():
+            if key in seen or key in exact:  # the trace names this very program (name and id)
+                best[exact.get(key, key)] = (1 << 30, text)
+                continue
             name = re.sub(r"\(\d+\)$", "", key)
             ops = seen.get(name)
             if not ops:
                 continue
             score = sum(1 for op in ops if f"%{op} = " in text or f"\n  {op} = " in text or f" {op} = " in text)
-            if score > best.get(name, (-1, ""))[0]:
+            if name not in table.program_keys and score > best.get(name, (-1, ""))[0]:
                 best[name] = (score, text)
     return {k: v for k, (_, v) in best.items()}
 
@@ -255,7 +263,8 @@ def load(path: str | Path, hlo_dir: str | Path | None = None) -> Profile:
     if not steps:
         profile.notes.append("the trace has no step annotations (jax.profiler.StepTraceAnnotation) or Steps line, "
                              "so there are no per-step times")
-    missing = sorted({table.programs[p] for p in set(table.program.tolist())} - set(hlo_texts))
+    missing = sorted(p for p in {table.programs[p] for p in set(table.program.tolist())}
+                     if p not in hlo_texts and re.sub(r"\(\d+\)$", "", p) not in hlo_texts)
     if missing:
         profile.notes.append(f"no HLO for {', '.join(missing[:5])} (the trace does not carry it): those ops have no "
                              "named scope; give --hlo DUMP_DIR, or capture with rl.capture")

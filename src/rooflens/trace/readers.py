@@ -63,10 +63,6 @@ def _program_at(programs: list[tuple[float, float, str]], t: float) -> str:
     return ""
 
 
-def _strip_program_id(name: str) -> str:
-    """``jit_f(12190760917235803885)`` → ``jit_f``."""
-    return re.sub(r"\(\d+\)$", "", name)
-
 
 def read_xspace(path: Path) -> RawTrace:
     head = _read_bytes(path, 1)  # the file itself goes straight to the C++ parser: no Python copy of it
@@ -96,7 +92,7 @@ def read_xspace(path: Path) -> RawTrace:
         lines = list(plane.lines)
         if kind == "TPU":
             platform = "tpu"
-            modules = sorted((e.start_ns, e.start_ns + e.duration_ns, _strip_program_id(e.name))
+            modules = sorted((e.start_ns, e.start_ns + e.duration_ns, e.name)
                              for ln in lines if ln.name == "XLA Modules" for e in ln.events)
             for ln in lines:
                 if ln.name == "Steps":
@@ -120,7 +116,7 @@ def read_xspace(path: Path) -> RawTrace:
                     op = st.get("hlo_op")
                     if not op:
                         continue
-                    b.add(host, dev, ln.name, str(op), str(st.get("hlo_module", "")), e.start_ns, e.duration_ns)
+                    b.add(host, dev, ln.name, str(op), _program(st), e.start_ns, e.duration_ns)
                     device_rows += 1
     for plane in planes:
         if plane.name != "/host:CPU":
@@ -160,13 +156,20 @@ def read_xspace(path: Path) -> RawTrace:
                 cols["device"].append(int(dev))
                 cols["line"].append(line_c)
                 cols["name"].append(name_code(str(op)))
-                cols["program"].append(prog_code(str(st.get("hlo_module", ""))))
+                cols["program"].append(prog_code(_program(st)))
                 cols["start"].append(start)
                 cols["dur"].append(e.duration_ns)
                 platform = "cpu"
         if platform == "cpu":
             device_kind = "cpu"
     return RawTrace(host, b.build(), sorted(steps), device_kind or "unknown", platform, plane_stats=plane_stats)
+
+
+def _program(st: dict) -> str:
+    """``jit_step(24)``: the module name and, when the event carries it, its program id."""
+    name = str(st.get("hlo_module", ""))
+    pid = st.get("program_id")
+    return f"{name}({pid})" if pid is not None and name else name
 
 
 def _step_num(e) -> int:
@@ -215,7 +218,7 @@ def read_chrome(path: Path) -> RawTrace:
         if line == "XLA Modules" and pid in device_pids:
             start = float(e.get("ts", 0)) * 1e3
             tpu_modules.setdefault(pid, []).append((start, start + float(e.get("dur", 0)) * 1e3,
-                                                    _strip_program_id(str(e.get("name", "")))))
+                                                    str(e.get("name", ""))))
     for mods in tpu_modules.values():
         mods.sort()
     for e in events:
@@ -246,11 +249,10 @@ def read_chrome(path: Path) -> RawTrace:
                 has_device_ops = True
             elif args.get("hlo_op"):
                 platform, device_kind = "gpu", device_kind or "GPU"
-                b.add(host, dev, line, str(args["hlo_op"]), str(args.get("hlo_module", "")), start, dur)
+                b.add(host, dev, line, str(args["hlo_op"]), _program(args), start, dur)
                 has_device_ops = True
         elif args.get("hlo_op") and "device_ordinal" in args:
-            cpu_rows.append((int(args["device_ordinal"]), line, str(args["hlo_op"]), str(args.get("hlo_module", "")),
-                             start, dur))
+            cpu_rows.append((int(args["device_ordinal"]), line, str(args["hlo_op"]), _program(args), start, dur))
     if not has_device_ops and cpu_rows:
         platform, device_kind = "cpu", "cpu"
         for dev, line, op, program, start, dur in cpu_rows:

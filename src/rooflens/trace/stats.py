@@ -76,6 +76,7 @@ class OpStats:
     device_kind: str
     notes: list[str] = field(default_factory=list)
     in_window: dict = field(default_factory=dict)  # compilations and cache misses during the capture window
+    hosts: list[DeviceTime] = field(default_factory=list)  # all devices of a host together (device = -1)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -115,6 +116,27 @@ def _busy(start: np.ndarray, end: np.ndarray) -> tuple[float, np.ndarray, np.nda
     return float((m_end - m_start).sum()), m_start, m_end
 
 
+def _device_time(t, start, end, dur, sel: np.ndarray, dev: int, t0: float, n_gaps: int) -> DeviceTime:
+    """Busy (union of op intervals), idle and the largest gaps of the events ``sel`` (sorted by start)."""
+    s, e = start[sel], end[sel]
+    busy, ms, me = _busy(s, e)
+    window = float(e.max() - s.min())
+    gaps = []
+    if len(ms) > 1:
+        g = ms[1:] - me[:-1]
+        for k in np.argsort(-g)[:n_gaps]:
+            if g[k] <= 0:
+                break
+            before = sel[np.argmin(np.abs(e - me[k]))]
+            nxt = np.searchsorted(s, ms[k + 1])
+            after = sel[nxt] if nxt < len(sel) else before
+            gaps.append(Gap(dev, float(me[k] - t0) * 1e-9, float(g[k]) * 1e-9, t.names[t.name[before]],
+                            t.names[t.name[after]]))
+    host = t.hosts[int(t.host[sel[0]])] if len(sel) else ""
+    return DeviceTime(dev, host, busy * 1e-9, window * 1e-9, (window - busy) * 1e-9, float(dur[sel].sum()) * 1e-9,
+                      len(sel), tuple(gaps))
+
+
 def op_stats(profile: Profile, gaps_per_device: int = 5) -> OpStats:
     t = profile.table
     info = profile.op_info
@@ -123,30 +145,17 @@ def op_stats(profile: Profile, gaps_per_device: int = 5) -> OpStats:
     line_group = (t.host.astype(np.int64) << 40) + (t.device.astype(np.int64) + 1 << 20) + t.line
     self_ns = _self_times(start, end, line_group)
 
-    # per device: busy (union), idle, gaps
-    devices: list[DeviceTime] = []
-    dev_keys = np.unique(np.stack([t.host, t.device], axis=1), axis=0) if len(t) else np.zeros((0, 2), int)
+    # per device: busy (union), idle, gaps; and per host with all its devices together (device -1)
     t0 = float(start.min()) if len(t) else 0.0
-    for host, dev in dev_keys:
-        sel = np.flatnonzero((t.host == host) & (t.device == dev))
-        s, e = start[sel], end[sel]
-        busy, ms, me = _busy(s, e)
-        window = float(e.max() - s.min())
-        gaps = []
-        if len(ms) > 1:
-            g = ms[1:] - me[:-1]
-            for k in np.argsort(-g)[:gaps_per_device]:
-                if g[k] <= 0:
-                    break
-                before = sel[np.argmin(np.abs(e - me[k]))]
-                after = sel[np.searchsorted(s, ms[k + 1])] if np.searchsorted(s, ms[k + 1]) < len(sel) else before
-                gaps.append(Gap(int(dev), float(me[k] - t0) * 1e-9, float(g[k]) * 1e-9, t.names[t.name[before]],
-                                t.names[t.name[after]]))
-        devices.append(DeviceTime(int(dev), t.hosts[host], busy * 1e-9, window * 1e-9, (window - busy) * 1e-9,
-                                  float(dur[sel].sum()) * 1e-9, len(sel), tuple(gaps)))
+    dev_keys = np.unique(np.stack([t.host, t.device], axis=1), axis=0) if len(t) else np.zeros((0, 2), int)
+    devices = [_device_time(t, start, end, dur, np.flatnonzero((t.host == h) & (t.device == d)), int(d), t0,
+                            gaps_per_device) for h, d in dev_keys]
+    hosts = [_device_time(t, start, end, dur, np.flatnonzero(t.host == h), -1, t0, gaps_per_device)
+             for h in np.unique(t.host)]
     total_busy_s = sum(d.busy_s for d in devices) or 1.0
 
     # per (program, op)
+
     key = t.program.astype(np.int64) * (len(t.names) + 1) + t.name
     uniq, inv = np.unique(key, return_inverse=True)
     tot = np.bincount(inv, weights=dur)
@@ -189,7 +198,7 @@ def op_stats(profile: Profile, gaps_per_device: int = 5) -> OpStats:
         by_scope_prefix_s=dict(sorted(prefix.items(), key=lambda kv: -kv[1])),
         by_category_s=totals(lambda s: s.category), devices=devices, steps=step_summary(profile),
         platform=profile.platform, device_kind=profile.device_kind, notes=list(profile.notes),
-        in_window=dict(profile.metadata.get("in_window") or {}),
+        in_window=dict(profile.metadata.get("in_window") or {}), hosts=hosts,
     )
 
 
