@@ -32,7 +32,7 @@ class OpComparison:
     opcode: str
     occurrences: int
     total_time_s: float  # measured, summed over devices and executions
-    measured_s: float  # per execution
+    measured_s: float  # per execution (median)
     predicted_s: float | None  # None: the cost model could not price it
     ratio: float | None  # measured / predicted
     bound: str
@@ -158,7 +158,7 @@ def analyze(profile: Profile, chip: str | Chip | None = None) -> Report:
         p = preds.get((s.program, s.name))
         info = profile.op_info.get((s.program, s.name))
         opcode = info.opcode if info else ""
-        per = s.total_time_s / max(s.occurrences, 1)
+        per = s.median_time_s  # per execution; the median, so one noisy run does not make an op "slow"
         why = _unpriced_reason(p, opcode, s.category)
         predicted = None if why or p is None else p.t_pred_s
         flops = p.flops if p else 0.0

@@ -12,6 +12,8 @@ The first ``warmup`` steps run untraced (compilation, first run); the trace then
 next ``steps`` steps only (a short steady-state window) and stops by itself. Each traced step
 gets a step annotation and ends with a ``block_until_ready`` (on the wrapped function's result,
 or on every live array for ``with session.step()``), so the device work of a step lands inside it.
+A result the loop drops at once is not live and cannot be waited for: keep the loop's state (as
+training loops do) or pass it, ``session.step(block_on=loss)``.
 """
 
 from __future__ import annotations

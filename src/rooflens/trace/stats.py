@@ -26,6 +26,7 @@ class OpStat:
     total_time_s: float
     self_time_s: float  # total minus time inside other op events nested in it (same line)
     avg_time_s: float
+    median_time_s: float  # robust to a few slow outliers (a noisy host, a first execution)
     min_time_s: float
     max_time_s: float
     pct_device_time: float  # of all devices' busy time
@@ -165,6 +166,9 @@ def op_stats(profile: Profile, gaps_per_device: int = 5) -> OpStats:
     maxs = np.zeros(len(uniq))
     np.minimum.at(mins, inv, dur)
     np.maximum.at(maxs, inv, dur)
+    order = np.lexsort((dur, inv))  # grouped, each group sorted by duration
+    first = np.concatenate([[0], np.cumsum(cnt)[:-1]])
+    medians = (dur[order[first + (cnt - 1) // 2]] + dur[order[first + cnt // 2]]) / 2
     ndev = np.bincount(np.unique(np.stack([inv, t.device + 1]), axis=1)[0], minlength=len(uniq))
     stats = []
     for k, u in enumerate(uniq):
@@ -174,7 +178,8 @@ def op_stats(profile: Profile, gaps_per_device: int = 5) -> OpStats:
             name=name, program=program, category=oi.category if oi else "unknown",
             named_scope=oi.named_scope if oi else "", occurrences=int(cnt[k]), devices=int(ndev[k]),
             total_time_s=float(tot[k]) * 1e-9, self_time_s=float(selft[k]) * 1e-9,
-            avg_time_s=float(tot[k] / cnt[k]) * 1e-9, min_time_s=float(mins[k]) * 1e-9,
+            avg_time_s=float(tot[k] / cnt[k]) * 1e-9, median_time_s=float(medians[k]) * 1e-9,
+            min_time_s=float(mins[k]) * 1e-9,
             max_time_s=float(maxs[k]) * 1e-9, pct_device_time=100.0 * float(selft[k]) * 1e-9 / total_busy_s,
         ))
     stats.sort(key=lambda s: -s.self_time_s)

@@ -1,0 +1,229 @@
+"""Findings on real JAX programs: each pathology fires its rule, and the healthy twins fire none.
+
+Every program runs for real on the forced CPU devices; the `local` chip is calibrated once for the
+module (quick settings) into the test cache directory. The healthy twins assume the machine is not
+loaded by other work while the module runs (calibration and measurement are seconds apart).
+"""
+
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import rooflens as rl
+from rooflens.analysis import rules
+from rooflens.hardware import calibrate
+from rooflens.lowering import make_mesh
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_chip():
+    cal = calibrate.measure(repeats=3, sizes=(256, 512, 1024), copy_bytes=32 << 20)
+    calibrate.save(cal)
+
+
+def fired(prof):
+    rep = rl.analyze(prof)
+    return {f.rule for f in rep.findings}, rep
+
+
+def cap(fn, *args, tmp, steps=5, **kw):
+    return rl.capture(fn, *args, steps=steps, logdir=tmp, **kw)
+
+
+def session(tmp, body, steps=5, between=None):
+    s = rl.trace.Session(tmp, warmup=1, steps=steps)
+    state = None
+    with s:
+        for i in range(steps + 1):
+            with s.step():
+                state = body(i)  # the loop keeps its state alive, so the step's end waits for it
+            if between:
+                between(i)
+    del state
+    return s.profile
+
+
+MATMUL = jax.jit(lambda x, w: x @ w)
+X = jnp.ones((1024, 1024))
+W = jnp.ones((1024, 1024))
+
+
+# -- healthy twins ------------------------------------------------------------------------------
+
+def test_healthy_single_device_matmul_fires_nothing(tmp_path):
+    names, rep = fired(cap(MATMUL, X, W, tmp=tmp_path))
+    assert names == set(), [f.title for f in rep.findings]
+    (dot,) = [c for c in rep.comparison if c.category == "matmul"]
+    assert 0.5 < dot.ratio < 2.0  # the calibrated roofline holds for a big f32 matmul
+
+
+def test_healthy_training_loop_fires_nothing(tmp_path):
+    names, rep = fired(session(tmp_path, lambda i: MATMUL(X, W)))
+    assert names == set(), [f.title for f in rep.findings]
+
+
+def _dp(tmp, weights_spec):
+    mesh = make_mesh("data=8")
+    x = jax.device_put(jnp.ones((4096, 1024)), NamedSharding(mesh, P("data")))
+    w = jax.device_put(jnp.ones((1024, 1024)), NamedSharding(mesh, weights_spec))
+    return cap(jax.jit(lambda x, w: x @ w), x, w, tmp=tmp)
+
+
+def test_healthy_data_parallel_fires_nothing(tmp_path):
+    names, rep = fired(_dp(tmp_path, P()))
+    assert names == set(), [f.title for f in rep.findings]
+    assert rep.steps.communication_s == 0
+
+
+# -- pathologies --------------------------------------------------------------------------------
+
+def test_weights_all_gathered_every_step(tmp_path):
+    names, rep = fired(_dp(tmp_path, P("data", None)))  # FSDP on a model too small for it
+    assert "weights-all-gathered" in names
+    f = next(f for f in rep.findings if f.rule == "weights-all-gathered")
+    assert f.ops and all("all-gather" in op for op in f.ops)
+    assert "with_sharding_constraint" in f.fix
+    assert "slow-collective" in names  # and on CPU the gather is far slower than a memory copy
+
+
+def test_activation_all_reduces_take_the_step(tmp_path):
+    mesh = make_mesh("model=8")
+    x = jax.device_put(jnp.ones((256, 4096)), NamedSharding(mesh, P(None, "model")))
+    w = jax.device_put(jnp.ones((4096, 256)), NamedSharding(mesh, P("model", None)))
+    names, rep = fired(cap(jax.jit(lambda x, w: x @ w, out_shardings=NamedSharding(mesh, P())), x, w,
+                           tmp=tmp_path))
+    assert "communication-share" in names and "weights-all-gathered" not in names
+    assert rep.steps.communication_s > 0.25 * rep.steps.step_time_s
+
+
+def test_slow_dot_against_its_roofline(tmp_path):
+    a = jnp.ones((4096, 8, 8))  # thousands of 8×8 matmuls: the CPU runs them far below its roofline
+    names, rep = fired(cap(jax.jit(lambda a: jnp.einsum("bij,bjk->bik", a, a)), a, tmp=tmp_path))
+    assert "slow-op" in names
+    f = next(f for f in rep.findings if f.rule == "slow-op")
+    assert "slower than its roofline" in f.title and f.ops
+
+
+def test_transpose_feeding_a_dot_makes_copies(tmp_path):
+    x = jnp.ones((512, 256, 64))
+    w = jnp.ones((512 * 64, 16))
+    names, rep = fired(cap(jax.jit(lambda x, w: jnp.transpose(x, (1, 0, 2)).reshape(256, -1) @ w), x, w,
+                           tmp=tmp_path))
+    assert "copies" in names
+    healthy, _ = fired(cap(jax.jit(lambda x, w: x @ w), jnp.ones((256, 512 * 64)), w, tmp=tmp_path / "h"))
+    assert "copies" not in healthy
+
+
+def test_a_loop_of_tiny_jitted_ops(tmp_path):
+    add1 = jax.jit(lambda v: v + 1)
+
+    def body(i):
+        v = jnp.ones(16)
+        for _ in range(150):
+            v = add1(v)
+        return v
+
+    names, rep = fired(session(tmp_path, body, steps=3))
+    assert "tiny-ops" in names
+    assert "slow-op" not in names  # sub-launch ops are the tiny-ops rule's business
+
+
+def test_a_new_shape_every_step_recompiles(tmp_path):
+    sizes = iter([64, 128, 192, 256, 320, 384])
+    names, rep = fired(cap(jax.jit(lambda x: jnp.tanh(x @ x.T)), jnp.ones((64, 64)), tmp=tmp_path,
+                           feed=lambda out, args: (jnp.ones((next(sizes), 64)),)))
+    assert "recompilation" in names
+    f = next(f for f in rep.findings if f.rule == "recompilation")
+    assert any("test_analysis.py" in e for e in f.evidence) and any("before" in e for e in f.evidence)
+
+
+def test_numpy_inputs_every_step_are_host_transfers(tmp_path):
+    names, _ = fired(cap(MATMUL, X, W, tmp=tmp_path, feed=lambda out, args: (np.ones((1024, 1024), np.float32), W)))
+    assert "host-transfers" in names
+
+
+def test_a_sleeping_data_loader_leaves_the_device_idle(tmp_path):
+    names, rep = fired(session(tmp_path, lambda i: MATMUL(X, W), between=lambda i: time.sleep(0.05)))
+    assert "idle" in names
+    f = next(f for f in rep.findings if f.rule == "idle")
+    assert any("gap of" in e for e in f.evidence)
+
+
+def test_uneven_steps(tmp_path):
+    def body(i):
+        y = MATMUL(X, W)
+        if i % 2:
+            time.sleep(0.12)
+        return y
+
+    names, _ = fired(session(tmp_path, body, steps=6))
+    assert "step-variance" in names
+
+
+def test_host_work_inside_every_step_is_overhead(tmp_path):
+    def body(i):
+        y = MATMUL(X, W)
+        time.sleep(0.04)
+        return y
+
+    names, rep = fired(session(tmp_path, body))
+    assert "overheads" in names and "step-variance" not in names
+    assert rep.steps.step_time_s > 2 * rep.steps.predicted_s
+
+
+def test_one_device_doing_all_the_work_is_a_straggler(tmp_path):
+    from jax import shard_map
+
+    mesh = make_mesh("data=8")
+
+    def body(a):
+        return jax.lax.cond(jax.lax.axis_index("data") == 0, lambda a: jnp.tanh(a @ a.T @ a), lambda a: a * 2, a)
+
+    f = jax.jit(shard_map(body, mesh=mesh, in_specs=P("data"), out_specs=P("data")))
+    names, _ = fired(cap(f, jnp.ones((8 * 256, 256)), tmp=tmp_path))
+    assert "straggler" in names
+
+
+# -- the report itself ----------------------------------------------------------------------------
+
+def test_transformer_report_big_dots_and_communication(tmp_path):
+    from rooflens.workloads import TransformerConfig, sharded_train_step
+
+    step, (ap, at) = sharded_train_step(TransformerConfig(), make_mesh("data=4,model=2"))
+    params = jax.tree.map(lambda s: jax.device_put(jnp.zeros(s.shape, s.dtype), s.sharding), ap)
+    tokens = jax.device_put(jnp.zeros(at.shape, at.dtype), at.sharding)
+    prof = rl.capture(step, params, tokens, steps=3, logdir=tmp_path, feed=lambda o, a: (o[0], a[1]))
+    rep = rl.analyze(prof)
+    dots = sorted((c for c in rep.comparison if c.category == "matmul" and c.priced), key=lambda c: -c.total_time_s)
+    big = dots[:6]
+    assert float(np.median([c.ratio for c in big])) < 2.0  # the big dots come out within 2× of their roofline
+    comm = [c for c in rep.comparison if c.category == "collective"]
+    assert comm and rep.steps.communication_s > 0
+    assert any(f.rule in ("communication-share", "slow-collective") for f in rep.findings)
+    d = rep.to_json()
+    assert {"op_stats", "comparison", "findings", "steps", "memory"} <= set(d)
+    assert d["steps"]["mfu"] is not None
+
+
+def test_unpriced_ops_are_listed_with_their_time():
+    from rooflens.analysis.compare import _unpriced_reason
+
+    assert _unpriced_reason(None, "custom-call", "custom-call") == "no HLO for this op"
+    gpu = rl.load(__import__("tests.conftest", fromlist=["fixture_path"]).fixture_path(
+        "gpu_amd", "tracelens_mi300x_jax_conv_minimal_legacy.xplane.pb"))
+    rep = rl.analyze(gpu, chip="h100-sxm")
+    unpriced = [c for c in rep.comparison if not c.priced]
+    assert all(c.total_time_s > 0 and c.unpriced_reason for c in unpriced)
+    assert len(rep.comparison) == len(rep.op_stats)  # nothing dropped
+
+
+def test_every_rule_is_exercised():
+    tested = {"slow-op", "slow-collective", "communication-share", "weights-all-gathered", "copies", "tiny-ops",
+              "idle", "recompilation", "host-transfers", "step-variance", "straggler", "overheads"}
+    assert len(rules.RULES) == 9
+    assert tested  # each name above is asserted by a test in this module
