@@ -93,9 +93,9 @@ class Report:
             "op_stats": [asdict(s) for s in self.op_stats],
             "comparison": [asdict(c) for c in self.comparison],
             "findings": [f.to_dict() for f in self.findings],
-            "steps": asdict(self.steps) if self.steps else None,
+            "steps": {**(asdict(self.stats.steps) if self.stats.steps else {"count": 0}),
+                      "breakdown": asdict(self.steps) if self.steps else None},
             "devices": [asdict(d) for d in self.stats.devices],
-            "step_times_s": list(self.stats.steps.times_s) if self.stats.steps else [],
             "in_window": self.stats.in_window, "memory": self.memory, "notes": self.notes,
         }
 

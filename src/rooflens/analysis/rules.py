@@ -264,7 +264,7 @@ def rule_idle(report) -> list[Finding]:
             _per_step(report, d.idle_s) * max(report.num_devices, 1),
             tuple([f"idle {_ms(d.idle_s)} of {_ms(d.window_s)}"] +
                   [f"gap of {_ms(g.duration_s)} at {_ms(g.start_s)} between {g.before} and {g.after}"
-                   for g in gaps[:3]]),
+                   + (f"; the host was in {g.host}" if g.host else "") for g in gaps[:3]]),
             "the host does not feed the device fast enough: Python or data loading between steps, a "
             "synchronisation (print, device_get, block_until_ready) or a host-side stall",
             "prefetch the next batch while the device runs (async data loading), move host work off the critical "

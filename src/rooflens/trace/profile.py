@@ -47,6 +47,7 @@ class Profile:
     metadata: dict = field(default_factory=dict)  # rooflens.json, when captured by rooflens
     hlo_texts: dict[str, str] = field(default_factory=dict)  # program → HLO module text
     plane_stats: dict = field(default_factory=dict)
+    host_events: list[tuple[str, float, float]] = field(default_factory=list)  # Python frames: name, start, end
 
     @cached_property
     def modules(self) -> dict[str, H.Module]:
@@ -259,6 +260,7 @@ def load(path: str | Path, hlo_dir: str | Path | None = None) -> Profile:
         device_kind=next((r.device_kind for r in raws if r.device_kind != "unknown"), "unknown"),
         hosts=[r.host for r in raws], sources=[str(f) for f in files], notes=notes, metadata=meta,
         hlo_texts=hlo_texts, plane_stats=next((r.plane_stats for r in raws if r.plane_stats), {}),
+        host_events=sorted((h for r in raws for h in r.host_events), key=lambda h: h[1]),
     )
     if not steps:
         profile.notes.append("the trace has no step annotations (jax.profiler.StepTraceAnnotation) or Steps line, "

@@ -30,6 +30,7 @@ from rooflens.trace.events import EventTable, TableBuilder
 
 _DEVICE_PLANE = re.compile(r"^/device:(TPU|GPU):(\d+)")
 _EXECUTE = "CommonPjRtLoadedExecutable::Execute"
+HOST_EVENT_MIN_NS = 2e5
 
 
 @dataclass
@@ -41,6 +42,7 @@ class RawTrace:
     platform: str  # tpu | gpu | cpu | unknown
     notes: list[str] = field(default_factory=list)  # what the trace could not give
     plane_stats: dict = field(default_factory=dict)  # e.g. a TPU's peak_teraflops_per_second
+    host_events: list[tuple[str, float, float]] = field(default_factory=list)  # Python frames ≥ 0.2 ms
 
 
 def _op_name(text: str) -> str:
@@ -80,6 +82,7 @@ def read_xspace(path: Path) -> RawTrace:
     steps: list[tuple[int, float, float]] = []
     device_kind, platform, plane_stats = "", "unknown", {}
     device_rows = 0
+    host_events: list[tuple[str, float, float]] = []
     for plane in planes:
         m = _DEVICE_PLANE.match(plane.name)
         if not m:
@@ -121,6 +124,10 @@ def read_xspace(path: Path) -> RawTrace:
     for plane in planes:
         if plane.name != "/host:CPU":
             continue
+        for ln in plane.lines:
+            if ln.name == "python":  # JAX's Python tracer: what the host was doing (for idle gaps)
+                host_events += [(e.name, e.start_ns, e.start_ns + e.duration_ns) for e in ln.events
+                                if e.duration_ns >= HOST_EVENT_MIN_NS and e.name.startswith("$")]
         skip: set[str] = set()  # runtime bookkeeping names (thread-pool regions, waits): no stats needed
         host_c, name_code, prog_code = b.hosts.code(host), b.names.code, b.programs.code
         cols = b.cols
@@ -162,7 +169,8 @@ def read_xspace(path: Path) -> RawTrace:
                 platform = "cpu"
         if platform == "cpu":
             device_kind = "cpu"
-    return RawTrace(host, b.build(), sorted(steps), device_kind or "unknown", platform, plane_stats=plane_stats)
+    return RawTrace(host, b.build(), sorted(steps), device_kind or "unknown", platform, plane_stats=plane_stats,
+                    host_events=host_events)
 
 
 def _program(st: dict) -> str:
@@ -209,6 +217,7 @@ def read_chrome(path: Path) -> RawTrace:
     device_pids = {pid: _DEVICE_PLANE.match(name) for pid, name in procs.items() if _DEVICE_PLANE.match(name)}
     has_device_ops = False
     cpu_rows = []
+    host_events: list[tuple[str, float, float]] = []
     tpu_modules: dict[int, list] = {}
     for e in events:
         if not isinstance(e, dict) or e.get("ph") != "X":
@@ -231,6 +240,10 @@ def read_chrome(path: Path) -> RawTrace:
             steps.append((int(args["step_num"]), start, start + dur))
             continue
         line = threads.get((pid, e.get("tid")), str(e.get("tid")))
+        name = str(e.get("name", ""))
+        if line == "python" and dur >= HOST_EVENT_MIN_NS and name.startswith("$"):
+            host_events.append((name, start, start + dur))
+            continue
         m = device_pids.get(pid)
         if m:
             dev = int(m.group(2))
@@ -257,7 +270,7 @@ def read_chrome(path: Path) -> RawTrace:
         platform, device_kind = "cpu", "cpu"
         for dev, line, op, program, start, dur in cpu_rows:
             b.add(host, dev, line, op, program, start, dur)
-    return RawTrace(host, b.build(), sorted(steps), device_kind or "unknown", platform)
+    return RawTrace(host, b.build(), sorted(steps), device_kind or "unknown", platform, host_events=host_events)
 
 
 def _read_bytes(path: Path, limit: int = -1) -> bytes:

@@ -39,6 +39,7 @@ class Gap:
     duration_s: float
     before: str  # op that ended just before
     after: str  # op that started just after
+    host: str = ""  # what the host's Python was doing meanwhile (innermost frame covering the gap)
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,20 @@ def _busy(start: np.ndarray, end: np.ndarray) -> tuple[float, np.ndarray, np.nda
     return float((m_end - m_start).sum()), m_start, m_end
 
 
-def _device_time(t, start, end, dur, sel: np.ndarray, dev: int, t0: float, n_gaps: int) -> DeviceTime:
+def _host_during(host_events: list[tuple[str, float, float]], g0: float, g1: float) -> str:
+    """The innermost Python frame that covers most of [g0, g1] (e.g. ``$time sleep``)."""
+    best, best_len = "", float("inf")
+    for name, s, e in host_events:
+        if s > g1:
+            break
+        overlap = min(e, g1) - max(s, g0)
+        if overlap >= 0.5 * (g1 - g0) and e - s < best_len:
+            best, best_len = name.lstrip("$"), e - s
+    return best
+
+
+def _device_time(t, start, end, dur, sel: np.ndarray, dev: int, t0: float, n_gaps: int,
+                 host_events: list | None = None) -> DeviceTime:
     """Busy (union of op intervals), idle and the largest gaps of the events ``sel`` (sorted by start)."""
     s, e = start[sel], end[sel]
     busy, ms, me = _busy(s, e)
@@ -132,7 +146,7 @@ def _device_time(t, start, end, dur, sel: np.ndarray, dev: int, t0: float, n_gap
             nxt = np.searchsorted(s, ms[k + 1])
             after = sel[nxt] if nxt < len(sel) else before
             gaps.append(Gap(dev, float(me[k] - t0) * 1e-9, float(g[k]) * 1e-9, t.names[t.name[before]],
-                            t.names[t.name[after]]))
+                            t.names[t.name[after]], _host_during(host_events or [], float(me[k]), float(ms[k + 1]))))
     host = t.hosts[int(t.host[sel[0]])] if len(sel) else ""
     return DeviceTime(dev, host, busy * 1e-9, window * 1e-9, (window - busy) * 1e-9, float(dur[sel].sum()) * 1e-9,
                       len(sel), tuple(gaps))
@@ -150,9 +164,9 @@ def op_stats(profile: Profile, gaps_per_device: int = 5) -> OpStats:
     t0 = float(start.min()) if len(t) else 0.0
     dev_keys = np.unique(np.stack([t.host, t.device], axis=1), axis=0) if len(t) else np.zeros((0, 2), int)
     devices = [_device_time(t, start, end, dur, np.flatnonzero((t.host == h) & (t.device == d)), int(d), t0,
-                            gaps_per_device) for h, d in dev_keys]
-    hosts = [_device_time(t, start, end, dur, np.flatnonzero(t.host == h), -1, t0, gaps_per_device)
-             for h in np.unique(t.host)]
+                            gaps_per_device, profile.host_events) for h, d in dev_keys]
+    hosts = [_device_time(t, start, end, dur, np.flatnonzero(t.host == h), -1, t0, gaps_per_device,
+                          profile.host_events) for h in np.unique(t.host)]
     total_busy_s = sum(d.busy_s for d in devices) or 1.0
 
     # per (program, op)
