@@ -83,6 +83,7 @@ class Report:
     findings: list = field(default_factory=list)
     memory: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    programs: list[StepBreakdown] = field(default_factory=list)  # every program, most time first
     modules: dict = field(default_factory=dict, repr=False)  # program → hlo.Module (for the rules)
     chip_peaks: dict = field(default_factory=dict)
 
@@ -93,6 +94,7 @@ class Report:
             "op_stats": [asdict(s) for s in self.op_stats],
             "comparison": [asdict(c) for c in self.comparison],
             "findings": [f.to_dict() for f in self.findings],
+            "programs": [asdict(p) for p in self.programs],
             "steps": {**(asdict(self.stats.steps) if self.stats.steps else {"count": 0}),
                       "breakdown": asdict(self.steps) if self.steps else None},
             "devices": [asdict(d) for d in self.stats.devices],
@@ -179,18 +181,22 @@ def analyze(profile: Profile, chip: str | Chip | None = None) -> Report:
         num_devices=n_dev, op_stats=stats.op_stats, comparison=comparison,
         steps=_step_breakdown(stats, comparison, c, n_dev, steps, serial), stats=stats, notes=list(stats.notes),
         modules=modules, chip_peaks=dict(peaks),
+        programs=[b for p in stats.by_program_s if (b := _step_breakdown(stats, comparison, c, n_dev, steps, serial,
+                                                                         program=p)) is not None],
     )
     report.findings = run_rules(report)
     return report
 
 
 def _step_breakdown(stats: OpStats, comparison: list[OpComparison], chip: Chip, n_dev: int,
-                    steps: int, serial: float = 1.0) -> StepBreakdown | None:
-    """The main program's step per device. ``serial`` > 1 when devices share one processor (forced CPU
-    devices): the roofline step is then their work run ``n / serial`` at a time."""
+                    steps: int, serial: float = 1.0, program: str | None = None) -> StepBreakdown | None:
+    """One program's step per device (default: the program with the most time). ``serial`` > 1 when
+    devices share one processor (forced CPU devices): the roofline step is then their work run
+    ``n / serial`` at a time."""
     if not comparison:
         return None
-    main = max(stats.by_program_s, key=stats.by_program_s.get)
+    biggest = max(stats.by_program_s, key=stats.by_program_s.get)
+    main = program or biggest
     ops = [c for c in comparison if c.program == main]
     per_step = max(steps, 1) * n_dev  # executions of a once-per-step op
     split = {"compute": 0.0, "communication": 0.0, "layout": 0.0, "other": 0.0}
@@ -206,7 +212,9 @@ def _step_breakdown(stats: OpStats, comparison: list[OpComparison], chip: Chip, 
         else:
             unpriced += t
         flops += c.flops * runs
-    if stats.steps:
+    if main != biggest:  # a side program: its own time per step, not the step's
+        step_time = sum(c.total_time_s for c in ops) / per_step
+    elif stats.steps:
         step_time = stats.steps.mean_s
     else:
         step_time = sum(d.window_s for d in stats.devices) / n_dev / max(steps, 1)
