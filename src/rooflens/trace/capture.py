@@ -9,13 +9,11 @@ HLO of ``fn``, named as the trace names the program), then returns the loaded Pr
 
 from __future__ import annotations
 
-import json
 import tempfile
-import time
 from pathlib import Path
 
 from rooflens.errors import RooflensError
-from rooflens.trace.killers import recording
+from rooflens.trace.window import TraceWindow
 
 STEP_NAME = "rooflens_step"
 
@@ -30,26 +28,6 @@ def _describe_args(args) -> list:
         return {"value": repr(x)[:80]}
 
     return [jax.tree_util.tree_map(one, a) for a in args]
-
-
-def wait_for_fresh_run_name(logdir: Path) -> None:
-    """The profiler names a run by the second it starts; never let a new run land in (and
-    overwrite) an existing run directory of the same second."""
-    profile = logdir / "plugins" / "profile"
-    for _ in range(50):
-        now = time.time()
-        names = {time.strftime("%Y_%m_%d_%H_%M_%S", f(now)) for f in (time.localtime, time.gmtime)}
-        if not any((profile / n).exists() for n in names):
-            return
-        time.sleep(0.1)
-
-
-def _new_run_dir(logdir: Path, before: set[Path]) -> Path:
-    runs = {p for p in (logdir / "plugins" / "profile").glob("*") if p.is_dir()}
-    new = sorted(runs - before)
-    if not new:
-        raise RooflensError(f"the profiler wrote no run under {logdir}/plugins/profile.")
-    return new[-1]
 
 
 def capture(fn, *args, steps: int = 5, warmup: int = 1, logdir: str | Path | None = None, feed=None, **kwargs):
@@ -75,32 +53,17 @@ def capture(fn, *args, steps: int = 5, warmup: int = 1, logdir: str | Path | Non
         out = jax.block_until_ready(jitted(*args, **kwargs))
         if feed is not None:
             args = tuple(feed(out, args))
-    wait_for_fresh_run_name(logdir)
-    before = {p for p in (logdir / "plugins" / "profile").glob("*") if p.is_dir()}
-    t0 = time.time()
-    jax.profiler.start_trace(str(logdir))
-    try:
-        with recording() as rec:
-            for i in range(steps):
-                with jax.profiler.StepTraceAnnotation(STEP_NAME, step_num=i):
-                    out = jax.block_until_ready(jitted(*args, **kwargs))
-                if feed is not None:
-                    args = tuple(feed(out, args))
-    finally:
-        jax.profiler.stop_trace()
-    run = _new_run_dir(logdir, before)
     module_name = hlo.split(None, 2)[1].rstrip(",") if hlo.startswith("HloModule") else "program"
+    window = TraceWindow(logdir, "rooflens.capture").open()
+    try:
+        for i in range(steps):
+            with jax.profiler.StepTraceAnnotation(STEP_NAME, step_num=i):
+                out = jax.block_until_ready(jitted(*args, **kwargs))
+            if feed is not None:
+                args = tuple(feed(out, args))
+    finally:
+        run = window.close(steps=steps, warmup=warmup, programs=[module_name], args=_describe_args(args),
+                           function=getattr(fn, "__name__", repr(fn)))
     (run / "hlo").mkdir(exist_ok=True)
     (run / "hlo" / f"{module_name}.txt").write_text(hlo)
-    devices = jax.devices()
-    meta = {
-        "captured_by": "rooflens.capture", "when_unix_s": t0, "steps": steps, "warmup": warmup,
-        "jax_version": jax.__version__, "jaxlib_version": getattr(jax.lib, "__version__", ""),
-        "backend": jax.default_backend(), "device_kind": devices[0].device_kind, "num_devices": len(devices),
-        "devices": [{"id": d.id, "kind": d.device_kind, "platform": d.platform} for d in devices],
-        "programs": [module_name], "args": _describe_args(args),
-        "function": getattr(fn, "__name__", repr(fn)),
-        "in_window": rec.to_dict(),
-    }
-    (run / "rooflens.json").write_text(json.dumps(meta, indent=2, default=str))
     return load(run)

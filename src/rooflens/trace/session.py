@@ -13,31 +13,39 @@ next ``steps`` steps only (a short steady-state window) and stops by itself. Eac
 gets a step annotation and ends with a ``block_until_ready`` (on the wrapped function's result,
 or on every live array for ``with session.step()``), so the device work of a step lands inside it.
 A result the loop drops at once is not live and cannot be waited for: keep the loop's state (as
-training loops do) or pass it, ``session.step(block_on=loss)``.
+training loops do) or hand it over, ``with session.step() as step: …; step.block(loss)``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import tempfile
-import time
 from pathlib import Path
 
 from rooflens.errors import RooflensError
-from rooflens.trace.capture import STEP_NAME, _new_run_dir, wait_for_fresh_run_name
-from rooflens.trace.killers import recording
+from rooflens.trace.capture import STEP_NAME
+from rooflens.trace.window import TraceWindow
 
 
-def _block(value) -> None:
-    import jax
+class _Step:
+    """The handle ``with session.step() as step`` gives: ``step.block(x)`` names what to wait for."""
 
-    if value is not None:
-        jax.block_until_ready(value)
-        return
-    for a in jax.live_arrays():
-        a.block_until_ready()
+    def __init__(self) -> None:
+        self.values: list = []
+
+    def block(self, value):
+        self.values.append(value)
+        return value
+
+    def wait(self) -> None:
+        import jax
+
+        if self.values:
+            jax.block_until_ready(self.values)
+            return
+        for a in jax.live_arrays():  # nothing named: wait for everything still alive
+            a.block_until_ready()
 
 
 class Session:
@@ -47,92 +55,55 @@ class Session:
         self.count = 0  # steps seen
         self.traced = 0
         self.run_dir: Path | None = None
-        self._tracing = False
-        self._rec_ctx = None
-        self._rec = None
-        self._before: set[Path] = set()
-        self._t0 = 0.0
+        self._window: TraceWindow | None = None
         self._profile = None
 
-    # -- the trace window ---------------------------------------------------------------------
-    def _start(self) -> None:
-        import jax
-
-        self.logdir.mkdir(parents=True, exist_ok=True)
-        wait_for_fresh_run_name(self.logdir)
-        self._before = {p for p in (self.logdir / "plugins" / "profile").glob("*") if p.is_dir()}
-        self._t0 = time.time()
-        jax.profiler.start_trace(str(self.logdir))
-        self._rec_ctx = recording()
-        self._rec = self._rec_ctx.__enter__()
-        self._tracing = True
+    @property
+    def _tracing(self) -> bool:
+        return self._window is not None and self._window.is_open
 
     def _stop(self) -> None:
-        import jax
-
-        if not self._tracing:
-            return
-        self._tracing = False
-        try:
-            self._rec_ctx.__exit__(None, None, None)
-        finally:
-            jax.profiler.stop_trace()
-        self.run_dir = _new_run_dir(self.logdir, self._before)
-        devices = jax.devices()
-        meta = {
-            "captured_by": "rooflens.trace.Session", "when_unix_s": self._t0, "steps": self.traced,
-            "warmup": self.warmup, "jax_version": jax.__version__, "backend": jax.default_backend(),
-            "device_kind": devices[0].device_kind, "num_devices": len(devices), "in_window": self._rec.to_dict(),
-        }
-        (self.run_dir / "rooflens.json").write_text(json.dumps(meta, indent=2, default=str))
+        if self._tracing:
+            self.run_dir = self._window.close(steps=self.traced, warmup=self.warmup)
 
     def __enter__(self) -> Session:
         if self.warmup <= 0:
-            self._start()
+            self._window = TraceWindow(self.logdir, "rooflens.trace.Session").open()
         return self
 
     def __exit__(self, *exc) -> None:
         self._stop()  # on an exception too: what was captured is kept, the exception propagates
 
-    # -- steps ---------------------------------------------------------------------------------
     @contextlib.contextmanager
     def step(self, block_on=None):
-        """One step. Blocks at its end on ``block_on`` (or on every live array) while traced."""
+        """One step of the loop; at its end, waits for ``block_on`` / ``step.block(x)`` (else every live array)."""
         import jax
 
-        if not self._tracing and self.count >= self.warmup and self.run_dir is None:
-            self._start()
-        if not self._tracing:
+        if self._window is None and self.count >= self.warmup:
+            self._window = TraceWindow(self.logdir, "rooflens.trace.Session").open()
+        handle = _Step()
+        if block_on is not None:
+            handle.block(block_on)
+        if not self._tracing:  # warm-up, or after the window: run, and finish before the window opens
             self.count += 1
-            yield
-            _block(block_on)  # warm-up work must finish before the window opens
+            yield handle
+            handle.wait()
             return
         with jax.profiler.StepTraceAnnotation(STEP_NAME, step_num=self.traced):
-            yield
-            _block(block_on)
+            yield handle
+            handle.wait()
         self.count += 1
         self.traced += 1
         if self.max_steps is not None and self.traced >= self.max_steps:
             self._stop()
 
     def wrap(self, fn):
-        """Decorator form: every call of ``fn`` is one step, blocked on its result."""
-        import jax
+        """Decorator form: every call of ``fn`` is one step, which waits for its result."""
 
         @functools.wraps(fn)
         def stepped(*args, **kwargs):
-            if not self._tracing and self.count >= self.warmup and self.run_dir is None:
-                self._start()
-            if not self._tracing:
-                self.count += 1
-                return jax.block_until_ready(fn(*args, **kwargs))
-            with jax.profiler.StepTraceAnnotation(STEP_NAME, step_num=self.traced):
-                out = jax.block_until_ready(fn(*args, **kwargs))
-            self.count += 1
-            self.traced += 1
-            if self.max_steps is not None and self.traced >= self.max_steps:
-                self._stop()
-            return out
+            with self.step() as step:
+                return step.block(fn(*args, **kwargs))
 
         return stepped
 
