@@ -126,6 +126,30 @@ def _unpriced_reason(pred: OpPrediction | None, opcode: str, category: str) -> s
     return ""
 
 
+def compute_concurrency(profile: Profile, n_dev: int) -> float:
+    """How many devices compute at the same time on average: their summed busy time over the union's.
+
+    Collectives are left out: on forced CPU devices a device "in" an all-reduce mostly waits for
+    the others, which would count as running at once.
+    """
+    import numpy as np
+
+    from rooflens.trace.stats import _busy
+
+    t = profile.table
+    info = profile.op_info
+    comm = np.zeros(len(t.programs) * (len(t.names) + 1), dtype=bool)
+    for (program, name), oi in info.items():
+        if oi.category == "collective":
+            comm[t.programs.index(program) * (len(t.names) + 1) + t.names.index(name)] = True
+    keep = ~comm[t.program.astype(np.int64) * (len(t.names) + 1) + t.name]
+    start, end = t.start_ns[keep], t.end_ns[keep]
+    dev = t.device[keep]
+    per_device = sum(_busy(start[dev == d], end[dev == d])[0] for d in np.unique(dev))
+    union = _busy(start, end)[0]
+    return max(1.0, min(float(n_dev), per_device / union)) if union else 1.0
+
+
 def analyze(profile: Profile, chip: str | Chip | None = None) -> Report:
     from rooflens.analysis.rules import run_rules
 
@@ -138,9 +162,8 @@ def analyze(profile: Profile, chip: str | Chip | None = None) -> Report:
     serial = 1.0  # how many devices' steps the hardware runs one after another (CPU: n / concurrency)
     if c.kind == "cpu" and n_dev > 1:
         # forced CPU devices share the cores calibration measured for one device alone; they share them
-        # among as many devices as run at once on average (their summed busy time over the union's)
-        union = sum(h.busy_s for h in stats.hosts) or 1.0
-        concurrency = max(1.0, min(float(n_dev), sum(d.busy_s for d in stats.devices) / union))
+        # among as many devices as compute at once on average
+        concurrency = compute_concurrency(profile, n_dev)
         c = shared_by(c, concurrency)
         serial = n_dev / concurrency
         reason += f", shared by the {concurrency:.1f} of its {n_dev} devices that run at once on average"
