@@ -5,7 +5,7 @@
 >>> pred = rl.predict(fn, *args, chip="tpu-v5e")        # per-op roofline, without the chip
 """
 
-from rooflens import analysis, cost, hlo, trace
+from rooflens import analysis, cost, hlo, memory, trace
 from rooflens import hardware as _hardware
 from rooflens.analysis import Finding, Report, analyze
 from rooflens.cost import OpCost, OpPrediction, Prediction
@@ -24,5 +24,6 @@ def chips() -> list[str]:
 
 __all__ = [
     "Chip", "ChipError", "Finding", "OpCost", "OpPrediction", "Prediction", "Profile", "Report", "RooflensError",
-    "__version__", "analysis", "analyze", "capture", "chip", "chips", "cost", "hlo", "load", "predict", "trace",
+    "__version__", "analysis", "analyze", "capture", "chip", "chips", "cost", "hlo", "load", "memory", "predict",
+    "trace",
 ]

@@ -331,6 +331,65 @@ def report(logdir: str, hlo_dir: str | None, chip_name: str | None, top: int, as
         console.print(f"[dim]no expected-vs-observed comparison: {why}[/dim]")
 
 
+@cli.command()
+@click.argument("path", required=False, metavar="[LOGDIR|DUMP_DIR]")
+@click.option("--estimate", "do_estimate", is_flag=True, help="Estimate the model state instead of reading a run.")
+@click.option("--params", type=float, metavar="N", help="Parameter count for --estimate, e.g. 7e9.")
+@click.option("--optimizer", default="adam", show_default=True, help="sgd, momentum, adam, adamw, lion, …")
+@click.option("--param-dtype", default="bf16", show_default=True)
+@click.option("--grad-dtype", default="bf16", show_default=True)
+@click.option("--master-dtype", default="f32", show_default=True, help="'none' to train in the parameter dtype.")
+@click.option("--shards", default=1, show_default=True, help="Devices the state is split over (FSDP/ZeRO-3).")
+@click.option("--chip", "chip_names", multiple=True, help="Check the fit on these chips (default: all).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+def memory(path: str | None, do_estimate: bool, params: float | None, optimizer: str, param_dtype: str,
+           grad_dtype: str, master_dtype: str, shards: int, chip_names: tuple[str, ...], as_json: bool) -> None:
+    """Where the bytes go: a run's compiled peak and peak buffers, live snapshots; or the model-state estimate.
+
+    rooflens memory LOGDIR · rooflens memory XLA_DUMP_DIR · rooflens memory --estimate --params 7e9 --chip h100-sxm
+    """
+    from rooflens import hardware as C
+    from rooflens.report.memory_view import render_estimate, render_memory
+
+    if do_estimate:
+        from rooflens.memory import estimate
+
+        if not params:
+            raise UserError("--estimate needs --params N (a parameter count, e.g. 7e9).")
+        for name in chip_names:
+            C.chip(name)
+        est = estimate(params, optimizer=optimizer, param_dtype=param_dtype, grad_dtype=grad_dtype,
+                       master_dtype=None if master_dtype.lower() == "none" else master_dtype, shards=shards,
+                       chips=chip_names or None)
+        if as_json:
+            click.echo(json.dumps(est.to_dict(), indent=2))
+        else:
+            render_estimate(_console(), est)
+        return
+    if not path:
+        raise UserError("give a logdir (captured by rooflens), an XLA dump directory, or --estimate --params N.")
+    p = Path(path)
+    if not p.exists():
+        raise UserError(f"{path} does not exist.")
+    if p.is_dir() and list(p.glob("*buffer-assignment.txt")):
+        from rooflens.memory.report import memory_of_dump
+
+        mem = memory_of_dump(p)
+    else:
+        from rooflens.memory.report import memory_of_run
+        from rooflens.trace import load
+
+        prof = load(path)
+        if not prof.metadata.get("memory"):
+            raise UserError(f"{path} has no memory data: capture it with rl.capture (which saves XLA's buffer "
+                            "assignment and device memory snapshots), or give an XLA dump directory.")
+        mem = memory_of_run(Path(prof.sources[0]).parent, prof.metadata, prof.module_for)
+    if as_json:
+        click.echo(json.dumps(mem, indent=2, default=str))
+    else:
+        render_memory(_console(), mem, source=path)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: user errors become one sentence on stderr and exit status 2."""
     try:

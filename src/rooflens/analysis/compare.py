@@ -207,6 +207,12 @@ def analyze(profile: Profile, chip: str | Chip | None = None) -> Report:
         programs=[b for p in stats.by_program_s if (b := _step_breakdown(stats, comparison, c, n_dev, steps, serial,
                                                                          program=p)) is not None],
     )
+    if profile.metadata.get("memory"):
+        from pathlib import Path
+
+        from rooflens.memory.report import memory_of_run
+
+        report.memory = memory_of_run(Path(profile.sources[0]).parent, profile.metadata, profile.module_for)
     report.findings = run_rules(report)
     return report
 

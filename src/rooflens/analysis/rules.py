@@ -356,8 +356,36 @@ def rule_overheads(report) -> list[Finding]:
         "fuse more of the step into one program, remove host round-trips, and check the idle and tiny-op findings")]
 
 
-RULES = (rule_slow_ops, rule_slow_collectives, rule_communication_share, rule_copies, rule_tiny_ops, rule_idle,
-         rule_in_window, rule_variance, rule_overheads)
+def rule_memory_peak(report) -> list[Finding]:
+    """The compiled peak far above the state the program holds (inputs and outputs)."""
+    from rooflens.memory.report import PEAK_OVER_STATE
+
+    mem = report.memory or {}
+    ratio = mem.get("peak_over_state")
+    if not ratio or ratio <= PEAK_OVER_STATE:
+        return []
+    main = max(mem["programs"], key=lambda p: p["peak_bytes"])
+    bufs = main["peak_buffers"][:4]
+    gb = 1e9
+    evidence = [f"{main['program']}: peak {main['peak_bytes'] / gb:.3g} GB vs {main['state_bytes'] / gb:.3g} GB "
+                f"of inputs and outputs ({ratio:.1f}×); temporaries {main['temp_bytes'] / gb:.3g} GB"]
+    evidence += [f"at the peak: {b['name']} {b['shape']} {b['bytes'] / 1e6:.3g} MB"
+                 + (f" from {b['named_scope']}" if b["named_scope"] else "") for b in bufs]
+    if main.get("padding_waste_bytes"):
+        evidence.append(f"tiling padding wastes {main['padding_waste_bytes'] / 1e6:.3g} MB")
+    return [Finding(
+        "memory-peak", "high" if ratio > 3 else "medium",
+        f"Peak memory is {ratio:.1f}× the state the program holds", tuple(b["name"] for b in bufs), 0.0,
+        tuple(evidence),
+        "retained activations (kept for the backward pass), XLA temporaries and tiling padding come on top of "
+        "the weights, optimizer state and batch",
+        "reduce the batch size; recompute activations (jax.checkpoint / remat on the big scopes above); shard "
+        "the state further (FSDP/ZeRO, tensor parallelism) or lower its precision; check the peak buffers' "
+        "scopes for activations kept longer than needed")]
+
+
+RULES = (rule_memory_peak, rule_slow_ops, rule_slow_collectives, rule_communication_share, rule_copies,
+         rule_tiny_ops, rule_idle, rule_in_window, rule_variance, rule_overheads)
 
 
 def run_rules(report) -> list[Finding]:

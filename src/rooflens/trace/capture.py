@@ -9,6 +9,7 @@ HLO of ``fn``, named as the trace names the program), then returns the loaded Pr
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -48,22 +49,49 @@ def capture(fn, *args, steps: int = 5, warmup: int = 1, logdir: str | Path | Non
     jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
     logdir = Path(logdir) if logdir is not None else Path(tempfile.mkdtemp(prefix="rooflens-"))
     logdir.mkdir(parents=True, exist_ok=True)
-    hlo = jitted.lower(*args, **kwargs).compile().as_text()
+    dump = Path(tempfile.mkdtemp(prefix="rooflens-dump-"))
+    try:  # the program as compiled, with XLA's memory dumps (buffer assignment, live ranges)
+        compiled = jitted.lower(*args, **kwargs).compile(compiler_options={"xla_dump_to": str(dump)})
+        hlo = compiled.as_text()
+        memory_stats = _memory_stats(compiled)
+        memory_files = {k: p.read_text() for k in ("buffer-assignment", "live-range", "memory-usage-report")
+                        for p in sorted(dump.glob(f"*after_optimizations-{k}.txt"))[-1:]}
+    finally:
+        shutil.rmtree(dump, ignore_errors=True)
     for _ in range(max(warmup, 1)):  # at least one: the first call compiles and must stay outside
         out = jax.block_until_ready(jitted(*args, **kwargs))
         if feed is not None:
             args = tuple(feed(out, args))
+    snapshots = {"before": jax.profiler.device_memory_profile()}
     module_name = hlo.split(None, 2)[1].rstrip(",") if hlo.startswith("HloModule") else "program"
     window = TraceWindow(logdir, "rooflens.capture").open()
     try:
         for i in range(steps):
             with jax.profiler.StepTraceAnnotation(STEP_NAME, step_num=i):
                 out = jax.block_until_ready(jitted(*args, **kwargs))
+            snapshots[f"step_{i}"] = jax.profiler.device_memory_profile()  # live device memory after the step
             if feed is not None:
                 args = tuple(feed(out, args))
     finally:
         run = window.close(steps=steps, warmup=warmup, programs=[module_name], args=_describe_args(args),
-                           function=getattr(fn, "__name__", repr(fn)))
+                           function=getattr(fn, "__name__", repr(fn)), memory={module_name: memory_stats})
+        mem = run / "memory"
+        mem.mkdir(exist_ok=True)
+        for label, data in snapshots.items():
+            (mem / f"{label}.pb.gz").write_bytes(data)
+        for kind, text in memory_files.items():
+            (mem / f"{module_name}.{kind}.txt").write_text(text)
     (run / "hlo").mkdir(exist_ok=True)
     (run / "hlo" / f"{module_name}.txt").write_text(hlo)
     return load(run)
+
+
+def _memory_stats(compiled) -> dict:
+    """``compiled.memory_analysis()`` as plain numbers ({} where the backend gives none)."""
+    try:
+        ma = compiled.memory_analysis()
+    except Exception:  # some backends do not implement it
+        return {}
+    if ma is None:
+        return {}
+    return {k: int(getattr(ma, k)) for k in dir(ma) if k.endswith("_in_bytes") and isinstance(getattr(ma, k), int)}

@@ -1,0 +1,117 @@
+"""Device memory snapshots (``jax.profiler.device_memory_profile()``): the pprof ``Profile`` protobuf.
+
+The message classes are built at import from descriptors written here after the public spec
+(github.com/google/pprof, proto/profile.proto): Profile, ValueType, Sample, Label, Mapping,
+Location, Line, Function. Decoding is the ``protobuf`` library's.
+"""
+
+from __future__ import annotations
+
+import gzip
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from rooflens.errors import RooflensError
+
+# (message, [(field name, number, type, label, message type)])  — type/label names from FieldDescriptorProto
+_SPEC = {
+    "ValueType": [("type", 1, "int64", "optional", None), ("unit", 2, "int64", "optional", None)],
+    "Label": [("key", 1, "int64", "optional", None), ("str", 2, "int64", "optional", None),
+              ("num", 3, "int64", "optional", None), ("num_unit", 4, "int64", "optional", None)],
+    "Sample": [("location_id", 1, "uint64", "repeated", None), ("value", 2, "int64", "repeated", None),
+               ("label", 3, "message", "repeated", "Label")],
+    "Mapping": [("id", 1, "uint64", "optional", None), ("memory_start", 2, "uint64", "optional", None),
+                ("memory_limit", 3, "uint64", "optional", None), ("file_offset", 4, "uint64", "optional", None),
+                ("filename", 5, "int64", "optional", None), ("build_id", 6, "int64", "optional", None)],
+    "Line": [("function_id", 1, "uint64", "optional", None), ("line", 2, "int64", "optional", None),
+             ("column", 3, "int64", "optional", None)],
+    "Location": [("id", 1, "uint64", "optional", None), ("mapping_id", 2, "uint64", "optional", None),
+                 ("address", 3, "uint64", "optional", None), ("line", 4, "message", "repeated", "Line"),
+                 ("is_folded", 5, "bool", "optional", None)],
+    "Function": [("id", 1, "uint64", "optional", None), ("name", 2, "int64", "optional", None),
+                 ("system_name", 3, "int64", "optional", None), ("filename", 4, "int64", "optional", None),
+                 ("start_line", 5, "int64", "optional", None)],
+    "Profile": [("sample_type", 1, "message", "repeated", "ValueType"), ("sample", 2, "message", "repeated", "Sample"),
+                ("mapping", 3, "message", "repeated", "Mapping"), ("location", 4, "message", "repeated", "Location"),
+                ("function", 5, "message", "repeated", "Function"), ("string_table", 6, "string", "repeated", None),
+                ("drop_frames", 7, "int64", "optional", None), ("keep_frames", 8, "int64", "optional", None),
+                ("time_nanos", 9, "int64", "optional", None), ("duration_nanos", 10, "int64", "optional", None),
+                ("period_type", 11, "message", "optional", "ValueType"), ("period", 12, "int64", "optional", None),
+                ("comment", 13, "int64", "repeated", None),
+                ("default_sample_type", 14, "int64", "optional", None)],
+}
+
+
+@lru_cache(maxsize=1)
+def profile_class():
+    """The pprof ``Profile`` message class (built once from the descriptors above)."""
+    try:
+        from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+    except ImportError:  # pragma: no cover - protobuf is a dependency
+        raise RooflensError("reading device memory profiles needs the 'protobuf' package.") from None
+    fd = descriptor_pb2.FileDescriptorProto(name="rooflens_pprof_profile.proto", package="rooflens.pprof",
+                                            syntax="proto3")
+    types = descriptor_pb2.FieldDescriptorProto
+    for msg, fields in _SPEC.items():
+        m = fd.message_type.add(name=msg)
+        for name, number, typ, label, ref in fields:
+            f = m.field.add(name=name, number=number, type=getattr(types, f"TYPE_{typ.upper()}"),
+                            label=getattr(types, f"LABEL_{label.upper()}"))
+            if ref:
+                f.type_name = f".rooflens.pprof.{ref}"
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fd)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("rooflens.pprof.Profile"))
+
+
+@dataclass
+class MemorySnapshot:
+    """One ``device_memory_profile()``: live bytes in all, by device, by kind and by allocation site."""
+
+    label: str
+    total_bytes: float
+    by_device: dict = field(default_factory=dict)
+    by_kind: dict = field(default_factory=dict)  # "buffer", "executable", …
+    by_site: dict = field(default_factory=dict)  # innermost Python function that allocated it
+
+
+def _is_library(filename: str) -> bool:
+    f = filename.replace("\\", "/")
+    return any(p in f for p in ("/jax/", "/jaxlib/", "/site-packages/", "/rooflens/", "<frozen"))
+
+
+def parse_snapshot(data: bytes, label: str = "") -> MemorySnapshot:
+    """Decode one pprof snapshot (gzipped or not)."""
+    if data[:2] == b"\x1f\x8b":
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError):
+            raise RooflensError(f"memory snapshot {label or ''} is a damaged gzip file.") from None
+    msg = profile_class()()
+    try:
+        msg.ParseFromString(data)
+    except Exception:
+        raise RooflensError(f"memory snapshot {label or ''} is not a pprof profile.") from None
+    strings = list(msg.string_table)
+    types = [strings[v.type] if v.type < len(strings) else "" for v in msg.sample_type]
+    space = types.index("space") if "space" in types else (len(types) - 1)
+    funcs = {f.id: (strings[f.name], strings[f.filename]) for f in msg.function}
+    locs = {loc.id: [funcs.get(line.function_id, ("", "")) for line in loc.line] for loc in msg.location}
+    snap = MemorySnapshot(label, 0.0)
+    for s in msg.sample:
+        nbytes = float(s.value[space]) if len(s.value) > space else 0.0
+        snap.total_bytes += nbytes
+        labels = {strings[lb.key]: (strings[lb.str] if lb.str else lb.num) for lb in s.label}
+        dev = str(labels.get("device", "?"))
+        snap.by_device[dev] = snap.by_device.get(dev, 0.0) + nbytes
+        kind = str(labels.get("kind", "?"))
+        snap.by_kind[kind] = snap.by_kind.get(kind, 0.0) + nbytes
+        frames = [f for lid in s.location_id for f in locs.get(lid, []) if f[0]]
+        user = [f for f in frames if not _is_library(f[1])]
+        site = (user or frames or [("?", "")])[0][0]
+        snap.by_site[site] = snap.by_site.get(site, 0.0) + nbytes
+    for d in (snap.by_device, snap.by_kind, snap.by_site):
+        items = sorted(d.items(), key=lambda kv: -kv[1])
+        d.clear()
+        d.update(items)
+    return snap

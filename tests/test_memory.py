@@ -1,0 +1,123 @@
+"""Memory: the model-state estimate, compiled peaks and peak buffers, snapshots, and the CLI."""
+
+import json
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import rooflens as rl
+from rooflens.memory import estimate, parse_snapshot
+from tests.conftest import fixture_path
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "rooflens.cli", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_seed_7b_adam_is_112_gb_and_does_not_fit_one_h100():
+    est = rl.memory.estimate(7e9, optimizer="adam", param_dtype="bf16", grad_dtype="bf16", master_dtype="f32")
+    assert est.total_bytes == 112e9 and est.bytes_per_param == 16
+    assert (est.weights_bytes, est.gradients_bytes, est.optimizer_bytes, est.master_bytes) == (14e9, 14e9, 56e9, 28e9)
+    assert est.fits_on["h100-sxm"] is False and est.fits_on["h200-sxm"] is True
+    assert estimate(7e9, shards=8).per_device_bytes == 14e9
+    with pytest.raises(rl.RooflensError, match="unknown optimizer"):
+        estimate(1e6, optimizer="adamax-pro")
+
+
+def _adam_step():
+    def loss(p, x):
+        return jnp.mean(jnp.tanh(x @ p["w1"] + p["b1"]) @ p["w2"])
+
+    def step(p, m, v, x):
+        g = jax.grad(loss)(p, x)
+        m = jax.tree.map(lambda m, g: 0.9 * m + 0.1 * g, m, g)
+        v = jax.tree.map(lambda v, g: 0.999 * v + 0.001 * g * g, v, g)
+        p = jax.tree.map(lambda p, m, v: p - 1e-3 * m / (jnp.sqrt(v) + 1e-8), p, m, v)
+        return p, m, v
+
+    params = {"w1": jnp.ones((256, 512)), "b1": jnp.zeros((512,)), "w2": jnp.ones((512, 8))}
+    return step, params
+
+
+def test_estimate_of_a_real_training_step_matches_the_hand_count_and_xlas_arguments():
+    step, params = _adam_step()
+    n = 256 * 512 + 512 + 512 * 8  # by hand
+    est = estimate(params, optimizer="adam", grad_dtype="f32", master_dtype=None, moment_dtype="f32")
+    assert est.params == n and est.weights_bytes == 4 * n and est.optimizer_bytes == 8 * n
+    x = jnp.ones((64, 256))
+    zeros = jax.tree.map(jnp.zeros_like, params)
+    compiled = jax.jit(step).lower(params, zeros, zeros, x).compile()
+    args = compiled.memory_analysis().argument_size_in_bytes
+    assert args == est.weights_bytes + est.optimizer_bytes + x.size * 4  # params + Adam moments + the batch
+
+
+def _keeps_big(x):
+    with jax.named_scope("big"):
+        h = jnp.tanh(x @ x.T)  # 2048×2048 f32 = 16.8 MB, alive while both reductions read it
+    with jax.named_scope("reduce"):
+        return (h * 2).sum() + h.mean()
+
+
+def test_a_large_intermediate_tops_the_peak_list_named_by_its_scope(tmp_path):
+    prof = rl.capture(_keeps_big, jnp.ones((2048, 64)), steps=2, logdir=tmp_path)
+    rep = rl.analyze(prof, chip="h100-sxm")
+    (prog,) = rep.memory["programs"]
+    top = prog["peak_buffers"][0]
+    assert top["named_scope"] == "big" and top["bytes"] == 2048 * 2048 * 4 and top["shape"].startswith("f32[2048,2048]")
+    assert prog["argument_bytes"] == 2048 * 64 * 4
+    assert rep.memory["peak_over_state"] > 1.3
+    f = next(f for f in rep.findings if f.rule == "memory-peak")
+    assert any("from big" in e for e in f.evidence) and "remat" in f.fix
+    labels = [s["label"] for s in rep.memory["snapshots"]]
+    assert labels == ["before", "step_0", "step_1"]
+    assert all(s["total_bytes"] >= 2048 * 64 * 4 for s in rep.memory["snapshots"])
+    r = run("memory", str(tmp_path))
+    assert r.returncode == 0 and "Buffers live at the peak" in r.stdout and "big" in r.stdout
+
+
+def test_a_matmul_holds_no_surprising_peak(tmp_path):
+    prof = rl.capture(jax.jit(lambda x, w: x @ w), jnp.ones((512, 512)), jnp.ones((512, 512)), steps=2, logdir=tmp_path)
+    rep = rl.analyze(prof, chip="h100-sxm")
+    assert rep.memory["peak_over_state"] <= 1.3
+    assert "memory-peak" not in {f.rule for f in rep.findings}
+
+
+def test_snapshot_names_the_allocating_function():
+    def allocate_here():
+        return [jnp.ones((300, 300)) for _ in range(3)]
+
+    kept = allocate_here()
+    snap = parse_snapshot(jax.profiler.device_memory_profile(), "now")
+    assert snap.total_bytes >= 3 * 300 * 300 * 4
+    assert snap.by_kind.get("buffer", 0) >= 3 * 300 * 300 * 4
+    assert any("allocate_here" in site or "<listcomp>" in site for site in snap.by_site)
+    del kept
+    with pytest.raises(rl.RooflensError, match="not a pprof profile"):
+        parse_snapshot(b"\x00\x01garbage\xff", "junk")
+
+
+def test_tpu_dump_padding_waste():
+    dump = fixture_path("tpu", "hlo", "tpu_megacore_xla_dump")
+    r = run("memory", str(dump), "--json")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    (prog,) = data["programs"]
+    assert prog["logical_bytes"] == 36 + 36 and prog["padded_bytes"] == 512 + 512
+    assert data["padding_waste_bytes"] == 1024 - 72
+    assert [b["name"] for b in prog["peak_buffers"]] == ["Arg_0.1", "fusion"]
+
+
+def test_memory_command_estimate_and_errors(tmp_path):
+    r = run("memory", "--estimate", "--params", "7e9", "--optimizer", "adam", "--chip", "h100-sxm", "--json")
+    data = json.loads(r.stdout)
+    assert data["total_bytes"] == 112e9 and data["fits_on"] == {"h100-sxm": False}
+    r = run("memory", "--estimate", "--params", "7e9", "--chip", "h100-sxm")
+    assert "112 GB = 16 bytes/parameter" in r.stdout and "does not fit on: h100-sxm" in r.stdout
+    for args, msg in ((["memory"], "give a logdir"), (["memory", "--estimate"], "needs --params"),
+                      (["memory", "--estimate", "--params", "1e6", "--optimizer", "nope"], "unknown optimizer"),
+                      (["memory", str(tmp_path / "missing")], "does not exist")):
+        r = run(*args)
+        assert r.returncode == 2 and msg in r.stderr and len(r.stderr.strip().splitlines()) == 1
