@@ -89,6 +89,14 @@ def render_report(console: Console, report, source: str, top: int = 20) -> None:
         console.print(f"  compute {ms(s.compute_s)} · communication {ms(s.communication_s)} · copies/layout "
                       f"{ms(s.layout_s)} · other {ms(s.other_s)} · idle {ms(s.idle_s)}"
                       + (f" · unpriced {ms(s.unpriced_s)}" if s.unpriced_s else ""))
+    mem = report.memory or {}
+    if mem.get("programs"):
+        ratio = mem.get("peak_over_state")
+        console.print(f"\n[bold]Memory[/bold]: compiled peak {mem['peak_bytes'] / 1e6:.4g} MB per device, holding "
+                      f"{mem['state_bytes'] / 1e6:.4g} MB of inputs and outputs"
+                      + (f" ({ratio:.2f}×)" if ratio else "")
+                      + (f"; live device memory up to {mem['live_peak_bytes'] / 1e6:.4g} MB" if mem.get("live_peak_bytes")
+                         else "") + " — `rooflens memory` for the buffers")
     console.print(f"\n[bold]Findings[/bold] ({len(report.findings)}, most costly first)")
     if not report.findings:
         console.print("  none: every rule passed.")
