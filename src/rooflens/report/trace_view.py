@@ -95,8 +95,8 @@ def render_report(console: Console, report, source: str, top: int = 20) -> None:
         console.print(f"\n[bold]Memory[/bold]: compiled peak {mem['peak_bytes'] / 1e6:.4g} MB per device, holding "
                       f"{mem['state_bytes'] / 1e6:.4g} MB of inputs and outputs"
                       + (f" ({ratio:.2f}×)" if ratio else "")
-                      + (f"; live device memory up to {mem['live_peak_bytes'] / 1e6:.4g} MB" if mem.get("live_peak_bytes")
-                         else "") + " — `rooflens memory` for the buffers")
+                      + (f"; live device memory up to {mem['live_peak_bytes'] / 1e6:.4g} MB"
+                         if mem.get("live_peak_bytes") else "") + " — `rooflens memory` for the buffers")
     console.print(f"\n[bold]Findings[/bold] ({len(report.findings)}, most costly first)")
     if not report.findings:
         console.print("  none: every rule passed.")
