@@ -299,7 +299,10 @@ def run(logdir: str | None, script: str, script_args: tuple[str, ...]) -> None:
                                           "CPU trace uses the calibrated 'local').")
 @click.option("--top", default=20, show_default=True, help="How many ops to list.")
 @click.option("--json", "as_json", is_flag=True, help="Print all the stats as JSON.")
-def report(logdir: str, hlo_dir: str | None, chip_name: str | None, top: int, as_json: bool) -> None:
+@click.option("--html", "html_path", metavar="FILE", help="Also write the single-file HTML report here.")
+@click.option("--force", is_flag=True, help="Overwrite an existing --html file.")
+def report(logdir: str, hlo_dir: str | None, chip_name: str | None, top: int, as_json: bool,
+           html_path: str | None, force: bool) -> None:
     """What ran, against its roofline: op stats, expected vs observed, the step, and findings.
 
     Reads a TensorBoard/XProf logdir, one of its run directories, or a single *.xplane.pb /
@@ -309,6 +312,8 @@ def report(logdir: str, hlo_dir: str | None, chip_name: str | None, top: int, as
     from rooflens.report.trace_view import render_op_stats, render_report
     from rooflens.trace import load, op_stats
 
+    if html_path and Path(html_path).exists() and not force:
+        raise UserError(f"{html_path} exists; give another --html path or --force to replace it.")
     prof = load(logdir, hlo_dir=hlo_dir)
     try:
         rep = analyze(prof, chip=chip_name)
@@ -317,6 +322,13 @@ def report(logdir: str, hlo_dir: str | None, chip_name: str | None, top: int, as
             raise
         rep, why = None, str(e)
     source = ", ".join(prof.sources)
+    if html_path:
+        if rep is None:
+            raise UserError(f"the HTML report compares with a roofline and there is none: {why}")
+        from rooflens.report.html import build_view, render_html
+
+        Path(html_path).write_text(render_html(build_view(rep, prof)))
+        click.echo(f"rooflens: wrote {html_path}", err=True)
     if as_json:
         body = rep.to_json() if rep else {**op_stats(prof).to_dict(), "findings": [], "comparison": [],
                                           "notes": [f"no comparison: {why}"]}

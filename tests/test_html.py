@@ -1,0 +1,83 @@
+"""The HTML report in a real headless browser: charts drawn, no JavaScript error, user strings inert."""
+
+import shutil
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import rooflens as rl
+from rooflens.hardware import calibrate
+from rooflens.report.html import build_view, render_html
+
+XSS = "<script>alert(1)</script>"
+
+
+def chromium() -> str:
+    for name in ("chromium", "chromium-browser", "google-chrome", "chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    pytest.skip("no headless Chromium here (.ci/run installs Debian's chromium package)")
+
+
+@pytest.fixture(scope="module")
+def report_html(tmp_path_factory):
+    if not rl.hardware.local_chip_path().is_file():
+        calibrate.save(calibrate.measure(repeats=3, sizes=(256, 512), copy_bytes=16 << 20))
+
+    def step(x, w):
+        with jax.named_scope(XSS):  # a user's scope name that is also HTML
+            h = x @ w
+        with jax.named_scope("ffn"):
+            return h, jnp.tanh(h) @ w.T
+
+    tmp = tmp_path_factory.mktemp("html")
+    prof = rl.capture(step, jnp.ones((512, 512)), jnp.ones((512, 512)), steps=3, logdir=tmp / "logs")
+    rep = rl.analyze(prof)
+    path = tmp / "report.html"
+    path.write_text(render_html(build_view(rep, prof)))
+    return path
+
+
+def test_report_renders_in_headless_chromium(report_html, tmp_path):
+    exe = chromium()
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=8000", "--window-size=1400,2600"]
+    shot = tmp_path / "report.png"
+    r = subprocess.run([exe, *flags, "--enable-logging=stderr", "--v=0", f"--screenshot={shot}",
+                        report_html.as_uri()], capture_output=True, text=True, timeout=120)
+    assert shot.is_file() and shot.stat().st_size > 10_000  # a screenshot of the drawn page
+    console = [line for line in r.stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line]
+    assert not [c for c in console if "Uncaught" in c or "Error" in c], console
+    dom = subprocess.run([exe, *flags, "--dump-dom", report_html.as_uri()], capture_output=True, text=True,
+                         timeout=120).stdout
+    assert 'data-rendered="yes"' in dom  # the script ran to its end
+    assert 'id="roof"' in dom and 'class="point"' in dom  # the roofline with its ops
+    timeline = dom[dom.index('id="timeline"'):]
+    assert "<rect" in timeline[:timeline.index("</svg>")]  # the step's ops drawn on their device lane
+    categories = dom[dom.index('id="categories"'):]
+    assert "<rect" in categories[:categories.index("</svg>")]
+    assert 'class="finding' in dom or "No findings" in dom
+    # the scope name is shown as text, never run: no element came out of it
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in dom
+    assert XSS not in dom
+
+
+def test_html_is_one_offline_file(report_html):
+    text = report_html.read_text()
+    assert "http://" not in text.replace("http://www.w3.org/2000/svg", "") and "https://" not in text
+    assert report_html.stat().st_size < 3_000_000
+    assert XSS not in text  # the embedded JSON escapes < and >
+
+
+def test_report_command_writes_html_and_keeps_existing_files(report_html, tmp_path):
+    logs = report_html.parent / "logs"
+    out = tmp_path / "r.html"
+    r = subprocess.run([sys.executable, "-m", "rooflens.cli", "report", str(logs), "--html", str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and out.is_file() and "rooflens-data" in out.read_text()
+    r = subprocess.run([sys.executable, "-m", "rooflens.cli", "report", str(logs), "--html", str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "--force" in r.stderr
