@@ -81,3 +81,24 @@ def test_report_command_writes_html_and_keeps_existing_files(report_html, tmp_pa
     r = subprocess.run([sys.executable, "-m", "rooflens.cli", "report", str(logs), "--html", str(out)],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and "--force" in r.stderr
+
+
+def test_demo_runs_the_whole_loop(tmp_path):
+    """`rooflens demo`, as the README's first line runs it: a fresh process, nothing but the package."""
+    import os
+    import time
+
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
+    env["ROOFLENS_CACHE_DIR"] = str(tmp_path / "cache")  # no calibration yet: the demo makes one
+    t0 = time.time()
+    r = subprocess.run([sys.executable, "-m", "rooflens.cli", "demo", "--out", str(tmp_path / "demo")],
+                       capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert time.time() - t0 < 120
+    html = tmp_path / "demo" / "report.html"
+    assert html.is_file() and "rooflens-data" in html.read_text()
+    assert "8 device(s)" in r.stdout and "On tpu-v5e" in r.stdout and str(html) in r.stdout
+    assert (tmp_path / "cache" / "local.toml").is_file()
+    r2 = subprocess.run([sys.executable, "-m", "rooflens.cli", "demo", "--out", str(tmp_path / "demo")],
+                        capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    assert r2.returncode == 0 and str(tmp_path / "demo-2" / "report.html") in r2.stdout  # the first is kept

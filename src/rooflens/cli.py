@@ -402,6 +402,84 @@ def memory(path: str | None, do_estimate: bool, params: float | None, optimizer:
         render_memory(_console(), mem, source=path)
 
 
+DEMO_DEVICES = 8
+
+
+def _fresh_dir(base: Path, force: bool) -> Path:
+    """``base``, or ``base-2``, ``base-3``… when it already holds a report (never overwrite one unasked)."""
+    if force or not (base / "report.html").exists():
+        return base
+    n = 2
+    while (base.parent / f"{base.name}-{n}" / "report.html").exists():
+        n += 1
+    return base.parent / f"{base.name}-{n}"
+
+
+@cli.command()
+@click.option("--out", default="rooflens-demo", show_default=True, help="Directory for the report and the trace.")
+@click.option("--force", is_flag=True, help="Reuse --out even if it already holds a report.")
+@click.option("--steps", default=5, show_default=True, help="Training steps in the trace window.")
+def demo(out: str, force: bool, steps: int) -> None:
+    """The whole loop on a built-in workload: a transformer training step on 8 virtual CPU devices
+    (4×2 data × model mesh) → capture → analyze against this CPU → predict on TPU v5e → report.html."""
+    if "jax" not in sys.modules:
+        flags = os.environ.get("XLA_FLAGS", "")
+        if "xla_force_host_platform_device_count" not in flags:
+            os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={DEMO_DEVICES}".strip()
+        os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = _console()
+    with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console,
+                  transient=False) as progress:
+        task = progress.add_task("starting JAX on 8 CPU devices", total=6)
+        import jax
+        import jax.numpy as jnp
+
+        import rooflens as rl
+        from rooflens.hardware import calibrate as K
+        from rooflens.hardware import local_chip_path
+        from rooflens.report.html import build_view, render_html
+        from rooflens.workloads import TransformerConfig, make_mesh, sharded_train_step
+
+        if len(jax.devices()) < DEMO_DEVICES:
+            raise UserError(f"the demo needs {DEMO_DEVICES} devices but JAX sees {len(jax.devices())}; run it in a "
+                            "fresh process (XLA_FLAGS must be set before JAX starts).")
+        progress.advance(task)
+        if not local_chip_path().is_file():
+            progress.update(task, description="calibrating this CPU (once; saved as chip 'local')")
+            K.save(K.measure(repeats=3, sizes=(256, 512, 1024), copy_bytes=64 << 20))
+        progress.advance(task)
+        progress.update(task, description="compiling and warming up the training step")
+        step, (ap, at) = sharded_train_step(TransformerConfig(), make_mesh())
+        params = jax.tree.map(lambda s: jax.device_put(jnp.zeros(s.shape, s.dtype), s.sharding), ap)
+        tokens = jax.device_put(jnp.zeros(at.shape, at.dtype), at.sharding)
+        outdir = _fresh_dir(Path(out), force)
+        progress.advance(task)
+        progress.update(task, description=f"capturing {steps} steps")
+        prof = rl.capture(step, params, tokens, steps=steps, logdir=outdir / "logs",
+                          feed=lambda o, a: (o[0], a[1]))
+        progress.advance(task)
+        progress.update(task, description="comparing with the roofline of this CPU")
+        rep = rl.analyze(prof)
+        progress.advance(task)
+        progress.update(task, description="predicting the same step on tpu-v5e")
+        pred = rl.predict(step, ap, at, chip="tpu-v5e")
+        (outdir / "report.html").write_text(render_html(build_view(rep, prof, prediction=pred,
+                                                                   title="rooflens demo: a transformer step")))
+        (outdir / "report.json").write_text(json.dumps(rep.to_json(), indent=2, default=str))
+        progress.advance(task)
+        progress.update(task, description="done")
+    from rooflens.report.trace_view import render_op_stats, render_report
+
+    render_op_stats(console, rep.stats, source=", ".join(prof.sources), top=10)
+    render_report(console, rep, source="", top=10)
+    console.print(f"\n[bold]On tpu-v5e[/bold] the same step would take {pred.time_s * 1e6:.3g} µs per device "
+                  f"(roofline; {pred.source}).")
+    console.print(f"\n[bold]Report:[/bold] {outdir / 'report.html'}  (open it in a browser; the trace is in "
+                  f"{outdir / 'logs'}, readable by TensorBoard and `rooflens report`)")
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: user errors become one sentence on stderr and exit status 2."""
     try:
