@@ -102,3 +102,25 @@ def test_demo_runs_the_whole_loop(tmp_path):
     r2 = subprocess.run([sys.executable, "-m", "rooflens.cli", "demo", "--out", str(tmp_path / "demo")],
                         capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
     assert r2.returncode == 0 and str(tmp_path / "demo-2" / "report.html") in r2.stdout  # the first is kept
+
+
+def test_json_out_and_perfetto(report_html, tmp_path):
+    import gzip
+    import json
+
+    logs = report_html.parent / "logs"
+    out, perf = tmp_path / "r.json", tmp_path / "trace.json.gz"
+    r = subprocess.run([sys.executable, "-m", "rooflens.cli", "report", str(logs), "--out", str(out), "--perfetto",
+                        str(perf)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(out.read_text())
+    assert doc["schema_version"] == 1 and {"op_stats", "comparison", "findings", "steps", "memory"} <= set(doc)
+    trace = json.loads(gzip.decompress(perf.read_bytes()))
+    ops = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert ops and all("predicted_us" in e["args"] and "ratio" in e["args"] for e in ops if e["args"].get("bound")
+                       in ("compute", "memory"))
+    assert any(e["ph"] == "M" and e["name"] == "process_name" for e in trace["traceEvents"])
+    back = rl.trace.op_stats(rl.load(perf))  # our own reader takes it back: same ops, same times
+    orig = rl.trace.op_stats(rl.load(logs))
+    assert {(s.name, s.occurrences) for s in back.op_stats} == {(s.name, s.occurrences) for s in orig.op_stats}
+    assert sum(s.total_time_s for s in back.op_stats) == pytest.approx(sum(s.total_time_s for s in orig.op_stats))

@@ -300,9 +300,13 @@ def run(logdir: str | None, script: str, script_args: tuple[str, ...]) -> None:
 @click.option("--top", default=20, show_default=True, help="How many ops to list.")
 @click.option("--json", "as_json", is_flag=True, help="Print all the stats as JSON.")
 @click.option("--html", "html_path", metavar="FILE", help="Also write the single-file HTML report here.")
-@click.option("--force", is_flag=True, help="Overwrite an existing --html file.")
+@click.option("--out", "json_path", metavar="FILE",
+              help="Write the JSON report (schema: docs/report-schema.md) here.")
+@click.option("--perfetto", "perfetto_path", metavar="FILE",
+              help="Write the device ops, with their rooflines, as a Chrome trace for ui.perfetto.dev (.json[.gz]).")
+@click.option("--force", is_flag=True, help="Overwrite existing --html/--out/--perfetto files.")
 def report(logdir: str, hlo_dir: str | None, chip_name: str | None, top: int, as_json: bool,
-           html_path: str | None, force: bool) -> None:
+           html_path: str | None, json_path: str | None, perfetto_path: str | None, force: bool) -> None:
     """What ran, against its roofline: op stats, expected vs observed, the step, and findings.
 
     Reads a TensorBoard/XProf logdir, one of its run directories, or a single *.xplane.pb /
@@ -312,8 +316,9 @@ def report(logdir: str, hlo_dir: str | None, chip_name: str | None, top: int, as
     from rooflens.report.trace_view import render_op_stats, render_report
     from rooflens.trace import load, op_stats
 
-    if html_path and Path(html_path).exists() and not force:
-        raise UserError(f"{html_path} exists; give another --html path or --force to replace it.")
+    for option, target in (("--html", html_path), ("--out", json_path), ("--perfetto", perfetto_path)):
+        if target and Path(target).exists() and not force:
+            raise UserError(f"{target} exists; give another {option} path or --force to replace it.")
     prof = load(logdir, hlo_dir=hlo_dir)
     try:
         rep = analyze(prof, chip=chip_name)
@@ -329,6 +334,18 @@ def report(logdir: str, hlo_dir: str | None, chip_name: str | None, top: int, as
 
         Path(html_path).write_text(render_html(build_view(rep, prof)))
         click.echo(f"rooflens: wrote {html_path}", err=True)
+    if perfetto_path:
+        if rep is None:
+            raise UserError(f"the Perfetto file carries roofline times and there is none: {why}")
+        from rooflens.report.perfetto import write_perfetto
+
+        write_perfetto(rep, prof, perfetto_path)
+        click.echo(f"rooflens: wrote {perfetto_path} (open it at ui.perfetto.dev)", err=True)
+    if json_path:
+        body = rep.to_json() if rep else {**op_stats(prof).to_dict(), "findings": [], "comparison": []}
+        Path(json_path).write_text(json.dumps({"path": prof.path, "sources": prof.sources, **body}, indent=2,
+                                              default=str))
+        click.echo(f"rooflens: wrote {json_path}", err=True)
     if as_json:
         body = rep.to_json() if rep else {**op_stats(prof).to_dict(), "findings": [], "comparison": [],
                                           "notes": [f"no comparison: {why}"]}

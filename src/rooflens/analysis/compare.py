@@ -17,6 +17,7 @@ from rooflens.hardware import chip as get_chip
 from rooflens.trace.profile import Profile
 from rooflens.trace.stats import OpStat, OpStats, op_stats
 
+SCHEMA_VERSION = 1  # of Report.to_json(); see docs/report-schema.md
 COMPUTE = ("matmul", "convolution", "fusion", "elementwise", "reduction")
 LAYOUT = ("copy/transpose", "data movement")
 
@@ -89,6 +90,7 @@ class Report:
 
     def to_json(self) -> dict:
         return {
+            "schema_version": SCHEMA_VERSION,
             "chip": self.chip, "chip_reason": self.chip_reason, "platform": self.platform,
             "device_kind": self.device_kind, "num_devices": self.num_devices,
             "op_stats": [asdict(s) for s in self.op_stats],

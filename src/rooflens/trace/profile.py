@@ -137,7 +137,7 @@ def find_trace_files(path: Path) -> tuple[Path, list[Path]]:
     if not path.exists():
         raise RooflensError(f"{path} does not exist.")
     if path.is_file():
-        if path.name.endswith(XSPACE) or path.name.endswith(CHROME):
+        if path.name.endswith(XSPACE) or path.name.endswith((".json.gz", ".json")):
             return path.parent, [path]
         raise RooflensError(f"{path} is not a profile: give a logdir, a run directory, a *.xplane.pb or a "
                             "*.trace.json.gz.")
