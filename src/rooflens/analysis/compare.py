@@ -87,6 +87,15 @@ class Report:
     programs: list[StepBreakdown] = field(default_factory=list)  # every program, most time first
     modules: dict = field(default_factory=dict, repr=False)  # program → hlo.Module (for the rules)
     chip_peaks: dict = field(default_factory=dict)
+    profile: Profile | None = field(default=None, repr=False)  # what was analysed (for the timeline views)
+
+    def to_html(self, path, prediction=None, title: str = "") -> str:
+        """Write the single-file HTML report to ``path`` (returns the path)."""
+        from rooflens.report.html import build_view, render_html
+
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(render_html(build_view(self, self.profile, prediction=prediction, title=title)))
+        return str(path)
 
     def to_json(self) -> dict:
         return {
@@ -205,7 +214,7 @@ def analyze(profile: Profile, chip: str | Chip | None = None) -> Report:
         chip=c.name, chip_reason=reason, platform=profile.platform, device_kind=profile.device_kind,
         num_devices=n_dev, op_stats=stats.op_stats, comparison=comparison,
         steps=_step_breakdown(stats, comparison, c, n_dev, steps, serial), stats=stats, notes=list(stats.notes),
-        modules=modules, chip_peaks=dict(peaks),
+        modules=modules, chip_peaks=dict(peaks), profile=profile,
         programs=[b for p in stats.by_program_s if (b := _step_breakdown(stats, comparison, c, n_dev, steps, serial,
                                                                          program=p)) is not None],
     )
