@@ -149,10 +149,12 @@ def compute_concurrency(profile: Profile, n_dev: int) -> float:
 
     t = profile.table
     info = profile.op_info
+    prog_code = {p: i for i, p in enumerate(t.programs)}
+    name_code = {n: i for i, n in enumerate(t.names)}
     comm = np.zeros(len(t.programs) * (len(t.names) + 1), dtype=bool)
     for (program, name), oi in info.items():
         if oi.category == "collective":
-            comm[t.programs.index(program) * (len(t.names) + 1) + t.names.index(name)] = True
+            comm[prog_code[program] * (len(t.names) + 1) + name_code[name]] = True
     keep = ~comm[t.program.astype(np.int64) * (len(t.names) + 1) + t.name]
     start, end = t.start_ns[keep], t.end_ns[keep]
     dev = t.device[keep]
