@@ -340,3 +340,19 @@ def test_topology_places_groups_on_physical_axes():
     assert any("2 torus axes" in line for line in ag_slab.explanation)
     with pytest.raises(rl.RooflensError, match="has 4 devices but the program runs on 8"):
         rl.predict(gather, arg, chip="tpu-v5e", mesh=mesh, topology="2x2")
+
+
+def test_local_chip_is_shared_by_forced_cpu_devices(tmp_path, monkeypatch):
+    """On `local`, 8 forced CPU devices split the calibrated machine: each sees 1/8 of its FLOP/s."""
+    from rooflens.hardware import calibrate
+
+    monkeypatch.setenv("ROOFLENS_CACHE_DIR", str(tmp_path))
+    calibrate.save(calibrate.measure(repeats=2, sizes=(256,), copy_bytes=8 << 20, grid=False))
+    mesh = make_mesh("data=8")
+    x = S((8 * 512, 512), jnp.float32, sharding=NamedSharding(mesh, P("data")))
+    w = S((512, 512), jnp.float32, sharding=NamedSharding(mesh, P()))
+    one = rl.predict(lambda x, w: x @ w, S((512, 512), jnp.float32), S((512, 512), jnp.float32), chip="local")
+    eight = rl.predict(lambda x, w: x @ w, x, w, chip="local", mesh=mesh)
+    dot = lambda p: next(o for o in p.ops if o.category == "matmul")  # noqa: E731
+    assert dot(eight).t_math == pytest.approx(8 * dot(one).t_math, rel=1e-6)
+    assert any("share this machine" in a for a in eight.assumptions)

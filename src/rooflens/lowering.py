@@ -25,7 +25,7 @@ from pathlib import Path
 from rooflens import hlo as H
 from rooflens.cost.model import Prediction, predict_module
 from rooflens.errors import RooflensError
-from rooflens.hardware import LOCAL_CHIP, Chip
+from rooflens.hardware import LOCAL_CHIP, Chip, shared_by
 from rooflens.hardware import chip as get_chip
 
 _SPEC_RE = re.compile(r"^\s*([a-z]+[0-9a-z]*)\s*\[\s*([0-9,\s]*)\]\s*(?:@\s*(.*))?$")
@@ -200,6 +200,12 @@ def predict(fn, *args, chip: str | Chip = "local", mesh=None, topology: str | No
         key = "before_optimizations" if "before_optimizations" in texts else "optimized"
         source = "the HLO before optimizations (program dtypes; one device, no partitioning)"
     module = H.parse(texts[key])
+    if c.kind == "cpu" and module.num_devices > 1:
+        # forced CPU devices split the one machine that calibration measured running alone
+        c = shared_by(c, module.num_devices)
+        assumptions.append(f"the {module.num_devices} CPU devices share this machine: each gets 1/"
+                           f"{module.num_devices} of the calibrated throughput (a measured trace shows how many "
+                           "really run at once)")
     fused = any(i.opcode == "fusion" for i in module.instructions())
     if emulate_fusion is None and not fused:
         assumptions.append("ops are grouped into kernels as XLA's producer-consumer fusion would (estimate)")
