@@ -260,3 +260,20 @@ def test_report_command_shows_expected_vs_observed_and_findings(tmp_path):
     assert r.returncode == 0 and "run `rooflens calibrate` first" in r.stdout
     r = run("--chip", "tpu-v9")
     assert r.returncode == 2 and "unknown chip" in r.stderr
+
+
+def test_real_tpu_v6e_trace_analysis():
+    """The v6e capture against tpu-v6e: async host-offload copies priced on their -done (where the trace
+    shows the wait) and over PCIe, the HBM-bound fusions and the all-reduce near their rooflines, no false
+    findings (its copies are host transfers, not retiling; no tiny-op storm)."""
+    from tests.conftest import fixture_path
+
+    rep = rl.analyze(rl.load(fixture_path("tpu", "xprof_tpu_inference_2.v6e-4.xplane.pb")))
+    assert rep.chip == "tpu-v6e" and rep.num_devices == 4
+    by = {c.name: c for c in rep.comparison if c.program in ("jit_f", "jit__psum")}
+    done = by["copy-done"]
+    assert done.category == "host transfer" and done.bound == "host-transfer" and 1.0 <= done.ratio <= 1.5
+    assert not by["copy-start"].priced and "priced on copy-done" in by["copy-start"].unpriced_reason
+    assert 1.0 <= by["broadcast_add_fusion"].ratio <= 1.5 and 1.0 <= by["all-reduce"].ratio <= 1.5
+    assert rep.findings == []
+    assert rep.steps.host_s > 0 and rep.steps.layout_s == 0

@@ -65,6 +65,7 @@ class StepBreakdown:
     compute_s: float
     communication_s: float
     layout_s: float  # copies, transposes, data movement
+    host_s: float  # transfers between device and host memory (offload, infeed/outfeed)
     other_s: float
     idle_s: float  # device idle inside the step window
     unpriced_s: float
@@ -181,6 +182,7 @@ def analyze(profile: Profile, chip: str | Chip | None = None) -> Report:
         serial = n_dev / concurrency
         reason += f", shared by the {concurrency:.1f} of its {n_dev} devices that run at once on average"
     preds: dict[tuple[str, str], OpPrediction] = {}
+    async_start: dict[tuple[str, str], str] = {}  # start → its done: the trace shows the wait on the done
     modules = {}
     for program in stats.by_program_s:
         module = profile.module_for(program)
@@ -189,6 +191,10 @@ def analyze(profile: Profile, chip: str | Chip | None = None) -> Report:
         modules[program] = module
         for oc in costs(module, emulate_fusion=False):
             preds[(program, oc.name)] = price(oc, c)
+        for ins in module.instructions():
+            if ins.opcode.endswith("-done") and ins.operands and (program, ins.operands[0].name) in preds:
+                preds[(program, ins.name)] = preds[(program, ins.operands[0].name)]  # the pair's cost, on the done
+                async_start[(program, ins.operands[0].name)] = ins.name
     steps = stats.steps.count if stats.steps else 0
     comparison = []
     peaks = c.peak_flops_per_s
@@ -198,6 +204,9 @@ def analyze(profile: Profile, chip: str | Chip | None = None) -> Report:
         opcode = info.opcode if info else ""
         per = s.median_time_s  # per execution; the median, so one noisy run does not make an op "slow"
         why = _unpriced_reason(p, opcode, s.category)
+        if (s.program, s.name) in async_start:
+            done = async_start[(s.program, s.name)]
+            why = f"an async start: its pair is priced on {done}, where the trace shows the wait"
         predicted = None if why or p is None else p.t_pred_s
         flops = p.flops if p else 0.0
         nbytes = p.bytes if p else 0.0
@@ -241,12 +250,12 @@ def _step_breakdown(stats: OpStats, comparison: list[OpComparison], chip: Chip, 
     main = program or biggest
     ops = [c for c in comparison if c.program == main]
     per_step = max(steps, 1) * n_dev  # executions of a once-per-step op
-    split = {"compute": 0.0, "communication": 0.0, "layout": 0.0, "other": 0.0}
+    split = {"compute": 0.0, "communication": 0.0, "layout": 0.0, "host": 0.0, "other": 0.0}
     predicted = flops = unpriced = 0.0
     for c in ops:
         t = c.total_time_s / per_step
         group = ("communication" if c.category == "collective" else "compute" if c.category in COMPUTE
-                 else "layout" if c.category in LAYOUT else "other")
+                 else "layout" if c.category in LAYOUT else "host" if c.category == "host transfer" else "other")
         split[group] += t
         runs = c.occurrences / per_step
         if c.priced:
@@ -265,6 +274,7 @@ def _step_breakdown(stats: OpStats, comparison: list[OpComparison], chip: Chip, 
     return StepBreakdown(
         program=main, steps=steps, step_time_s=step_time, predicted_s=predicted * serial, model_flops=flops,
         mfu=flops / (step_time * peak) if step_time and peak else None, compute_s=split["compute"],
-        communication_s=split["communication"], layout_s=split["layout"], other_s=split["other"],
+        communication_s=split["communication"], layout_s=split["layout"], host_s=split["host"],
+        other_s=split["other"],
         idle_s=max(step_time - busy, 0.0), unpriced_s=unpriced,
     )

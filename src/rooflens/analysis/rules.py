@@ -219,10 +219,14 @@ def rule_tiny_ops(report) -> list[Finding]:
     if not st.op_stats:
         return []
     n_dev = max(report.num_devices, 1)
-    steps = report.steps.steps if report.steps and report.steps.steps else 1
-    per_step = sum(s.occurrences for s in st.op_stats) / n_dev / steps
+    ops = [s for s in st.op_stats if not s.name.split(".")[0].endswith("-start")]  # async starts only enqueue
+    if report.steps and report.steps.steps:
+        per_step = sum(s.occurrences for s in ops) / n_dev / report.steps.steps
+    else:  # no step annotations: each op of the busiest program runs once per execution of it
+        main = max(st.by_program_s, key=st.by_program_s.get)
+        per_step = sum(1 for s in ops if s.program == main)
     # median duration over executions, weighting each op by its occurrences
-    durations = sorted((s.avg_time_s, s.occurrences) for s in st.op_stats)
+    durations = sorted((s.avg_time_s, s.occurrences) for s in ops)
     half, acc, median = sum(n for _, n in durations) / 2, 0, 0.0
     for d, n in durations:
         acc += n

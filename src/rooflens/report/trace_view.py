@@ -87,7 +87,7 @@ def render_report(console: Console, report, source: str, top: int = 20) -> None:
         console.print(f"\n[bold]Step[/bold] ({e(s.program)}, per device): measured {ms(s.step_time_s)}, roofline sum "
                       f"{ms(s.predicted_s)}{mfu}")
         console.print(f"  compute {ms(s.compute_s)} · communication {ms(s.communication_s)} · copies/layout "
-                      f"{ms(s.layout_s)} · other {ms(s.other_s)} · idle {ms(s.idle_s)}"
+                      f"{ms(s.layout_s)} · host transfers {ms(s.host_s)} · other {ms(s.other_s)} · idle {ms(s.idle_s)}"
                       + (f" · unpriced {ms(s.unpriced_s)}" if s.unpriced_s else ""))
     mem = report.memory or {}
     if mem.get("programs"):

@@ -90,6 +90,19 @@ def _from_trace_category(hlo_category: str) -> str:
     return opcode_category(c) if c in KNOWN_OPCODES else ""
 
 
+HOST_MEMORY_SPACE = 5
+
+
+def _touches_host(module: H.Module | None, ins: H.Instruction) -> bool:
+    shapes = list(ins.shape.leaves())
+    if module is not None:
+        for op in ins.operands:
+            s = module.operand_shape(op)
+            if s is not None:
+                shapes += s.leaves()
+    return any(s.is_array and s.memory_space == HOST_MEMORY_SPACE for s in shapes)
+
+
 def _op_info(module: H.Module | None, name: str, text: str | None, meta: dict | None = None) -> OpInfo:
     ins = module.find(name) if module is not None else None
     if ins is None and text and "(" in text:
@@ -105,6 +118,8 @@ def _op_info(module: H.Module | None, name: str, text: str | None, meta: dict | 
                 if c in body:
                     category = c
                     break
+        if ins.opcode in ("copy-start", "copy-done", "copy") and _touches_host(module, ins):
+            category = "host transfer"  # host offload (S(5)): a PCIe transfer, not a retiling copy
         scope = ins.named_scope
         if meta:  # TPU traces carry XLA's own category and the op_name (tf_op) on every event
             category = _from_trace_category(meta.get("hlo_category", "")) or category
