@@ -277,3 +277,18 @@ def test_real_tpu_v6e_trace_analysis():
     assert 1.0 <= by["broadcast_add_fusion"].ratio <= 1.5 and 1.0 <= by["all-reduce"].ratio <= 1.5
     assert rep.findings == []
     assert rep.steps.host_s > 0 and rep.steps.layout_s == 0
+
+
+def test_tpu_trace_without_hlo_is_priced_from_xlas_own_counts():
+    """The vLLM TPU trace carries no HLO module, but each XLA op has XLA's model_flops and
+    bytes_accessed: the matmul fusions are priced from them (the trace does not say the generation;
+    on tpu-v6e they run at ~1.1× the roofline) and Pallas kernels without counts stay unpriced."""
+    from tests.conftest import fixture_path
+
+    rep = rl.analyze(rl.load(fixture_path("tpu", "vllm_tpu_qwen3_2026_01_11_21_26_41.trace.json.gz")), chip="tpu-v6e")
+    convs = [c for c in rep.comparison if c.category == "convolution"]
+    assert convs and all(c.priced for c in convs)
+    top = max(convs, key=lambda c: c.total_time_s)
+    assert 1.0 <= top.ratio <= 1.5 and top.bound == "compute"
+    assert any("model_flops" in line for line in top.explanation)
+    assert any(not c.priced and c.unpriced_reason for c in rep.comparison)  # listed, with their time

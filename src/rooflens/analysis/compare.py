@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from rooflens.cost.model import OpPrediction, costs, price
+from rooflens.cost.model import OpCost, OpPrediction, costs, price
 from rooflens.errors import RooflensError
 from rooflens.hardware import Chip, ChipError, shared_by
 from rooflens.hardware import chip as get_chip
@@ -130,6 +130,19 @@ def infer_chip(profile: Profile) -> tuple[Chip, str]:
                             "(see `rooflens chips`).") from None
 
 
+def _cost_from_trace(profile: Profile, program: str, name: str, meta: dict) -> OpCost:
+    """An op priced from XLA's own counts in the trace (TPU ``model_flops`` / ``bytes_accessed``)."""
+    info = profile.op_info.get((program, name))
+    category = info.category if info else "unknown"
+    flops, nbytes = float(meta.get("flops") or 0.0), float(meta.get("bytes") or 0.0)
+    return OpCost(
+        name=name, opcode=info.opcode if info else "", category=category, computation="", count=1.0, flops=flops,
+        transcendentals=0.0, read_bytes=nbytes, written_bytes=0.0, dtype="bf16", precision="default",
+        is_matmul=category in ("matmul", "convolution"), named_scope=info.named_scope if info else "",
+        flops_formula=f"{flops:.4g} (XLA's model_flops, from the trace)",
+        bytes_formula=f"{nbytes:.4g} B (XLA's bytes_accessed, from the trace)")
+
+
 def _unpriced_reason(pred: OpPrediction | None, opcode: str, category: str) -> str:
     if pred is None:
         return "no HLO for this op"
@@ -195,6 +208,9 @@ def analyze(profile: Profile, chip: str | Chip | None = None) -> Report:
             if ins.opcode.endswith("-done") and ins.operands and (program, ins.operands[0].name) in preds:
                 preds[(program, ins.name)] = preds[(program, ins.operands[0].name)]  # the pair's cost, on the done
                 async_start[(program, ins.operands[0].name)] = ins.name
+    for (program, name), meta in profile.table.op_meta.items():
+        if (program, name) not in preds and (meta.get("flops") or meta.get("bytes")):
+            preds[(program, name)] = price(_cost_from_trace(profile, program, name, meta), c)
     steps = stats.steps.count if stats.steps else 0
     comparison = []
     peaks = c.peak_flops_per_s

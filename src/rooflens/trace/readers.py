@@ -173,6 +173,13 @@ def read_xspace(path: Path) -> RawTrace:
                     host_events=host_events)
 
 
+def _number(v) -> float | None:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
 def _program(st: dict) -> str:
     """``jit_step(24)``: the module name and, when the event carries it, its program id."""
     name = str(st.get("hlo_module", ""))
@@ -257,8 +264,10 @@ def read_chrome(path: Path) -> RawTrace:
                 b.add(host, dev, line, name, program, start, dur)
                 b.hlo_text.setdefault((program, name), long_name)
                 if "hlo_category" in args or "tf_op" in args:
-                    b.op_meta.setdefault((program, name), {"hlo_category": str(args.get("hlo_category", "")),
-                                                           "op_name": str(args.get("tf_op", ""))})
+                    b.op_meta.setdefault((program, name), {
+                        "hlo_category": str(args.get("hlo_category", "")), "op_name": str(args.get("tf_op", "")),
+                        # XLA's own per-op counts (TPU profiler): they price ops whose HLO the trace lacks
+                        "flops": _number(args.get("model_flops")), "bytes": _number(args.get("bytes_accessed"))})
                 has_device_ops = True
             elif args.get("hlo_op"):
                 platform, device_kind = "gpu", device_kind or "GPU"
