@@ -356,3 +356,23 @@ def test_local_chip_is_shared_by_forced_cpu_devices(tmp_path, monkeypatch):
     dot = lambda p: next(o for o in p.ops if o.category == "matmul")  # noqa: E731
     assert dot(eight).t_math == pytest.approx(8 * dot(one).t_math, rel=1e-6)
     assert any("share this machine" in a for a in eight.assumptions)
+
+
+def test_fusions_calling_each_other_in_a_cycle_do_not_recurse_forever():
+    """Found by the fuzz test: malformed text where two fused computations call each other."""
+    text = """HloModule m
+%f1 (p: f32[4]) -> f32[4] {
+  %p = f32[4] parameter(0)
+  ROOT %x = f32[4] fusion(%p), kind=kLoop, calls=%f2
+}
+%f2 (q: f32[4]) -> f32[4] {
+  %q = f32[4] parameter(0)
+  ROOT %y = f32[4] fusion(%q), kind=kLoop, calls=%f1
+}
+ENTRY e {
+  %a = f32[4] parameter(0)
+  ROOT %r = f32[4] fusion(%a), kind=kLoop, calls=%f1
+}"""
+    module = rl.hlo.parse(text)
+    assert {i.name for i in module.fusion_body(module.find("r"))} == {"p", "x", "q", "y"}
+    assert predict_module(module, rl.chip("tpu-v5e")).time_s >= 0

@@ -74,17 +74,17 @@ def _fmt(n: float) -> str:
     return f"{n:,.0f}" if n < 1e6 else f"{n:.4g}"
 
 
-def computation_flops(module: Module, name: str) -> float:
+def computation_flops(module: Module, name: str, _depth: int = 0) -> float:
     """FLOPs of one application of a small computation (a reducer such as ``add``)."""
     comp = module.computation(name)
-    if comp is None:
+    if comp is None or _depth > 8:  # a malformed module whose reducers call each other: stop
         return 1.0
-    return sum(instruction_counts(module, i).flops for i in comp.instructions)
+    return sum(instruction_counts(module, i, _depth + 1).flops for i in comp.instructions)
 
 
-def _reducer_flops(module: Module, ins: Instruction) -> float:
+def _reducer_flops(module: Module, ins: Instruction, depth: int = 0) -> float:
     called = ins.called_computations
-    return computation_flops(module, called[0]) if called else 1.0
+    return computation_flops(module, called[0], depth) if called else 1.0
 
 
 def contracted_size(module: Module, dot: Instruction) -> int:
@@ -150,7 +150,7 @@ def convolution_counts(module: Module, ins: Instruction) -> Counts:
                               f"(in features/group) × {valid} (valid window positions) = {_fmt(flops)}")
 
 
-def instruction_counts(module: Module, ins: Instruction) -> Counts:
+def instruction_counts(module: Module, ins: Instruction, _depth: int = 0) -> Counts:
     """FLOPs and transcendentals of one instruction (a fusion: of its whole body)."""
     op = ins.opcode
     if op in ("dot", "ragged-dot", "scaled-dot", "block-scaled-dot"):
@@ -159,9 +159,11 @@ def instruction_counts(module: Module, ins: Instruction) -> Counts:
         return convolution_counts(module, ins)
     if op == "fusion":
         total = ZERO
+        if _depth > 8:  # fusions calling each other in a cycle (malformed text): stop
+            return total
         for comp in module.called(ins):
             for inner in comp.instructions:
-                total = total + instruction_counts(module, inner)
+                total = total + instruction_counts(module, inner, _depth + 1)
         return total
     if op == "custom-call":
         return custom_call_counts(module, ins)
@@ -175,7 +177,7 @@ def instruction_counts(module: Module, ins: Instruction) -> Counts:
         inp = module.operand_shape(ins.operands[0]) if ins.operands else None
         n_in = _elements(inp)
         n_out = _elements(_first_array(ins.shape))
-        per = _reducer_flops(module, ins)
+        per = _reducer_flops(module, ins, _depth)
         flops = max(n_in - n_out, 0) * per
         what = f" × {half} inputs" if half > 1 else ""
         return Counts(flops, 0.0,
@@ -184,17 +186,17 @@ def instruction_counts(module: Module, ins: Instruction) -> Counts:
         window = ins.attrs.get("window") if isinstance(ins.attrs.get("window"), dict) else {}
         w = math.prod(window.get("size", (1,)))
         n_out = _elements(_first_array(ins.shape))
-        per = _reducer_flops(module, ins)
+        per = _reducer_flops(module, ins, _depth)
         flops = n_out * max(w - 1, 0) * per
         return Counts(flops, 0.0, f"{_fmt(n_out)} outputs × ({w} − 1) window × {per:g} = {_fmt(flops)}")
     if op == "scatter":
         upd = module.operand_shape(ins.operands[-1]) if ins.operands else None
-        per = _reducer_flops(module, ins)
+        per = _reducer_flops(module, ins, _depth)
         flops = _elements(upd) * per
         return Counts(flops, 0.0, f"{_fmt(_elements(upd))} updates × {per:g} = {_fmt(flops)}")
     if op in ("all-reduce", "all-reduce-start", "reduce-scatter"):
         n_in = sum(_elements(module.operand_shape(o)) for o in ins.operands)
-        per = _reducer_flops(module, ins)
+        per = _reducer_flops(module, ins, _depth)
         flops = n_in * per
         return Counts(flops, 0.0, f"{_fmt(n_in)} elements reduced × {per:g} = {_fmt(flops)}")
     if op == "sort":
@@ -209,7 +211,7 @@ def instruction_counts(module: Module, ins: Instruction) -> Counts:
         flops = 8.0 * log_factors * real  # 4 complex FMAs per butterfly, log2(n) stages
         return Counts(flops, 0.0, f"8 × {log_factors} (log2 of the lengths) × {_fmt(real)} elements = {_fmt(flops)}")
     if op == "map":
-        per = _reducer_flops(module, ins)
+        per = _reducer_flops(module, ins, _depth)
         return Counts(n * per, 0.0, f"{_fmt(n)} elements × {per:g}")
     return ZERO
 

@@ -375,15 +375,25 @@ class Module:
         return [c for c in (self.computations.get(n) for n in ins.called_computations) if c]
 
     def fusion_body(self, ins: Instruction) -> list[Instruction]:
-        """The instructions inside a fusion (nested fusions flattened), else []."""
+        """The instructions inside a fusion (nested fusions flattened), else [].
+
+        Each called computation is visited once, so a malformed module whose fusions call each
+        other in a cycle ends instead of recursing forever.
+        """
         if ins.opcode != "fusion":
             return []
         out: list[Instruction] = []
-        for comp in self.called(ins):
+        seen: set[str] = set()
+        stack = list(self.called(ins))
+        while stack:
+            comp = stack.pop(0)
+            if comp.name in seen:
+                continue
+            seen.add(comp.name)
             for inner in comp.instructions:
                 out.append(inner)
                 if inner.opcode == "fusion":
-                    out.extend(self.fusion_body(inner))
+                    stack.extend(self.called(inner))
         return out
 
     def schedule(self) -> list[Instruction]:
