@@ -424,15 +424,15 @@ class Module:
         return frames
 
     # -- collectives and sharding -------------------------------------------------------
-    def collective_of(self, ins: Instruction) -> Instruction | None:
+    def collective_of(self, ins: Instruction, _depth: int = 0) -> Instruction | None:
         """The instruction that holds the collective's groups: itself, its -start, or the
         collective inside an async wrapper / collective fusion."""
         if ins.collective_kind:
             return ins
-        if ins.opcode.endswith("-done") and ins.operands:
+        if ins.opcode.endswith("-done") and ins.operands and _depth < 8:  # malformed -done chains: stop
             start = self._by_name.get(ins.operands[0].name)
             if start is not None and start is not ins:
-                return self.collective_of(start)
+                return self.collective_of(start, _depth + 1)
         if ins.opcode in ("async-start", "fusion", "call"):
             for comp in self.called(ins):
                 for inner in comp.instructions:
