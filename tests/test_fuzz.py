@@ -10,6 +10,7 @@ from rooflens.cli import example_hlo_path
 from rooflens.hlo import HloParseError
 
 _REAL = example_hlo_path().read_text()
+_CHIP = rl.chip("tpu-v5e")
 # a slice of real HLO small enough to mutate quickly: the header, some computations and ENTRY
 _LINES = _REAL.splitlines()
 _SEED = "\n".join(_LINES[:400] + _LINES[-60:])
@@ -27,6 +28,10 @@ def _parse_ok(text) -> None:
         assert isinstance(ins.category, str) and isinstance(ins.named_scope, str)
         m.collective(ins), m.true_shape(ins), m.implied_true_shapes(ins)
         assert ins.shape.padded_bytes >= 0
+    # and the cost model prices whatever the reader kept, fused as written or grouped as XLA would
+    for emulate in (False, True):
+        pred = rl.cost.predict_module(m, _CHIP, emulate_fusion=emulate)
+        assert pred.time_s >= 0 and all(o.t_pred_s >= 0 for o in pred.ops)
 
 
 @st.composite
