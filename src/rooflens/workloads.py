@@ -117,10 +117,9 @@ def make_train_step(cfg: TransformerConfig, learning_rate: float = 1e-2):
 
 def make_mesh(shape=(4, 2), axes=("data", "model")):
     """A mesh of the available devices with automatic (GSPMD/Shardy) axes."""
-    import jax
-    from jax.sharding import AxisType
+    from rooflens.lowering import make_mesh as mesh_of
 
-    return jax.make_mesh(shape, axes, axis_types=(AxisType.Auto,) * len(axes))
+    return mesh_of(dict(zip(axes, shape)))
 
 
 def sharded_train_step(cfg: TransformerConfig, mesh, learning_rate: float = 1e-2):

@@ -240,11 +240,11 @@ def analyze(profile: Profile, chip: str | Chip | None = None) -> Report:
     report = Report(
         chip=c.name, chip_reason=reason, platform=profile.platform, device_kind=profile.device_kind,
         num_devices=n_dev, op_stats=stats.op_stats, comparison=comparison,
-        steps=_step_breakdown(stats, comparison, c, n_dev, steps, serial), stats=stats, notes=list(stats.notes),
-        modules=modules, chip_peaks=dict(peaks), profile=profile,
+        steps=None, stats=stats, notes=list(stats.notes), modules=modules, chip_peaks=dict(peaks), profile=profile,
         programs=[b for p in stats.by_program_s if (b := _step_breakdown(stats, comparison, c, n_dev, steps, serial,
                                                                          program=p)) is not None],
     )
+    report.steps = report.programs[0] if report.programs else None  # by_program_s is ordered, most time first
     if profile.metadata.get("memory"):
         from pathlib import Path
 

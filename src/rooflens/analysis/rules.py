@@ -11,6 +11,7 @@ import statistics
 from dataclasses import asdict, dataclass
 
 from rooflens.hlo import Instruction, Module
+from rooflens.units import fmt_seconds as _ms
 
 SLOW_RATIO = 2.0  # an op this many times slower than its roofline is worth a look (seed 000's red flag)
 SLOW_COLLECTIVE_RATIO = 3.0
@@ -57,10 +58,6 @@ def _per_step(report, total_s: float) -> float:
 
 def _busy_total(report) -> float:
     return sum(d.busy_s for d in report.stats.devices) or 1.0
-
-
-def _ms(s: float) -> str:
-    return f"{s * 1e3:.3g} ms" if s >= 1e-3 else f"{s * 1e6:.3g} µs"
 
 
 def _producer_chain(module: Module, ins: Instruction, depth: int = 3) -> list[Instruction]:

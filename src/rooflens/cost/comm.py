@@ -30,9 +30,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from rooflens.cost.traffic import fmt_bytes
 from rooflens.errors import RooflensError
 from rooflens.hardware import Chip
+from rooflens.units import fmt_bytes
 
 KINDS = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute", "collective-broadcast",
          "send", "recv")

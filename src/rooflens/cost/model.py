@@ -23,10 +23,11 @@ from rooflens.cost.comm import CommCost, Topology, collective_cost, group_span, 
 from rooflens.cost.counts import Counts, contracted_size, instruction_counts
 from rooflens.cost.fuse import NO_VALUE, Group, plan_groups
 from rooflens.cost.traffic import SLICING as SLICING_OPS
-from rooflens.cost.traffic import Traffic, hbm_bytes, instruction_traffic
+from rooflens.cost.traffic import Traffic, hbm_bytes, instruction_traffic, result_shape
 from rooflens.errors import RooflensError
 from rooflens.hardware import Chip
 from rooflens.hlo import Instruction, Module, Shape
+from rooflens.hlo.shape import HOST_MEMORY_SPACE
 
 MATMUL_OPCODES = frozenset(["dot", "convolution", "ragged-dot", "scaled-dot", "block-scaled-dot"])
 DTYPE_PEAK_KEY = {
@@ -179,9 +180,7 @@ def trip_count(module: Module, ins: Instruction) -> int | None:
     m = _TRIP_RE.search(ins.backend_config or "")
     if m:
         return int(m.group(1))
-    name = ins.attrs.get("condition", "")
-    name = name[0] if isinstance(name, tuple) and name else name
-    cond = module.computation(str(name).lstrip("%"))
+    cond = next((c for c in module.called(ins) if c.kind == "while condition"), None)
     if cond is None or cond.root is None or cond.root.opcode != "compare":
         return None
     direction = str(cond.root.attrs.get("direction", ""))
@@ -254,7 +253,7 @@ def _precision(mm: Instruction | None) -> str:
 
 
 def _logical_bytes(shape: Shape | None) -> float:
-    return 0.0 if shape is None else float(sum(s.bytes for s in shape.leaves() if s.is_array))
+    return 0.0 if shape is None else float(shape.bytes)
 
 
 def _becomes_reduce_scatter(module: Module, ins: Instruction, n: int) -> bool:
@@ -285,11 +284,7 @@ def _collective_fields(module: Module, ins: Instruction) -> tuple[str, int, floa
     c = module.collective_of(ins) or ins
     n = info.group_size or (module.num_devices if info.form in ("all", "") else 0) or 1
     in_bytes = sum(_logical_bytes(module.operand_shape(o)) for o in c.operands)
-    out_shape = c.shape
-    if c.opcode in ("all-gather-start", "collective-permute-start") and out_shape.is_tuple and len(
-            out_shape.tuple_shapes) >= 2:
-        out_shape = out_shape.tuple_shapes[1]
-    out_bytes = _logical_bytes(out_shape)
+    out_bytes = _logical_bytes(result_shape(c))
     kind = info.kind
     if kind == "all-reduce" and _becomes_reduce_scatter(module, c, n):
         kind = "reduce-scatter"
@@ -316,15 +311,12 @@ def _op_cost(module: Module, ins: Instruction, count: float, counts: Counts, tra
     )
 
 
-HOST_MEMORY_SPACE = 5  # TPU S(5): pinned host memory (host offload)
-
-
 def _host_bytes(module: Module, ins: Instruction) -> float:
     """Bytes a copy moves between device memory and host memory (S(5)), else 0."""
     if ins.opcode not in ("copy-start", "copy") or not ins.operands:
         return 0.0
     src = module.operand_shape(ins.operands[0])
-    dst = ins.shape.tuple_shapes[0] if ins.shape.is_tuple and ins.shape.tuple_shapes else ins.shape  # (dest, src, ctx)
+    dst = result_shape(ins)
     if src is None or not src.is_array or not dst.is_array:
         return 0.0
     if (src.memory_space == HOST_MEMORY_SPACE) != (dst.memory_space == HOST_MEMORY_SPACE):

@@ -19,6 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rooflens.hlo import Instruction, Module, Shape
+from rooflens.hlo.shape import HOST_MEMORY_SPACE, VMEM_MEMORY_SPACE
+from rooflens.units import fmt_bytes
 
 FREE = frozenset("""
 parameter constant tuple get-tuple-element bitcast after-all add-dependency opt-barrier partition-id replica-id
@@ -26,9 +28,7 @@ domain while conditional call get-dimension-size set-dimension-size all-gather-d
 collective-permute-done copy-done async-done async-update send-done recv-done reshape
 """.split())
 SLICING = frozenset(["slice", "dynamic-slice", "gather"])
-ON_CHIP_MEMORY_SPACES = frozenset([1])  # TPU S(1) = VMEM
-HOST_MEMORY_SPACES = frozenset([5])  # TPU S(5) = pinned host memory (host offload)
-OFF_HBM = ON_CHIP_MEMORY_SPACES | HOST_MEMORY_SPACES
+OFF_HBM = frozenset([VMEM_MEMORY_SPACE, HOST_MEMORY_SPACE])
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,14 +47,6 @@ def hbm_bytes(shape: Shape | None) -> float:
     if shape is None:
         return 0.0
     return float(sum(s.padded_bytes for s in shape.leaves() if s.is_array and s.memory_space not in OFF_HBM))
-
-
-def fmt_bytes(n: float) -> str:
-    """Decimal units, 4 significant digits: the figures of the arithmetic (``67.11 MB``)."""
-    for unit, div in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= div:
-            return f"{n / div:.4g} {unit}"
-    return f"{n:.0f} B"
 
 
 def _fusion_param_reads(module: Module, ins: Instruction) -> list[float]:
@@ -116,21 +108,26 @@ def instruction_traffic(module: Module, ins: Instruction) -> Traffic:
         # (destination, source alias, context): reads the source, writes the destination; a side
         # in host memory (S(5)) or on chip costs no HBM traffic
         r = hbm_bytes(module.operand_shape(ins.operands[0]))
-        w = hbm_bytes(ins.shape.tuple_shapes[0])
+        w = hbm_bytes(result_shape(ins))
         return Traffic(r, w, f"{fmt_bytes(r)} read + {fmt_bytes(w)} written in device memory")
     if op.endswith("-start"):
         # an async collective's start reads its input and writes its output buffer
         operands = ins.operands
         r = sum(hbm_bytes(module.operand_shape(o)) for o in operands)
-        w = hbm_bytes(ins.shape if op == "all-reduce-start" else _async_output(ins.shape))
+        w = hbm_bytes(result_shape(ins))
         return Traffic(r, w, f"{fmt_bytes(r)} read + {fmt_bytes(w)} written")
     reads = [hbm_bytes(module.operand_shape(o)) for o in ins.operands]
     r = sum(reads)
     return Traffic(r, out, f"{fmt_bytes(r)} read ({len(reads)} operands) + {fmt_bytes(out)} written")
 
 
-def _async_output(shape: Shape) -> Shape | None:
-    """The result part of an async start's ``(operands, results, …)`` tuple."""
-    if shape.is_tuple and len(shape.tuple_shapes) >= 2:
+def result_shape(ins: Instruction) -> Shape:
+    """The result an op produces: an async start's ``(operands, results, …)`` tuple gives its results
+    (an all-reduce-start returns its result directly; a copy-start's tuple starts with it)."""
+    shape = ins.shape
+    if ins.opcode == "copy-start" and shape.is_tuple and shape.tuple_shapes:
+        return shape.tuple_shapes[0]  # (destination, source alias, context)
+    if ins.opcode.endswith("-start") and ins.opcode != "all-reduce-start" and shape.is_tuple and len(
+            shape.tuple_shapes) >= 2:
         return shape.tuple_shapes[1]
     return shape

@@ -103,19 +103,19 @@ class Chip:
     def ici_links(self) -> int | None:
         return self.value("interconnect.ici_links")
 
+    def _oneway(self, link: str) -> float | None:
+        """A link's one-way bandwidth: as published, or half the published bidirectional figure."""
+        v = self.value(f"interconnect.{link}_bytes_per_s_oneway")
+        both = self.value(f"interconnect.{link}_bytes_per_s_bidirectional")
+        return v if v is not None or both is None else both / 2
+
     @property
     def ici_link_bytes_per_s_oneway(self) -> float | None:
-        v = self.value("interconnect.ici_link_bytes_per_s_oneway")
-        if v is None and self.value("interconnect.ici_link_bytes_per_s_bidirectional") is not None:
-            v = self.value("interconnect.ici_link_bytes_per_s_bidirectional") / 2
-        return v
+        return self._oneway("ici_link")
 
     @property
     def nvlink_bytes_per_s_oneway(self) -> float | None:
-        v = self.value("interconnect.nvlink_bytes_per_s_oneway")
-        if v is None and self.value("interconnect.nvlink_bytes_per_s_bidirectional") is not None:
-            v = self.value("interconnect.nvlink_bytes_per_s_bidirectional") / 2
-        return v
+        return self._oneway("nvlink")
 
     @property
     def network_bytes_per_s_oneway(self) -> float | None:

@@ -23,6 +23,9 @@ from functools import lru_cache
 
 from rooflens.hlo.errors import HloParseError
 
+VMEM_MEMORY_SPACE = 1  # TPU S(1): on-chip vector memory
+HOST_MEMORY_SPACE = 5  # TPU S(5): pinned host memory (host offload)
+
 # Bits per element of every XLA primitive type (xla/xla_data.proto, PrimitiveType).
 ELEMENT_BITS: dict[str, int] = {
     "pred": 8,

@@ -6,6 +6,8 @@ from rich.console import Console
 from rich.markup import escape as e
 from rich.table import Table
 
+from rooflens.units import fmt_seconds as ms
+
 UNITS = {"core": "one TensorCore", "chip": "one chip", "gpu": "one GPU", "cpu": "this CPU"}
 
 
@@ -16,14 +18,6 @@ def si(value: float | None, unit: str = "", digits: int = 3) -> str:
         if abs(value) >= div:
             return f"{value / div:.{digits}g} {prefix}{unit}"
     return f"{value:.{digits}g} {unit}".rstrip()
-
-
-def ms(seconds: float) -> str:
-    if seconds >= 1:
-        return f"{seconds:.3g} s"
-    if seconds >= 1e-3:
-        return f"{seconds * 1e3:.3g} ms"
-    return f"{seconds * 1e6:.3g} µs"
 
 
 def render_chip_list(console: Console, rows) -> None:

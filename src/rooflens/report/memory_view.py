@@ -6,12 +6,11 @@ from rich.console import Console
 from rich.markup import escape as e
 from rich.table import Table
 
+from rooflens.units import fmt_bytes
+
 
 def gb(n: float) -> str:
-    for unit, div in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= div:
-            return f"{n / div:.3g} {unit}"
-    return f"{n:.0f} B"
+    return fmt_bytes(n, digits=3)
 
 
 def render_estimate(console: Console, est) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 from rooflens import hlo as H
 from rooflens.errors import RooflensError
 from rooflens.hlo.opcodes import KNOWN_OPCODES, opcode_category
+from rooflens.hlo.shape import HOST_MEMORY_SPACE
 from rooflens.trace.events import EventTable, concat
 from rooflens.trace.readers import RawTrace, assign_steps, read_chrome, read_xspace
 
@@ -88,9 +89,6 @@ def _from_trace_category(hlo_category: str) -> str:
     if "data formatting" in c or c in ("copy", "transpose"):
         return "copy/transpose"
     return opcode_category(c) if c in KNOWN_OPCODES else ""
-
-
-HOST_MEMORY_SPACE = 5
 
 
 def _touches_host(module: H.Module | None, ins: H.Instruction) -> bool:

@@ -17,6 +17,7 @@ Steps come from step annotations (events with a ``step_num`` stat, as
 
 from __future__ import annotations
 
+import bisect
 import gzip
 import json
 import re
@@ -53,15 +54,9 @@ def _op_name(text: str) -> str:
 
 def _program_at(programs: list[tuple[float, float, str]], t: float) -> str:
     """The program running at time t on one device (executions sorted by start)."""
-    lo, hi = 0, len(programs)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if programs[mid][0] <= t:
-            lo = mid + 1
-        else:
-            hi = mid
-    if lo and programs[lo - 1][0] <= t <= programs[lo - 1][1]:
-        return programs[lo - 1][2]
+    k = bisect.bisect_right(programs, (t, float("inf"), "\uffff"))
+    if k and programs[k - 1][0] <= t <= programs[k - 1][1]:
+        return programs[k - 1][2]
     return ""
 
 
