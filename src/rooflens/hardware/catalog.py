@@ -38,7 +38,7 @@ SECTIONS = ("peak_flops_per_s", "memory", "compute", "interconnect", "topology",
 PLAIN_FIELDS = ("description", "vendor", "kind", "device_unit", "device_kinds", "calibration")
 KINDS = ("tpu", "gpu", "cpu")
 DEVICE_UNITS = ("core", "chip", "gpu", "cpu")
-WRAPAROUND_RULES = ("always", "full-axis", "multiple-of-4", "none")
+WRAPAROUND_RULES = ("always", "full-axis", "multiple-of-4", "full-cube", "none")
 #: Peak keys a dtype may be priced at.
 PEAK_KEYS = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4")
 LOCAL_CHIP = "local"
@@ -136,6 +136,86 @@ class Chip:
     @property
     def nvlink_domain_devices(self) -> int | None:
         return self.value("topology.nvlink_domain_devices")
+
+    @property
+    def slices(self) -> tuple[tuple[int, ...], ...]:
+        """The slice shapes the vendor sells (TPU), smallest first; () when not published."""
+        return tuple(tuple(int(d) for d in s) for s in self.value("topology.slices", ()) or ())
+
+    def default_slice(self, num_devices: int) -> tuple[int, ...] | None:
+        """The published slice shape with exactly ``num_devices`` devices, if there is one."""
+        for s in self.slices:
+            if math.prod(s) == num_devices:
+                return s
+        return None
+
+    # -- the scale-up link of a GPU: NVLink through a switch, or AMD Infinity Fabric point to point --------
+
+    @property
+    def scaleup_link(self) -> str:
+        if self.kind == "tpu":
+            return "ICI"
+        if self.value("interconnect.infinity_fabric_links") is not None:
+            return "Infinity Fabric"
+        return "NVLink"
+
+    @property
+    def scaleup_domain_devices(self) -> int | None:
+        """How many devices the scale-up link joins (an NVLink switch domain, a fully connected board)."""
+        return self.value("topology.infinity_fabric_domain_devices", self.nvlink_domain_devices)
+
+    def scaleup_bytes_per_s_oneway(self, group: int | None = None) -> float | None:
+        """One-way bandwidth a device of a group of ``group`` devices can send at inside its scale-up domain.
+
+        Through a switch (NVLink + NVSwitch) every GPU sends at its whole NVLink bandwidth whatever the
+        group. On a fully connected board (Infinity Fabric) each pair has its own link, so a device
+        reaches the others over ``group − 1`` links at once (all of them for the whole board).
+        """
+        per_link = self._oneway("infinity_fabric_link")
+        if per_link is not None:
+            links = int(self.value("interconnect.infinity_fabric_links", 1))
+            used = links if group is None else max(1, min(group - 1, links))
+            return per_link * used
+        return self.nvlink_bytes_per_s_oneway
+
+    # -- latency ---------------------------------------------------------------------------------------
+
+    @property
+    def ici_hop_latency_s(self) -> float | None:
+        """Fixed cost of one ICI hop (TPU), whatever the bytes: the scaling book's T_min."""
+        return self.value("interconnect.ici_hop_latency_s")
+
+    def collective_latency(self, protocol: str = "ll") -> tuple[float, float, float] | None:
+        """(base, per scale-up step, per network step) latency in seconds of a NCCL/RCCL-style ring, for
+        ``protocol`` "ll" (low latency) or "simple"; None when the chip publishes no base latency."""
+        sfx = "" if protocol == "ll" else f"_{protocol}"
+        base = self.value(f"interconnect.collective_base_latency{sfx}_s")
+        if base is None:
+            return None
+        hop = self.value(f"interconnect.link_hop_latency{sfx}_s", 0.0)
+        net = self.value(f"interconnect.network_hop_latency{sfx}_s", self.value("interconnect.network_hop_latency_s", hop))
+        return float(base), float(hop), float(net)
+
+    @property
+    def ll_bandwidth_fraction(self) -> float:
+        return float(self.value("interconnect.ll_bandwidth_fraction", 1.0))
+
+    @property
+    def kernel_launch_s(self) -> float | None:
+        """A published per-kernel launch cost (the floor of a small op), or None where none is published."""
+        return self.value("overheads.kernel_launch_s")
+
+    # -- what identifies the device in a trace ---------------------------------------------------------
+
+    @property
+    def core_count(self) -> int | None:
+        """SMs (NVIDIA) or compute units (AMD): what a GPU trace reports as ``core_count``."""
+        v = self.value("compute.compute_units", self.value("memory.sm_count", self.value("compute.sm_count")))
+        return None if v is None else int(v)
+
+    @property
+    def peak_clock_hz(self) -> float | None:
+        return self.value("compute.peak_clock_hz")
 
     def matmul_rate(self, key: str, flops: float, contracted: int = 0) -> float | None:
         """Achieved FLOP/s of a matmul from measurements, when the chip has them (``local``).
@@ -376,7 +456,7 @@ def chip_rows(extra_files: Iterable[str | os.PathLike] = ()) -> list[ChipTable]:
             name=c.name, device_unit=c.device_unit, description=c.description,
             bf16_flops_per_s=peaks.get("bf16", peaks.get("fp32")), hbm_bytes=c.hbm_bytes,
             hbm_bytes_per_s=c.hbm_bytes_per_s,
-            link_bytes_per_s_oneway=c.ici_link_bytes_per_s_oneway or c.nvlink_bytes_per_s_oneway,
+            link_bytes_per_s_oneway=c.ici_link_bytes_per_s_oneway or c.scaleup_bytes_per_s_oneway(),
             origin=c.origin,
         ))
     return rows

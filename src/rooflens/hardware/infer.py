@@ -1,0 +1,135 @@
+"""Which catalogue chip a trace ran on, from what the trace says about its devices.
+
+A profile names its devices in several ways, none always present: the device name
+(``device_type_string`` on TPU planes, the CUDA/ROCm device name such as
+``NVIDIA A100-SXM4-40GB`` or ``AMD Instinct MI300X``), the vendor (``device_vendor``), and the
+device's properties as the runtime reports them (``core_count``: SMs or compute units,
+``memory_size`` in bytes, ``clock_rate`` in kHz, ``compute_cap_major/minor``; on TPU
+``peak_teraflops_per_second`` and ``peak_hbm_bw_gigabytes_per_second``).
+
+:func:`infer_chip` is a pure function of the device kind and those plane stats: a name that
+matches a chip's ``device_kinds`` wins; otherwise the chips of the same vendor with the same core
+count are told apart by memory size, then by clock (MI300X vs MI325X: 192 vs 256 GiB; MI350X vs
+MI355X: 2.2 vs 2.4 GHz).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from rooflens.hardware.catalog import Chip, ChipError, catalog
+
+VENDORS = {"amd": "amd", "advanced micro devices": "amd", "ati": "amd", "nvidia": "nvidia", "google": "google"}
+#: How far the memory a runtime reports may sit from the published size (runtimes reserve some; GB vs GiB).
+MEMORY_TOLERANCE = 0.15
+
+
+def _norm(text) -> str:
+    return " ".join(str(text or "").lower().replace("_", " ").split())
+
+
+def _number(stats: Mapping, key: str) -> float | None:
+    v = stats.get(key)
+    if isinstance(v, bool) or not isinstance(v, int | float | str):
+        return None
+    try:
+        f = float(v)
+    except ValueError:
+        return None
+    return f if f > 0 else None
+
+
+def _by_name(names: list[str], chips: Mapping[str, Chip]) -> tuple[Chip, str] | None:
+    best: tuple[int, Chip, str] | None = None
+    for name in names:
+        for c in chips.values():
+            for k in (c.name, *c.device_kinds):
+                kn = _norm(k)
+                if not kn:
+                    continue
+                if name == kn:
+                    return c, f"the trace's device name {name!r}"
+                # a runtime may add a suffix (a virtual function "… VF", a form factor): the longest known prefix wins
+                if name.startswith(kn + " ") and (best is None or len(kn) > best[0]):
+                    best = (len(kn), c, f"the trace's device name {name!r} (starts with {k!r})")
+    return (best[1], best[2]) if best else None
+
+
+def _describe(vendor: str, cores, mem, clock_hz) -> str:
+    parts = [f"vendor {vendor}" if vendor else ""]
+    if cores:
+        parts.append(f"{cores:g} cores")
+    if mem:
+        parts.append(f"{mem / 2**30:.4g} GiB")
+    if clock_hz:
+        parts.append(f"{clock_hz / 1e9:.3g} GHz")
+    return ", ".join(p for p in parts if p)
+
+
+def _gpu_by_stats(vendor: str, stats: Mapping, chips: Mapping[str, Chip]) -> tuple[Chip, str] | None:
+    cores = _number(stats, "core_count")
+    mem = _number(stats, "memory_size")
+    clock_khz = _number(stats, "clock_rate")
+    clock_hz = clock_khz * 1e3 if clock_khz else None
+    if not cores and not mem:
+        return None
+    cands = [c for c in chips.values() if c.kind == "gpu" and (not vendor or c.vendor == vendor)]
+    if cores:
+        cands = [c for c in cands if c.core_count == int(cores)]
+    if mem:
+        cands = [c for c in cands if c.hbm_bytes and abs(math.log(mem / c.hbm_bytes)) <= math.log1p(MEMORY_TOLERANCE)]
+    if not cands:
+        return None
+
+    def distance(c: Chip) -> tuple[float, float]:
+        dm = abs(math.log(mem / c.hbm_bytes)) if mem and c.hbm_bytes else 0.0
+        dc = abs(math.log(clock_hz / c.peak_clock_hz)) if clock_hz and c.peak_clock_hz else 0.0
+        return round(dm, 3), dc
+
+    best = min(cands, key=distance)
+    return best, f"the trace's device properties ({_describe(vendor, cores, mem, clock_hz)})"
+
+
+def _tpu_by_stats(stats: Mapping, chips: Mapping[str, Chip]) -> tuple[Chip, str] | None:
+    tflops = _number(stats, "peak_teraflops_per_second")
+    hbm = _number(stats, "peak_hbm_bw_gigabytes_per_second")
+    if not tflops or not hbm:
+        return None
+    cands = [c for c in chips.values() if c.kind == "tpu" and c.hbm_bytes_per_s and c.peak_flops_per_s.get("bf16")]
+    if not cands:
+        return None
+
+    def distance(c: Chip) -> float:
+        return abs(math.log(tflops * 1e12 / c.peak_flops_per_s["bf16"])) + abs(math.log(hbm * 1e9 / c.hbm_bytes_per_s))
+
+    best = min(cands, key=distance)
+    if distance(best) > 0.3:
+        return None
+    return best, f"the trace's peaks ({tflops:g} TFLOP/s, {hbm:g} GB/s HBM)"
+
+
+def infer_chip(device_kind: str, plane_stats: Mapping | None = None,
+               chips: Mapping[str, Chip] | None = None) -> tuple[Chip, str]:
+    """The catalogue chip of a trace's devices and the reason, or a ChipError in one sentence.
+
+    ``device_kind`` is what the trace calls its devices (a name, or only a vendor such as ``AMD``);
+    ``plane_stats`` are the stats of its first device plane (see the module docstring).
+    """
+    stats = dict(plane_stats or {})
+    chips = catalog() if chips is None else chips
+    names = [_norm(n) for n in (device_kind, stats.get("device_type_string"), stats.get("device_name")) if _norm(n)]
+    hit = _by_name(names, chips)
+    if hit is not None:
+        return hit
+    vendor = VENDORS.get(_norm(stats.get("device_vendor")), "")
+    for n in names:
+        vendor = vendor or VENDORS.get(n, "") or next((v for k, v in VENDORS.items() if n.startswith(k + " ")), "")
+    hit = _gpu_by_stats(vendor, stats, chips) or _tpu_by_stats(stats, chips)
+    if hit is not None:
+        return hit
+    what = _describe(vendor, _number(stats, "core_count"), _number(stats, "memory_size"),
+                     (_number(stats, "clock_rate") or 0) * 1e3)
+    shown = repr(device_kind) + (f" ({what})" if what else "")
+    raise ChipError(f"the trace's devices are {shown}, which matches no catalogue chip; give --chip "
+                    "(see `rooflens chips`).")
