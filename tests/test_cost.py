@@ -238,9 +238,14 @@ def test_collective_algorithms():
     a2a = collective_cost(v5e, "all-to-all", 16, 16 * mb, 16 * mb)
     ag_same = collective_cost(v5e, "all-gather", 16, 16 * mb, 256 * mb)
     assert a2a.t_comm_s == pytest.approx(ag_same.t_comm_s / 4, rel=0.1)
-    # H100: NVLink switch inside the node, the network beyond it
+    # H100: NVLink switch inside the node, the network beyond it; NCCL's own cost: latency + bytes / bandwidth,
+    # the cheaper of LL (6.6 µs + 0.6 µs per step, half the bandwidth) and Simple (8.4 + 3.4 per step, all of it)
     g8 = collective_cost(h100, "all-gather", 8, mb, 8 * mb)
-    assert g8.link == "NVLink" and g8.t_comm_s == pytest.approx(7 * mb / 4.5e11)
+    ll = 6.6e-6 + 7 * 0.6e-6 + 7 * mb / (0.5 * 4.5e11)
+    simple = 8.4e-6 + 7 * 3.4e-6 + 7 * mb / 4.5e11
+    assert g8.link == "NVLink" and g8.t_comm_s == pytest.approx(min(ll, simple))
+    big = collective_cost(h100, "all-gather", 8, 64 * mb, 512 * mb)  # large: Simple's whole bandwidth wins
+    assert big.t_bandwidth_s == pytest.approx(7 * 64 * mb / 4.5e11) and "Simple" in big.algorithm
     assert collective_cost(h100, "all-gather", 16, mb, 16 * mb).link == "network"
 
 
@@ -318,7 +323,10 @@ def test_predictions_against_real_tpu_v6e_durations():
 
 
 def test_topology_places_groups_on_physical_axes():
-    """An all-gather over 8 v5e chips: one line of 8 (no wraparound) vs a 2x4 slice (two axes at once)."""
+    """An all-gather over 8 v5e chips: one line of 8 (no wraparound) vs a 2x4 slice (two axes at once).
+
+    Without --topology the program runs on v5e's published 8-chip slice, 2x4, so the default is the slab.
+    """
     mesh = make_mesh("x=8")
     spec = NamedSharding(mesh, P("x"))
 
@@ -326,18 +334,20 @@ def test_topology_places_groups_on_physical_axes():
         return jax.lax.with_sharding_constraint(a * 2, NamedSharding(mesh, P()))
 
     arg = S((8 * 1024, 1024), BF16, sharding=spec)
-    line = rl.predict(gather, arg, chip="tpu-v5e", mesh=mesh)
+    default = rl.predict(gather, arg, chip="tpu-v5e", mesh=mesh)
     slab = rl.predict(gather, arg, chip="tpu-v5e", mesh=mesh, topology="2x4")
-    ring = rl.predict(gather, arg, chip="tpu-v5e", mesh=mesh, topology="8")
-    (ag_line,) = [o for o in line.ops if o.comm_bytes]
+    line = rl.predict(gather, arg, chip="tpu-v5e", mesh=mesh, topology="8")
+    (ag_default,) = [o for o in default.ops if o.comm_bytes]
     (ag_slab,) = [o for o in slab.ops if o.comm_bytes]
-    (ag_ring,) = [o for o in ring.ops if o.comm_bytes]
+    (ag_line,) = [o for o in line.ops if o.comm_bytes]
     gathered = 8 * 1024 * 1024 * 2
     assert ag_line.comm_bytes == 7 / 8 * gathered
-    assert ag_line.t_comm == pytest.approx(7 / 8 * gathered / 4.5e10)  # 7 hops one way
+    assert ag_line.t_comm == pytest.approx(7 / 8 * gathered / 4.5e10)  # 7 hops one way (no wraparound on 8)
+    assert ag_line.hops == 7 and ag_slab.hops == 3 + 1
     assert ag_slab.t_comm == pytest.approx(ag_line.t_comm / 2)  # two axes, one direction each
-    assert ag_ring.t_comm == pytest.approx(ag_line.t_comm)  # an 8-chip v5e axis has no wraparound
+    assert ag_default.t_comm == pytest.approx(ag_slab.t_comm)
     assert any("2 torus axes" in line for line in ag_slab.explanation)
+    assert any("2x4 slice of 8 devices" in a for a in default.assumptions)
     with pytest.raises(rl.RooflensError, match="has 4 devices but the program runs on 8"):
         rl.predict(gather, arg, chip="tpu-v5e", mesh=mesh, topology="2x2")
 

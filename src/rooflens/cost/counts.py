@@ -234,3 +234,23 @@ def custom_call_counts(module: Module, ins: Instruction) -> Counts:
     if "conv" in target and "dim_labels" in ins.attrs:  # cuDNN/MIOpen convolutions keep XLA's conv attributes
         return convolution_counts(module, ins)
     return ZERO
+
+
+MODEL_OPCODES = frozenset(["dot", "convolution", "ragged-dot", "scaled-dot", "block-scaled-dot"])
+
+
+def model_flops(module: Module, ins: Instruction, _depth: int = 0) -> float:
+    """The FLOPs of the dots and convolutions an instruction runs (inside a fusion too): "model FLOPs".
+
+    A fusion's :func:`instruction_counts` also holds its elementwise work (the bias add, the
+    activation); MFU counts only the matmul-like work, as XProf's ``model_flops`` keeps it apart.
+    Library calls (cuBLAS/hipBLAS GEMMs, cuDNN/MIOpen convolutions) count as theirs.
+    """
+    op = ins.opcode
+    if op in MODEL_OPCODES:
+        return instruction_counts(module, ins).flops
+    if op == "custom-call":
+        return custom_call_counts(module, ins).flops
+    if op == "fusion" and _depth <= 8:  # a malformed module whose fusions call each other: stop
+        return sum(model_flops(module, inner, _depth + 1) for comp in module.called(ins) for inner in comp.instructions)
+    return 0.0

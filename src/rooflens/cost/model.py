@@ -7,10 +7,16 @@ group and buffer sizes. ``price(costs, chip)`` turns them into times:
 * ``T_math = flops / peak`` at the op's dtype (a matmul's operand dtype; f32 matmuls at the
   precision they run with: one bf16 pass on TPU by default, TF32 on NVIDIA GPUs by default);
 * ``T_mem = bytes / HBM bandwidth``;
-* ``T_comm`` from :mod:`rooflens.cost.comm`;
+* ``T_comm`` from :mod:`rooflens.cost.comm`: a bandwidth term and a latency term (hops × the
+  chip's per-hop latency; on GPUs NCCL/RCCL's base + per-step latency), combined as the scaling
+  book does on TPU rings (``max``) and as NCCL does on GPUs (``sum``);
 * ``t_pred = max(T_math, T_mem, T_comm)`` (a kernel overlaps its loads with its math and a
   collective overlaps its sends with its reads), plus the chip's measured per-op overhead when
-  it has one; ``bound`` names the largest term.
+  it has one; a non-collective op takes at least the chip's published kernel-launch time
+  (``overheads.kernel_launch_s``; none is published for TPUs); ``bound`` names the largest term
+  (``latency`` when a collective's hops cost more than its bytes).
+
+``model_flops`` is the dot/convolution part of ``flops`` (inside fusions too): what MFU counts.
 """
 
 from __future__ import annotations
@@ -19,8 +25,8 @@ import re
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 
-from rooflens.cost.comm import CommCost, Topology, collective_cost, group_span, parse_topology
-from rooflens.cost.counts import Counts, contracted_size, instruction_counts
+from rooflens.cost.comm import Span, Topology, collective_cost, group_span, parse_topology, place_group
+from rooflens.cost.counts import Counts, contracted_size, instruction_counts, model_flops
 from rooflens.cost.fuse import NO_VALUE, Group, plan_groups
 from rooflens.cost.traffic import SLICING as SLICING_OPS
 from rooflens.cost.traffic import Traffic, hbm_bytes, instruction_traffic, result_shape
@@ -64,6 +70,8 @@ class OpCost:
     contracted: int = 0  # a matmul's contracted size K
     host_bytes: float = 0.0  # bytes moved between device and host memory (offload, S(5))
     device_group: tuple[int, ...] = ()  # a collective's first replica group (device ids)
+    model_flops: float = 0.0  # FLOPs of its dots and convolutions (inside a fusion too)
+    xla_strategy: str = ""  # the collective algorithm XLA chose, when the compiled HLO records it (TPU)
 
     @property
     def bytes(self) -> float:
@@ -86,10 +94,13 @@ class OpPrediction:
     t_mem_s: float
     t_comm_s: float
     t_pred_s: float
-    bound: str  # compute | memory | communication | host-transfer | overhead | none
+    bound: str  # compute | memory | communication | latency | host-transfer | overhead | none
     peak_key: str  # which peak priced the math (bf16, fp32, …)
     explanation: tuple[str, ...] = ()  # the arithmetic, one line per term
     members: tuple[str, ...] = ()
+    model_flops: float = 0.0  # the dot/convolution part of flops (what MFU counts)
+    hops: int = 0  # a collective's sequential link steps
+    t_latency_s: float = 0.0  # a collective's latency term (already inside t_comm_s)
 
     # The names of DESIGN.md's public API (the fields above carry units).
     @property
@@ -151,6 +162,11 @@ class Prediction:
     def comm_bytes(self) -> float:
         return sum(o.comm_bytes * o.count for o in self.ops)
 
+    @property
+    def model_flops(self) -> float:
+        """FLOPs of the program's dots and convolutions (per device): the numerator of MFU."""
+        return sum(o.model_flops * o.count for o in self.ops)
+
     def op(self, name: str) -> OpPrediction:
         for o in self.ops:
             if o.name == name or name in o.members:
@@ -163,7 +179,8 @@ class Prediction:
     def to_dict(self) -> dict:
         return {
             "chip": self.chip, "device_unit": self.device_unit, "module": self.module, "source": self.source,
-            "num_devices": self.num_devices, "time_s": self.time_s, "flops": self.flops, "bytes": self.bytes,
+            "num_devices": self.num_devices, "time_s": self.time_s, "flops": self.flops,
+            "model_flops": self.model_flops, "bytes": self.bytes,
             "comm_bytes": self.comm_bytes, "assumptions": list(self.assumptions),
             "time_by_category_s": self.time_by_category_s, "time_by_scope_s": self.time_by_scope_s,
             "time_by_bound_s": self.time_by_bound_s, "ops": [o.to_dict() for o in self.ops],
@@ -308,7 +325,17 @@ def _op_cost(module: Module, ins: Instruction, count: float, counts: Counts, tra
         bytes_formula=traffic.formula, collective=kind, group_size=n, comm_in_bytes=cin, comm_out_bytes=cout,
         members=members, contracted=_contracted(module, mm), host_bytes=_host_bytes(module, ins),
         device_group=_first_group(module, ins) if kind else (),
+        model_flops=sum(model_flops(module, module[m]) for m in members),
+        xla_strategy=_xla_strategy(module, ins) if kind else "",
     )
+
+
+def _xla_strategy(module: Module, ins: Instruction) -> str:
+    """The ring strategy XLA:TPU recorded for a collective (``collective_algorithm_config.strategy``)."""
+    c = module.collective_of(ins) or ins
+    cfg = c.backend_config_json() if "collective_algorithm_config" in (c.backend_config or "") else None
+    algo = (cfg or {}).get("collective_algorithm_config") or {}
+    return str(algo.get("strategy", "")) if isinstance(algo, dict) else ""
 
 
 def _host_bytes(module: Module, ins: Instruction) -> float:
@@ -421,7 +448,7 @@ def peak_for(chip: Chip, dtype: str, is_matmul: bool, precision: str) -> tuple[f
             passes = PRECISION_PASSES.get(precision, 1)
             base = peaks.get("bf16", max(peaks.values()))
             return base / passes, "bf16", f"f32 matmul on TPU at precision {precision}: {passes} bf16 pass(es)"
-        if chip.kind == "gpu" and precision == "default" and "tf32" in peaks:
+        if chip.kind == "gpu" and chip.vendor == "nvidia" and precision == "default" and "tf32" in peaks:
             return peaks["tf32"], "tf32", "f32 matmul on an NVIDIA GPU at default precision runs in TF32"
     if key not in peaks:
         fallback = next((k for k in ("bf16", "fp16", "fp32") if k in peaks), max(peaks, key=peaks.get))
@@ -430,8 +457,13 @@ def peak_for(chip: Chip, dtype: str, is_matmul: bool, precision: str) -> tuple[f
     return peaks[key], key, note
 
 
-def price(op: OpCost, chip: Chip, topology: Topology | None = None) -> OpPrediction:
-    """One op's roofline on one chip (``topology``: the TPU slice shape, when known)."""
+def price(op: OpCost, chip: Chip, topology: Topology | None = None, *, num_devices: int = 0) -> OpPrediction:
+    """One op's roofline on one chip.
+
+    ``topology`` is the TPU slice shape when known: a collective's group is then placed by its device
+    ids. Without it, a TPU group is placed by its size on the chip's published slice for
+    ``num_devices`` devices (the program's), or on one torus axis when there is none.
+    """
     lines: list[str] = []
     peak, key, note = peak_for(chip, op.dtype, op.is_matmul, op.precision)
     measured = chip.matmul_rate(key, op.flops, op.contracted) if op.is_matmul and op.flops else None
@@ -442,6 +474,8 @@ def price(op: OpCost, chip: Chip, topology: Topology | None = None) -> OpPredict
     t_math = op.flops / peak if op.flops and peak else 0.0
     if op.flops:
         lines.append(f"FLOPs: {op.flops_formula}")
+        if op.model_flops and op.model_flops != op.flops:
+            lines.append(f"model FLOPs (its dots and convolutions only, what MFU counts): {op.model_flops:.4g}")
         lines.append(f"T_math = {op.flops:.4g} FLOP / {peak:.4g} FLOP/s ({what}){' [' + note + ']' if note else ''}"
                      f" = {t_math * 1e3:.4g} ms")
     if op.transcendentals:
@@ -451,10 +485,18 @@ def price(op: OpCost, chip: Chip, topology: Topology | None = None) -> OpPredict
     if op.bytes:
         lines.append(f"bytes: {op.bytes_formula}")
         lines.append(f"T_mem = {op.bytes:.4g} B / {bw:.4g} B/s (HBM) = {t_mem * 1e3:.4g} ms")
-    t_comm, comm_bytes = 0.0, 0.0
+    t_comm, comm_bytes, cc = 0.0, 0.0, None
     if op.collective:
-        span = group_span(topology, op.device_group) if topology is not None and op.device_group else None
-        cc: CommCost = collective_cost(chip, op.collective, op.group_size, op.comm_in_bytes, op.comm_out_bytes, span)
+        span = None
+        if chip.kind == "tpu" and op.xla_strategy.startswith("UniDirection1DRing"):
+            span = Span(((op.group_size, op.group_size),), (), f"XLA's own choice, {op.xla_strategy} (backend_config): "
+                        "one ring through the whole group, one direction", one_way=True)
+        elif chip.kind == "tpu":
+            if topology is not None and op.device_group:
+                span = group_span(topology, op.device_group)
+            else:
+                span = place_group(chip, op.group_size, chip.default_slice(num_devices) if num_devices else None)
+        cc = collective_cost(chip, op.collective, op.group_size, op.comm_in_bytes, op.comm_out_bytes, span)
         t_comm, comm_bytes = cc.t_comm_s, cc.comm_bytes
         lines.append(f"T_comm: {cc.formula} [{cc.algorithm}]")
     t_host = 0.0
@@ -467,6 +509,13 @@ def price(op: OpCost, chip: Chip, topology: Topology | None = None) -> OpPredict
     terms = {"compute": t_math, "memory": t_mem, "communication": t_comm, "host-transfer": t_host}
     bound = max(terms, key=terms.get)
     t = terms[bound]
+    if bound == "communication" and cc is not None and cc.latency_bound:
+        bound = "latency"
+    launch = chip.kernel_launch_s
+    floor = ""
+    if launch and not op.collective and 0 < t < launch:
+        t, bound = launch, "overhead"
+        floor = f"; below the kernel-launch floor: {launch * 1e6:.3g} µs"
     if overhead and overhead > t:
         bound = "overhead"
     if t == 0 and not overhead:
@@ -475,13 +524,47 @@ def price(op: OpCost, chip: Chip, topology: Topology | None = None) -> OpPredict
     extra = f" + per-op overhead {overhead * 1e6:.3g} µs" if overhead else ""
     times = f", × {op.count:g} executions" if op.count != 1 else ""
     host = ", T_host" if op.host_bytes else ""
-    lines.append(f"t_pred = max(T_math, T_mem, T_comm{host}){extra} = {t_pred * 1e3:.4g} ms → {bound}-bound{times}")
+    lines.append(f"t_pred = max(T_math, T_mem, T_comm{host}){extra}{floor} = {t_pred * 1e3:.4g} ms → {bound}-bound"
+                 f"{times}")
     return OpPrediction(
         name=op.name, opcode=op.opcode, category=op.category, named_scope=op.named_scope, count=op.count,
         flops=op.flops, bytes=op.bytes, comm_bytes=comm_bytes or op.host_bytes, t_math_s=t_math, t_mem_s=t_mem,
         t_comm_s=max(t_comm, t_host),
         t_pred_s=t_pred, bound=bound, peak_key=key, explanation=tuple(lines), members=op.members,
+        model_flops=op.model_flops, hops=cc.hops if cc else 0, t_latency_s=cc.t_latency_s if cc else 0.0,
     )
+
+
+def latency_assumptions(chip: Chip, num_devices: int = 0, topology: Topology | None = None) -> tuple[str, ...]:
+    """The latency and placement rules a prediction on ``chip`` used, in words (for --explain)."""
+    out = []
+    if chip.kind == "tpu":
+        hop = chip.ici_hop_latency_s
+        out.append(f"collective latency: every ICI hop costs T_min = {hop * 1e6:.3g} µs (scaling book); a ring "
+                   "collective takes max(hops × T_min, bytes / bandwidth), hops summed over the torus axes its group "
+                   "spans; a point-to-point transfer takes hops × T_min + bytes / bandwidth" if hop else
+                   "collective latency: the chip publishes no per-hop ICI latency, so collectives are bandwidth only")
+        sl = chip.default_slice(num_devices) if num_devices else None
+        if topology is None and sl:
+            out.append(f"slice: the published {'x'.join(map(str, sl))} slice of {num_devices} devices; each group is "
+                       "placed by its size on whole axes (give --topology to place groups by their device ids)")
+        out.append("kernel launch: no per-op launch cost is published for TPUs, so none is added")
+    elif chip.kind == "gpu":
+        lat = chip.collective_latency("ll")
+        if lat:
+            out.append(f"collective latency (NCCL/RCCL's model): base {lat[0] * 1e6:.3g} µs + {lat[1] * 1e6:.3g} µs "
+                       "per "
+                       f"{chip.scaleup_link} ring step (LL protocol; Simple has more latency and the whole bandwidth; "
+                       "the cheaper is taken), added to bytes / bandwidth")
+        else:
+            out.append("collective latency: the chip publishes no collective latency, so collectives are bandwidth "
+                       "only")
+        if chip.kernel_launch_s:
+            out.append(f"kernel launch: a non-collective op takes at least {chip.kernel_launch_s * 1e6:.3g} µs "
+                       f"({chip.source('overheads.kernel_launch_s')})")
+        else:
+            out.append("kernel launch: the chip publishes no launch cost, so none is added")
+    return tuple(out)
 
 
 def _totals(ops: list[OpPrediction], key) -> dict[str, float]:
@@ -497,16 +580,19 @@ def predict_module(module: Module, chip: Chip, *, source: str = "", emulate_fusi
 
     ``topology`` is the TPU slice shape (``"4x4"``): collectives are then priced on the physical
     axes their device groups span, with wraparound only where the whole axis is in the group.
+    Without it a TPU program runs on the chip's published slice for its device count, when there is
+    one (a v5e program of 8 devices on the 2x4 slice), its groups placed by size on whole axes.
     """
     topo = parse_topology(topology)
     if topo is not None and topo.num_devices < module.num_devices:
         raise RooflensError(f"the topology {topo} has {topo.num_devices} devices but the program runs on "
                             f"{module.num_devices}.")
-    ops = [price(c, chip, topo) for c in costs(module, emulate_fusion=emulate_fusion)]
+    ops = [price(c, chip, topo, num_devices=module.num_devices) for c in costs(module, emulate_fusion=emulate_fusion)]
     ops = [o for o in ops if o.bound != "none" or o.flops or o.bytes]
+    extra = tuple(a for a in latency_assumptions(chip, module.num_devices, topo) if a not in assumptions)
     return Prediction(
         chip=chip.name, device_unit=chip.device_unit, module=module.name, source=source, ops=tuple(ops),
-        num_devices=module.num_devices, assumptions=assumptions,
+        num_devices=module.num_devices, assumptions=tuple(assumptions) + extra,
         time_by_category_s=_totals(ops, lambda o: o.category),
         time_by_scope_s=_totals(ops, lambda o: o.named_scope),
         time_by_bound_s=_totals(ops, lambda o: o.bound),

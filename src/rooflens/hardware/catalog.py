@@ -193,7 +193,8 @@ class Chip:
         if base is None:
             return None
         hop = self.value(f"interconnect.link_hop_latency{sfx}_s", 0.0)
-        net = self.value(f"interconnect.network_hop_latency{sfx}_s", self.value("interconnect.network_hop_latency_s", hop))
+        net = self.value(f"interconnect.network_hop_latency{sfx}_s",
+                         self.value("interconnect.network_hop_latency_s", hop))
         return float(base), float(hop), float(net)
 
     @property
