@@ -271,24 +271,22 @@ def predict(target: str, chip_name: str, arg_specs: tuple[str, ...], mesh: str |
 
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--logdir", default=None, metavar="DIR", help="Where to write the profile (default: ./rooflens-logs).")
-@click.argument("script")
+@click.option("-m", "module", default=None, metavar="MODULE", help="Run a module, as `python -m MODULE` does.")
+@click.argument("script", required=False)
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
-def run(logdir: str | None, script: str, script_args: tuple[str, ...]) -> None:
-    """Profile an unmodified Python script: every jitted program it runs, with their HLO.
+def run(logdir: str | None, module: str | None, script: str | None, script_args: tuple[str, ...]) -> None:
+    """Profile an unmodified Python program: `rooflens run script.py ARGS` or `rooflens run -m MODULE ARGS`.
 
-    Writes a TensorBoard/XProf logdir and prints where it is; `rooflens report` reads it.
+    The program runs exactly as under `python` (its own __main__, argv, environment, exit status);
+    the profiler starts when its JAX backend comes up. Writes a TensorBoard/XProf logdir with the
+    HLO and memory data of every program, and prints where; `rooflens report` reads it.
     """
-    import traceback
+    from rooflens.trace.run import exec_run
 
-    from rooflens.trace.run import run_script
-
-    run_dir, error = run_script(script, list(script_args), logdir or "rooflens-logs")
-    click.echo(f"rooflens: profile written to {run_dir}; read it with: rooflens report {run_dir}", err=True)
-    if error is not None:
-        if isinstance(error, SystemExit):
-            sys.exit(error.code if isinstance(error.code, int) else 1)
-        traceback.print_exception(error)
-        sys.exit(1)
+    if module is None and script is None:
+        raise UserError("give a script to run (rooflens run script.py ARGS) or a module (rooflens run -m MODULE).")
+    args = ([script] if module is not None and script is not None else []) + list(script_args)
+    exec_run(module or script, args, logdir, module=module is not None)
 
 
 @cli.command()

@@ -247,25 +247,66 @@ def rule_tiny_ops(report) -> list[Finding]:
         "(larger batch)")]
 
 
+def _warmup_info(report) -> dict:
+    prof = report.profile
+    return ((prof.metadata or {}).get("warmup") or {}) if prof is not None else {}
+
+
+def _idle_units(report):
+    """(DeviceTime, idle s outside warm-up, idle s inside warm-up, remaining gaps [start, end) ns) per
+    unit judged: each device, or each host's CPU as a whole for forced CPU devices. Idle time while
+    the host compiles, or around a program's first run, is warm-up, not a feeding problem."""
+    from rooflens.trace.warmup import idle_outside
+
+    shared = report.platform == "cpu" and report.num_devices > 1
+    units = report.stats.hosts if shared else report.stats.devices
+    excluded = _warmup_info(report).get("intervals_ns")
+    prof = report.profile
+    for d in units:
+        if excluded is None or prof is None:
+            yield d, d.idle_s, 0.0, None
+            continue
+        t = prof.table
+        host = t.hosts.index(d.host) if d.host in t.hosts else -1
+        sel = t.host == host if d.device < 0 else (t.host == host) & (t.device == d.device)
+        idle, inside, gaps = idle_outside(t.start_ns[sel], t.end_ns[sel], excluded)
+        yield d, idle * 1e-9, inside * 1e-9, gaps
+
+
 def rule_idle(report) -> list[Finding]:
     out = []
     # forced CPU devices are threads time-sliced on shared cores: one waits while another runs, so
     # idleness is judged for the CPU as a whole (all devices of the host together)
-    shared = report.platform == "cpu" and report.num_devices > 1
-    for d in report.stats.hosts if shared else report.stats.devices:
+    for d, idle_s, warm_s, rest in _idle_units(report):
         if d.window_s <= 0:
             continue
-        share = d.idle_s / d.window_s
-        gaps = [g for g in d.largest_gaps if g.duration_s >= MIN_GAP_S]
+        share = idle_s / d.window_s
+        if rest is None:
+            gaps = [g for g in d.largest_gaps if g.duration_s >= MIN_GAP_S]
+            where = [f"gap of {_ms(g.duration_s)} at {_ms(g.start_s)} between {g.before} and {g.after}"
+                     + (f"; the host was in {g.host}" if g.host else "") for g in gaps[:3]]
+        else:  # gaps left once warm-up is taken out; the stats' own gap names where one matches
+            lengths = (rest[:, 1] - rest[:, 0]) * 1e-9
+            big = [k for k in sorted(range(len(rest)), key=lambda k: -lengths[k]) if lengths[k] >= MIN_GAP_S][:3]
+            gaps = big
+            t0 = float(report.profile.table.start_ns.min()) if len(report.profile.table) else 0.0
+            named = {round(g.start_s, 6): g for g in d.largest_gaps}
+            where = []
+            for k in big:
+                g = named.get(round((rest[k, 0] - t0) * 1e-9, 6))
+                where.append(f"gap of {_ms(lengths[k])} at {_ms((rest[k, 0] - t0) * 1e-9)}"
+                             + (f" between {g.before} and {g.after}" + (f"; the host was in {g.host}" if g.host else "")
+                                if g else ""))
         if share < IDLE_SHARE or not gaps:
             continue
         who = f"The CPU ({report.num_devices} devices together)" if d.device < 0 else f"Device {d.device}"
+        evidence = [f"idle {_ms(idle_s)} of {_ms(d.window_s)}"] + where
+        if warm_s > 0:
+            evidence.append(f"not counted: {_ms(warm_s)} of idle time while the host compiled or around first runs "
+                            "(warm-up)")
         out.append(Finding(
             "idle", _severity(share), f"{who} is idle {share:.0%} of the time", (),
-            _per_step(report, d.idle_s) * max(report.num_devices, 1),
-            tuple([f"idle {_ms(d.idle_s)} of {_ms(d.window_s)}"] +
-                  [f"gap of {_ms(g.duration_s)} at {_ms(g.start_s)} between {g.before} and {g.after}"
-                   + (f"; the host was in {g.host}" if g.host else "") for g in gaps[:3]]),
+            _per_step(report, idle_s) * max(report.num_devices, 1), tuple(evidence),
             "the host does not feed the device fast enough: Python or data loading between steps, a "
             "synchronisation (print, device_get, block_until_ready) or a host-side stall",
             "prefetch the next batch while the device runs (async data loading), move host work off the critical "
@@ -277,24 +318,42 @@ def rule_idle(report) -> list[Finding]:
     return out
 
 
+RECOMPILE_MANY = 3  # this many recompilations in a run traced from its start: high
+
+
 def rule_in_window(report) -> list[Finding]:
     out = []
     w = report.stats.in_window
     comps = w.get("compilations") or []
+    whole_run = "first_compilations" in w  # rooflens run: `compilations` holds recompilations only
     if comps:
         where = sorted({c["where"] for c in comps if c.get("where")})
-        reasons = [m.splitlines()[-1].strip() for m in (w.get("cache_misses") or [])]
         total = sum(c["duration_s"] for c in comps)
+        if whole_run:
+            reasons = list(dict.fromkeys(f"{c.get('module', '?')}: {c['reason']}" for c in comps if c.get("reason")))
+            title = f"{len(comps)} recompilation(s) of already-compiled functions"
+            severity = "high" if len(comps) >= RECOMPILE_MANY else "medium"
+        else:
+            reasons = [m.splitlines()[-1].strip() for m in (w.get("cache_misses") or [])]
+            title = f"{len(comps)} compilation(s) inside the measured window"
+            severity = "high"
         out.append(Finding(
-            "recompilation", "high", f"{len(comps)} compilation(s) inside the measured window", (), total,
+            "recompilation", severity, title, (), total,
             tuple([f"{_ms(total)} compiling, from {', '.join(where[:3]) or 'an unknown place'}"] + reasons[:3]),
             "a jitted function sees new shapes or dtypes (or a new Python function object) during the steady "
             "state, so XLA compiles again",
             "keep shapes static (pad batches to fixed sizes, bucket sequence lengths), keep dtypes stable, and "
             "jit once outside the loop"))
-    transfers = w.get("transfers") or []
+    transfers = list(w.get("transfers") or [])
+    times = w.get("transfer_times_unix_s")
+    steps = report.steps.steps if report.steps and report.steps.steps else 1
+    info = _warmup_info(report)
+    prof = report.profile
+    if transfers and times and len(times) == len(transfers) and "offset_ns" in info and prof is not None \
+            and prof.steps:  # only the transfers of the steady state (set-up uploads are not per step)
+        begin = (prof.steps[0][1] - info["offset_ns"]) * 1e-9
+        transfers = [x for x, at in zip(transfers, times) if at >= begin]
     if transfers:
-        steps = report.steps.steps if report.steps and report.steps.steps else 1
         out.append(Finding(
             "host-transfers", "medium" if len(transfers) >= steps else "low",
             f"{len(transfers)} implicit host↔device transfer(s) inside the window", (), 0.0,

@@ -283,4 +283,5 @@ def load(path: str | Path, hlo_dir: str | Path | None = None) -> Profile:
     if missing:
         profile.notes.append(f"no HLO for {', '.join(missing[:5])} (the trace does not carry it): those ops have no "
                              "named scope; give --hlo DUMP_DIR, or capture with rl.capture")
-    return profile
+    from rooflens.trace.warmup import judge  # a run traced from its start: warm-up apart, steps inferred
+    return judge(profile)

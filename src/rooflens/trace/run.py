@@ -1,42 +1,56 @@
-"""``rooflens run script.py args…``: profile an unmodified script in this process.
+"""``rooflens run script.py args…`` / ``rooflens run -m module args…``: profile an unmodified program.
 
-The profiler starts before the script runs (so it sees every jitted program, compilations
-included, which it reports as compilations in the window), the script runs as ``__main__`` with
-its own ``sys.argv``, and the trace is stopped and written whatever happens. Each program's HLO
-is in the XSpace itself (its metadata plane), so no XLA dump flags are needed.
+This process checks the command line and then replaces itself (``exec``) with a fresh Python
+interpreter that runs the script exactly as ``python script.py`` would, under the profiler; see
+:mod:`rooflens.trace.launch` for how (the profiler starts only when the script's own JAX backend
+comes up). The exit status, exit message and traceback are the script's.
 """
 
 from __future__ import annotations
 
-import runpy
+import os
 import sys
 from pathlib import Path
 
 from rooflens.errors import RooflensError
-from rooflens.trace.window import TraceWindow
+from rooflens.trace import launch
+
+DEFAULT_LOGDIR = "rooflens-logs"
 
 
-def run_script(script: str, argv: list[str], logdir: str | Path) -> tuple[Path, BaseException | None]:
-    """Run ``script`` under the profiler; returns (run directory, the script's exception or None)."""
+def command(target: str, args: list[str], logdir: str | Path | None = None, module: bool = False,
+            dump: bool = True) -> list[str]:
+    """The interpreter command line that runs ``target`` under rooflens (a file, or a module with
+    ``module=True``); raises RooflensError when the target cannot be run."""
+    if module:
+        import importlib.util
 
-    path = Path(script)
-    if not path.is_file():
-        raise RooflensError(f"{script} does not exist.")
-    logdir = Path(logdir)
-    logdir.mkdir(parents=True, exist_ok=True)
-    old_argv, old_path = sys.argv, list(sys.path)
-    sys.argv = [str(path), *argv]
-    sys.path.insert(0, str(path.parent.resolve()))
-    error: BaseException | None = None
-    window = TraceWindow(logdir, "rooflens run").open()
+        sys.path.insert(0, os.getcwd())  # `python -m` looks in the working directory first
+        try:
+            spec = importlib.util.find_spec(target)
+        except (ImportError, ValueError) as e:
+            raise RooflensError(f"cannot find module {target!r} ({type(e).__name__}: {e}).") from None
+        finally:
+            sys.path.pop(0)
+        if spec is None:
+            raise RooflensError(f"there is no module named {target!r} (as `python -m {target}` would look for it).")
+    else:
+        p = Path(target)
+        if not p.exists():
+            raise RooflensError(f"{target} does not exist.")
+        if p.is_dir() and not (p / "__main__.py").is_file():
+            raise RooflensError(f"{target} is a directory without a __main__.py; give a Python script.")
+    logdir = Path(logdir or DEFAULT_LOGDIR).absolute()
     try:
-        runpy.run_path(str(path), run_name="__main__")
-    except SystemExit as e:
-        if e.code not in (None, 0):
-            error = e
-    except BaseException as e:  # the user's error: reported after the trace is safely written
-        error = e
-    finally:
-        sys.argv, sys.path[:] = old_argv, old_path
-        run_dir = window.close(script=str(path), argv=argv, script_error=repr(error) if error else None)
-    return run_dir, error
+        logdir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise RooflensError(f"cannot create the log directory {logdir} ({e.strerror or e}).") from None
+    return launch.command(str(logdir), "module" if module else "path", target, list(args), dump=dump)
+
+
+def exec_run(target: str, args: list[str], logdir: str | Path | None = None, module: bool = False) -> None:
+    """Become the profiled program (never returns)."""
+    argv = command(target, args, logdir, module)
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os.execv(argv[0], argv)

@@ -1,0 +1,298 @@
+"""Steady state of a run that was traced from its start (``rooflens run``): warm-up and steps.
+
+A script profiled with ``rooflens run`` is traced from the moment its JAX backend comes up, so
+the trace holds every program's compilation and first execution. Those are warm-up, not the
+steady state: ``judge`` (called by ``rl.load``) marks them, keeps them apart (a summary per
+program: "jit_step compiled in 0.8 s, first run 40 ms") and leaves them out of the event table,
+so op stats and findings describe the steady state. ``with_warmup(profile)`` gives the run back
+with them. Where the script has no step annotations, the steps are the executions of the main
+program (the one with the most steady-state time among those run more than once).
+
+Executions are found from the ops themselves: within one program on one device, an op outside
+any loop runs once per execution, so the program's first op and its last op (by time) run as
+many times as the program did; the i-th occurrence of every op with that count belongs to
+execution i, and the other ops (loop bodies, branches) to the execution running at their start.
+
+Pure functions of the event table and the run's metadata: no files, no printing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import numpy as np
+
+from rooflens.trace.events import EventTable
+
+_ID = re.compile(r"\(\d+\)$")
+_FULL = "_rooflens_full"  # where the run as traced (warm-up included) is kept on a judged Profile
+
+
+def base_name(program: str) -> str:
+    """``jit_step(12)`` → ``jit_step``."""
+    return _ID.sub("", program)
+
+
+def execution_index(t: EventTable) -> np.ndarray:
+    """For every event, which execution (0, 1, …) of its program on its device it belongs to."""
+    n = len(t)
+    out = np.zeros(n, dtype=np.int32)
+    if not n:
+        return out
+    key = (t.host.astype(np.int64) << 40) + ((t.device.astype(np.int64) + 1) << 20) + t.program
+    _, inv = np.unique(key, return_inverse=True)
+    order = np.lexsort((t.start_ns, inv))  # grouped, each group in time order
+    bounds = np.flatnonzero(np.diff(inv[order])) + 1
+    for idx in np.split(order, bounds):
+        names = t.name[idx]
+        start = t.start_ns[idx]
+        uniq, ninv, counts = np.unique(names, return_inverse=True, return_counts=True)
+        runs = int(min(counts[ninv[0]], counts[ninv[-1]]))
+        if runs <= 1:
+            continue  # one execution: every event is execution 0
+        once = counts[ninv] == runs
+        # occurrence number of each event among the events of its op (in time order)
+        by_op = np.argsort(ninv, kind="stable")
+        first_of_op = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        occ = np.empty(len(idx), dtype=np.int64)
+        occ[by_op] = np.arange(len(idx)) - np.repeat(first_of_op, counts)
+        starts = np.full(runs, np.inf)
+        np.minimum.at(starts, occ[once], start[once])
+        starts = np.sort(starts[np.isfinite(starts)])
+        out[idx] = np.clip(np.searchsorted(starts, start, side="right") - 1, 0, None)
+    return out
+
+
+def _take(t: EventTable, keep: np.ndarray) -> EventTable:
+    cols = {f.name: getattr(t, f.name) for f in dataclasses.fields(t)}
+    for k, v in cols.items():
+        if isinstance(v, np.ndarray) and len(v) == len(t):
+            cols[k] = v[keep]
+    return EventTable(**cols)
+
+
+def compile_spans_unix_s(metadata: dict) -> list[tuple[float, float, str]]:
+    """(start, end, function) of every host-side compilation step the run recorded (wall clock)."""
+    w = metadata.get("in_window") or {}
+    spans = [(s["start_unix_s"], s["end_unix_s"], s.get("fun_name", "")) for s in w.get("compile_spans") or []]
+    for c in (w.get("first_compilations") or []) + (w.get("compilations") or []):
+        if "start_unix_s" in c:
+            spans.append((c["start_unix_s"], c["end_unix_s"], c.get("module", "")))
+    return sorted(spans)
+
+
+def table_offset_ns(t: EventTable, metadata: dict, exec_idx: np.ndarray | None = None) -> float:
+    """``table time = unix time (ns) + offset``: each program's first op runs just after its
+    compilation ends, so the smallest (first op − compilation end) over programs is the offset
+    (to within a dispatch); without compilations, the trace start recorded by the run."""
+    comps = [c for c in ((metadata.get("in_window") or {}).get("first_compilations") or []) if "end_unix_s" in c]
+    first_end: dict[str, float] = {}
+    for c in comps:
+        first_end.setdefault(c["module"], c["end_unix_s"] * 1e9)
+    best = np.inf
+    for code, program in enumerate(t.programs):
+        end = first_end.get(base_name(program))
+        sel = t.program == code
+        if end is None or not sel.any():
+            continue
+        best = min(best, float(t.start_ns[sel].min()) - end)
+    if np.isfinite(best):
+        return best
+    start = metadata.get("trace_start_unix_ns")
+    return -float(start) if start else 0.0
+
+
+def compile_intervals_ns(t: EventTable, metadata: dict) -> np.ndarray:
+    """Host compilation (tracing, lowering, XLA) as merged ``[start, end)`` rows in table time."""
+    spans = compile_spans_unix_s(metadata)
+    if not spans or not len(t):
+        return np.zeros((0, 2))
+    off = table_offset_ns(t, metadata)
+    return merge_intervals(np.asarray([(s * 1e9 + off, e * 1e9 + off) for s, e, _ in spans]))
+
+
+def merge_intervals(iv: np.ndarray) -> np.ndarray:
+    """Rows of [start, end) merged into disjoint sorted rows."""
+    if not len(iv):
+        return np.zeros((0, 2))
+    iv = iv[np.argsort(iv[:, 0], kind="stable")]
+    run_end = np.maximum.accumulate(iv[:, 1])
+    new = np.ones(len(iv), dtype=bool)
+    new[1:] = iv[1:, 0] > run_end[:-1]
+    idx = np.flatnonzero(new)
+    return np.stack([iv[idx, 0], np.append(run_end[idx[1:] - 1], run_end[-1])], axis=1)
+
+
+def idle_outside(start: np.ndarray, end: np.ndarray, excluded: np.ndarray) -> tuple[float, float, np.ndarray]:
+    """Idle time between the events [start, end) (any order) that does not fall in ``excluded``
+    intervals: (idle ns left, idle ns excluded, the remaining gaps as rows of [start, end))."""
+    if len(start) < 2:
+        return 0.0, 0.0, np.zeros((0, 2))
+    busy = merge_intervals(np.stack([start, end], axis=1))
+    gaps = np.stack([busy[:-1, 1], busy[1:, 0]], axis=1)
+    total = float((gaps[:, 1] - gaps[:, 0]).sum())
+    excluded = merge_intervals(np.asarray(excluded, dtype=float).reshape(-1, 2))
+    if not len(excluded):
+        return total, 0.0, gaps
+    inside = _covered(gaps[:, 1], excluded) - _covered(gaps[:, 0], excluded)  # per gap
+    left = (gaps[:, 1] - gaps[:, 0]) - inside
+    return total - float(inside.sum()), float(inside.sum()), np.stack([gaps[:, 0], gaps[:, 0] + left], axis=1)
+
+
+def _covered(x: np.ndarray, iv: np.ndarray) -> np.ndarray:
+    """Total length of the disjoint sorted intervals ``iv`` that lies below each ``x``."""
+    starts, ends = iv[:, 0], iv[:, 1]
+    cum = np.concatenate([[0.0], np.cumsum(ends - starts)])
+    k = np.searchsorted(starts, x, side="right")
+    beyond = np.where(k > 0, np.maximum(ends[np.maximum(k - 1, 0)] - x, 0.0), 0.0)
+    return cum[k] - beyond
+
+
+def overlap_ns(a: np.ndarray, b: np.ndarray) -> float:
+    """Total overlap of two sets of disjoint sorted intervals (rows of [start, end))."""
+    if not len(a) or not len(b):
+        return 0.0
+    return float((_covered(a[:, 1], b) - _covered(a[:, 0], b)).sum())
+
+
+def _warmup_programs(t: EventTable, exec_idx: np.ndarray, metadata: dict) -> list[dict]:
+    """Per program name: its compilations and its first execution, for the warm-up summary."""
+    w = metadata.get("in_window") or {}
+    compiles: dict[str, list[float]] = {}
+    for c in (w.get("first_compilations") or []) + (w.get("compilations") or []):
+        compiles.setdefault(c.get("module", ""), []).append(float(c.get("duration_s", 0.0)))
+    out = []
+    for code, program in enumerate(t.programs):
+        sel = (t.program == code) & (exec_idx == 0)
+        if not sel.any():
+            continue
+        first_run_s = float((t.end_ns[sel].max() - t.start_ns[sel].min()) * 1e-9)
+        runs = int(exec_idx[t.program == code].max()) + 1
+        out.append({"program": program, "first_run_s": first_run_s, "executions": runs, "events": int(sel.sum())})
+    by_name: dict[str, list[dict]] = {}
+    for p in out:
+        by_name.setdefault(base_name(p["program"]), []).append(p)
+    for name, progs in by_name.items():
+        times = compiles.get(name, [])
+        for i, p in enumerate(sorted(progs, key=lambda p: p["program"])):
+            p["compile_s"] = times[i] if i < len(times) else None
+    return sorted(out, key=lambda p: -((p.get("compile_s") or 0.0) + p["first_run_s"]))
+
+
+def _infer_steps(t: EventTable, exec_idx: np.ndarray) -> tuple[str, list[tuple[int, float, float]]]:
+    """The main program's executions as steps: (program, [(n, start ns, end ns)]). Each step runs
+    from the start of one execution to the start of the next (the host work between them is part
+    of the step, as with a step annotation around a loop body); the last ends with its own ops."""
+    best, best_time = None, 0.0
+    for code, _program in enumerate(t.programs):
+        sel = t.program == code
+        if not sel.any() or exec_idx[sel].max() < 1:
+            continue
+        busy = float(t.dur_ns[sel].sum())
+        if busy > best_time:
+            best, best_time = code, busy
+    if best is None:
+        return "", []
+    sel = t.program == best
+    k = exec_idx[sel]
+    starts = np.full(k.max() + 1, np.inf)
+    ends = np.full(k.max() + 1, -np.inf)
+    np.minimum.at(starts, k, t.start_ns[sel])
+    np.maximum.at(ends, k, t.end_ns[sel])
+    nums = [i for i in range(len(starts)) if np.isfinite(starts[i])]
+    steps = []
+    for j, i in enumerate(nums):
+        end = starts[nums[j + 1]] if j + 1 < len(nums) else ends[i]
+        steps.append((i, float(starts[i]), float(max(end, ends[i]) if j + 1 == len(nums) else end)))
+    return t.programs[best], steps
+
+
+def _fmt_s(s: float | None) -> str:
+    if s is None:
+        return "?"
+    return f"{s:.2g} s" if s >= 1 else f"{s * 1e3:.3g} ms" if s >= 1e-3 else f"{s * 1e6:.3g} µs"
+
+
+def warmup_summary(programs: list[dict], limit: int = 4) -> str:
+    """``jit_step compiled in 0.8 s, first run 40 ms; …``"""
+    parts = []
+    for p in programs[:limit]:
+        compiled = f"compiled in {_fmt_s(p['compile_s'])}, " if p.get("compile_s") is not None else ""
+        parts.append(f"{p['program']} {compiled}first run {_fmt_s(p['first_run_s'])}")
+    more = len(programs) - limit
+    return "; ".join(parts) + (f"; and {more} more program(s)" if more > 0 else "")
+
+
+def judge(profile):
+    """Mark the warm-up of a run traced from its start and leave it out (see the module doc).
+
+    Profiles not captured that way (``rl.capture``, a trace of your own) are returned unchanged.
+    """
+    from rooflens.trace.readers import assign_steps
+
+    meta = profile.metadata or {}
+    if not meta.get("warmup_in_window") or getattr(profile, _FULL, None) is not None:
+        return profile
+    t = profile.table
+    exec_idx = execution_index(t)
+    warm = exec_idx == 0
+    programs = _warmup_programs(t, exec_idx, meta)
+    notes = list(profile.notes)
+    info = {"programs": programs, "events": int(warm.sum()), "excluded": True,
+            "compile_s": sum(p.get("compile_s") or 0.0 for p in programs),
+            "offset_ns": table_offset_ns(t, meta), "compile_intervals_ns": compile_intervals_ns(t, meta).tolist(),
+            # host compilation and first runs, in table time: device idle inside them is warm-up
+            "intervals_ns": merge_intervals(np.concatenate([
+                compile_intervals_ns(t, meta),
+                np.stack([t.start_ns[warm], t.end_ns[warm]], axis=1) if warm.any() else np.zeros((0, 2))])).tolist()}
+    steps = list(profile.steps)
+    kept = ~warm
+    if not kept.any():
+        info["excluded"] = False
+        kept = np.ones(len(t), dtype=bool)
+        notes.append("every program ran only once, so there is no steady state to separate from the warm-up: "
+                     "the stats include each program's first run")
+    steady = _take(t, kept)
+    steady_idx = exec_idx[kept]
+    if steps:  # annotated steps holding a first execution are warm-up steps
+        ws, we = t.start_ns[warm], t.end_ns[warm]
+        clean = [s for s in steps if not ((ws < s[2]) & (we > s[1])).any()]
+        if clean and info["excluded"]:
+            info["warmup_steps"] = [s[0] for s in steps if s not in clean]
+            steps = clean
+        assign_steps(steady, steps)
+    else:
+        main, steps = _infer_steps(steady, steady_idx)
+        if steps:
+            assign_steps(steady, steps)
+            info["inferred_steps_from"] = main
+            notes = [n for n in notes if "no step annotations" not in n]
+            notes.append(f"no step annotations: the {len(steps)} steps are the executions of {main}, the main program")
+    if info["excluded"] and programs:
+        notes.append(f"warm-up, left out of the stats (--include-warmup keeps it): {warmup_summary(programs)}")
+    judged = dataclasses.replace(profile, table=steady, steps=steps, notes=notes,
+                                 metadata={**meta, "warmup": info})
+    object.__setattr__(judged, _FULL, profile)
+    return judged
+
+
+def with_warmup(profile):
+    """The run as traced, warm-up included (the profile itself when nothing was left out)."""
+    full = getattr(profile, _FULL, None)
+    if full is None:
+        return profile
+    from rooflens.trace.readers import assign_steps
+
+    info = {**profile.metadata.get("warmup", {}), "excluded": False}
+    info["intervals_ns"] = info.get("compile_intervals_ns", [])  # compiling is still not "idle"
+    notes = [*full.notes, "warm-up included (--include-warmup): first runs and the device time spent waiting "
+                          "for compilations count in the stats"]
+    steps = list(full.steps)
+    if not steps:
+        main, steps = _infer_steps(full.table, execution_index(full.table))
+        if steps:
+            assign_steps(full.table, steps)
+            notes = [n for n in notes if "no step annotations" not in n]
+            notes.append(f"no step annotations: the {len(steps)} steps are the executions of {main}, the main program")
+    return dataclasses.replace(full, metadata={**full.metadata, "warmup": info}, notes=notes, steps=steps)
