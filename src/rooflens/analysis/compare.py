@@ -14,6 +14,7 @@ from rooflens.cost.model import OpCost, OpPrediction, costs, price
 from rooflens.errors import RooflensError
 from rooflens.hardware import Chip, ChipError, shared_by
 from rooflens.hardware import chip as get_chip
+from rooflens.hardware import infer_chip as infer_from_trace
 from rooflens.trace.profile import Profile
 from rooflens.trace.stats import OpStat, OpStats, op_stats
 
@@ -46,6 +47,7 @@ class OpComparison:
     bytes_fraction_of_peak: float | None
     unpriced_reason: str = ""
     explanation: tuple[str, ...] = ()
+    model_flops: float = 0.0  # its dots' and convolutions' FLOPs (what MFU counts)
 
     @property
     def priced(self) -> bool:
@@ -60,7 +62,7 @@ class StepBreakdown:
     steps: int
     step_time_s: float  # measured mean step time (annotations), or busy+idle per step
     predicted_s: float  # roofline sum of the ops it ran per step
-    model_flops: float  # per device per step
+    model_flops: float  # per device per step: FLOPs of the dots and convolutions only (elementwise work excluded)
     mfu: float | None  # model FLOPs / (step time × peak)
     compute_s: float
     communication_s: float
@@ -123,11 +125,10 @@ def infer_chip(profile: Profile) -> tuple[Chip, str]:
         except ChipError:
             raise RooflensError("this is a CPU trace and there is no calibrated chip 'local' yet; run "
                                 "`rooflens calibrate` first (or give --chip).") from None
-    try:
-        return get_chip(kind), f"the trace's device kind {kind!r}"
-    except ChipError:
-        raise RooflensError(f"the trace's devices are {kind!r}, which matches no catalogue chip; give --chip "
-                            "(see `rooflens chips`).") from None
+    try:  # by name (device_type_string, the CUDA/ROCm device name), else vendor + cores + memory + clock
+        return infer_from_trace(kind, profile.plane_stats)
+    except ChipError as e:
+        raise RooflensError(str(e)) from None
 
 
 def _cost_from_trace(profile: Profile, program: str, name: str, meta: dict) -> OpCost:
@@ -139,6 +140,7 @@ def _cost_from_trace(profile: Profile, program: str, name: str, meta: dict) -> O
         name=name, opcode=info.opcode if info else "", category=category, computation="", count=1.0, flops=flops,
         transcendentals=0.0, read_bytes=nbytes, written_bytes=0.0, dtype="bf16", precision="default",
         is_matmul=category in ("matmul", "convolution"), named_scope=info.named_scope if info else "",
+        model_flops=flops if category in ("matmul", "convolution") else 0.0,
         flops_formula=f"{flops:.4g} (XLA's model_flops, from the trace)",
         bytes_formula=f"{nbytes:.4g} B (XLA's bytes_accessed, from the trace)")
 
@@ -203,7 +205,7 @@ def analyze(profile: Profile, chip: str | Chip | None = None) -> Report:
             continue
         modules[program] = module
         for oc in costs(module, emulate_fusion=False):
-            preds[(program, oc.name)] = price(oc, c)
+            preds[(program, oc.name)] = price(oc, c, num_devices=module.num_devices)
         for ins in module.instructions():
             if ins.opcode.endswith("-done") and ins.operands and (program, ins.operands[0].name) in preds:
                 preds[(program, ins.name)] = preds[(program, ins.operands[0].name)]  # the pair's cost, on the done
@@ -225,6 +227,7 @@ def analyze(profile: Profile, chip: str | Chip | None = None) -> Report:
             why = f"an async start: its pair is priced on {done}, where the trace shows the wait"
         predicted = None if why or p is None else p.t_pred_s
         flops = p.flops if p else 0.0
+        mflops = p.model_flops if p else 0.0
         nbytes = p.bytes if p else 0.0
         peak = peaks.get(p.peak_key) if p else None
         comparison.append(OpComparison(
@@ -233,9 +236,9 @@ def analyze(profile: Profile, chip: str | Chip | None = None) -> Report:
             ratio=(per / predicted) if predicted else None, bound=p.bound if p else "unpriced",
             flops=flops, bytes=nbytes, comm_bytes=p.comm_bytes if p else 0.0,
             achieved_flops_per_s=flops / per if per else 0.0, achieved_bytes_per_s=nbytes / per if per else 0.0,
-            flops_fraction_of_peak=(flops / per / peak) if per and peak and flops else None,
+            flops_fraction_of_peak=((mflops or flops) / per / peak) if per and peak and flops else None,
             bytes_fraction_of_peak=(nbytes / per / c.hbm_bytes_per_s) if per and nbytes and c.hbm_bytes_per_s else None,
-            unpriced_reason=why, explanation=p.explanation if p else (),
+            unpriced_reason=why, explanation=p.explanation if p else (), model_flops=mflops,
         ))
     report = Report(
         chip=c.name, chip_reason=reason, platform=profile.platform, device_kind=profile.device_kind,
@@ -278,7 +281,7 @@ def _step_breakdown(stats: OpStats, comparison: list[OpComparison], chip: Chip, 
             predicted += c.predicted_s * runs
         else:
             unpriced += t
-        flops += c.flops * runs
+        flops += c.model_flops * runs  # MFU counts the matmul work only
     if main != biggest:  # a side program: its own time per step, not the step's
         step_time = sum(c.total_time_s for c in ops) / per_step
     elif stats.steps:
