@@ -386,3 +386,25 @@ ENTRY e {
     module = rl.hlo.parse(text)
     assert {i.name for i in module.fusion_body(module.find("r"))} == {"p", "x", "q", "y"}
     assert predict_module(module, rl.chip("tpu-v5e")).time_s >= 0
+
+
+def test_model_flops_are_the_dots_inside_fusions(example_hlo):
+    """MFU counts matmul work: the program's model FLOPs are its dots' 2·M·N·K, not its bias add and ReLU.
+
+    (A dot fused with its epilogue, as compiled TPU/GPU HLO has it, is checked in test_predict_cli.)"""
+    m, k, n = 256, 512, 1024
+    f32 = jnp.float32
+    pred = rl.predict(lambda x, w, b: jax.nn.relu(x @ w + b), S((m, k), f32), S((k, n), f32), S((n,), f32),
+                      chip="tpu-v5e")
+    (mm,) = [o for o in pred.ops if o.category == "matmul"]
+    assert mm.model_flops == mm.flops == 2 * m * n * k
+    assert pred.model_flops == 2 * m * n * k < pred.flops  # the add and max are in flops only
+    assert pred.to_dict()["model_flops"] == pred.model_flops
+    assert all(o.model_flops == 0 for o in pred.ops if o is not mm)
+    # the real CPU-compiled transformer step: its dots sit inside fusions, and model FLOPs are all of them
+    from rooflens.cost.counts import dot_counts
+
+    module = rl.hlo.parse(example_hlo)
+    whole = predict_module(module, rl.chip("tpu-v5e"))
+    dots = sum(dot_counts(module, i).flops for i in module.instructions() if i.opcode == "dot")
+    assert 0 < whole.model_flops < whole.flops and whole.model_flops == pytest.approx(dots)

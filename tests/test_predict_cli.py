@@ -97,3 +97,60 @@ def test_predict_an_hlo_file():
     assert ar["bound"] == "communication" and ar["comm_bytes"] == pytest.approx(2 * 7 / 8 * 5 * 1024 * 1024 * 256 * 4)  # 8 devices in its sharding
     r = run("predict", str(path), "--chip", "tpu-v6e", "--arg", "f32[4]")
     assert r.returncode == 2 and "an HLO file already has its shapes" in r.stderr
+
+
+FUSED_FFN = """HloModule jit_ffn, entry_computation_layout={(bf16[128,256]{1,0}, bf16[256,512]{1,0}, bf16[512]{0})->bf16[128,512]{1,0}}
+
+%fused_computation (param_0: bf16[128,256], param_1: bf16[256,512], param_2: bf16[512]) -> bf16[128,512] {
+  %param_0 = bf16[128,256]{1,0} parameter(0)
+  %param_1 = bf16[256,512]{1,0} parameter(1)
+  %dot.1 = bf16[128,512]{1,0} dot(%param_0, %param_1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %param_2 = bf16[512]{0} parameter(2)
+  %broadcast.1 = bf16[128,512]{1,0} broadcast(%param_2), dimensions={1}
+  %add.1 = bf16[128,512]{1,0} add(%dot.1, %broadcast.1)
+  %constant.1 = bf16[] constant(0)
+  %broadcast.2 = bf16[128,512]{1,0} broadcast(%constant.1), dimensions={}
+  ROOT %maximum.1 = bf16[128,512]{1,0} maximum(%add.1, %broadcast.2)
+}
+
+ENTRY %main (x: bf16[128,256], w: bf16[256,512], b: bf16[512]) -> bf16[128,512] {
+  %x = bf16[128,256]{1,0} parameter(0)
+  %w = bf16[256,512]{1,0} parameter(1)
+  %b = bf16[512]{0} parameter(2)
+  ROOT %fusion = bf16[128,512]{1,0} fusion(%x, %w, %b), kind=kOutput, calls=%fused_computation
+}
+"""
+
+
+def test_hlo_op_shows_a_fusions_dot_flops(tmp_path):
+    """`rooflens hlo --op` on a matmul fused with its bias and ReLU (as TPU/GPU compilers fuse them)."""
+    path = tmp_path / "ffn.hlo.txt"
+    path.write_text(FUSED_FFN)
+    dot = 2 * 128 * 512 * 256
+    r = run("hlo", str(path), "--op", "fusion", "--json")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["model_flops"] == dot and data["flops"] == dot + 2 * 128 * 512  # + the add and the max
+    assert f"dot.1 inside: FLOPs = 2 × 65,536 × 256 = {dot:,}" in data["details"]
+    r = run("hlo", str(path), "--op", "fusion")
+    assert f"model FLOPs): {dot:,} of its {dot + 2 * 128 * 512:,} FLOPs" in r.stdout.replace("\n", " ")
+    r = run("predict", str(path), "--chip", "h100-sxm", "--json")
+    (op,) = json.loads(r.stdout)["ops"]
+    assert op["model_flops"] == dot and op["flops"] > dot and json.loads(r.stdout)["model_flops"] == dot
+
+
+def test_predict_explain_states_the_latency_rule(tmp_path):
+    src = tmp_path / "allsum.py"
+    src.write_text(textwrap.dedent("""
+        import jax
+        from jax.sharding import PartitionSpec as P
+
+        def allsum(a):
+            return jax.lax.with_sharding_constraint(a.sum(0, keepdims=True) * 2, P())
+    """))
+    r = run("predict", f"{src}:allsum", "--chip", "tpu-v5e", "--arg", "f32[8,64]@x,_", "--mesh", "x=8", "--explain")
+    assert r.returncode == 0, r.stderr
+    out = " ".join(r.stdout.split())
+    assert "T_lat (hops)" in out and "latency-bound" in out
+    assert "T = max(hops × T_min, T_bw)" in out and "every ICI hop costs T_min = 1 µs" in out
+    assert "the published 2x4 slice of 8 devices" in out

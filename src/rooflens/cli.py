@@ -96,6 +96,15 @@ def hlo(file: str | None, op_name: str | None, as_json: bool, example: bool) -> 
             close = suggest_names(module, op_name)
             hint = f" Did you mean {', '.join(close)}?" if close else ""
             raise UserError(f"there is no instruction named {op_name!r} in {path}.{hint}") from None
+        from rooflens.cost.counts import instruction_counts, model_flops
+
+        ins = module[op_name]
+        exp.flops, exp.model_flops = instruction_counts(module, ins).flops, model_flops(module, ins)
+        if exp.model_flops and ins.opcode == "fusion":
+            rest = exp.flops - exp.model_flops
+            exp.details.append(f"dot/convolution FLOPs of this fusion (model FLOPs): {exp.model_flops:,.0f}"
+                               + (f" of its {exp.flops:,.0f} FLOPs; the other {rest:,.0f} are elementwise work"
+                                  if rest > 0 else ", all of its FLOPs"))
         if as_json:
             click.echo(json.dumps(exp.to_dict(), indent=2))
         else:

@@ -214,11 +214,13 @@ def predict(fn, *args, chip: str | Chip = "local", mesh=None, topology: str | No
                            "wraparound only on an axis it covers whole (per the chip's rule); one ICI link one way "
                            "per direction per axis")
     elif c.kind == "tpu":
-        assumptions.append("collectives run as rings along one torus axis per group (wraparound per the chip's "
-                           "topology rule; give a topology such as 4x4 to place groups on real axes); link "
-                           "bandwidth is one ICI link one way")
+        assumptions.append("collectives run as rings on the torus axes their groups span (the chip's published "
+                           "slice for this many devices, else one axis; wraparound per the chip's topology rule; "
+                           "give a topology such as 4x4 to place groups by device id); one ICI link one way per "
+                           "direction per axis")
     elif c.kind == "gpu":
-        assumptions.append("collectives inside an NVLink domain see the GPU's full NVLink bandwidth one way")
+        assumptions.append(f"collectives inside a {c.scaleup_link} domain see its bandwidth one way (a switch: the "
+                           "GPU's whole NVLink; a fully connected board: one link per peer)")
     assumptions.append(f"one JAX device = one {c.device_unit}; times are per device")
     return predict_module(module, c, source=source, emulate_fusion=emulate_fusion, assumptions=tuple(assumptions),
                           topology=topology)

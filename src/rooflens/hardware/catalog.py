@@ -447,6 +447,7 @@ class ChipTable:
     hbm_bytes_per_s: float | None
     link_bytes_per_s_oneway: float | None
     origin: str
+    link: str = ""  # which link the bandwidth is: ICI (one link), NVLink, Infinity Fabric (all links)
 
 
 def chip_rows(extra_files: Iterable[str | os.PathLike] = ()) -> list[ChipTable]:
@@ -458,6 +459,6 @@ def chip_rows(extra_files: Iterable[str | os.PathLike] = ()) -> list[ChipTable]:
             bf16_flops_per_s=peaks.get("bf16", peaks.get("fp32")), hbm_bytes=c.hbm_bytes,
             hbm_bytes_per_s=c.hbm_bytes_per_s,
             link_bytes_per_s_oneway=c.ici_link_bytes_per_s_oneway or c.scaleup_bytes_per_s_oneway(),
-            origin=c.origin,
+            origin=c.origin, link=c.scaleup_link if c.kind != "cpu" else "",
         ))
     return rows

@@ -164,6 +164,8 @@ class OpExplanation:
     source: list[str] = field(default_factory=list)  # op_name, named scope, Python stack
     text: str = ""
     unparsed: dict[str, str] = field(default_factory=dict)
+    flops: float = 0.0  # all its FLOPs (a fusion: its whole body), filled in by the cost model's counts
+    model_flops: float = 0.0  # the dots' and convolutions' part of them (what MFU counts)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -268,7 +270,15 @@ def _dot_details(module: Module, ins: Instruction) -> list[str]:
                 k *= shapes[0].dims[d]
         out.append(f"contracted size K = {k:,}; output {ins.shape.dims_str()} "
                    f"({ins.shape.num_elements:,} elements, each a K-long dot product)")
+        out.append(f"FLOPs = 2 × {ins.shape.num_elements:,} × {k:,} = {_dot_flops(ins, k):,.0f}")
     return out
+
+
+def _dot_flops(ins: Instruction, k: int) -> float:
+    s = ins.shape
+    while s is not None and s.is_tuple and s.tuple_shapes:
+        s = s.tuple_shapes[0]
+    return 2.0 * (s.num_elements if s is not None else 0) * k
 
 
 def _details(module: Module, ins: Instruction) -> list[str]:
@@ -278,7 +288,7 @@ def _details(module: Module, ins: Instruction) -> list[str]:
         out.extend(_dot_details(module, ins))
     if ins.opcode == "fusion":
         for inner in module.fusion_body(ins):
-            if inner.opcode == "dot":
+            if inner.opcode in ("dot", "ragged-dot", "scaled-dot"):
                 out.extend(f"{inner.name} inside: {line}" for line in _dot_details(module, inner))
     if ins.opcode == "convolution" or "dim_labels" in a:
         if "window" in a:

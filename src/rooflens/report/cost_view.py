@@ -25,12 +25,14 @@ def render_chip_list(console: Console, rows) -> None:
     for col in ("name", "one device is", "bf16 peak", "HBM", "HBM bandwidth", "link (one way)", "from"):
         table.add_column(col)
     for r in rows:
+        link = si(r.link_bytes_per_s_oneway, "B/s") + (f" {r.link}" if r.link and r.link_bytes_per_s_oneway else "")
         table.add_row(e(r.name), UNITS.get(r.device_unit, r.device_unit), si(r.bf16_flops_per_s, "FLOP/s"),
-                      si(r.hbm_bytes, "B"), si(r.hbm_bytes_per_s, "B/s"), si(r.link_bytes_per_s_oneway, "B/s"),
-                      e(r.origin.rsplit("/", 1)[-1]))
+                      si(r.hbm_bytes, "B"), si(r.hbm_bytes_per_s, "B/s"), e(link), e(r.origin.rsplit("/", 1)[-1]))
     console.print(table)
     console.print("TPU v2/v3 entries are one TensorCore (JAX shows each core as a device); v4/v5p are "
-                  "megacore chips, v5e/v6e/v7 chips, NVIDIA entries one GPU. `rooflens chips NAME` shows sources.")
+                  "megacore chips, v5e/v6e/v7 chips, NVIDIA and AMD entries one GPU. Links: one ICI link (TPU), a "
+                  "GPU's whole NVLink, or all 7 Infinity Fabric links of an AMD GPU, one way. `rooflens chips NAME` "
+                  "shows sources.")
 
 
 def render_chip(console: Console, chip) -> None:
@@ -66,17 +68,21 @@ def render_calibration(console: Console, cal, path) -> None:
 def render_prediction(console: Console, pred, top: int = 15, explain: bool = False) -> None:
     console.print(f"[bold]{e(pred.module)}[/bold] on [bold]{e(pred.chip)}[/bold] (per device, one device = "
                   f"{UNITS.get(pred.device_unit, pred.device_unit)}; {pred.num_devices} device(s) in the program)")
-    console.print(f"predicted time {ms(pred.time_s)}; {si(pred.flops, 'FLOP')}, {si(pred.bytes, 'B')} HBM traffic, "
-                  f"{si(pred.comm_bytes, 'B')} sent over links")
+    console.print(f"predicted time {ms(pred.time_s)}; {si(pred.flops, 'FLOP')} ({si(pred.model_flops, 'FLOP')} in "
+                  f"dots and convolutions), {si(pred.bytes, 'B')} HBM traffic, {si(pred.comm_bytes, 'B')} sent over "
+                  "links")
     console.print(f"priced: {e(pred.source)}")
     table = Table(title=f"Top {min(top, len(pred.ops))} of {len(pred.ops)} ops by predicted time", title_justify="left")
-    for col in ("op", "category", "scope", "×", "FLOPs", "bytes", "comm", "T_math", "T_mem", "T_comm", "t_pred",
-                "bound"):
+    lat = any(o.t_latency_s for o in pred.ops)
+    for col in ("op", "category", "scope", "×", "FLOPs", "bytes", "comm", "T_math", "T_mem", "T_comm",
+                *(("T_lat (hops)",) if lat else ()), "t_pred", "bound"):
         table.add_column(col, justify="left" if col in ("op", "category", "scope", "bound") else "right")
     for o in pred.top(top):
         table.add_row(e(o.name), o.category, e(o.named_scope or ""), f"{o.count:g}", si(o.flops), si(o.bytes, "B"),
                       si(o.comm_bytes, "B") if o.comm_bytes else "", ms(o.t_math_s), ms(o.t_mem_s),
-                      ms(o.t_comm_s) if o.comm_bytes else "", ms(o.t_pred_s), o.bound)
+                      ms(o.t_comm_s) if o.comm_bytes else "",
+                      *((f"{ms(o.t_latency_s)} ({o.hops})" if o.t_latency_s else "",) if lat else ()),
+                      ms(o.t_pred_s), o.bound)
     console.print(table)
     for title, totals in (("by category", pred.time_by_category_s), ("by bound", pred.time_by_bound_s),
                           ("by named scope", pred.time_by_scope_s)):
