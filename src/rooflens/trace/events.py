@@ -8,8 +8,8 @@ is a vectorised ``np.unique``/``bincount`` away.
 from __future__ import annotations
 
 import re
-from array import array
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 import numpy as np
 
@@ -31,16 +31,17 @@ class Vocab:
 
 @dataclass
 class EventTable:
-    """Device op events: one row per op execution (per kernel on GPU). Times in ns from the
-    start of the capture; ``step`` is -1 outside any step."""
+    """Device op events: one row per op execution (per kernel on GPU). Times are integer picoseconds
+    from ``origin_ns`` (the trace's own clock, ns since the epoch where it says so); ``step`` is -1
+    outside any step."""
 
     host: np.ndarray  # int32 codes into hosts
     device: np.ndarray  # int32: device id (TPU/GPU plane N, CPU device ordinal); -1 when unknown
     line: np.ndarray  # int32 codes into lines (thread or stream)
     name: np.ndarray  # int32 codes into names (HLO instruction name)
     program: np.ndarray  # int32 codes into programs (HLO module)
-    start_ns: np.ndarray  # float64
-    dur_ns: np.ndarray  # float64
+    start_ps: np.ndarray  # int64
+    dur_ps: np.ndarray  # int64
     step: np.ndarray  # int32
     hosts: list[str]
     lines: list[str]
@@ -49,66 +50,68 @@ class EventTable:
     hlo_text: dict[tuple[str, str], str] = field(default_factory=dict)  # (program, op) → instruction text
     op_meta: dict[tuple[str, str], dict] = field(default_factory=dict)  # (program, op) → the trace's own stats
     program_keys: dict[str, str] = field(default_factory=dict)  # shown name → "name(program_id)" when known
+    origin_ns: int = 0
 
     def __len__(self) -> int:
-        return len(self.start_ns)
+        return len(self.start_ps)
 
-    @property
+    @cached_property
+    def start_ns(self) -> np.ndarray:
+        """Start times in ns (float64) from the origin: for arithmetic that needs no picoseconds."""
+        return self.start_ps * 1e-3
+
+    @cached_property
+    def dur_ns(self) -> np.ndarray:
+        return self.dur_ps * 1e-3
+
+    @cached_property
     def end_ns(self) -> np.ndarray:
-        return self.start_ns + self.dur_ns
+        return (self.start_ps + self.dur_ps) * 1e-3
+
+    def select(self, rows: np.ndarray) -> EventTable:
+        """The events ``rows`` (indices or a mask), with the same vocabularies."""
+        return replace(self, host=self.host[rows], device=self.device[rows], line=self.line[rows],
+                       name=self.name[rows], program=self.program[rows], start_ps=self.start_ps[rows],
+                       dur_ps=self.dur_ps[rows], step=self.step[rows])
+
+    def pairs(self) -> np.ndarray:
+        """The distinct (program code, name code) pairs, as rows."""
+        if not len(self):
+            return np.zeros((0, 2), np.int64)
+        key = np.unique(self.program.astype(np.int64) * (len(self.names) + 1) + self.name)
+        return np.stack([key // (len(self.names) + 1), key % (len(self.names) + 1)], axis=1)
 
 
-class TableBuilder:
-    """Collects rows (in Python lists, then one conversion to numpy)."""
+def vocab(codes: np.ndarray, words: list[str]) -> tuple[np.ndarray, list[str]]:
+    """Re-code ``codes`` (indices into ``words``, which may repeat a word) to a vocabulary of
+    distinct words, in first-seen order of the vocabulary."""
+    index: dict[str, int] = {}
+    remap = np.empty(max(len(words), 1), np.int32)
+    for k, w in enumerate(words):
+        remap[k] = index.setdefault(w, len(index))
+    return (remap[codes] if len(codes) else codes.astype(np.int32)), list(index)
 
-    def __init__(self) -> None:
-        self.hosts, self.lines, self.names, self.programs = Vocab(), Vocab(), Vocab(), Vocab()
-        # compact typed buffers (4 or 8 bytes a value), not lists of Python objects: a trace of tens of
-        # millions of events must fit in memory next to the parsed XSpace
-        self.cols: dict[str, array] = {k: array("i") for k in ("host", "device", "line", "name", "program")}
-        self.cols.update(start=array("d"), dur=array("d"))
-        self.hlo_text: dict[tuple[str, str], str] = {}
-        self.op_meta: dict[tuple[str, str], dict] = {}
-        self.program_keys: dict[str, str] = {}
 
-    def _plain_program_names(self) -> None:
-        """Programs are recorded as ``name(program_id)``; keep the id only where one name was
-        compiled more than once (a recompilation), so one trace's names match across formats."""
-        rename = _plain_program_names_of(self.programs.words)
-        self.program_keys = {plain: raw for raw, plain in rename.items() if raw != plain}
-        words = [rename.get(w, w) for w in self.programs.words]
-        self.hlo_text = {(rename.get(p, p), n): v for (p, n), v in self.hlo_text.items()}
-        self.op_meta = {(rename.get(p, p), n): v for (p, n), v in self.op_meta.items()}
-        self.programs.words = words
-        self.programs.index = {w: i for i, w in enumerate(words)}
-
-    def add(self, host: str, device: int, line: str, name: str, program: str, start_ns: float, dur_ns: float) -> None:
-        c = self.cols
-        c["host"].append(self.hosts.code(host))
-        c["device"].append(device)
-        c["line"].append(self.lines.code(line))
-        c["name"].append(self.names.code(name))
-        c["program"].append(self.programs.code(program))
-        c["start"].append(start_ns)
-        c["dur"].append(dur_ns)
-
-    def build(self) -> EventTable:
-        self._plain_program_names()
-        c = {k: np.frombuffer(v, dtype=np.float64 if v.typecode == "d" else np.intc) for k, v in self.cols.items()}
-        start = c["start"]
-        order = np.argsort(start, kind="stable")
-        return EventTable(
-            host=c["host"][order].astype(np.int32),
-            device=c["device"][order].astype(np.int32),
-            line=c["line"][order].astype(np.int32),
-            name=c["name"][order].astype(np.int32),
-            program=c["program"][order].astype(np.int32),
-            start_ns=start[order],
-            dur_ns=c["dur"][order],
-            step=np.full(len(start), -1, dtype=np.int32),
-            hosts=self.hosts.words, lines=self.lines.words, names=self.names.words, programs=self.programs.words,
-            hlo_text=self.hlo_text, op_meta=self.op_meta, program_keys=self.program_keys,
-        )
+def build(host: np.ndarray, device: np.ndarray, line: np.ndarray, name: np.ndarray, program: np.ndarray,
+          start_ps: np.ndarray, dur_ps: np.ndarray, hosts: list[str], lines: list[str], names: list[str],
+          programs: list[str], origin_ns: int = 0, hlo_text: dict | None = None, op_meta: dict | None = None
+          ) -> EventTable:
+    """An EventTable sorted by start, with program names made plain where that is unambiguous."""
+    line, lines = vocab(np.asarray(line), lines)
+    name, names = vocab(np.asarray(name), names)
+    rename = _plain_program_names_of(programs)
+    program, programs = vocab(np.asarray(program), [rename.get(w, w) for w in programs])
+    keys = {plain: raw for raw, plain in rename.items() if raw != plain}
+    order = np.argsort(start_ps, kind="stable")
+    n = len(order)
+    return EventTable(
+        host=np.asarray(host, np.int32)[order], device=np.asarray(device, np.int32)[order],
+        line=line[order].astype(np.int32), name=name[order].astype(np.int32),
+        program=program[order].astype(np.int32), start_ps=np.asarray(start_ps, np.int64)[order],
+        dur_ps=np.asarray(dur_ps, np.int64)[order], step=np.full(n, -1, np.int32), hosts=list(hosts),
+        lines=lines, names=names, programs=programs, origin_ns=origin_ns,
+        hlo_text={(rename.get(p, p), k): v for (p, k), v in (hlo_text or {}).items()},
+        op_meta={(rename.get(p, p), k): v for (p, k), v in (op_meta or {}).items()}, program_keys=keys)
 
 
 _ID_RE = re.compile(r"^(.*)\((\d+)\)$")
@@ -124,16 +127,18 @@ def _plain_program_names_of(words: list[str]) -> dict[str, str]:
 
 
 def concat(tables: list[EventTable]) -> EventTable:
-    """Several hosts' tables as one (codes remapped into merged vocabularies)."""
+    """Several hosts' tables as one: codes remapped into merged vocabularies, times onto the
+    earliest origin."""
     if len(tables) == 1:
         return tables[0]
     merged = {k: Vocab() for k in ("hosts", "lines", "names", "programs")}
     parts: dict[str, list[np.ndarray]] = {k: [] for k in ("host", "line", "name", "program")}
+    origin = min(t.origin_ns for t in tables)
     for t in tables:
         for col, voc in (("host", "hosts"), ("line", "lines"), ("name", "names"), ("program", "programs")):
             remap = np.asarray([merged[voc].code(w) for w in getattr(t, voc)] or [0], dtype=np.int32)
             parts[col].append(remap[getattr(t, col)] if len(t) else np.zeros(0, np.int32))
-    start = np.concatenate([t.start_ns for t in tables])
+    start = np.concatenate([t.start_ps + (t.origin_ns - origin) * 1000 for t in tables])
     order = np.argsort(start, kind="stable")
     hlo_text, op_meta, keys = {}, {}, {}
     for t in tables:
@@ -143,8 +148,8 @@ def concat(tables: list[EventTable]) -> EventTable:
     return EventTable(
         host=np.concatenate(parts["host"])[order], device=np.concatenate([t.device for t in tables])[order],
         line=np.concatenate(parts["line"])[order], name=np.concatenate(parts["name"])[order],
-        program=np.concatenate(parts["program"])[order], start_ns=start[order],
-        dur_ns=np.concatenate([t.dur_ns for t in tables])[order], step=np.concatenate([t.step for t in tables])[order],
+        program=np.concatenate(parts["program"])[order], start_ps=start[order],
+        dur_ps=np.concatenate([t.dur_ps for t in tables])[order], step=np.concatenate([t.step for t in tables])[order],
         hosts=merged["hosts"].words, lines=merged["lines"].words, names=merged["names"].words,
-        programs=merged["programs"].words, hlo_text=hlo_text, op_meta=op_meta, program_keys=keys,
+        programs=merged["programs"].words, hlo_text=hlo_text, op_meta=op_meta, program_keys=keys, origin_ns=origin,
     )

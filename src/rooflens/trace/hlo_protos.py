@@ -102,15 +102,20 @@ def hlo_protos(xspace) -> dict[str, bytes]:
     return out
 
 
-def hlo_texts(xspace) -> dict[str, str]:
-    """Program name → HLO text (printed by jaxlib) of every program the trace recorded."""
+def print_modules(protos: dict[str, bytes]) -> dict[str, str]:
+    """Program name → HLO text of serialized HloModuleProtos, printed by jaxlib."""
     from jax._src.lib import hlo
 
     out = {}
-    for name, proto in hlo_protos(xspace).items():
+    for name, proto in protos.items():
         try:
             module = hlo.HloModule.from_serialized_hlo_module_proto(proto)
         except Exception:  # a proto this jaxlib cannot read: the ops just lack scopes
             continue
         out[name] = module.to_string()
     return out
+
+
+def hlo_texts(xspace) -> dict[str, str]:
+    """Program name → HLO text (printed by jaxlib) of every program the trace recorded."""
+    return print_modules(hlo_protos(xspace))

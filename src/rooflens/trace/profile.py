@@ -15,12 +15,15 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+import numpy as np
+
 from rooflens import hlo as H
 from rooflens.errors import RooflensError
 from rooflens.hlo.opcodes import KNOWN_OPCODES, opcode_category
 from rooflens.hlo.shape import HOST_MEMORY_SPACE
 from rooflens.trace.events import EventTable, concat
-from rooflens.trace.readers import RawTrace, assign_steps, read_chrome, read_xspace
+from rooflens.trace.progress import ingest_progress
+from rooflens.trace.readers import RawTrace, assign_steps
 
 XSPACE = ".xplane.pb"
 CHROME = (".trace.json.gz", ".trace.json")
@@ -49,6 +52,7 @@ class Profile:
     hlo_texts: dict[str, str] = field(default_factory=dict)  # program → HLO module text
     plane_stats: dict = field(default_factory=dict)
     host_events: list[tuple[str, float, float]] = field(default_factory=list)  # Python frames: name, start, end
+    events_total: int = 0  # every event of the files read, kept or not
 
     @cached_property
     def modules(self) -> dict[str, H.Module]:
@@ -69,8 +73,7 @@ class Profile:
         """(program, op) → category and named scope, from the programs' HLO where known."""
         t = self.table
         out: dict[tuple[str, str], OpInfo] = {}
-        pairs = {(int(p), int(n)) for p, n in zip(t.program.tolist(), t.name.tolist())}
-        for p, n in pairs:
+        for p, n in t.pairs().tolist():
             program, name = t.programs[p], t.names[n]
             out[(program, name)] = _op_info(self.module_for(program), name, t.hlo_text.get((program, name)),
                                             t.op_meta.get((program, name), {}))
@@ -116,12 +119,12 @@ def _op_info(module: H.Module | None, name: str, text: str | None, meta: dict | 
                 if c in body:
                     category = c
                     break
-        if ins.opcode in ("copy-start", "copy-done", "copy") and _touches_host(module, ins):
-            category = "host transfer"  # host offload (S(5)): a PCIe transfer, not a retiling copy
         scope = ins.named_scope
         if meta:  # TPU traces carry XLA's own category and the op_name (tf_op) on every event
             category = _from_trace_category(meta.get("hlo_category", "")) or category
             scope = scope or H.named_scope_of(meta.get("op_name", "").rstrip(":"))
+        if ins.opcode in ("copy-start", "copy-done", "copy") and _touches_host(module, ins):
+            category = "host transfer"  # host offload (S(5)): a PCIe transfer, not a retiling copy
         return OpInfo(category, scope, ins.opcode)
     return OpInfo(*_guess_from_name(name))
 
@@ -201,29 +204,33 @@ def read_hlo_dir(directory: str | Path) -> dict[str, str]:
     return {k: v for k, (_, v) in out.items()}
 
 
-def _embedded_hlo(files: list[Path], table: EventTable) -> dict[str, str]:
-    """Program → HLO text from the XSpaces' metadata plane (for a Chrome trace: its sibling XSpace).
+def _embedded_hlo(raws: list[RawTrace], files: list[Path], table: EventTable) -> dict[str, str]:
+    """Program → HLO text from the XSpaces' metadata plane (decoded with the events; for a Chrome
+    trace, from its sibling XSpace), printed by jaxlib.
 
     A program name compiled several times (``jit_dot(5)``, ``jit_dot(21)``) keeps the module whose
     instruction names cover most of the ops the trace ran under that name.
     """
-    from rooflens.trace.hlo_protos import hlo_texts
+    from rooflens.trace.hlo_protos import hlo_protos, print_modules
 
     seen: dict[str, set[str]] = {}
-    for p, n in {(int(p), int(n)) for p, n in zip(table.program.tolist(), table.name.tolist())}:
+    for p, n in table.pairs().tolist():
         seen.setdefault(table.programs[p], set()).add(table.names[n])
     best: dict[str, tuple[int, str]] = {}
-    for f in files:
-        xspace = f if f.name.endswith(XSPACE) else f.with_name(_host_of(f) + XSPACE)
-        if not xspace.is_file():
-            continue
-        try:
-            with xspace.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-                texts = hlo_texts(mm)
-        except (ValueError, IndexError, OSError):
-            continue  # a damaged metadata plane: the ops just lack scopes
-        exact = {raw: shown for shown, raw in table.program_keys.items()}
-        for key, text in texts.items():
+    exact = {raw: shown for shown, raw in table.program_keys.items()}
+    for raw, f in zip(raws, files):
+        protos = raw.hlo_protos
+        if not protos and not f.name.endswith(XSPACE):
+            xspace = f.with_name(_host_of(f) + XSPACE)
+            if xspace.is_file():
+                try:
+                    with xspace.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+                        protos = hlo_protos(mm)
+                except (ValueError, IndexError, OSError):
+                    protos = {}  # a damaged metadata plane: the ops just lack scopes
+        wanted = {k: v for k, v in protos.items()
+                  if k in seen or k in exact or re.sub(r"\(\d+\)$", "", k) in seen}
+        for key, text in print_modules(wanted).items():
             if key in seen or key in exact:  # the trace names this very program (name and id)
                 best[exact.get(key, key)] = (1 << 30, text)
                 continue
@@ -241,15 +248,22 @@ def _host_of(f: Path) -> str:
     return f.name.removesuffix(XSPACE).removesuffix(".gz").removesuffix(".json").removesuffix(".trace")
 
 
-def load(path: str | Path, hlo_dir: str | Path | None = None) -> Profile:
+def load(path: str | Path, hlo_dir: str | Path | None = None, progress: bool | None = None) -> Profile:
     """Read a profile: logdir, run directory, or one ``*.xplane.pb`` / ``*.trace.json.gz`` file.
 
     ``hlo_dir`` adds the HLO of the programs (an XLA dump directory) when the run has none.
+    ``progress``: a progress bar on stderr for reads longer than about a second (default: when
+    stderr is a terminal).
     """
+    from rooflens.trace.cache import read_cached
+
     run, files = find_trace_files(Path(path))
-    raws: list[RawTrace] = [read_xspace(f) if f.name.endswith(XSPACE) else read_chrome(f) for f in files]
+    with ingest_progress(files, progress) as bar:
+        raws: list[RawTrace] = [read_cached(f, bar.for_file(i)) for i, f in enumerate(files)]
     table = concat([r.table for r in raws])
-    steps = sorted(s for r in raws for s in r.steps)
+    steps_ps = sorted((n, s + (r.table.origin_ns - table.origin_ns) * 1000, e + (r.table.origin_ns - table.origin_ns)
+                       * 1000) for r in raws for n, s, e in r.steps)
+    steps = [(n, s * 1e-3, e * 1e-3) for n, s, e in steps_ps]
     assign_steps(table, steps)
     notes = [n for r in raws for n in r.notes]
     if not len(table):
@@ -263,22 +277,25 @@ def load(path: str | Path, hlo_dir: str | Path | None = None) -> Profile:
             meta = json.loads(meta_path.read_text())
         except ValueError:
             notes.append(f"{meta_path} is not valid JSON; ignored")
-    hlo_texts = _embedded_hlo(files, table)
+    hlo_texts = _embedded_hlo(raws, files, table)
     if (run / "hlo").is_dir():
         hlo_texts.update(read_hlo_dir(run / "hlo"))
     if hlo_dir is not None:
         hlo_texts.update(read_hlo_dir(hlo_dir))
+    host_events = sorted(((name, (s + (r.table.origin_ns - table.origin_ns) * 1000) * 1e-3,
+                           (e + (r.table.origin_ns - table.origin_ns) * 1000) * 1e-3)
+                          for r in raws for name, s, e in r.host_events), key=lambda h: h[1])
     profile = Profile(
         path=str(path), table=table, steps=steps, platform=platform,
         device_kind=next((r.device_kind for r in raws if r.device_kind != "unknown"), "unknown"),
         hosts=[r.host for r in raws], sources=[str(f) for f in files], notes=notes, metadata=meta,
         hlo_texts=hlo_texts, plane_stats=next((r.plane_stats for r in raws if r.plane_stats), {}),
-        host_events=sorted((h for r in raws for h in r.host_events), key=lambda h: h[1]),
+        host_events=host_events, events_total=sum(r.events_total for r in raws),
     )
     if not steps:
         profile.notes.append("the trace has no step annotations (jax.profiler.StepTraceAnnotation) or Steps line, "
                              "so there are no per-step times")
-    missing = sorted(p for p in {table.programs[p] for p in set(table.program.tolist())}
+    missing = sorted(p for p in {table.programs[p] for p in np.unique(table.program).tolist()}
                      if p not in hlo_texts and re.sub(r"\(\d+\)$", "", p) not in hlo_texts)
     if missing:
         profile.notes.append(f"no HLO for {', '.join(missing[:5])} (the trace does not carry it): those ops have no "

@@ -1,0 +1,337 @@
+"""Our own XSpace decoder: a ``*.xplane.pb`` file → numpy columns, with no Python object per event.
+
+The file is mapped, not read: a compiled walk (:mod:`rooflens.trace.wire`) indexes planes, lines
+and metadata, then decodes events line by line into int64 columns, keeping only the events an
+analysis uses (see :func:`line_flags`). Pages already decoded are handed back to the kernel as it
+goes, so memory is bounded by the kept columns, not by the file.
+
+Times are picoseconds from the trace's origin (the earliest line ``timestamp_ns``): a line's event
+starts at ``(timestamp_ns - origin_ns) * 1000 + offset_ps``. The ``device_offset_ps`` and
+``device_duration_ps`` stats are kept beside (XProf times TPU ops by them: see
+:func:`rooflens.trace.readers.read_xspace`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from rooflens.errors import RooflensError
+from rooflens.trace import wire as W
+
+#: bytes decoded between two progress updates (and page releases)
+CHUNK_BYTES = 64 << 20
+#: Python tracer frames shorter than this are not kept (they explain idle gaps, which are longer)
+HOST_EVENT_MIN_PS = 200_000_000
+
+
+@dataclass
+class Plane:
+    index: int  # position in the file (a name may appear more than once: concatenated XSpaces)
+    id: int
+    name: str
+    stats: dict  # plane stats: name → number or string
+    meta_ids: np.ndarray  # event metadata ids, sorted
+    meta_rows: np.ndarray  # rows of wire.metadata_entries, in meta_ids order
+    stat_names: dict[int, str]  # stat metadata id → name
+    stat_rows: np.ndarray = field(repr=False, default=None)  # rows of wire.metadata_entries of the stat metadata
+
+
+@dataclass
+class XSpaceColumns:
+    """The kept events of one XSpace file, as columns, and the small tables they point into."""
+
+    path: str
+    planes: list[Plane]
+    line_plane: np.ndarray  # line index → plane index
+    line_names: list[str]
+    cols: np.ndarray  # int64 [wire.N_COLS, n]: line, metadata id, start_ps, dur_ps, stats (wire.NONE: absent)
+    strings: list[str]  # interned string stats (hlo_op, hlo_module values), by code
+    origin_ns: int  # absolute time of start_ps == 0 (ns since the epoch where the trace's clock says so)
+    events_total: int  # all events of the file, kept or not
+    _buf: np.ndarray = field(repr=False, default=None)
+
+    def __len__(self) -> int:
+        return self.cols.shape[1]
+
+    def col(self, name: str) -> np.ndarray:
+        return self.cols[W.STAT_BASE + W.STAT_NAMES.index(name)]
+
+    @property
+    def line(self) -> np.ndarray:
+        return self.cols[W.COL_LINE]
+
+    @property
+    def start_ps(self) -> np.ndarray:
+        return self.cols[W.COL_START_PS]
+
+    @property
+    def dur_ps(self) -> np.ndarray:
+        return self.cols[W.COL_DUR_PS]
+
+    def text(self, span) -> str:
+        s, e = int(span[0]), int(span[1])
+        return bytes(self._buf[s:e]).decode("utf-8", "replace") if s >= 0 else ""
+
+    def event_metadata(self, plane: Plane, meta_id: int) -> tuple[str, str, dict]:
+        """(name, display name, metadata stats) of one event metadata of ``plane``."""
+        k = int(np.searchsorted(plane.meta_ids, meta_id))
+        if k >= len(plane.meta_ids) or plane.meta_ids[k] != meta_id:
+            return "", "", {}
+        row = plane.meta_rows[k]
+        stats = {}
+        if row[6] >= 0:
+            stats = _metadata_stats(self._buf, int(row[6]), int(row[7]), plane.stat_names)
+        return self.text(row[2:4]), self.text(row[4:6]), stats
+
+    def close(self) -> None:
+        self._buf = None
+
+
+def _check(status: int, err: np.ndarray, path, where: str) -> None:
+    if status < 0:
+        what = W.ERROR_TEXT.get(int(err[0]), "it is malformed")
+        raise RooflensError(f"{path} is a damaged or truncated XSpace profile: {what} at byte {int(err[1]):,} "
+                            f"({where}).")
+
+
+def _fields(buf, start: int, end: int, path, where: str) -> np.ndarray:
+    err = np.zeros(2, np.int64)
+    n = W.fields(buf, start, end, np.empty((0, 4), np.int64), err)
+    _check(n, err, path, where)
+    out = np.empty((n, 4), np.int64)
+    W.fields(buf, start, end, out, err)
+    return out
+
+
+def _py_fields(data: bytes):
+    """(number, wire type, value) of a small message, in Python (plane and metadata stats only)."""
+    pos, end = 0, len(data)
+    while pos < end:
+        key, pos = _py_varint(data, pos)
+        num, wt = key >> 3, key & 7
+        if wt == 0:
+            val, pos = _py_varint(data, pos)
+        elif wt == 1:
+            val, pos = data[pos:pos + 8], pos + 8
+        elif wt == 2:
+            n, pos = _py_varint(data, pos)
+            val, pos = data[pos:pos + n], pos + n
+        elif wt == 5:
+            val, pos = data[pos:pos + 4], pos + 4
+        else:
+            raise ValueError(f"wire type {wt}")
+        if pos > end:
+            raise ValueError("truncated")
+        yield num, wt, val
+
+
+def _py_varint(data: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        b = data[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 128:
+            return result, pos
+        shift += 7
+
+
+def _stat_value(data: bytes, stat_names: dict[int, str]) -> tuple[str, object]:
+    """One XStat message → (name, value): numbers as int/float, strings as str, bytes as bytes."""
+    name, value = "", None
+    for num, wt, v in _py_fields(data):
+        if num == 1:
+            name = stat_names.get(v, str(v))
+        elif num == 2 and wt == 1:
+            value = float(np.frombuffer(v, "<f8")[0])
+        elif num in (3, 4) and wt == 0:
+            value = v if num == 3 else (v - (1 << 64) if v >= 1 << 63 else v)
+        elif num == 5:
+            value = v.decode("utf-8", "replace")
+        elif num == 6:
+            value = bytes(v)
+        elif num == 7:
+            value = stat_names.get(v, "")
+    return name, value
+
+
+def _metadata_stats(buf, start: int, end: int, stat_names: dict[int, str]) -> dict:
+    """The stats of one XEventMetadata (field 5), e.g. a TPU op's ``flops`` and ``hlo_category``."""
+    out = {}
+    try:
+        for num, wt, v in _py_fields(bytes(buf[start:end])):
+            if num == 5 and wt == 2:
+                k, val = _stat_value(v, stat_names)
+                out[k] = val
+    except (ValueError, IndexError):
+        pass  # a damaged metadata message: its stats are just missing
+    return out
+
+
+def line_flags(plane_name: str, line_name: str) -> int:
+    """Which events of a line an analysis uses (0: none, skip the line)."""
+    if plane_name.startswith(("/device:TPU", "/device:GPU")):
+        if line_name in ("XLA Ops", "XLA Modules", "Steps"):
+            return W.KEEP_ALL
+        if line_name in ("XLA TraceMe", "Async XLA Ops", "Overlay", "TC Overlay", "_counters_"):
+            return 0
+        return W.KEEP_KEYED  # GPU kernel streams: the events that name their HLO op
+    if plane_name.startswith("/host:"):
+        if plane_name == "/host:metadata":
+            return 0
+        return W.KEEP_KEYED | (W.KEEP_LONG if line_name == "python" else 0)
+    return 0
+
+
+def decode(path: str | Path, progress: Callable[[int, int], None] | None = None) -> XSpaceColumns:
+    """Decode an ``.xplane.pb``. ``progress(bytes_done, bytes_total)`` is called between chunks."""
+    path = Path(path)
+    try:
+        fh = path.open("rb")
+    except OSError as e:
+        raise RooflensError(f"cannot read {path}: {e.strerror or e}.") from None
+    with fh:
+        size = os.fstat(fh.fileno()).st_size
+        if size == 0:
+            raise RooflensError(f"{path} is empty.")
+        mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    buf = np.frombuffer(mm, np.uint8)
+    if buf[0] != 0x0A:
+        raise RooflensError(f"{path} is not an XSpace profile (.xplane.pb); it does not start like one.")
+    space = _fields(buf, 0, size, path, "the list of planes")
+    planes: list[Plane] = []
+    line_spans, line_plane = [], []
+    err = np.zeros(2, np.int64)
+    for pi, (_, _, ps, pe) in enumerate(space[(space[:, 0] == 1) & (space[:, 1] == 2)]):
+        rows = _fields(buf, int(ps), int(pe), path, f"plane {pi}")
+        name_rows = rows[(rows[:, 0] == 2) & (rows[:, 1] == 2)]
+        name = bytes(buf[name_rows[0, 2]:name_rows[0, 3]]).decode("utf-8", "replace") if len(name_rows) else ""
+        pid_rows = rows[(rows[:, 0] == 1) & (rows[:, 1] == 0)]
+        where = f"plane {name!r}"
+        sm_rows = _entries(buf, rows[(rows[:, 0] == 5) & (rows[:, 1] == 2)][:, 2:4], path, where)
+        stat_names = {int(r[1]): bytes(buf[r[2]:r[3]]).decode("utf-8", "replace") if r[2] >= 0 else ""
+                      for r in sm_rows}
+        em_rows = _entries(buf, rows[(rows[:, 0] == 4) & (rows[:, 1] == 2)][:, 2:4], path, where)
+        order = np.argsort(em_rows[:, 1], kind="stable")
+        stats = {}
+        for r in rows[(rows[:, 0] == 6) & (rows[:, 1] == 2)]:
+            try:
+                k, v = _stat_value(bytes(buf[r[2]:r[3]]), stat_names)
+                stats[k] = v
+            except (ValueError, IndexError):
+                raise RooflensError(f"{path} is a damaged XSpace profile: a stat of {where} is malformed.") from None
+        planes.append(Plane(pi, int(pid_rows[0, 2]) if len(pid_rows) else 0, name, stats, em_rows[order, 1].copy(),
+                            em_rows[order], stat_names, sm_rows))
+        for r in rows[(rows[:, 0] == 3) & (rows[:, 1] == 2)]:
+            line_spans.append((r[2], r[3]))
+            line_plane.append(pi)
+    spans = np.asarray(line_spans, np.int64).reshape(-1, 2)
+    heads = np.empty((len(spans), 8), np.int64)
+    _check(W.line_headers(buf, spans, heads, err), err, path, "the line headers")
+    text = lambda s, e: bytes(buf[s:e]).decode("utf-8", "replace") if s >= 0 else ""  # noqa: E731
+    line_names = [text(h[1], h[2]) or text(h[3], h[4]) for h in heads]
+    line_plane_a = np.asarray(line_plane, np.int64)
+    flags = np.asarray([line_flags(planes[p].name, n) for p, n in zip(line_plane, line_names)], np.int64)
+    # origin: the earliest line timestamp; lines stamped 0 (TPU device lines) count their offsets from it
+    ts = heads[:, 5]
+    used = (heads[:, 7] > 0) & (flags > 0)
+    nonzero = ts[used & (ts > 0)]
+    origin_ns = int(nonzero.min()) if len(nonzero) else 0
+    base_ps = np.where(ts > 0, (ts - origin_ns) * 1000, 0)
+    keep = np.flatnonzero(flags > 0)
+    lines = np.stack([spans[:, 0], spans[:, 1], line_plane_a, flags, base_ps], axis=1)[keep] if len(spans) else \
+        np.zeros((0, 5), np.int64)
+    line_index = keep  # decoded row → file line index
+    sm_ids, sm_col, sm_name, plane_sm = _stat_tables(planes)
+    total = max(int((lines[:, 1] - lines[:, 0]).sum()) if len(lines) else 0, 1)
+    cap = max(1024, int(heads[keep, 7].sum()) // 4 if len(keep) else 1024)
+    cols = np.empty((W.N_COLS, cap), np.int64)
+    tkeys, tcodes = np.zeros(1 << 12, np.int64), np.zeros(1 << 12, np.int32)
+    strs = np.empty((1 << 11, 2), np.int64)
+    nstr = np.zeros(1, np.int64)
+    state = np.zeros(4, np.int64)
+    while True:
+        status = W.decode_events(buf, lines, state, CHUNK_BYTES, HOST_EVENT_MIN_PS, sm_ids, sm_col, sm_name,
+                                 plane_sm, cols, tkeys, tcodes, strs, nstr, err)
+        if status == W.FAILED:
+            li = int(state[0])
+            where = (f"line {line_names[line_index[li]]!r} of plane {planes[int(lines[li, 2])].name!r}"
+                     if li < len(lines) else "an event")
+            _check(-1, err, path, where)
+        if status == W.OUT_FULL:
+            grown = np.empty((W.N_COLS, cols.shape[1] * 2), np.int64)
+            grown[:, :state[2]] = cols[:, :state[2]]
+            cols = grown
+        elif status == W.TABLE_FULL:
+            if 2 * (nstr[0] + 1) > len(tkeys):
+                tkeys, tcodes = W.rehash(tkeys, tcodes, len(tkeys) * 2)
+            if nstr[0] >= len(strs):
+                strs = np.concatenate([strs, np.empty_like(strs)])
+        elif status in (W.BUDGET, W.DONE):
+            done, reached = _position(lines, state)
+            _release(mm, int(lines[0, 0]) if len(lines) else 0, reached)
+            if progress is not None:
+                progress(min(done, total), total)
+            if status == W.DONE:
+                break
+    n = int(state[2])
+    cols = cols[:, :n].copy()
+    cols[W.COL_LINE] = line_index[cols[W.COL_LINE]] if n else cols[W.COL_LINE]
+    strings = [bytes(buf[s:e]).decode("utf-8", "replace") for s, e in strs[:int(nstr[0])]]
+    return XSpaceColumns(str(path), planes, line_plane_a, line_names, cols, strings, origin_ns,
+                         int(heads[:, 7].sum()), buf)
+
+
+def _entries(buf, spans: np.ndarray, path, where: str) -> np.ndarray:
+    err = np.zeros(2, np.int64)
+    out = np.empty((len(spans), 8), np.int64)
+    _check(W.metadata_entries(buf, np.ascontiguousarray(spans, np.int64).reshape(-1, 2), out, err), err, path,
+           f"the metadata of {where}")
+    return out
+
+
+def _stat_tables(planes: list[Plane]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per plane: its stat metadata ids sorted, each one's column (-1: not decoded) and name span
+    (the value of a ``ref`` stat), and the plane's [lo, hi) in those arrays."""
+    col_of = {name: k for k, name in enumerate(W.STAT_NAMES)}
+    ids, cols, names, bounds = [], [], [], []
+    lo = 0
+    for p in planes:
+        rows = p.stat_rows[np.argsort(p.stat_rows[:, 1], kind="stable")]
+        ids.append(rows[:, 1])
+        cols.append(np.asarray([col_of.get(p.stat_names.get(int(i), ""), -1) for i in rows[:, 1]], np.int64))
+        names.append(rows[:, 2:4])
+        bounds.append((lo, lo + len(rows)))
+        lo += len(rows)
+    return (np.concatenate(ids) if ids else np.zeros(0, np.int64), np.concatenate(cols) if cols else
+            np.zeros(0, np.int64), np.ascontiguousarray(np.concatenate(names)) if names else
+            np.zeros((0, 2), np.int64), np.asarray(bounds, np.int64).reshape(-1, 2))
+
+
+def _position(lines: np.ndarray, state: np.ndarray) -> tuple[int, int]:
+    """(bytes of line data decoded so far, file offset reached) after a decode call."""
+    li = int(state[0])
+    done = int((lines[:li, 1] - lines[:li, 0]).sum())
+    if li < len(lines):
+        at = int(state[1]) if state[1] > 0 else int(lines[li, 0])
+        return done + at - int(lines[li, 0]), at
+    return done, int(lines[-1, 1]) if len(lines) else 0
+
+
+def _release(mm: mmap.mmap, start: int, end: int) -> None:
+    """Give the file pages of ``[start, end)`` (lines already decoded) back to the kernel: mapped pages
+    count in the process's RSS, and a 1 GB trace need not be resident all at once."""
+    if not hasattr(mmap, "MADV_DONTNEED"):
+        return
+    page = mmap.PAGESIZE
+    lo, hi = (start // page) * page, (end // page) * page
+    if hi > lo:
+        with contextlib.suppress(OSError, ValueError):
+            mm.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
