@@ -82,6 +82,20 @@ class EventTable:
         return np.stack([key // (len(self.names) + 1), key % (len(self.names) + 1)], axis=1)
 
 
+def unique_rows(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct rows of integer columns (as an [n, k] array) and each row's index in them:
+    ``np.unique(..., axis=0)`` without its slow sort of structured rows."""
+    n = len(cols[0])
+    if not n:
+        return np.zeros((0, len(cols)), np.int64), np.zeros(0, np.int64)
+    key = np.zeros(n, np.int64)
+    for c in cols:
+        u, inv = np.unique(c, return_inverse=True)
+        key = key * len(u) + inv.ravel()
+    _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+    return np.stack([np.asarray(c)[first] for c in cols], axis=1).astype(np.int64), inv.ravel()
+
+
 def vocab(codes: np.ndarray, words: list[str]) -> tuple[np.ndarray, list[str]]:
     """Re-code ``codes`` (indices into ``words``, which may repeat a word) to a vocabulary of
     distinct words, in first-seen order of the vocabulary."""

@@ -48,8 +48,10 @@ class IngestProgress:
             from rich.console import Console
             from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
+            console = Console(stderr=True)
+            # a terminal's bar disappears when done; elsewhere (a log) its final line stays
             self.bar = Progress(TextColumn("reading the trace"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
-                                console=Console(stderr=True), transient=True)
+                                console=console, transient=console.is_terminal)
             self.bar.start()
             self.task = self.bar.add_task("read", total=self.total)
         self.bar.update(self.task, completed=min(done_bytes, self.total))

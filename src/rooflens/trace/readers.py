@@ -185,7 +185,7 @@ def read_xspace(path: Path, progress: Progress = None, device_time: bool = True)
             rows = missing[ev_dev[tpu_ops[missing]] == d]
             prog[rows] = _containing(event_start[tpu_mod[mine]], event_start[tpu_mod[mine]] + x.dur_ps[tpu_mod[mine]],
                                      mod_code[mine], event_start[tpu_ops[rows]], code(""))
-        for k, pc in np.unique(np.stack([inv.ravel(), prog], axis=1), axis=0).tolist():
+        for k, pc in E.unique_rows(inv.ravel(), prog)[0].tolist():
             op_key = (words[pc], words[name_c[k]])
             hlo_text.setdefault(op_key, texts[k])
             if metas[k] is not None:
@@ -259,9 +259,9 @@ def _string_codes(x, rows: np.ndarray, code) -> tuple[np.ndarray, np.ndarray]:
     pid = x.col("program_id")[rows]
     u_op, inv_op = np.unique(op, return_inverse=True)
     names = np.asarray([code(x.strings[int(c)]) for c in u_op], np.int64)[inv_op]
-    pairs, inv_p = np.unique(np.stack([mod, pid], axis=1), axis=0, return_inverse=True)
+    pairs, inv_p = E.unique_rows(mod, pid)
     progs = np.asarray([code(_program(x.strings[int(m)] if m != W.NONE else "", None if p == W.NONE else int(p)))
-                        for m, p in pairs], np.int64)[inv_p.ravel()]
+                        for m, p in pairs.tolist()], np.int64)[inv_p]
     return names, progs
 
 
@@ -316,9 +316,7 @@ def read_chrome(path: Path, progress: Progress = None) -> RawTrace:
             dev_kind[pid] = 1 if m.group(1) == "TPU" else 2
             dev_num[pid] = int(m.group(2))
     pid, tid = c["pid"], c["tid"]
-    line_key, line_inv = np.unique(np.stack([pid, tid], axis=1), axis=0, return_inverse=True) if n else \
-        (np.zeros((0, 2), np.int64), np.zeros(0, np.int64))
-    line_inv = line_inv.ravel()
+    line_key, line_inv = E.unique_rows(pid, tid)
     line_names = [ev.threads.get((int(p), int(t)), words[t] if t >= 0 else "") for p, t in line_key]
     role = {"XLA Ops": 1, "XLA Modules": 2, "python": 4}
     ev_role = np.asarray([role.get(x, 0) for x in line_names] + [0], np.int64)[line_inv] if n else line_inv
@@ -355,7 +353,7 @@ def read_chrome(path: Path, progress: Progress = None) -> RawTrace:
             rows = missing[dev[tpu[missing]] == d]
             prog[rows] = _containing(event_start[mine], event_start[mine] + event_dur[mine], c["name"][mine],
                                      event_start[tpu[rows]], code(""))
-        keyed = np.unique(np.stack([prog, name_c, c["name"][tpu], c["long_name"][tpu], c["pid"][tpu]], axis=1), axis=0)
+        keyed = E.unique_rows(prog, name_c, c["name"][tpu], c["long_name"][tpu], c["pid"][tpu])[0]
         for pc, nc, raw, long_name, p in keyed.tolist():
             key = (words[pc], words[nc])
             hlo_text.setdefault(key, words[long_name] if long_name >= 0 else words[raw])
@@ -388,13 +386,12 @@ def read_chrome(path: Path, progress: Progress = None) -> RawTrace:
 
 def _chrome_programs(c: dict, rows: np.ndarray, word: np.ndarray, code) -> np.ndarray:
     """Program codes (``jit_step(24)``) of events with ``hlo_module`` and maybe ``program_id``."""
-    pairs, inv = np.unique(np.stack([c["hlo_module"][rows], c["program_id"][rows]], axis=1), axis=0,
-                           return_inverse=True)
+    pairs, inv = E.unique_rows(c["hlo_module"][rows], c["program_id"][rows])
     out = []
     for m, p in pairs.tolist():
         module = word[m] if m >= 0 else ""
         out.append(code(f"{module}({word[p]})" if p >= 0 and module else module))
-    return np.asarray(out, np.int64)[inv.ravel()]
+    return np.asarray(out, np.int64)[inv]
 
 
 def assign_steps(table: EventTable, steps: list[tuple[int, float, float]]) -> None:

@@ -9,7 +9,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
+from numba import njit
 
+from rooflens.trace.events import unique_rows
 from rooflens.trace.profile import Profile
 
 
@@ -84,24 +86,34 @@ class OpStats:
         return asdict(self)
 
 
-def _self_times(start: np.ndarray, end: np.ndarray, group: np.ndarray) -> np.ndarray:
-    """Each event's duration minus its directly nested events (same group = same device line)."""
+def line_groups(t) -> np.ndarray:
+    """One integer per timeline (host, device, line): events nest only within one."""
+    return (t.host.astype(np.int64) << 40) + (t.device.astype(np.int64) + 1 << 20) + t.line
+
+
+def self_times_ps(t, group: np.ndarray) -> np.ndarray:
+    """Each event's duration minus its direct children's (XProf's self time), in ps: children are the
+    events nested in it on the same timeline (``group``)."""
+    start, end = t.start_ps, t.start_ps + t.dur_ps
+    order = np.lexsort((-(end - start), start, group))
+    return _self_times_sorted(start, end, group, order)
+
+
+@njit(cache=True)
+def _self_times_sorted(start, end, group, order):
     dur = end - start
     self_t = dur.copy()
-    order = np.lexsort((-(end - start), start, group))
-    g, s, e = group[order], start[order], end[order]
-    nested = (g[1:] == g[:-1]) & (s[1:] < e[:-1])
-    if not nested.any():
-        return self_t
-    stack: list[int] = []
-    for k in range(len(order)):  # only reached when some events nest
+    stack = np.empty(len(order), np.int64)
+    depth = 0
+    for k in range(len(order)):
         i = order[k]
-        while stack and (group[stack[-1]] != group[i] or end[stack[-1]] <= start[i]):
-            stack.pop()
-        if stack:
-            self_t[stack[-1]] -= dur[i]
-        stack.append(i)
-    return np.maximum(self_t, 0.0)
+        while depth and (group[stack[depth - 1]] != group[i] or end[stack[depth - 1]] <= start[i]):
+            depth -= 1
+        if depth:
+            self_t[stack[depth - 1]] -= dur[i]
+        stack[depth] = i
+        depth += 1
+    return np.maximum(self_t, 0)
 
 
 def _busy(start: np.ndarray, end: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
@@ -157,12 +169,11 @@ def op_stats(profile: Profile, gaps_per_device: int = 5) -> OpStats:
     info = profile.op_info
     start, dur = t.start_ns, t.dur_ns
     end = start + dur
-    line_group = (t.host.astype(np.int64) << 40) + (t.device.astype(np.int64) + 1 << 20) + t.line
-    self_ns = _self_times(start, end, line_group)
+    self_ns = self_times_ps(t, line_groups(t)) * 1e-3
 
     # per device: busy (union), idle, gaps; and per host with all its devices together (device -1)
     t0 = float(start.min()) if len(t) else 0.0
-    dev_keys = np.unique(np.stack([t.host, t.device], axis=1), axis=0) if len(t) else np.zeros((0, 2), int)
+    dev_keys = unique_rows(t.host, t.device)[0]
     devices = [_device_time(t, start, end, dur, np.flatnonzero((t.host == h) & (t.device == d)), int(d), t0,
                             gaps_per_device, profile.host_events) for h, d in dev_keys]
     hosts = [_device_time(t, start, end, dur, np.flatnonzero(t.host == h), -1, t0, gaps_per_device,
@@ -183,7 +194,7 @@ def op_stats(profile: Profile, gaps_per_device: int = 5) -> OpStats:
     order = np.lexsort((dur, inv))  # grouped, each group sorted by duration
     first = np.concatenate([[0], np.cumsum(cnt)[:-1]])
     medians = (dur[order[first + (cnt - 1) // 2]] + dur[order[first + cnt // 2]]) / 2
-    ndev = np.bincount(np.unique(np.stack([inv, t.device + 1]), axis=1)[0], minlength=len(uniq))
+    ndev = np.bincount(unique_rows(inv, t.device)[0][:, 0], minlength=len(uniq))
     stats = []
     for k, u in enumerate(uniq):
         program, name = t.programs[int(u // (len(t.names) + 1))], t.names[int(u % (len(t.names) + 1))]
