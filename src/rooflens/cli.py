@@ -368,6 +368,30 @@ def report(logdir: str, hlo_dir: str | None, chip_name: str | None, top: int, as
 
 
 @cli.command()
+@click.argument("logdir", metavar="LOGDIR|RUN_DIR|TRACE_FILE")
+@click.option("--parquet", "parquet_dir", required=True, metavar="DIR",
+              help="Write DIR/ops.parquet: one row per op execution (columns: docs/export-schema.md).")
+@click.option("--hlo", "hlo_dir", metavar="DIR", help="HLO text files of the programs (an XLA dump directory).")
+@click.option("--force", is_flag=True, help="Replace an existing DIR/ops.parquet.")
+def export(logdir: str, parquet_dir: str, hlo_dir: str | None, force: bool) -> None:
+    """The op event table, for pandas / polars / DuckDB: one row per op execution, times in ps."""
+    from rooflens.trace import load
+    from rooflens.trace.export import EXPORT_FILE, write_parquet
+
+    target = Path(parquet_dir)
+    if target.exists() and not target.is_dir():
+        raise UserError(f"{parquet_dir} is a file; --parquet takes a directory.")
+    if (target / EXPORT_FILE).exists() and not force:
+        raise UserError(f"{target / EXPORT_FILE} exists; give another --parquet directory or --force to replace it.")
+    prof = load(logdir, hlo_dir=hlo_dir)
+    try:
+        out = write_parquet(prof, target)
+    except OSError as e:
+        raise UserError(f"cannot write {target / EXPORT_FILE}: {e.strerror or e}.") from None
+    click.echo(f"rooflens: wrote {out} ({len(prof.table):,} op events)", err=True)
+
+
+@cli.command()
 @click.argument("path", required=False, metavar="[LOGDIR|DUMP_DIR]")
 @click.option("--estimate", "do_estimate", is_flag=True, help="Estimate the model state instead of reading a run.")
 @click.option("--params", type=float, metavar="N", help="Parameter count for --estimate, e.g. 7e9.")
