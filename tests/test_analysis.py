@@ -260,7 +260,7 @@ def test_report_command_shows_expected_vs_observed_and_findings(tmp_path):
     assert any(f["rule"] == "host-transfers" for f in data["findings"])
     r = run("--chip", "h100-sxm", "--json")
     assert json.loads(r.stdout)["chip"] == "h100-sxm"
-    r = run(ROOFLENS_CACHE_DIR=str(tmp_path / "no-calibration"))
+    r = run("--no-calibrate", ROOFLENS_CACHE_DIR=str(tmp_path / "no-calibration"))
     assert r.returncode == 0 and "run `rooflens calibrate` first" in r.stdout
     r = run("--chip", "tpu-v9")
     assert r.returncode == 2 and "unknown chip" in r.stderr

@@ -298,6 +298,29 @@ def run(logdir: str | None, module: str | None, script: str | None, script_args:
     exec_run(module or script, args, logdir, module=module is not None)
 
 
+def _calibrate_first_use() -> None:
+    """No calibration of this CPU yet: measure it once (seconds), with a progress bar on stderr."""
+    from rooflens.hardware import local_chip_path
+
+    if local_chip_path().is_file():
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from rooflens.hardware.calibrate import QUICK, calibrate_once
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=True, highlight=False), transient=False) as progress:
+        task = progress.add_task("rooflens: calibrating this CPU once for the roofline (saved as chip 'local'; "
+                                 "`rooflens calibrate` measures it more closely)", total=QUICK["repeats"])
+        try:
+            path = calibrate_once(progress=lambda done, total: progress.update(task, completed=done))
+        except Exception as e:  # no roofline then; the report says how to get one
+            progress.update(task, description=f"rooflens: calibration failed ({type(e).__name__}: {e})")
+            return
+    click.echo(f"rooflens: calibration saved to {path}", err=True)
+
+
 @cli.command()
 @click.argument("logdir", metavar="LOGDIR|RUN_DIR|TRACE_FILE")
 @click.option("--hlo", "hlo_dir", metavar="DIR", help="HLO text files of the programs (an XLA dump directory), for "
@@ -312,8 +335,13 @@ def run(logdir: str | None, module: str | None, script: str | None, script_args:
 @click.option("--perfetto", "perfetto_path", metavar="FILE",
               help="Write the device ops, with their rooflines, as a Chrome trace for ui.perfetto.dev (.json[.gz]).")
 @click.option("--force", is_flag=True, help="Overwrite existing --html/--out/--perfetto files.")
+@click.option("--include-warmup", is_flag=True, help="Keep each program's compilation and first run in the stats "
+                                                    "(a `rooflens run` profile leaves them out).")
+@click.option("--no-calibrate", is_flag=True, help="On a CPU trace with no calibration yet, do not measure this "
+                                                  "machine (the report then has no roofline comparison).")
 def report(logdir: str, hlo_dir: str | None, chip_name: str | None, top: int, as_json: bool,
-           html_path: str | None, json_path: str | None, perfetto_path: str | None, force: bool) -> None:
+           html_path: str | None, json_path: str | None, perfetto_path: str | None, force: bool,
+           include_warmup: bool = False, no_calibrate: bool = False) -> None:
     """What ran, against its roofline: op stats, expected vs observed, the step, and findings.
 
     Reads a TensorBoard/XProf logdir, one of its run directories, or a single *.xplane.pb /
@@ -327,6 +355,12 @@ def report(logdir: str, hlo_dir: str | None, chip_name: str | None, top: int, as
         if target and Path(target).exists() and not force:
             raise UserError(f"{target} exists; give another {option} path or --force to replace it.")
     prof = load(logdir, hlo_dir=hlo_dir)
+    if include_warmup:
+        from rooflens.trace.warmup import with_warmup
+
+        prof = with_warmup(prof)
+    if chip_name is None and prof.platform == "cpu" and not no_calibrate:
+        _calibrate_first_use()
     try:
         rep = analyze(prof, chip=chip_name)
     except RooflensError as e:

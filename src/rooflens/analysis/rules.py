@@ -219,6 +219,8 @@ def rule_tiny_ops(report) -> list[Finding]:
     ops = [s for s in st.op_stats if not s.name.split(".")[0].endswith("-start")]  # async starts only enqueue
     if report.steps and report.steps.steps:
         per_step = sum(s.occurrences for s in ops) / n_dev / report.steps.steps
+    elif _warmup_info(report):  # a whole run with no step function (ops dispatched one by one): the run
+        per_step = sum(s.occurrences for s in ops) / n_dev
     else:  # no step annotations: each op of the busiest program runs once per execution of it
         main = max(st.by_program_s, key=st.by_program_s.get)
         per_step = sum(1 for s in ops if s.program == main)
@@ -249,27 +251,46 @@ def rule_tiny_ops(report) -> list[Finding]:
 
 def _warmup_info(report) -> dict:
     prof = report.profile
-    return ((prof.metadata or {}).get("warmup") or {}) if prof is not None else {}
+    info = (prof.metadata or {}).get("steady_state") if prof is not None else None
+    return info if isinstance(info, dict) else {}
 
 
 def _idle_units(report):
-    """(DeviceTime, idle s outside warm-up, idle s inside warm-up, remaining gaps [start, end) ns) per
-    unit judged: each device, or each host's CPU as a whole for forced CPU devices. Idle time while
-    the host compiles, or around a program's first run, is warm-up, not a feeding problem."""
-    from rooflens.trace.warmup import idle_outside
+    """(DeviceTime, idle s, idle s inside warm-up, remaining gaps [start, end) ns) per unit judged:
+    each device, or each host's CPU as a whole for forced CPU devices.
+
+    Only the time between program executions is the host's to fill: inside one execution XLA runs
+    the ops by itself (a gap there is the runtime's own scheduling, e.g. a CPU matmul finishing on
+    worker threads the trace does not show). Idle time while the host compiles, or around a
+    program's first run, is warm-up, not a feeding problem."""
+    import numpy as np
+
+    from rooflens.trace.warmup import execution_index, idle_outside
 
     shared = report.platform == "cpu" and report.num_devices > 1
     units = report.stats.hosts if shared else report.stats.devices
-    excluded = _warmup_info(report).get("intervals_ns")
     prof = report.profile
+    if prof is None or not len(prof.table):
+        for d in units:
+            yield d, d.idle_s, 0.0, None
+        return
+    excluded = np.asarray(_warmup_info(report).get("intervals_ns") or [], dtype=float).reshape(-1, 2)
+    t = prof.table
+    runs = execution_index(t)
+    start, end = t.start_ns, t.end_ns
     for d in units:
-        if excluded is None or prof is None:
+        host = t.hosts.index(d.host) if d.host in t.hosts else -1
+        sel = np.flatnonzero(t.host == host if d.device < 0 else (t.host == host) & (t.device == d.device))
+        if not len(sel):
             yield d, d.idle_s, 0.0, None
             continue
-        t = prof.table
-        host = t.hosts.index(d.host) if d.host in t.hosts else -1
-        sel = t.host == host if d.device < 0 else (t.host == host) & (t.device == d.device)
-        idle, inside, gaps = idle_outside(t.start_ns[sel], t.end_ns[sel], excluded)
+        key = ((t.device[sel].astype(np.int64) + 1) << 42) + (t.program[sel].astype(np.int64) << 21) + runs[sel]
+        _, inv = np.unique(key, return_inverse=True)
+        s0 = np.full(inv.max() + 1, np.inf)
+        e0 = np.full(inv.max() + 1, -np.inf)
+        np.minimum.at(s0, inv, start[sel])
+        np.maximum.at(e0, inv, end[sel])
+        idle, inside, gaps = idle_outside(s0, e0, excluded)
         yield d, idle * 1e-9, inside * 1e-9, gaps
 
 
@@ -319,6 +340,7 @@ def rule_idle(report) -> list[Finding]:
 
 
 RECOMPILE_MANY = 3  # this many recompilations in a run traced from its start: high
+TRANSFERS_PER_STEP = 0.75  # implicit transfers in (nearly) every step: medium
 
 
 def rule_in_window(report) -> list[Finding]:
@@ -332,7 +354,9 @@ def rule_in_window(report) -> list[Finding]:
         if whole_run:
             reasons = list(dict.fromkeys(f"{c.get('module', '?')}: {c['reason']}" for c in comps if c.get("reason")))
             title = f"{len(comps)} recompilation(s) of already-compiled functions"
-            severity = "high" if len(comps) >= RECOMPILE_MANY else "medium"
+            # one recompilation (a second call whose input types differ once: weak types, a committed
+            # array) is a second warm-up; churn is a function compiled again and again
+            severity = "high" if len(comps) >= RECOMPILE_MANY else "medium" if len(comps) > 1 else "low"
         else:
             reasons = [m.splitlines()[-1].strip() for m in (w.get("cache_misses") or [])]
             title = f"{len(comps)} compilation(s) inside the measured window"
@@ -350,12 +374,21 @@ def rule_in_window(report) -> list[Finding]:
     info = _warmup_info(report)
     prof = report.profile
     if transfers and times and len(times) == len(transfers) and "offset_ns" in info and prof is not None \
-            and prof.steps:  # only the transfers of the steady state (set-up uploads are not per step)
-        begin = (prof.steps[0][1] - info["offset_ns"]) * 1e-9
+            and "steady_start_ns" in info:  # only the transfers of the steady state (set-up uploads are not per step)
+        begin = (info["steady_start_ns"] - info["offset_ns"]) * 1e-9
         transfers = [x for x, at in zip(transfers, times) if at >= begin]
+    # a Python scalar turned into a device constant (jnp.ones(n), x * 2.0) is not a data transfer
+    # (JAX details only the first of repeated transfers: a repeat is taken to be like the one before it)
+    kept, scalar = [], False
+    for x in transfers:
+        if "(a repeat" not in x:
+            scalar = x.startswith("host-to-device") and "[]" in x.split("dst_sharding")[0]
+        if not scalar:
+            kept.append(x)
+    transfers = kept
     if transfers:
         out.append(Finding(
-            "host-transfers", "medium" if len(transfers) >= steps else "low",
+            "host-transfers", "medium" if len(transfers) >= TRANSFERS_PER_STEP * steps else "low",
             f"{len(transfers)} implicit host↔device transfer(s) inside the window", (), 0.0,
             tuple([f"{len(transfers) / steps:.1f} per step"] + transfers[:2]),
             "NumPy arrays or Python scalars cross to the device each step (or device values are read back), "

@@ -228,3 +228,12 @@ def save(cal: Calibration, path: Path | None = None) -> Path:
     tmp.write_text(to_toml(cal))
     tmp.replace(path)
     return path
+
+
+QUICK = {"repeats": 3, "sizes": (256, 512, 1024), "copy_bytes": 64 << 20}  # ~5–10 s on a laptop CPU
+
+
+def calibrate_once(progress=None) -> Path:
+    """The first-use calibration: a quick measurement of this machine, saved as the chip ``local``
+    (``rooflens calibrate`` measures more sizes and repeats). ``progress(done, total)`` per round."""
+    return save(measure(**QUICK, progress=progress))

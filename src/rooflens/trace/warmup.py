@@ -189,6 +189,8 @@ def _infer_steps(t: EventTable, exec_idx: np.ndarray) -> tuple[str, list[tuple[i
         sel = t.program == code
         if not sel.any() or exec_idx[sel].max() < 1:
             continue
+        if len(np.unique(t.name[sel])) < 2:
+            continue  # one op per run: an op dispatched on its own (jnp outside jit), not a step function
         busy = float(t.dur_ns[sel].sum())
         if busy > best_time:
             best, best_time = code, busy
@@ -261,9 +263,15 @@ def judge(profile):
         if clean and info["excluded"]:
             info["warmup_steps"] = [s[0] for s in steps if s not in clean]
             steps = clean
+        info["steady_start_ns"] = float(steps[0][1])
         assign_steps(steady, steps)
     else:
         main, steps = _infer_steps(steady, steady_idx)
+        if main:  # the steady state begins when the main program's first run ends
+            code = t.programs.index(main)
+            first = warm & (t.program == code)
+            if first.any():
+                info["steady_start_ns"] = float(t.end_ns[first].max())
         if steps:
             assign_steps(steady, steps)
             info["inferred_steps_from"] = main
@@ -272,7 +280,7 @@ def judge(profile):
     if info["excluded"] and programs:
         notes.append(f"warm-up, left out of the stats (--include-warmup keeps it): {warmup_summary(programs)}")
     judged = dataclasses.replace(profile, table=steady, steps=steps, notes=notes,
-                                 metadata={**meta, "warmup": info})
+                                 metadata={**meta, "steady_state": info})
     object.__setattr__(judged, _FULL, profile)
     return judged
 
@@ -284,7 +292,7 @@ def with_warmup(profile):
         return profile
     from rooflens.trace.readers import assign_steps
 
-    info = {**profile.metadata.get("warmup", {}), "excluded": False}
+    info = {**profile.metadata.get("steady_state", {}), "excluded": False}
     info["intervals_ns"] = info.get("compile_intervals_ns", [])  # compiling is still not "idle"
     notes = [*full.notes, "warm-up included (--include-warmup): first runs and the device time spent waiting "
                           "for compilations count in the stats"]
@@ -295,4 +303,4 @@ def with_warmup(profile):
             assign_steps(full.table, steps)
             notes = [n for n in notes if "no step annotations" not in n]
             notes.append(f"no step annotations: the {len(steps)} steps are the executions of {main}, the main program")
-    return dataclasses.replace(full, metadata={**full.metadata, "warmup": info}, notes=notes, steps=steps)
+    return dataclasses.replace(full, metadata={**full.metadata, "steady_state": info}, notes=notes, steps=steps)

@@ -1,0 +1,188 @@
+"""`rooflens run` on real, unmodified scripts (tests/run_scripts/), through the real CLI.
+
+Each script is profiled in a subprocess exactly as a user would (`rooflens run script.py`), on a
+fresh user cache (the first report calibrates this CPU by itself), then read back with
+`rooflens report --json`: pathologies raise their finding, healthy twins raise no medium or high
+alarm and see the devices they see under plain python; exits, signals, chdir, concurrent runs and
+a multi-process jax.distributed job keep their profiles.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+SCRIPTS = Path(__file__).parent / "run_scripts"
+ALARMS = {"idle", "recompilation", "weights-all-gathered", "communication-share", "tiny-ops", "host-transfers"}
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    """The user's environment: no XLA_FLAGS of ours (scripts set their own), a fresh cache."""
+    e = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    e["ROOFLENS_CACHE_DIR"] = str(tmp_path_factory.mktemp("fresh-user-cache"))
+    e["JAX_PLATFORMS"] = "cpu"
+    return e
+
+
+def rooflens(env, *args, stdin=None, cwd=None, timeout=300):
+    return subprocess.run([sys.executable, "-m", "rooflens.cli", *args], capture_output=True, text=True,
+                          env=env, input=stdin, cwd=cwd, timeout=timeout)
+
+
+def profile(env, tmp_path, script, *args):
+    logs = tmp_path / script
+    r = rooflens(env, "run", "--logdir", str(logs), str(SCRIPTS / f"{script}.py"), *args)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rep = rooflens(env, "report", str(logs), "--json")
+    assert rep.returncode == 0, rep.stderr[-3000:]
+    return r, json.loads(rep.stdout), rep.stderr
+
+
+def findings(data, severities=("high", "medium")):
+    return {f["rule"] for f in data["findings"] if f["severity"] in severities}
+
+
+@pytest.fixture(scope="module")
+def healthy(env, tmp_path_factory):
+    """The healthy loop, profiled first: its report is the first use (no calibration yet)."""
+    return profile(env, tmp_path_factory.mktemp("healthy"), "healthy_loop")
+
+
+def test_first_report_calibrates_once_and_judges_the_steady_state(healthy):
+    run, data, err = healthy
+    assert "calibrating this CPU once" in err and "calibration saved" in err
+    assert data["chip"] == "local" and data["comparison"], "a fresh cache still gets the roofline comparison"
+    assert not findings(data) & ALARMS, data["findings"]
+    assert data["steps"]["count"] >= 8  # inferred: the executions of jit_step, its first one left out
+    assert any("executions of jit_step" in n for n in data["notes"])
+    warm = next(n for n in data["notes"] if n.startswith("warm-up"))
+    assert "jit_step" in warm and "compiled in" in warm and "first run" in warm
+    steady = {s["program"]: s["occurrences"] for s in data["op_stats"]}
+    assert any(p.startswith("jit_step") for p in steady)
+    assert "profile written to" in run.stderr and "loss" in run.stdout
+
+
+def test_include_warmup_puts_first_runs_back(env, healthy):
+    _, data, _ = healthy
+    logs = Path(data["path"])
+    full = json.loads(rooflens(env, "report", str(logs), "--json", "--include-warmup").stdout)
+    occ = lambda d: sum(s["occurrences"] for s in d["op_stats"])  # noqa: E731
+    assert occ(full) > occ(data)
+    assert full["metadata"]["steady_state"]["excluded"] is False
+
+
+def test_memory_reads_a_run_logdir(env, healthy):
+    _, data, _ = healthy
+    r = rooflens(env, "memory", data["path"], "--json")
+    assert r.returncode == 0, r.stderr
+    mem = json.loads(r.stdout)
+    names = {p["program"] for p in mem["programs"]}
+    assert "jit_step" in names and mem["peak_bytes"] > 0
+    assert any(p["peak_buffers"] for p in mem["programs"] if p["program"] == "jit_step")
+    assert mem["snapshots"] and mem["snapshots"][0]["total_bytes"] > 0
+
+
+def test_script_that_sets_its_own_xla_flags_gets_its_8_devices(env, tmp_path):
+    plain = subprocess.run([sys.executable, str(SCRIPTS / "healthy_8dev.py")], capture_output=True, text=True,
+                           env=env, timeout=300)
+    run, data, _ = profile(env, tmp_path, "healthy_8dev")
+    assert plain.stdout.strip() == run.stdout.strip() == "devices 8"
+    assert data["num_devices"] == 8 and data["metadata"]["num_devices"] == 8
+    assert not findings(data) & ALARMS, data["findings"]
+
+
+@pytest.mark.parametrize("script,rule", [
+    ("fsdp", "weights-all-gathered"),
+    ("churn", "recompilation"),
+    ("host_stall", "idle"),
+    ("tiny_ops", "tiny-ops"),
+    ("transfers", "host-transfers"),
+])
+def test_pathology_raises_its_finding(env, healthy, tmp_path, script, rule):
+    _, data, _ = profile(env, tmp_path, script)
+    assert rule in findings(data), [(f["rule"], f["severity"], f["title"]) for f in data["findings"]]
+    if script == "churn":
+        f = next(f for f in data["findings"] if f["rule"] == "recompilation")
+        assert f["severity"] == "high" and any("now f32[" in e for e in f["evidence"])
+    if script == "host_stall":  # the sleeps, not the compilations, make the device wait
+        assert data["steps"]["count"] >= 7
+
+
+def test_exit_status_message_and_traceback_are_the_scripts(env, tmp_path):
+    logs = tmp_path / "logs"
+    script = SCRIPTS / "exits.py"
+    for how, status in (("three", 3), ("message", 1), ("raise", 1)):
+        plain = subprocess.run([sys.executable, str(script), how], capture_output=True, text=True, env=env,
+                               input="hello\n", cwd=tmp_path, timeout=300)
+        r = rooflens(env, "run", "--logdir", "logs", str(script), how, stdin="hello\n", cwd=tmp_path)
+        assert plain.returncode == r.returncode == status, r.stderr[-2000:]
+        assert r.stdout == plain.stdout  # same argv, sys.path[0], __main__, __file__, cwd and stdin
+        mine = [ln for ln in r.stderr.splitlines() if not ln.startswith("rooflens: ")]
+        assert mine == plain.stderr.splitlines()  # the message / traceback, without frames of ours
+        said = next(ln for ln in r.stderr.splitlines() if "profile written to" in ln)
+        run_dir = Path(said.split("profile written to ", 1)[1].split(";")[0])
+        assert run_dir.is_absolute() and list(run_dir.glob("*.xplane.pb")), said  # though the script chdir'd
+        meta = json.loads((run_dir / "rooflens.json").read_text())
+        assert meta["exit"]["status"] == status and meta["argv"] == [how]
+    assert "fatal: config missing" in plain.stderr or how != "message"
+    assert len(list((logs / "plugins" / "profile").iterdir())) == 3  # one run directory each
+
+
+def test_ctrl_c_exits_130_and_keeps_the_profile(env, tmp_path):
+    p = subprocess.Popen([sys.executable, "-m", "rooflens.cli", "run", "--logdir", str(tmp_path / "logs"),
+                          str(SCRIPTS / "exits.py"), "sleep"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=env)
+    p.stdin.write("x\n")
+    p.stdin.flush()
+    for line in p.stdout:
+        if line.startswith("sleeping"):
+            break
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 130, err
+    assert "KeyboardInterrupt" in err and "profile written to" in err
+    assert list((tmp_path / "logs").rglob("*.xplane.pb"))
+
+
+def test_bad_command_lines_are_one_sentence(env, tmp_path):
+    for args in (("run", str(tmp_path / "missing.py")), ("run", "-m", "no_such_module_here"), ("run",)):
+        r = rooflens(env, *args)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_concurrent_runs_and_a_distributed_job_keep_every_profile(env, tmp_path):
+    """Two processes of one jax.distributed job under `rooflens run`, and at the same time an
+    unrelated run into the same logdir: three profiles, the job's in one run directory."""
+    logs = tmp_path / "logs"
+    port = _free_port()
+    cmd = [sys.executable, "-m", "rooflens.cli", "run", "--logdir", str(logs)]
+    procs = [subprocess.Popen([*cmd, str(SCRIPTS / "distributed.py"), str(port), "2", str(i)], env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for i in range(2)]
+    time.sleep(0.2)
+    procs.append(subprocess.Popen([*cmd, str(SCRIPTS / "exits.py"), "three"], env=env, text=True,
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+    outs = [p.communicate(timeout=240) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 3], [e[-2000:] for _, e in outs]
+    for i in range(2):
+        assert f"process {i} of 2 sum" in outs[i][0]
+    host = socket.gethostname()
+    files = sorted(f.relative_to(logs / "plugins" / "profile") for f in logs.rglob("*.xplane.pb"))
+    job = [f for f in files if ".process" in f.name]
+    assert sorted(f.name for f in job) == [f"{host}.process0.xplane.pb", f"{host}.process1.xplane.pb"], files
+    assert job[0].parent == job[1].parent  # one run directory for the job
+    assert len(files) == 3 and len({f.parent for f in files}) == 2
+    data = json.loads(rooflens(env, "report", str(logs / "plugins" / "profile" / job[0].parent), "--json").stdout)
+    assert sorted(data["hosts"]) == [f"{host}.process0", f"{host}.process1"]
