@@ -21,6 +21,7 @@ MI300X_STATS = {"device_vendor": "AMD", "clock_rate": 2100000, "core_count": 304
     ("AMD", {**MI300X_STATS, "memory_size": 256 * 2**30}, "mi325x"),  # the same CUs with 256 GiB of HBM3E
     ("AMD", {"device_vendor": "AMD", "core_count": 256, "memory_size": 288 * 2**30, "clock_rate": 2400000}, "mi355x"),
     ("AMD", {"device_vendor": "AMD", "core_count": 256, "memory_size": 288 * 2**30, "clock_rate": 2200000}, "mi350x"),
+    ("AMD", {"device_vendor": "AMD", "core_count": 256, "memory_size": 288 * 2**30}, "mi355x"),  # no clock: flagship
     ("GPU", {"device_vendor": "Nvidia", "core_count": 108, "memory_size": 42_505_273_344}, "a100-sxm-40gb"),
     ("GPU", {"device_vendor": "Nvidia", "core_count": 108, "memory_size": 85_031_714_816}, "a100-sxm"),
     ("GPU", {"device_vendor": "Nvidia", "core_count": 114, "memory_size": 85_031_714_816}, "h100-pcie"),

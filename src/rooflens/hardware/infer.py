@@ -85,10 +85,13 @@ def _gpu_by_stats(vendor: str, stats: Mapping, chips: Mapping[str, Chip]) -> tup
     def distance(c: Chip) -> tuple[float, float]:
         dm = abs(math.log(mem / c.hbm_bytes)) if mem and c.hbm_bytes else 0.0
         dc = abs(math.log(clock_hz / c.peak_clock_hz)) if clock_hz and c.peak_clock_hz else 0.0
-        return round(dm, 3), dc
+        return round(dm, 3), round(dc, 3)
 
-    best = min(cands, key=distance)
-    return best, f"the trace's device properties ({_describe(vendor, cores, mem, clock_hz)})"
+    # equally close (no clock to tell an MI350X from an MI355X): the family's highest-clocked part
+    best = min(cands, key=lambda c: (distance(c), -(c.peak_clock_hz or 0.0), c.name))
+    tied = sorted(c.name for c in cands if c is not best and distance(c) == distance(best))
+    also = f"; equally close: {', '.join(tied)}" if tied else ""
+    return best, f"the trace's device properties ({_describe(vendor, cores, mem, clock_hz)}){also}"
 
 
 def _tpu_by_stats(stats: Mapping, chips: Mapping[str, Chip]) -> tuple[Chip, str] | None:
