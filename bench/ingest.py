@@ -1,28 +1,42 @@
-"""How fast does rooflens read a large trace? Events per second and peak memory.
+"""How fast, and in how much memory, does rooflens read large traces? Against jax's ProfileData.
 
-    python bench/ingest.py [--steps 20] [--layers 8] [--trace FILE] [--repeat 3]
+    python bench/ingest.py [--repeat 3] [--gb 1.0] [--no-gb] [--floor-on-gb] [--xprof-python PY]
 
-Makes (once, cached under bench/.cache/) a real trace of a transformer training step on 8
-virtual CPU devices — 20 steps of an 8-layer model is well over 500k events — or reads the
-``--trace`` you give. Then, each in a fresh process so peak memory is its own:
+Inputs (made once, cached under bench/.cache/):
 
-* ``rooflens``: ``rl.load`` + ``op_stats`` of the ``.xplane.pb`` and of the ``.trace.json.gz``;
-* baseline 1: jax's ``ProfileData`` walking every event and its stats (the floor for any reader
-  built on it);
-* baseline 2: ``xprof``'s HLO op stats on the same file, when xprof is installed (it is never a
-  dependency of rooflens).
+* a real ~0.5 M-event CPU trace: 30 steps of an 8-layer transformer on 8 virtual CPU devices
+  (``rl.capture``), its ``.xplane.pb`` and ``.trace.json.gz``;
+* a ≥ 2 M-event XSpace: that file five times over (a concatenated XSpace is valid protobuf: its
+  planes repeat, and rooflens merges them), and a ≥ 2 M-event Chrome JSON (the trace's events
+  four times over, shifted in time);
+* a ≥ 1 GB XSpace, the same way (``--gb``; ``--no-gb`` skips it).
 
-Prints events/s, ratios against the baselines, and peak RSS.
+Each measurement runs in a fresh process (wall time and peak RSS are its own, from ``wait4``):
+
+* ``report --json``: the whole ``rooflens report FILE --json`` command, imports included, no cache;
+* ``report, cached``: the same command again, reading the columnar cache the first one wrote;
+* ``decode``: the reader alone (events/s over every event in the file), imports excluded;
+* ``ProfileData walk``: a bare Python loop over jax's ``ProfileData`` events and stats, the floor of
+  any reader built on it (whole process, and the loop alone); skipped on the 1 GB file unless
+  ``--floor-on-gb`` (it needs ~11 bytes of RAM per byte of file);
+* ``xprof hlo_stats``: XProf's own converter, when ``--xprof-python`` names a Python with xprof
+  (never a dependency of rooflens).
+
+Prints seconds, events/s, peak RSS, and each row's time against the ProfileData walk's.
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
+import time
 from pathlib import Path
 
 CACHE = Path(__file__).resolve().parent / ".cache"
@@ -42,114 +56,183 @@ MAKE = textwrap.dedent("""
     print(prof.sources[0])
 """)
 
-MEASURE = textwrap.dedent("""
-    import json, resource, sys, time
-    what, path = sys.argv[1], sys.argv[2]
+# Each prints one JSON line: {"seconds": inner time, "events": n}
+DECODE = textwrap.dedent("""
+    import json, sys, time
+    from pathlib import Path
+    from rooflens.trace.readers import read_chrome, read_xspace
+    path = Path(sys.argv[1])
+    reader = read_xspace if path.name.endswith(".xplane.pb") else read_chrome
     t0 = time.perf_counter()
-    if what == "rooflens":
-        import rooflens as rl
-        t0 = time.perf_counter()
-        prof = rl.load(path)
-        stats = rl.trace.op_stats(prof)
-        n_ops = len(prof.table)
-    elif what == "profiledata":
-        from jax.profiler import ProfileData
-        t0 = time.perf_counter()
-        pd = ProfileData.from_file(path)
-        n_ops = 0
-        for plane in pd.planes:
-            for line in plane.lines:
-                for e in line.events:
-                    e.name, e.start_ns, e.duration_ns, list(e.stats)
-                    n_ops += 1
-    elif what == "xprof":
-        import os, shutil, tempfile
-        from xprof.convert import raw_to_tool_data
-        # xprof writes a cache file (ALL_HOSTS.op_stats_v2.pb) beside the trace: give it a copy
-        tmp = tempfile.mkdtemp()
-        copy = os.path.join(tmp, os.path.basename(path))
-        shutil.copy(path, copy)
-        t0 = time.perf_counter()
-        data, _ = raw_to_tool_data.xspace_to_tool_data([copy], "hlo_stats", {"use_saved_result": False})
-        dt = time.perf_counter() - t0
-        shutil.rmtree(tmp)
-        rows = json.loads(data).get("rows", []) if data else []
-        n_ops = len(rows)  # HLO ops in xprof's table (0 on CPU traces: NO_DATA)
-        print(json.dumps({"seconds": dt, "op_events": n_ops,
-                          "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
-        sys.exit(0)
+    raw = reader(path)
+    print(json.dumps({"seconds": time.perf_counter() - t0, "events": raw.events_total}))
+""")
+
+WALK = textwrap.dedent("""
+    import json, sys, time
+    from jax.profiler import ProfileData
+    t0 = time.perf_counter()
+    n = 0
+    for plane in ProfileData.from_file(sys.argv[1]).planes:
+        for line in plane.lines:
+            for e in line.events:
+                e.name, e.start_ns, e.duration_ns, list(e.stats)
+                n += 1
+    print(json.dumps({"seconds": time.perf_counter() - t0, "events": n}))
+""")
+
+XPROF = textwrap.dedent("""
+    import json, os, shutil, sys, tempfile, time
+    from xprof.convert import raw_to_tool_data
+    tmp = tempfile.mkdtemp()  # xprof writes a cache file beside the trace: give it a copy
+    copy = os.path.join(tmp, os.path.basename(sys.argv[1]))
+    shutil.copy(sys.argv[1], copy)
+    t0 = time.perf_counter()
+    data, _ = raw_to_tool_data.xspace_to_tool_data([copy], "hlo_stats", {"use_saved_result": False})
     dt = time.perf_counter() - t0
-    print(json.dumps({"seconds": dt, "op_events": n_ops,
-                      "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
+    shutil.rmtree(tmp)
+    rows = json.loads(data).get("rows", []) if data else []
+    print(json.dumps({"seconds": dt, "events": len(rows)}))
 """)
 
 
-def count_events(xplane: Path) -> int:
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent("""
-        import sys
-        from jax.profiler import ProfileData
-        pd = ProfileData.from_file(sys.argv[1])
-        print(sum(sum(1 for _ in l.events) for p in pd.planes for l in p.lines))
-    """), str(xplane)], capture_output=True, text=True, check=True)
-    return int(out.stdout.strip())
-
-
-def measure(what: str, path: Path, python: str = sys.executable) -> dict | None:
-    r = subprocess.run([python, "-c", MEASURE, what, str(path)], capture_output=True, text=True)
-    if r.returncode != 0:
+def child(argv: list[str], env: dict | None = None) -> dict | None:
+    """Run a process; its wall time, peak RSS (from wait4) and the JSON it printed last, if any."""
+    t0 = time.perf_counter()
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env={**os.environ, **(env or {})})
+    out = p.stdout.read()
+    _, status, usage = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - t0
+    p.returncode = os.waitstatus_to_exitcode(status)
+    if p.returncode != 0:
         return None
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    inner = {}
+    lines = out.decode(errors="replace").strip().splitlines()
+    if lines and lines[-1].startswith("{") and lines[-1].endswith("}"):
+        try:
+            inner = json.loads(lines[-1])
+        except ValueError:
+            inner = {}
+    return {"wall": wall, "rss": usage.ru_maxrss * 1024, **inner}
+
+
+def best(argv: list[str], repeat: int, env: dict | None = None, before=None) -> dict | None:
+    out = None
+    for _ in range(repeat):
+        if before:
+            before()
+        r = child(argv, env)
+        if r is None:
+            return None
+        out = r if out is None or r["wall"] < out["wall"] else out
+    return out
+
+
+def make_inputs(args) -> dict[str, Path]:
+    logdir = CACHE / "transformer_8l_30s"
+    found = sorted(logdir.rglob("*.xplane.pb"))
+    if not found:
+        print("making a trace: 30 steps of an 8-layer transformer on 8 CPU devices …", flush=True)
+        subprocess.run([sys.executable, "-c", MAKE, "30", "8", str(logdir)], check=True,
+                       env={**os.environ, "PYTHONWARNINGS": "ignore"})
+        found = sorted(logdir.rglob("*.xplane.pb"))
+    xplane = found[-1]
+    inputs = {"0.5M xplane": xplane, "0.5M trace.json.gz": xplane.with_name(xplane.name.replace(".xplane.pb",
+                                                                                                 ".trace.json.gz"))}
+    big = CACHE / "big"
+    big.mkdir(exist_ok=True)
+    x5 = big / "x5.xplane.pb"
+    if not x5.exists():
+        _repeat_file(xplane, x5, 5)
+    inputs["2.5M xplane (x5)"] = x5
+    j4 = big / "x4.trace.json.gz"
+    if not j4.exists():
+        _repeat_json(inputs["0.5M trace.json.gz"], j4, 4)
+    inputs["2M trace.json.gz (x4)"] = j4
+    if not args.no_gb:
+        n = max(1, int(args.gb * 1e9 / xplane.stat().st_size + 0.999))
+        gb = big / f"x{n}.xplane.pb"
+        if not gb.exists():
+            _repeat_file(xplane, gb, n)
+        inputs[f"{gb.stat().st_size / 1e9:.2f} GB xplane (x{n})"] = gb
+    return inputs
+
+
+def _repeat_file(src: Path, dst: Path, n: int) -> None:
+    data = src.read_bytes()
+    with dst.open("wb") as fh:
+        for _ in range(n):
+            fh.write(data)
+
+
+def _repeat_json(src: Path, dst: Path, n: int) -> None:
+    import orjson
+
+    doc = orjson.loads(gzip.decompress(src.read_bytes()))
+    events = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
+    meta = [e for e in doc["traceEvents"] if e.get("ph") != "X"]
+    span = max(e["ts"] + e.get("dur", 0) for e in events) - min(e["ts"] for e in events)
+    out = list(meta)
+    for k in range(n):
+        out += [{**e, "ts": e["ts"] + k * span} for e in events]
+    dst.write_bytes(gzip.compress(orjson.dumps({**doc, "traceEvents": out}), compresslevel=1))
+
+
+def count_events(path: Path) -> int:
+    r = child([sys.executable, "-c", DECODE, str(path)])
+    return r["events"] if r else 0
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--layers", type=int, default=8)
-    ap.add_argument("--trace", type=Path, help="an existing *.xplane.pb to read instead")
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--xprof-python", default=sys.executable,
-                    help="a Python that has xprof installed (e.g. a separate venv), for the baseline")
+    ap.add_argument("--gb", type=float, default=1.0, help="size of the large XSpace, in GB")
+    ap.add_argument("--no-gb", action="store_true", help="skip the large XSpace")
+    ap.add_argument("--floor-on-gb", action="store_true", help="also walk the large XSpace with ProfileData")
+    ap.add_argument("--xprof-python", help="a Python that has xprof installed (e.g. a separate venv)")
     args = ap.parse_args()
-    if args.trace:
-        xplane = args.trace
-    else:
-        logdir = CACHE / f"transformer_{args.layers}l_{args.steps}s"
-        found = sorted(logdir.rglob("*.xplane.pb"))
-        if not found:
-            print(f"making a trace: {args.steps} steps of a {args.layers}-layer transformer on 8 CPU devices …")
-            subprocess.run([sys.executable, "-c", MAKE, str(args.steps), str(args.layers), str(logdir)], check=True,
-                           env={**os.environ, "PYTHONWARNINGS": "ignore"})
-            found = sorted(logdir.rglob("*.xplane.pb"))
-        xplane = found[-1]
-    chrome = Path(str(xplane).replace(".xplane.pb", ".trace.json.gz"))
-    n = count_events(xplane)
-    print(f"{xplane} ({xplane.stat().st_size / 1e6:.1f} MB, {n:,} events in all)\n")
-    rows = [("rooflens, xplane.pb", "rooflens", xplane), ("rooflens, trace.json.gz", "rooflens", chrome),
-            ("ProfileData walk (floor)", "profiledata", xplane), ("xprof hlo_stats (baseline)", "xprof", xplane)]
-    results = {}
-    what_of = {label: what for label, what, _ in rows}
-    for label, what, path in rows:
-        if not path.exists():
-            continue
-        best = None
-        for _ in range(args.repeat):
-            r = measure(what, path, args.xprof_python if what == "xprof" else sys.executable)
+    inputs = make_inputs(args)
+    rooflens = [sys.executable, "-m", "rooflens.cli", "report"]
+    nocache = {"ROOFLENS_NO_CACHE": "1"}
+    print(f"{'input':26} {'reader':22} {'seconds':>8} {'events/s':>12} {'peak RSS':>9} {'vs walk':>8}")
+    for label, path in inputs.items():
+        n = count_events(path)
+        gb = path.stat().st_size > 5e8
+        rows = {}
+        rows["report --json"] = best([*rooflens, str(path), "--json", "--no-calibrate"], args.repeat, nocache)
+
+        def fresh_cache(p=path):
+            shutil.rmtree(p.parent / ".rooflens-cache", ignore_errors=True)
+
+        fresh_cache()
+        child([*rooflens, str(path), "--json", "--no-calibrate"])  # writes the cache
+        rows["report, cached"] = best([*rooflens, str(path), "--json", "--no-calibrate"], args.repeat)
+        rows["decode alone"] = best([sys.executable, "-c", DECODE, str(path)], args.repeat)
+        if path.name.endswith(".xplane.pb") and (not gb or args.floor_on_gb):
+            rows["ProfileData walk"] = best([sys.executable, "-c", WALK, str(path)], args.repeat)
+        if args.xprof_python and path.name.endswith(".xplane.pb") and not gb:
+            rows["xprof hlo_stats"] = best([args.xprof_python, "-c", XPROF, str(path)], 1)
+        walk = rows.get("ProfileData walk")
+        print(f"{label}: {path.stat().st_size / 1e6:,.0f} MB, {n:,} events")
+        for what, r in rows.items():
             if r is None:
-                break
-            best = r if best is None or r["seconds"] < best["seconds"] else best
-        results[label] = best
-    base = results.get("ProfileData walk (floor)")
-    print(f"{'reader':28} {'seconds':>8} {'events/s':>12} {'vs floor':>9} {'peak RSS':>10}")
-    for label, r in results.items():
-        if r is None:
-            print(f"{label:28} {'not available':>8}")
-            continue
-        ratio = f"{base['seconds'] / r['seconds']:.2f}×" if base else ""
-        rows = f"   ({r['op_events']:,} HLO op rows)" if what_of[label] == "xprof" else ""
-        print(f"{label:28} {r['seconds']:8.2f} {n / r['seconds']:12,.0f} {ratio:>9} {r['peak_rss_bytes'] / 1e6:8.0f} MB"
-              f"{rows}")
+                print(f"{'':26} {what:22} {'failed / not available':>30}")
+                continue
+            secs = r.get("seconds", r["wall"]) if what in ("decode alone", "xprof hlo_stats") else r["wall"]
+            ratio = f"{secs / walk['wall']:.2f}x" if walk else ""
+            extra = ""
+            if what == "ProfileData walk":
+                extra = f"   (loop alone {r['seconds']:.2f} s)"
+            if what == "xprof hlo_stats":
+                extra = f"   ({r['events']} HLO op rows)"
+            print(f"{'':26} {what:22} {secs:8.2f} {n / secs:12,.0f} {r['rss'] / 1e6:7.0f} MB {ratio:>8}{extra}")
+        fresh_cache()
+    print("\n'vs walk': the row's seconds over the ProfileData walk's whole process, same file, same run "
+          "(decode alone excludes its imports; the walk's figure includes jax's).")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ.setdefault("ROOFLENS_CACHE_DIR", tmp)  # the user's own cache is neither read nor written
+        sys.exit(main())

@@ -222,7 +222,6 @@ def test_chrome_stream_handles_events_split_across_chunks(tmp_path, monkeypatch)
     path = fixture_path("gpu_amd", "tracelens_mi300x_jax08_gemm.DERIVED.trace.json.gz")
     whole = read_chrome(path)
     monkeypatch.setattr(chrome, "READ_BYTES", 97)
-    monkeypatch.setattr(chrome, "BATCH_BYTES", 301)
     pieces = read_chrome(path)
     assert len(pieces.table) == len(whole.table) and pieces.events_total == whole.events_total
     assert np.array_equal(pieces.table.dur_ps, whole.table.dur_ps)

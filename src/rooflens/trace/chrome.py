@@ -1,9 +1,10 @@
 """Chrome trace JSON (``*.trace.json.gz``, as ``jax.profiler`` and rooflens's Perfetto export write it).
 
 Streamed, not loaded whole: the (gzipped) file is inflated in chunks, a compiled scan splits the
-``traceEvents`` array into its elements as they arrive, and each batch of elements is parsed by
-orjson. Only the fields the analysis reads are kept, as columns; event names are interned, so
-memory holds one batch of parsed events at a time, never the document.
+``traceEvents`` array into its elements as they arrive, and a second compiled scan
+(:mod:`rooflens.trace.jsonscan`) reads the fields the analysis uses straight into columns, with
+strings interned. Only metadata events (process and thread names) and one event per op that
+carries the trace's own stats are parsed as Python objects (orjson).
 
 Layout read: ``ph: "M"`` events name processes (``/device:TPU:0``, ``/host:CPU``) and threads
 (``XLA Ops``, ``python``, ``tf_XLAEigen/…``); ``ph: "X"`` events are spans with ``ts``/``dur``
@@ -22,9 +23,9 @@ import orjson
 from numba import njit
 
 from rooflens.errors import RooflensError
+from rooflens.trace import jsonscan as J
 
 READ_BYTES = 8 << 20  # compressed bytes per read
-BATCH_BYTES = 32 << 20  # JSON text per orjson call
 
 
 @njit(cache=True)
@@ -73,89 +74,131 @@ def split_elements(buf, start, state, out):
 
 
 class _Columns:
-    """The kept fields of X events, as lists of numbers and interned-string codes."""
-
-    CODES = ("pid", "tid", "name", "hlo_op", "hlo_module", "long_name", "program_id")  # interned strings
-    NUMBERS = ("ts", "dur", "device_ordinal", "step_num", "device_offset_ps", "device_duration_ps")
+    """The kept fields of X events, as numpy columns (see :mod:`rooflens.trace.jsonscan`), the
+    processes' and threads' names, and the trace's own stats of one event per (process, name)."""
 
     def __init__(self) -> None:
-        self.words: dict = {}
-        self.cols: dict[str, list] = {k: [] for k in (*self.CODES, *self.NUMBERS)}
-        self.op_meta: dict[tuple[int, int], dict] = {}  # (pid code, name code) → the trace's own stats
-        self.processes: dict = {}
-        self.threads: dict = {}
+        self.ints: list[np.ndarray] = []
+        self.floats: list[np.ndarray] = []
+        self.op_meta: dict[tuple[int, int], dict] = {}  # (pid code, name code) → the event's args
+        self.processes: dict[int, str] = {}
+        self.threads: dict[tuple[int, int], str] = {}
         self.count = 0
+        self.tkeys, self.tcodes = np.zeros(1 << 14, np.int64), np.zeros(1 << 14, np.int32)
+        self.strs = np.empty((1 << 13, 2), np.int64)
+        self.nstr = np.zeros(1, np.int64)
+        self.arena = np.empty(1 << 20, np.uint8)
+        self.used = np.zeros(1, np.int64)
+        self.keys, self.bounds = J.key_table()
+        self.extra: dict[str, int] = {}  # words met only in metadata events (process/thread ids)
+        self._words: list[str] | None = None
+
+    @property
+    def words(self) -> list[str]:
+        """Every interned token, decoded (strings unquoted, numbers as text), by code."""
+        if self._words is None or len(self._words) != int(self.nstr[0]) + len(self.extra):
+            out = []
+            for s, e in self.strs[:int(self.nstr[0])].tolist():
+                raw = bytes(self.arena[s:e])
+                try:
+                    v = orjson.loads(raw)
+                except orjson.JSONDecodeError:
+                    v = raw.decode("utf-8", "replace")
+                out.append(v if isinstance(v, str) else str(v))
+            self._words = out + list(self.extra)
+        return self._words
 
     def code(self, w) -> int:
-        if w is None:
-            return -1
-        return self.words.setdefault(w if isinstance(w, str) else str(w), len(self.words))
+        """The code of a word met in a metadata event (a pid, a tid)."""
+        w = w if isinstance(w, str) else str(w)
+        words = self.words
+        index = {x: k for k, x in enumerate(words)} if not hasattr(self, "_index") or len(self._index) != len(
+            words) else self._index
+        self._index = index
+        if w not in index:
+            self.extra[w] = len(words)
+            index[w] = len(words)
+            self._words = None
+        return index[w]
 
-    def add(self, events: list, path: Path, first: int) -> None:
-        c = self.cols
-        code = self.code
-        for e in events:
-            if type(e) is not dict:
+    def add(self, data: bytes, buf: np.ndarray, spans: np.ndarray, path: Path) -> None:
+        """The events at ``spans`` of ``data``."""
+        n = len(spans)
+        self.count += n
+        ints = np.empty((J.N_INT, n), np.int64)
+        floats = np.empty((2, n), np.float64)
+        err = np.zeros(2, np.int64)
+        first, rows = 0, 0
+        while True:
+            status, first, rows = J.scan_events(buf, spans, first, self.keys, self.bounds, J.CODE_COL, J.INT_COL,
+                                                ints, floats, rows, self.tkeys, self.tcodes, self.strs, self.nstr,
+                                                self.arena, self.used, err)
+            if status == J.DONE:
+                break
+            if status == J.ARENA_FULL:
+                self._grow()
                 continue
-            ph = e.get("ph")
-            if ph == "M":
-                args = e.get("args")
-                name = args.get("name") if type(args) is dict else None
-                if e.get("name") == "process_name":
-                    self.processes[code(e.get("pid"))] = str(name)
-                elif e.get("name") == "thread_name":
-                    self.threads[(code(e.get("pid")), code(e.get("tid")))] = str(name)
-                continue
-            if ph != "X":
-                continue
-            args = e.get("args")
-            if type(args) is not dict:
-                args = {}
-            pid = code(e.get("pid"))
-            name = code(e.get("name", ""))
-            c["pid"].append(pid)
-            c["tid"].append(code(e.get("tid")))
-            c["name"].append(name)
-            c["ts"].append(e.get("ts", 0))
-            c["dur"].append(e.get("dur", 0))
-            c["hlo_op"].append(code(args.get("hlo_op")))
-            c["hlo_module"].append(code(args.get("hlo_module")))
-            c["long_name"].append(code(args.get("long_name")))
-            c["program_id"].append(code(args.get("program_id")))
-            c["device_ordinal"].append(args.get("device_ordinal", -1))
-            c["step_num"].append(args.get("step_num", -1))
-            c["device_offset_ps"].append(args.get("device_offset_ps", -1))
-            c["device_duration_ps"].append(args.get("device_duration_ps", -1))
-            if ("hlo_category" in args or "tf_op" in args) and (pid, name) not in self.op_meta:
-                self.op_meta[(pid, name)] = args
-        self.count += len(events)
+            token = data[int(err[0]):int(err[0]) + 40].split(b",")[0].decode("utf-8", "replace")
+            if status == J.NOT_A_NUMBER:
+                raise RooflensError(f"{path}: a trace event has {J.KEYS[int(err[1])]!r} = {token}, which is not a "
+                                    "number; it is not a Chrome trace rooflens can read.")
+            raise RooflensError(f"{path} is not a Chrome trace: its events are not valid JSON (near {token!r}).")
+        ph = ints[J.I_PH]
+        for k in np.flatnonzero(ph == ord("M")).tolist():
+            self._metadata_event(data[int(ints[J.I_START, k]):int(ints[J.I_END, k])], path)
+        meta = np.flatnonzero((ph == ord("X")) & (ints[J.I_META] == 1))
+        if len(meta):
+            pairs = ints[J.I_PID, meta] * (1 << 32) + ints[J.I_NAME, meta]
+            _, first_rows = np.unique(pairs, return_index=True)
+            for k in meta[first_rows].tolist():
+                key = (int(ints[J.I_PID, k]), int(ints[J.I_NAME, k]))
+                if key not in self.op_meta:
+                    ev = _loads(data[int(ints[J.I_START, k]):int(ints[J.I_END, k])], path)
+                    self.op_meta[key] = ev.get("args") if isinstance(ev, dict) and isinstance(ev.get("args"),
+                                                                                              dict) else {}
+        x = ph == ord("X")
+        self.ints.append(ints[:, x])
+        self.floats.append(floats[:, x])
+
+    def _metadata_event(self, text: bytes, path: Path) -> None:
+        e = _loads(text, path)
+        if not isinstance(e, dict):
+            return
+        args = e.get("args")
+        name = args.get("name") if isinstance(args, dict) else None
+        if e.get("name") == "process_name":
+            self.processes[self.code(e.get("pid"))] = str(name)
+        elif e.get("name") == "thread_name":
+            self.threads[(self.code(e.get("pid")), self.code(e.get("tid")))] = str(name)
+
+    def _grow(self) -> None:
+        from rooflens.trace.wire import rehash
+
+        if 2 * (self.nstr[0] + 1) > len(self.tkeys):
+            self.tkeys, self.tcodes = rehash(self.tkeys, self.tcodes, len(self.tkeys) * 2)
+        if self.nstr[0] >= len(self.strs):
+            self.strs = np.concatenate([self.strs, np.empty_like(self.strs)])
+        self.arena = np.concatenate([self.arena, np.empty_like(self.arena)])
 
     def arrays(self, path: Path) -> dict[str, np.ndarray]:
-        out = {}
-        for k, v in self.cols.items():
-            dtype = np.float64 if k in ("ts", "dur") else np.int64  # numbers may come as strings: "12"
-            try:
-                out[k] = np.asarray(v, dtype=dtype) if v else np.zeros(0, dtype)
-            except (TypeError, ValueError, OverflowError):
-                bad = next(i for i, x in enumerate(v) if not _is_number(x, dtype))
-                raise RooflensError(f"{path}: a trace event has {k!r} = {_short(v[bad])}, which is not a number; "
-                                    "it is not a Chrome trace rooflens can read.") from None
-        if np.isnan(out["ts"]).any() or np.isinf(out["ts"]).any():
+        ints = np.concatenate(self.ints, axis=1) if self.ints else np.zeros((J.N_INT, 0), np.int64)
+        floats = np.concatenate(self.floats, axis=1) if self.floats else np.zeros((2, 0))
+        cols = {"ts": floats[J.F_TS], "dur": floats[J.F_DUR]}
+        for name, i in (("pid", J.I_PID), ("tid", J.I_TID), ("name", J.I_NAME), ("hlo_op", J.I_HLO_OP),
+                        ("hlo_module", J.I_HLO_MODULE), ("long_name", J.I_LONG_NAME), ("program_id", J.I_PROGRAM_ID),
+                        ("device_ordinal", J.I_DEVICE_ORDINAL), ("step_num", J.I_STEP_NUM),
+                        ("device_offset_ps", J.I_DEVICE_OFFSET_PS), ("device_duration_ps", J.I_DEVICE_DURATION_PS)):
+            cols[name] = ints[i]
+        if not np.isfinite(cols["ts"]).all():
             raise RooflensError(f"{path}: a trace event's 'ts' is not a finite number.")
-        return out
+        return cols
 
 
-def _is_number(x, dtype) -> bool:
+def _loads(text: bytes, path: Path):
     try:
-        np.asarray([x], dtype=dtype)
-        return not isinstance(x, str | bytes)
-    except (TypeError, ValueError, OverflowError):
-        return False
-
-
-def _short(v) -> str:
-    r = repr(v)
-    return r if len(r) <= 40 else r[:37] + "…"
+        return orjson.loads(text)
+    except orjson.JSONDecodeError as e:
+        raise RooflensError(f"{path} is not a Chrome trace: its events are not valid JSON ({str(e)[:80]}).") from None
 
 
 def _chunks(path: Path):
@@ -200,27 +243,15 @@ def read_events(path: Path, progress=None) -> _Columns:
         data = pending + chunk if pending else chunk
         if not seen_any and data.strip():
             seen_any = True
-            first = data.lstrip()[:1]
-            if first not in (b"{", b"["):
+            if data.lstrip()[:1] not in (b"{", b"["):
                 raise RooflensError(f"{path} is not a Chrome trace (it is not JSON, or it is cut short).")
-        pos = len(pending) if pending and state[4] >= 0 else 0
+        pos = len(pending) if pending else 0
         buf = np.frombuffer(data, np.uint8)
-        keep_from = len(data)
-        batch_start = -1
-        batch_end = 0
-        while True:
+        while pos < len(data):
             n, pos = split_elements(buf, pos, state, out)
             if n:
-                if batch_start < 0:
-                    batch_start = int(out[0, 0])
-                batch_end = int(out[n - 1, 1])
-                if batch_end - batch_start >= BATCH_BYTES:
-                    _parse(cols, data[batch_start:batch_end], path)
-                    batch_start = -1
-            if pos >= len(data):
-                break
-        if batch_start >= 0:
-            _parse(cols, data[batch_start:batch_end], path)
+                cols.add(data, buf, out[:n], path)
+        keep_from = len(data)
         if state[4] >= 0:  # an element continues into the next chunk
             keep_from = int(state[4])
             state[4] = 0
@@ -234,11 +265,3 @@ def read_events(path: Path, progress=None) -> _Columns:
             raise RooflensError(f"{path} is JSON but not a Chrome trace (no traceEvents).")
         raise RooflensError(f"{path} is not a Chrome trace (it is not JSON, or it is cut short).")
     return cols
-
-
-def _parse(cols: _Columns, text: bytes, path: Path) -> None:
-    try:
-        events = orjson.loads(b"[" + text + b"]")
-    except orjson.JSONDecodeError as e:
-        raise RooflensError(f"{path} is not a Chrome trace: its events are not valid JSON ({str(e)[:80]}).") from None
-    cols.add(events, path, cols.count)
