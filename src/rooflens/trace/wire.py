@@ -335,8 +335,8 @@ def _stat_slot(sm_ids, lo, hi, sid):
 
 @njit(cache=True)
 def decode_events(buf, lines, state, budget_bytes, long_ps, sm_ids, sm_col, sm_name, plane_sm,
-                  cols, tkeys, tcodes, strs, nstr, err):
-    """Decode the events of ``lines`` into ``cols``, resumably.
+                  rows, tkeys, tcodes, strs, nstr, err):
+    """Decode the events of ``lines`` into ``rows`` (int64 [capacity, N_COLS]), resumably.
 
     ``lines`` rows: (start, end, plane, flags, base_ps). ``state`` = [line index,
     position in it (0: from the start), rows written, events seen]. Returns DONE, BUDGET (after
@@ -349,7 +349,7 @@ def decode_events(buf, lines, state, budget_bytes, long_ps, sm_ids, sm_col, sm_n
     li = state[0]
     n = state[2]
     seen = state[3]
-    cap = cols.shape[1]
+    cap = rows.shape[0]
     spent = 0
     while li < lines.shape[0]:
         start, end, plane, flags = lines[li, 0], lines[li, 1], lines[li, 2], lines[li, 3]
@@ -488,12 +488,13 @@ def decode_events(buf, lines, state, budget_bytes, long_ps, sm_ids, sm_col, sm_n
                 keep = dur >= long_ps
             if not keep:
                 continue
-            cols[COL_LINE, n] = li
-            cols[COL_META, n] = meta
-            cols[COL_START_PS, n] = base_ps + off
-            cols[COL_DUR_PS, n] = dur
+            row = rows[n]  # one event's values side by side: one write stream, not one per column
+            row[COL_LINE] = li
+            row[COL_META] = meta
+            row[COL_START_PS] = base_ps + off
+            row[COL_DUR_PS] = dur
             for j in range(len(STAT_NAMES)):
-                cols[STAT_BASE + j, n] = vals[j]
+                row[STAT_BASE + j] = vals[j]
             n += 1
         spent += end - seg
         state[1] = 0

@@ -252,23 +252,23 @@ def decode(path: str | Path, progress: Callable[[int, int], None] | None = None)
     sm_ids, sm_col, sm_name, plane_sm = _stat_tables(planes)
     total = max(int((lines[:, 1] - lines[:, 0]).sum()) if len(lines) else 0, 1)
     cap = max(1024, int(heads[keep, 7].sum()) // 4 if len(keep) else 1024)
-    cols = np.empty((W.N_COLS, cap), np.int64)
+    rows = np.empty((cap, W.N_COLS), np.int64)
     tkeys, tcodes = np.zeros(1 << 12, np.int64), np.zeros(1 << 12, np.int32)
     strs = np.empty((1 << 11, 2), np.int64)
     nstr = np.zeros(1, np.int64)
     state = np.zeros(4, np.int64)
     while True:
         status = W.decode_events(buf, lines, state, CHUNK_BYTES, HOST_EVENT_MIN_PS, sm_ids, sm_col, sm_name,
-                                 plane_sm, cols, tkeys, tcodes, strs, nstr, err)
+                                 plane_sm, rows, tkeys, tcodes, strs, nstr, err)
         if status == W.FAILED:
             li = int(state[0])
             where = (f"line {line_names[line_index[li]]!r} of plane {planes[int(lines[li, 2])].name!r}"
                      if li < len(lines) else "an event")
             _check(-1, err, path, where)
         if status == W.OUT_FULL:
-            grown = np.empty((W.N_COLS, cols.shape[1] * 2), np.int64)
-            grown[:, :state[2]] = cols[:, :state[2]]
-            cols = grown
+            grown = np.empty((len(rows) * 2, W.N_COLS), np.int64)
+            grown[:state[2]] = rows[:state[2]]
+            rows = grown
         elif status == W.TABLE_FULL:
             if 2 * (nstr[0] + 1) > len(tkeys):
                 tkeys, tcodes = W.rehash(tkeys, tcodes, len(tkeys) * 2)
@@ -282,7 +282,8 @@ def decode(path: str | Path, progress: Callable[[int, int], None] | None = None)
             if status == W.DONE:
                 break
     n = int(state[2])
-    cols = cols[:, :n].copy()
+    cols = np.ascontiguousarray(rows[:n].T)  # columns from here on
+    del rows
     cols[W.COL_LINE] = line_index[cols[W.COL_LINE]] if n else cols[W.COL_LINE]
     strings = [bytes(buf[s:e]).decode("utf-8", "replace") for s, e in strs[:int(nstr[0])]]
     return XSpaceColumns(str(path), planes, line_plane_a, line_names, cols, strings, origin_ns,
