@@ -25,7 +25,7 @@ from numba import njit
 from rooflens.errors import RooflensError
 from rooflens.trace import jsonscan as J
 
-READ_BYTES = 8 << 20  # compressed bytes per read
+READ_BYTES = 1 << 20  # compressed bytes per read (~10-20 MB of text)
 
 
 @njit(cache=True)
@@ -90,36 +90,45 @@ class _Columns:
         self.arena = np.empty(1 << 20, np.uint8)
         self.used = np.zeros(1, np.int64)
         self.keys, self.bounds = J.key_table()
-        self.extra: dict[str, int] = {}  # words met only in metadata events (process/thread ids)
-        self._words: list[str] | None = None
+        self._tokens: list[str] = []
+        self._meta_words: dict[str, int] = {}  # words of metadata events (process/thread ids), by their own code
+        self.extra: dict[str, int] = {}
 
     @property
     def words(self) -> list[str]:
-        """Every interned token, decoded (strings unquoted, numbers as text), by code."""
-        if self._words is None or len(self._words) != int(self.nstr[0]) + len(self.extra):
-            out = []
-            for s, e in self.strs[:int(self.nstr[0])].tolist():
-                raw = bytes(self.arena[s:e])
-                try:
-                    v = orjson.loads(raw)
-                except orjson.JSONDecodeError:
-                    v = raw.decode("utf-8", "replace")
-                out.append(v if isinstance(v, str) else str(v))
-            self._words = out + list(self.extra)
-        return self._words
+        """Every word by code: the interned tokens decoded (strings unquoted, numbers as text), then
+        the words met only in metadata events. Decoded incrementally, each token once."""
+        n = int(self.nstr[0])
+        while len(self._tokens) < n:
+            s, e = self.strs[len(self._tokens)]
+            raw = bytes(self.arena[s:e])
+            try:
+                v = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                v = raw.decode("utf-8", "replace")
+            self._tokens.append(v if isinstance(v, str) else str(v))
+        return self._tokens + list(self.extra)
 
     def code(self, w) -> int:
-        """The code of a word met in a metadata event (a pid, a tid)."""
+        """The code of a word met in a metadata event (a pid, a tid): metadata words get codes after
+        every token, assigned when the columns are made (see :meth:`arrays`)."""
         w = w if isinstance(w, str) else str(w)
-        words = self.words
-        index = {x: k for k, x in enumerate(words)} if not hasattr(self, "_index") or len(self._index) != len(
-            words) else self._index
-        self._index = index
-        if w not in index:
-            self.extra[w] = len(words)
-            index[w] = len(words)
-            self._words = None
-        return index[w]
+        return self._meta_words.setdefault(w, len(self._meta_words))
+
+    def finish(self) -> None:
+        """Give the metadata events' words their codes among the tokens (or after them)."""
+        tokens = self.words
+        index: dict[str, int] = {}
+        for k, w in enumerate(tokens):
+            index.setdefault(w, k)
+        final = {}
+        for w, c in self._meta_words.items():
+            if w not in index:
+                index[w] = len(tokens) + len(self.extra)
+                self.extra[w] = index[w]
+            final[c] = index[w]
+        self.processes = {final[p]: v for p, v in self.processes.items()}
+        self.threads = {(final[p], final[t]): v for (p, t), v in self.threads.items()}
 
     def add(self, data: bytes, buf: np.ndarray, spans: np.ndarray, path: Path) -> None:
         """The events at ``spans`` of ``data``."""
@@ -156,8 +165,8 @@ class _Columns:
                     ev = _loads(data[int(ints[J.I_START, k]):int(ints[J.I_END, k])], path)
                     self.op_meta[key] = ev.get("args") if isinstance(ev, dict) and isinstance(ev.get("args"),
                                                                                               dict) else {}
-        x = ph == ord("X")
-        self.ints.append(ints[:, x])
+        x = np.flatnonzero(ph == ord("X"))
+        self.ints.append({name: ints[i, x].astype(dtype) for name, i, dtype in _INT_COLUMNS})
         self.floats.append(floats[:, x])
 
     def _metadata_event(self, text: bytes, path: Path) -> None:
@@ -181,17 +190,24 @@ class _Columns:
         self.arena = np.concatenate([self.arena, np.empty_like(self.arena)])
 
     def arrays(self, path: Path) -> dict[str, np.ndarray]:
-        ints = np.concatenate(self.ints, axis=1) if self.ints else np.zeros((J.N_INT, 0), np.int64)
         floats = np.concatenate(self.floats, axis=1) if self.floats else np.zeros((2, 0))
         cols = {"ts": floats[J.F_TS], "dur": floats[J.F_DUR]}
-        for name, i in (("pid", J.I_PID), ("tid", J.I_TID), ("name", J.I_NAME), ("hlo_op", J.I_HLO_OP),
-                        ("hlo_module", J.I_HLO_MODULE), ("long_name", J.I_LONG_NAME), ("program_id", J.I_PROGRAM_ID),
-                        ("device_ordinal", J.I_DEVICE_ORDINAL), ("step_num", J.I_STEP_NUM),
-                        ("device_offset_ps", J.I_DEVICE_OFFSET_PS), ("device_duration_ps", J.I_DEVICE_DURATION_PS)):
-            cols[name] = ints[i]
+        for name, _, dtype in _INT_COLUMNS:
+            cols[name] = np.concatenate([c[name] for c in self.ints]) if self.ints else np.zeros(0, dtype)
+            for c in self.ints:
+                del c[name]  # one column at a time: the chunks' copies go as the whole one is made
         if not np.isfinite(cols["ts"]).all():
             raise RooflensError(f"{path}: a trace event's 'ts' is not a finite number.")
         return cols
+
+
+#: the integer columns kept, with their compact types (codes fit in 32 bits; times and ids need 64)
+_INT_COLUMNS = (("pid", J.I_PID, np.int32), ("tid", J.I_TID, np.int32), ("name", J.I_NAME, np.int32),
+                ("hlo_op", J.I_HLO_OP, np.int32), ("hlo_module", J.I_HLO_MODULE, np.int32),
+                ("long_name", J.I_LONG_NAME, np.int32), ("program_id", J.I_PROGRAM_ID, np.int32),
+                ("device_ordinal", J.I_DEVICE_ORDINAL, np.int64), ("step_num", J.I_STEP_NUM, np.int64),
+                ("device_offset_ps", J.I_DEVICE_OFFSET_PS, np.int64),
+                ("device_duration_ps", J.I_DEVICE_DURATION_PS, np.int64))
 
 
 def _loads(text: bytes, path: Path):
@@ -260,6 +276,7 @@ def read_events(path: Path, progress=None) -> _Columns:
             progress(min(done, total), total)
     if not seen_any:
         raise RooflensError(f"{path} is empty.")
+    cols.finish()
     if state[0] != 0 or state[1] != 0 or state[3] == -1:
         if state[3] == -1 and state[0] == 0 and state[1] == 0:
             raise RooflensError(f"{path} is JSON but not a Chrome trace (no traceEvents).")
