@@ -1,28 +1,102 @@
-"""The memory section of a run (or of an XLA dump directory): compiled peaks, peak buffers, snapshots."""
+"""A run's memory, as typed data: compiled peaks and peak buffers per program, live device snapshots.
+
+``read_run_memory(profile)`` and ``read_dump_memory(directory)`` read the files (what ``rl.capture`` /
+``rooflens run`` saved, or an XLA dump directory); ``summarize`` is the pure part. The analysis
+takes the :class:`MemorySummary` as an argument and never reads a file itself.
+"""
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rooflens import hlo as H
-from rooflens.memory.compiled import compiled_memory, parse_peak
+from rooflens.memory.compiled import CompiledMemory, compiled_memory, parse_peak
 from rooflens.memory.pprof import parse_snapshot
 
 PEAK_OVER_STATE = 1.3  # peak above the state held by this much: activations, temporaries or padding dominate
+TOP_SITES = 8
 
 
-def memory_of_run(run_dir: Path, metadata: dict, module_for) -> dict:
-    """From what ``rl.capture`` saved: memory_analysis per program, XLA's memory dumps, device snapshots."""
-    mem_dir = run_dir / "memory"
+@dataclass(frozen=True)
+class SnapshotSummary:
+    """Live device memory at one moment (a ``device_memory_profile()`` snapshot)."""
+
+    label: str
+    total_bytes: float
+    by_device: dict[str, float]
+    by_kind: dict[str, float]
+    by_site: dict[str, float]  # the largest allocating sites only
+
+    def to_dict(self) -> dict:
+        return {"label": self.label, "total_bytes": self.total_bytes, "by_device": dict(self.by_device),
+                "by_kind": dict(self.by_kind), "by_site": dict(self.by_site)}
+
+
+@dataclass(frozen=True)
+class MemorySummary:
+    programs: list[CompiledMemory] = field(default_factory=list)
+    snapshots: list[SnapshotSummary] = field(default_factory=list)
+
+    @property
+    def main(self) -> CompiledMemory | None:
+        """The program with the highest compiled peak."""
+        return max(self.programs, key=lambda p: p.peak_bytes, default=None)
+
+    @property
+    def peak_bytes(self) -> float:
+        return self.main.peak_bytes if self.main else 0.0
+
+    @property
+    def state_bytes(self) -> float:
+        return self.main.state_bytes if self.main else 0.0
+
+    @property
+    def peak_over_state(self) -> float | None:
+        main = self.main
+        return (main.peak_bytes / main.state_bytes) if main and main.state_bytes else None
+
+    @property
+    def padding_waste_bytes(self) -> float:
+        return sum(p.padding_waste_bytes for p in self.programs)
+
+    @property
+    def live_peak_bytes(self) -> float:
+        return max((s.total_bytes for s in self.snapshots), default=0.0)
+
+    def __bool__(self) -> bool:
+        return bool(self.programs or self.snapshots)
+
+    def to_dict(self) -> dict:
+        return {"programs": [p.to_dict() for p in self.programs], "snapshots": [s.to_dict() for s in self.snapshots],
+                "peak_bytes": self.peak_bytes, "state_bytes": self.state_bytes,
+                "peak_over_state": self.peak_over_state, "padding_waste_bytes": self.padding_waste_bytes,
+                "live_peak_bytes": self.live_peak_bytes}
+
+
+def summarize(programs: list[CompiledMemory], snapshots: list[SnapshotSummary] = ()) -> MemorySummary:
+    return MemorySummary(list(programs), list(snapshots))
+
+
+def read_run_memory(profile) -> MemorySummary | None:
+    """What ``rl.capture`` / ``rooflens run`` saved beside a profile (``memory/`` of its run
+    directory): memory_analysis per program, XLA's memory dumps, device snapshots. None when the
+    profile has no memory data."""
+    if not profile.metadata.get("memory") or not profile.sources:
+        return None
+    return read_memory_dir(Path(profile.sources[0]).parent / "memory", profile.metadata["memory"], profile.module_for)
+
+
+def read_memory_dir(mem_dir: Path, stats_by_program: dict, module_for) -> MemorySummary:
     programs = []
-    for program, stats in (metadata.get("memory") or {}).items():
+    for program, stats in (stats_by_program or {}).items():
         def read(kind: str, program=program) -> str:
             p = mem_dir / f"{program}.{kind}.txt"
             return p.read_text() if p.is_file() else ""
 
-        cm = compiled_memory(program, stats, read("live-range"), read("buffer-assignment"), module_for(program))
-        programs.append(cm.to_dict())
+        programs.append(compiled_memory(program, stats, read("live-range"), read("buffer-assignment"),
+                                        module_for(program)))
     snapshots = []
     if mem_dir.is_dir():
         def order(p: Path):
@@ -31,12 +105,12 @@ def memory_of_run(run_dir: Path, metadata: dict, module_for) -> dict:
 
         for p in sorted(mem_dir.glob("*.pb.gz"), key=order):
             s = parse_snapshot(p.read_bytes(), p.name.removesuffix(".pb.gz"))
-            snapshots.append({"label": s.label, "total_bytes": s.total_bytes, "by_device": s.by_device,
-                              "by_kind": s.by_kind, "by_site": dict(list(s.by_site.items())[:8])})
-    return _summary(programs, snapshots)
+            snapshots.append(SnapshotSummary(s.label, s.total_bytes, dict(s.by_device), dict(s.by_kind),
+                                             dict(list(s.by_site.items())[:TOP_SITES])))
+    return summarize(programs, snapshots)
 
 
-def memory_of_dump(directory: Path) -> dict:
+def read_dump_memory(directory: Path) -> MemorySummary:
     """From an XLA dump directory: every module's peak buffers and padding waste (no run needed)."""
     programs = []
     for ba in sorted(directory.glob("*buffer-assignment.txt")):
@@ -56,16 +130,5 @@ def memory_of_dump(directory: Path) -> dict:
         cm = compiled_memory(name, {}, lr.read_text() if lr.is_file() else "", text, module)
         if not cm.peak_buffers and not parse_peak(text) and not cm.padded_bytes:
             continue
-        programs.append(cm.to_dict())
-    return _summary(programs, [])
-
-
-def _summary(programs: list[dict], snapshots: list[dict]) -> dict:
-    main = max(programs, key=lambda p: p["peak_bytes"], default=None)
-    return {
-        "programs": programs, "snapshots": snapshots,
-        "peak_bytes": main["peak_bytes"] if main else 0.0, "state_bytes": main["state_bytes"] if main else 0.0,
-        "peak_over_state": (main["peak_bytes"] / main["state_bytes"]) if main and main["state_bytes"] else None,
-        "padding_waste_bytes": sum(p["padding_waste_bytes"] for p in programs),
-        "live_peak_bytes": max((s["total_bytes"] for s in snapshots), default=0.0),
-    }
+        programs.append(cm)
+    return summarize(programs)
