@@ -10,7 +10,7 @@ import pytest
 
 import rooflens as rl
 from rooflens.hardware import calibrate
-from rooflens.report.html import build_view, render_html
+from rooflens.report.html import render_html
 
 XSS = "<script>alert(1)</script>"
 
@@ -38,7 +38,7 @@ def report_html(tmp_path_factory):
     prof = rl.capture(step, jnp.ones((512, 512)), jnp.ones((512, 512)), steps=3, logdir=tmp / "logs")
     rep = rl.analyze(prof)
     path = tmp / "report.html"
-    path.write_text(render_html(build_view(rep, prof)))
+    path.write_text(render_html(rep))
     return path
 
 

@@ -64,16 +64,16 @@ def _keeps_big(x):
 def test_a_large_intermediate_tops_the_peak_list_named_by_its_scope(tmp_path):
     prof = rl.capture(_keeps_big, jnp.ones((2048, 64)), steps=2, logdir=tmp_path)
     rep = rl.analyze(prof, chip="h100-sxm")
-    (prog,) = rep.memory["programs"]
-    top = prog["peak_buffers"][0]
-    assert top["named_scope"] == "big" and top["bytes"] == 2048 * 2048 * 4 and top["shape"].startswith("f32[2048,2048]")
-    assert prog["argument_bytes"] == 2048 * 64 * 4
-    assert rep.memory["peak_over_state"] > 1.3
+    (prog,) = rep.memory.programs
+    top = prog.peak_buffers[0]
+    assert top.named_scope == "big" and top.bytes == 2048 * 2048 * 4 and top.shape.startswith("f32[2048,2048]")
+    assert prog.argument_bytes == 2048 * 64 * 4
+    assert rep.memory.peak_over_state > 1.3
     f = next(f for f in rep.findings if f.rule == "memory-peak")
     assert any("from big" in e for e in f.evidence) and "remat" in f.fix
-    labels = [s["label"] for s in rep.memory["snapshots"]]
+    labels = [s.label for s in rep.memory.snapshots]
     assert labels == ["before", "step_0", "step_1"]
-    assert all(s["total_bytes"] >= 2048 * 64 * 4 for s in rep.memory["snapshots"])
+    assert all(s.total_bytes >= 2048 * 64 * 4 for s in rep.memory.snapshots)
     r = run("memory", str(tmp_path))
     assert r.returncode == 0 and "Buffers live at the peak" in r.stdout and "big" in r.stdout
 
@@ -81,7 +81,7 @@ def test_a_large_intermediate_tops_the_peak_list_named_by_its_scope(tmp_path):
 def test_a_matmul_holds_no_surprising_peak(tmp_path):
     prof = rl.capture(jax.jit(lambda x, w: x @ w), jnp.ones((512, 512)), jnp.ones((512, 512)), steps=2, logdir=tmp_path)
     rep = rl.analyze(prof, chip="h100-sxm")
-    assert rep.memory["peak_over_state"] <= 1.3
+    assert rep.memory.peak_over_state <= 1.3
     assert "memory-peak" not in {f.rule for f in rep.findings}
 
 

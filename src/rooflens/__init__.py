@@ -7,7 +7,8 @@
 
 from rooflens import analysis, cost, hlo, memory, trace
 from rooflens import hardware as _hardware
-from rooflens.analysis import Finding, Report, analyze
+from rooflens.analysis import Finding, Report
+from rooflens.api import analyze, check, diff
 from rooflens.cost import OpCost, OpPrediction, Prediction
 from rooflens.errors import RooflensError
 from rooflens.hardware import Chip, ChipError, chip
@@ -24,6 +25,7 @@ def chips() -> list[str]:
 
 __all__ = [
     "Chip", "ChipError", "Finding", "OpCost", "OpPrediction", "Prediction", "Profile", "Report", "RooflensError",
-    "__version__", "analysis", "analyze", "capture", "chip", "chips", "cost", "hlo", "load", "memory", "predict",
+    "__version__", "analysis", "analyze", "capture", "check", "chip", "chips", "cost", "diff", "hlo", "load", "memory",
+    "predict",
     "trace",
 ]

@@ -347,13 +347,48 @@ def report(logdir: str, hlo_dir: str | None, chip_name: str | None, top: int, as
     Reads a TensorBoard/XProf logdir, one of its run directories, or a single *.xplane.pb /
     *.trace.json.gz, from CPU, GPU or TPU.
     """
-    from rooflens.analysis import analyze
     from rooflens.report.trace_view import render_op_stats, render_report
-    from rooflens.trace import load, op_stats
 
     for option, target in (("--html", html_path), ("--out", json_path), ("--perfetto", perfetto_path)):
         if target and Path(target).exists() and not force:
             raise UserError(f"{target} exists; give another {option} path or --force to replace it.")
+    rep = _load_report(logdir, hlo_dir, chip_name, include_warmup, no_calibrate)
+    if html_path:
+        from rooflens.report.html import write_html
+
+        write_html(rep, html_path)
+        click.echo(f"rooflens: wrote {html_path}", err=True)
+    if perfetto_path:
+        if rep.roofs is None:
+            raise UserError(f"the Perfetto file carries roofline times and there is none: {rep.chip_reason}")
+        from rooflens.report.perfetto import write_perfetto
+
+        write_perfetto(rep, perfetto_path)
+        click.echo(f"rooflens: wrote {perfetto_path} (open it at ui.perfetto.dev)", err=True)
+    if json_path:
+        Path(json_path).write_text(_json_text(rep.to_json()))
+        click.echo(f"rooflens: wrote {json_path}", err=True)
+    if as_json:
+        click.echo(_json_text(rep.to_json()))
+        return
+    console = _console()
+    source = ", ".join(rep.sources)
+    render_op_stats(console, rep, source=source, top=top)
+    render_report(console, rep, source=source, top=top)
+
+
+def _json_text(doc: dict) -> str:
+    return json.dumps(doc, indent=2, default=str)
+
+
+def _load_report(logdir: str, hlo_dir: str | None = None, chip_name: str | None = None, include_warmup: bool = False,
+                 no_calibrate: bool = False):
+    """A logdir read and analysed: its memory files read here, the analysis pure. With no chip given
+    and none to be had (a CPU never calibrated), the report has no roofline but every other finding."""
+    from rooflens.analysis import analyze
+    from rooflens.memory import read_run_memory
+    from rooflens.trace import load
+
     prof = load(logdir, hlo_dir=hlo_dir)
     if include_warmup:
         from rooflens.trace.warmup import with_warmup
@@ -361,44 +396,7 @@ def report(logdir: str, hlo_dir: str | None, chip_name: str | None, top: int, as
         prof = with_warmup(prof)
     if chip_name is None and prof.platform == "cpu" and not no_calibrate:
         _calibrate_first_use()
-    try:
-        rep = analyze(prof, chip=chip_name)
-    except RooflensError as e:
-        if chip_name:
-            raise
-        rep, why = None, str(e)
-    source = ", ".join(prof.sources)
-    if html_path:
-        if rep is None:
-            raise UserError(f"the HTML report compares with a roofline and there is none: {why}")
-        from rooflens.report.html import build_view, render_html
-
-        Path(html_path).write_text(render_html(build_view(rep, prof)))
-        click.echo(f"rooflens: wrote {html_path}", err=True)
-    if perfetto_path:
-        if rep is None:
-            raise UserError(f"the Perfetto file carries roofline times and there is none: {why}")
-        from rooflens.report.perfetto import write_perfetto
-
-        write_perfetto(rep, prof, perfetto_path)
-        click.echo(f"rooflens: wrote {perfetto_path} (open it at ui.perfetto.dev)", err=True)
-    if json_path:
-        body = rep.to_json() if rep else {**op_stats(prof).to_dict(), "findings": [], "comparison": []}
-        Path(json_path).write_text(json.dumps({"path": prof.path, "sources": prof.sources, **body}, indent=2,
-                                              default=str))
-        click.echo(f"rooflens: wrote {json_path}", err=True)
-    if as_json:
-        body = rep.to_json() if rep else {**op_stats(prof).to_dict(), "findings": [], "comparison": [],
-                                          "notes": [f"no comparison: {why}"]}
-        click.echo(json.dumps({"path": prof.path, "sources": prof.sources, "hosts": prof.hosts,
-                               "metadata": prof.metadata, **body}, indent=2, default=str))
-        return
-    console = _console()
-    render_op_stats(console, rep.stats if rep else op_stats(prof), source=source, top=top)
-    if rep:
-        render_report(console, rep, source=source, top=top)
-    else:
-        console.print(f"[dim]no expected-vs-observed comparison: {why}[/dim]")
+    return analyze(prof, chip=chip_name, memory=read_run_memory(prof), require_roofline=False)
 
 
 @cli.command()
@@ -466,20 +464,19 @@ def memory(path: str | None, do_estimate: bool, params: float | None, optimizer:
     if not p.exists():
         raise UserError(f"{path} does not exist.")
     if p.is_dir() and list(p.glob("*buffer-assignment.txt")):
-        from rooflens.memory.report import memory_of_dump
+        from rooflens.memory import read_dump_memory
 
-        mem = memory_of_dump(p)
+        mem = read_dump_memory(p)
     else:
-        from rooflens.memory.report import memory_of_run
+        from rooflens.memory import read_run_memory
         from rooflens.trace import load
 
-        prof = load(path)
-        if not prof.metadata.get("memory"):
+        mem = read_run_memory(load(path))
+        if mem is None:
             raise UserError(f"{path} has no memory data: capture it with rl.capture (which saves XLA's buffer "
                             "assignment and device memory snapshots), or give an XLA dump directory.")
-        mem = memory_of_run(Path(prof.sources[0]).parent, prof.metadata, prof.module_for)
     if as_json:
-        click.echo(json.dumps(mem, indent=2, default=str))
+        click.echo(json.dumps(mem.to_dict(), indent=2, default=str))
     else:
         render_memory(_console(), mem, source=path)
 
@@ -521,7 +518,7 @@ def demo(out: str, force: bool, steps: int) -> None:
         import rooflens as rl
         from rooflens.hardware import calibrate as K
         from rooflens.hardware import local_chip_path
-        from rooflens.report.html import build_view, render_html
+        from rooflens.report.html import write_html
         from rooflens.workloads import TransformerConfig, make_mesh, sharded_train_step
 
         if len(jax.devices()) < DEMO_DEVICES:
@@ -547,14 +544,13 @@ def demo(out: str, force: bool, steps: int) -> None:
         progress.advance(task)
         progress.update(task, description="predicting the same step on tpu-v5e")
         pred = rl.predict(step, ap, at, chip="tpu-v5e")
-        (outdir / "report.html").write_text(render_html(build_view(rep, prof, prediction=pred,
-                                                                   title="rooflens demo: a transformer step")))
-        (outdir / "report.json").write_text(json.dumps(rep.to_json(), indent=2, default=str))
+        write_html(rep, outdir / "report.html", prediction=pred, title="rooflens demo: a transformer step")
+        (outdir / "report.json").write_text(_json_text(rep.to_json()))
         progress.advance(task)
         progress.update(task, description="done")
     from rooflens.report.trace_view import render_op_stats, render_report
 
-    render_op_stats(console, rep.stats, source=", ".join(prof.sources), top=10)
+    render_op_stats(console, rep, source=", ".join(rep.sources), top=10)
     render_report(console, rep, source="", top=10)
     console.print(f"\n[bold]On tpu-v5e[/bold] the same step would take {pred.time_s * 1e6:.3g} µs per device "
                   f"(roofline; {pred.source}).")

@@ -1,120 +1,48 @@
 """Expected vs observed: every measured op joined with its roofline, per op, step and program.
 
-``analyze(profile, chip=None)`` prices the HLO that actually ran (the programs' optimized
-modules, as the trace or the capture recorded them) on the chip the trace ran on, and joins it
-with the measured op stats by program and instruction name. Times are per device: a measured
-op's time per execution is its total over devices and executions divided by their number.
+``analyze(profile, chip=None, memory=None)`` prices the HLO that actually ran (the programs'
+optimized modules, as the trace or the capture recorded them) on the chip the trace ran on, and
+joins it with the measured op stats by program and instruction name. Times are per device: a
+measured op's time per execution is its total over devices and executions divided by their number.
+
+It is pure and made of small stages: the chip (``resolve_chip``, ``share_cpu``), the pricing
+(``price_programs``), the join (``join``), the steps (``step_breakdowns``), the views' data
+(``representative_timeline``, ``explain_ops``) and the rules. Files are read before it: the
+memory summary is an argument (``rooflens.memory.read_run_memory``).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+import statistics
+from dataclasses import dataclass, replace
 
+import numpy as np
+
+from rooflens.analysis.report import (
+    InWindow,
+    OpComparison,
+    Report,
+    Roofs,
+    StepBreakdown,
+    Timeline,
+    TimelineOp,
+    group_of,
+)
 from rooflens.cost.model import OpCost, OpPrediction, costs, price
 from rooflens.errors import RooflensError
 from rooflens.hardware import Chip, ChipError, shared_by
 from rooflens.hardware import chip as get_chip
 from rooflens.hardware import infer_chip as infer_from_trace
+from rooflens.hlo import Module
+from rooflens.memory.summary import MemorySummary
 from rooflens.trace.profile import Profile
-from rooflens.trace.stats import OpStat, OpStats, op_stats
+from rooflens.trace.stats import OpStats, op_stats
 
-SCHEMA_VERSION = 1  # of Report.to_json(); see docs/report-schema.md
-COMPUTE = ("matmul", "convolution", "fusion", "elementwise", "reduction")
-LAYOUT = ("copy/transpose", "data movement")
-
-
-@dataclass(frozen=True)
-class OpComparison:
-    """One measured op next to its roofline (times per execution on one device)."""
-
-    name: str
-    program: str
-    category: str
-    named_scope: str
-    opcode: str
-    occurrences: int
-    total_time_s: float  # measured, summed over devices and executions
-    measured_s: float  # per execution (median)
-    predicted_s: float | None  # None: the cost model could not price it
-    ratio: float | None  # measured / predicted
-    bound: str
-    flops: float
-    bytes: float
-    comm_bytes: float
-    achieved_flops_per_s: float
-    achieved_bytes_per_s: float
-    flops_fraction_of_peak: float | None
-    bytes_fraction_of_peak: float | None
-    unpriced_reason: str = ""
-    explanation: tuple[str, ...] = ()
-    model_flops: float = 0.0  # its dots' and convolutions' FLOPs (what MFU counts)
-
-    @property
-    def priced(self) -> bool:
-        return self.predicted_s is not None
+MAX_HLO_EXPLAINED = 150  # ops (by total time) whose instruction is explained in the report
+MAX_TIMELINE_OPS = 20000
 
 
-@dataclass(frozen=True)
-class StepBreakdown:
-    """One program's step on one device, measured and predicted (seconds)."""
-
-    program: str
-    steps: int
-    step_time_s: float  # measured mean step time (annotations), or busy+idle per step
-    predicted_s: float  # roofline sum of the ops it ran per step
-    model_flops: float  # per device per step: FLOPs of the dots and convolutions only (elementwise work excluded)
-    mfu: float | None  # model FLOPs / (step time × peak)
-    compute_s: float
-    communication_s: float
-    layout_s: float  # copies, transposes, data movement
-    host_s: float  # transfers between device and host memory (offload, infeed/outfeed)
-    other_s: float
-    idle_s: float  # device idle inside the step window
-    unpriced_s: float
-
-
-@dataclass
-class Report:
-    chip: str
-    chip_reason: str
-    platform: str
-    device_kind: str
-    num_devices: int
-    op_stats: list[OpStat]
-    comparison: list[OpComparison]
-    steps: StepBreakdown | None
-    stats: OpStats
-    findings: list = field(default_factory=list)
-    memory: dict = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-    programs: list[StepBreakdown] = field(default_factory=list)  # every program, most time first
-    modules: dict = field(default_factory=dict, repr=False)  # program → hlo.Module (for the rules)
-    chip_peaks: dict = field(default_factory=dict)
-    profile: Profile | None = field(default=None, repr=False)  # what was analysed (for the timeline views)
-
-    def to_html(self, path, prediction=None, title: str = "") -> str:
-        """Write the single-file HTML report to ``path`` (returns the path)."""
-        from rooflens.report.html import build_view, render_html
-
-        with open(path, "w", encoding="utf-8") as fh:
-            fh.write(render_html(build_view(self, self.profile, prediction=prediction, title=title)))
-        return str(path)
-
-    def to_json(self) -> dict:
-        return {
-            "schema_version": SCHEMA_VERSION,
-            "chip": self.chip, "chip_reason": self.chip_reason, "platform": self.platform,
-            "device_kind": self.device_kind, "num_devices": self.num_devices,
-            "op_stats": [asdict(s) for s in self.op_stats],
-            "comparison": [asdict(c) for c in self.comparison],
-            "findings": [f.to_dict() for f in self.findings],
-            "programs": [asdict(p) for p in self.programs],
-            "steps": {**(asdict(self.stats.steps) if self.stats.steps else {"count": 0}),
-                      "breakdown": asdict(self.steps) if self.steps else None},
-            "devices": [asdict(d) for d in self.stats.devices],
-            "in_window": self.stats.in_window, "memory": self.memory, "notes": self.notes,
-        }
-
+# -- the chip -------------------------------------------------------------------------------------
 
 def infer_chip(profile: Profile) -> tuple[Chip, str]:
     """The catalogue chip of the trace's devices (CPU: the calibrated ``local``)."""
@@ -131,26 +59,11 @@ def infer_chip(profile: Profile) -> tuple[Chip, str]:
         raise RooflensError(str(e)) from None
 
 
-def _cost_from_trace(profile: Profile, program: str, name: str, meta: dict) -> OpCost:
-    """An op priced from XLA's own counts in the trace (TPU ``model_flops`` / ``bytes_accessed``)."""
-    info = profile.op_info.get((program, name))
-    category = info.category if info else "unknown"
-    flops, nbytes = float(meta.get("flops") or 0.0), float(meta.get("bytes") or 0.0)
-    return OpCost(
-        name=name, opcode=info.opcode if info else "", category=category, computation="", count=1.0, flops=flops,
-        transcendentals=0.0, read_bytes=nbytes, written_bytes=0.0, dtype="bf16", precision="default",
-        is_matmul=category in ("matmul", "convolution"), named_scope=info.named_scope if info else "",
-        model_flops=flops if category in ("matmul", "convolution") else 0.0,
-        flops_formula=f"{flops:.4g} (XLA's model_flops, from the trace)",
-        bytes_formula=f"{nbytes:.4g} B (XLA's bytes_accessed, from the trace)")
-
-
-def _unpriced_reason(pred: OpPrediction | None, opcode: str, category: str) -> str:
-    if pred is None:
-        return "no HLO for this op"
-    if category in ("custom-call", "unknown", "other") and not pred.flops:
-        return f"{opcode}: the cost model has no formula for it"
-    return ""
+def resolve_chip(profile: Profile, chip: str | Chip | None) -> tuple[Chip, str]:
+    """The chip to compare with: the one given (a name or a user's own Chip), else the trace's."""
+    if chip is None:
+        return infer_chip(profile)
+    return get_chip(chip), "given"
 
 
 def compute_concurrency(profile: Profile, n_dev: int) -> float:
@@ -159,8 +72,6 @@ def compute_concurrency(profile: Profile, n_dev: int) -> float:
     Collectives are left out: on forced CPU devices a device "in" an all-reduce mostly waits for
     the others, which would count as running at once.
     """
-    import numpy as np
-
     from rooflens.trace.stats import _busy
 
     t = profile.table
@@ -179,87 +90,143 @@ def compute_concurrency(profile: Profile, n_dev: int) -> float:
     return max(1.0, min(float(n_dev), per_device / union)) if union else 1.0
 
 
-def analyze(profile: Profile, chip: str | Chip | None = None) -> Report:
-    from rooflens.analysis.rules import run_rules
+def share_cpu(profile: Profile, chip: Chip, n_dev: int) -> tuple[Chip, float, str]:
+    """(chip as each device sees it, how many devices' work runs one after another, reason suffix).
 
-    if chip is None:
-        c, reason = infer_chip(profile)
-    else:
-        c, reason = get_chip(chip), "given"
-    stats = op_stats(profile)
-    n_dev = max(len(stats.devices), 1)
-    serial = 1.0  # how many devices' steps the hardware runs one after another (CPU: n / concurrency)
-    if c.kind == "cpu" and n_dev > 1:
-        # forced CPU devices share the cores calibration measured for one device alone; they share them
-        # among as many devices as compute at once on average
-        concurrency = compute_concurrency(profile, n_dev)
-        c = shared_by(c, concurrency)
-        serial = n_dev / concurrency
-        reason += f", shared by the {concurrency:.1f} of its {n_dev} devices that run at once on average"
+    Forced CPU devices share the cores calibration measured for one device alone; they share them
+    among as many devices as compute at once on average."""
+    if chip.kind != "cpu" or n_dev <= 1:
+        return chip, 1.0, ""
+    concurrency = compute_concurrency(profile, n_dev)
+    return (shared_by(chip, concurrency), n_dev / concurrency,
+            f", shared by the {concurrency:.1f} of its {n_dev} devices that run at once on average")
+
+
+def roofs_of(chip: Chip) -> Roofs:
+    return Roofs(chip.name, dict(chip.peak_flops_per_s), float(chip.hbm_bytes_per_s or 0.0))
+
+
+# -- pricing --------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TraceCounts:
+    """XLA's own per-op counts carried by a trace (TPU ``model_flops``/``flops`` and ``bytes_accessed``)."""
+
+    flops: float
+    bytes: float
+
+
+def trace_counts(profile: Profile) -> dict[tuple[str, str], TraceCounts]:
+    out = {}
+    for key, meta in profile.table.op_meta.items():
+        flops, nbytes = float(meta.get("flops") or 0.0), float(meta.get("bytes") or 0.0)
+        if flops or nbytes:
+            out[key] = TraceCounts(flops, nbytes)
+    return out
+
+
+@dataclass(frozen=True)
+class Pricing:
+    preds: dict[tuple[str, str], OpPrediction]
+    async_done: dict[tuple[str, str], str]  # an async start → its done (the trace shows the wait on the done)
+    modules: dict[str, Module]
+
+
+def program_modules(profile: Profile, programs) -> dict[str, Module]:
+    return {p: m for p in programs if (m := profile.module_for(p)) is not None}
+
+
+def _cost_from_trace(profile: Profile, program: str, name: str, counts: TraceCounts) -> OpCost:
+    """An op priced from XLA's own counts in the trace (TPU ``model_flops`` / ``bytes_accessed``)."""
+    info = profile.op_info.get((program, name))
+    category = info.category if info else "unknown"
+    flops, nbytes = counts.flops, counts.bytes
+    return OpCost(
+        name=name, opcode=info.opcode if info else "", category=category, computation="", count=1.0, flops=flops,
+        transcendentals=0.0, read_bytes=nbytes, written_bytes=0.0, dtype="bf16", precision="default",
+        is_matmul=category in ("matmul", "convolution"), named_scope=info.named_scope if info else "",
+        model_flops=flops if category in ("matmul", "convolution") else 0.0,
+        flops_formula=f"{flops:.4g} (XLA's model_flops, from the trace)",
+        bytes_formula=f"{nbytes:.4g} B (XLA's bytes_accessed, from the trace)")
+
+
+def price_programs(profile: Profile, modules: dict[str, Module], chip: Chip) -> Pricing:
     preds: dict[tuple[str, str], OpPrediction] = {}
-    async_start: dict[tuple[str, str], str] = {}  # start → its done: the trace shows the wait on the done
-    modules = {}
-    for program in stats.by_program_s:
-        module = profile.module_for(program)
-        if module is None:
-            continue
-        modules[program] = module
+    async_done: dict[tuple[str, str], str] = {}
+    for program, module in modules.items():
         for oc in costs(module, emulate_fusion=False):
-            preds[(program, oc.name)] = price(oc, c, num_devices=module.num_devices)
+            preds[(program, oc.name)] = price(oc, chip, num_devices=module.num_devices)
         for ins in module.instructions():
             if ins.opcode.endswith("-done") and ins.operands and (program, ins.operands[0].name) in preds:
                 preds[(program, ins.name)] = preds[(program, ins.operands[0].name)]  # the pair's cost, on the done
-                async_start[(program, ins.operands[0].name)] = ins.name
-    for (program, name), meta in profile.table.op_meta.items():
-        if (program, name) not in preds and (meta.get("flops") or meta.get("bytes")):
-            preds[(program, name)] = price(_cost_from_trace(profile, program, name, meta), c)
-    steps = stats.steps.count if stats.steps else 0
-    comparison = []
-    peaks = c.peak_flops_per_s
+                async_done[(program, ins.operands[0].name)] = ins.name
+    for (program, name), counts in trace_counts(profile).items():
+        if (program, name) not in preds:
+            preds[(program, name)] = price(_cost_from_trace(profile, program, name, counts), chip)
+    return Pricing(preds, async_done, modules)
+
+
+# -- the join -------------------------------------------------------------------------------------
+
+def _unpriced_reason(pred: OpPrediction | None, opcode: str, category: str) -> str:
+    if pred is None:
+        return "no HLO for this op"
+    if category in ("custom-call", "unknown", "other") and not pred.flops:
+        return f"{opcode}: the cost model has no formula for it"
+    return ""
+
+
+def _shape_of(module: Module | None, name: str) -> str:
+    ins = module.find(name) if module is not None else None
+    return ins.shape.text if ins is not None else ""
+
+
+def join(profile: Profile, stats: OpStats, pricing: Pricing, roofs: Roofs | None,
+         no_roofline: str = "") -> list[OpComparison]:
+    """Each measured op next to its prediction (``no_roofline``: why there is none at all)."""
+    out = []
+    peaks = roofs.peak_flops_per_s if roofs else {}
+    hbm = roofs.hbm_bytes_per_s if roofs else 0.0
     for s in stats.op_stats:
-        p = preds.get((s.program, s.name))
-        info = profile.op_info.get((s.program, s.name))
+        key = (s.program, s.name)
+        p = pricing.preds.get(key)
+        info = profile.op_info.get(key)
         opcode = info.opcode if info else ""
         per = s.median_time_s  # per execution; the median, so one noisy run does not make an op "slow"
-        why = _unpriced_reason(p, opcode, s.category)
-        if (s.program, s.name) in async_start:
-            done = async_start[(s.program, s.name)]
-            why = f"an async start: its pair is priced on {done}, where the trace shows the wait"
+        why = no_roofline or _unpriced_reason(p, opcode, s.category)
+        if key in pricing.async_done:
+            why = f"an async start: its pair is priced on {pricing.async_done[key]}, where the trace shows the wait"
         predicted = None if why or p is None else p.t_pred_s
         flops = p.flops if p else 0.0
         mflops = p.model_flops if p else 0.0
         nbytes = p.bytes if p else 0.0
         peak = peaks.get(p.peak_key) if p else None
-        comparison.append(OpComparison(
+        out.append(OpComparison(
             name=s.name, program=s.program, category=s.category, named_scope=s.named_scope, opcode=opcode,
             occurrences=s.occurrences, total_time_s=s.total_time_s, measured_s=per, predicted_s=predicted,
             ratio=(per / predicted) if predicted else None, bound=p.bound if p else "unpriced",
             flops=flops, bytes=nbytes, comm_bytes=p.comm_bytes if p else 0.0,
             achieved_flops_per_s=flops / per if per else 0.0, achieved_bytes_per_s=nbytes / per if per else 0.0,
             flops_fraction_of_peak=((mflops or flops) / per / peak) if per and peak and flops else None,
-            bytes_fraction_of_peak=(nbytes / per / c.hbm_bytes_per_s) if per and nbytes and c.hbm_bytes_per_s else None,
+            bytes_fraction_of_peak=(nbytes / per / hbm) if per and nbytes and hbm else None,
             unpriced_reason=why, explanation=p.explanation if p else (), model_flops=mflops,
+            shape=_shape_of(pricing.modules.get(s.program), s.name),
         ))
-    report = Report(
-        chip=c.name, chip_reason=reason, platform=profile.platform, device_kind=profile.device_kind,
-        num_devices=n_dev, op_stats=stats.op_stats, comparison=comparison,
-        steps=None, stats=stats, notes=list(stats.notes), modules=modules, chip_peaks=dict(peaks), profile=profile,
-        programs=[b for p in stats.by_program_s if (b := _step_breakdown(stats, comparison, c, n_dev, steps, serial,
-                                                                         program=p)) is not None],
-    )
-    report.steps = report.programs[0] if report.programs else None  # by_program_s is ordered, most time first
-    if profile.metadata.get("memory"):
-        from pathlib import Path
-
-        from rooflens.memory.report import memory_of_run
-
-        report.memory = memory_of_run(Path(profile.sources[0]).parent, profile.metadata, profile.module_for)
-    report.findings = run_rules(report)
-    return report
+    return out
 
 
-def _step_breakdown(stats: OpStats, comparison: list[OpComparison], chip: Chip, n_dev: int,
-                    steps: int, serial: float = 1.0, program: str | None = None) -> StepBreakdown | None:
+# -- steps ----------------------------------------------------------------------------------------
+
+def step_breakdowns(stats: OpStats, comparison: list[OpComparison], roofs: Roofs | None, n_dev: int,
+                    serial: float = 1.0) -> list[StepBreakdown]:
+    """Every program's step per device, most time first (the first is the main program's)."""
+    steps = stats.steps.count if stats.steps else 0
+    return [b for p in stats.by_program_s
+            if (b := step_breakdown(stats, comparison, roofs, n_dev, steps, serial, program=p)) is not None]
+
+
+def step_breakdown(stats: OpStats, comparison: list[OpComparison], roofs: Roofs | None, n_dev: int,
+                   steps: int, serial: float = 1.0, program: str | None = None) -> StepBreakdown | None:
     """One program's step per device (default: the program with the most time). ``serial`` > 1 when
     devices share one processor (forced CPU devices): the roofline step is then their work run
     ``n / serial`` at a time."""
@@ -273,9 +240,7 @@ def _step_breakdown(stats: OpStats, comparison: list[OpComparison], chip: Chip, 
     predicted = flops = unpriced = 0.0
     for c in ops:
         t = c.total_time_s / per_step
-        group = ("communication" if c.category == "collective" else "compute" if c.category in COMPUTE
-                 else "layout" if c.category in LAYOUT else "host" if c.category == "host transfer" else "other")
-        split[group] += t
+        split[group_of(c.category)] += t
         runs = c.occurrences / per_step
         if c.priced:
             predicted += c.predicted_s * runs
@@ -289,11 +254,122 @@ def _step_breakdown(stats: OpStats, comparison: list[OpComparison], chip: Chip, 
     else:
         step_time = sum(d.window_s for d in stats.devices) / n_dev / max(steps, 1)
     busy = sum(split.values())
-    peak = chip.peak_flops_per_s.get("bf16") or max(chip.peak_flops_per_s.values())
+    peak = roofs.mfu_peak_flops_per_s if roofs else 0.0
     return StepBreakdown(
         program=main, steps=steps, step_time_s=step_time, predicted_s=predicted * serial, model_flops=flops,
         mfu=flops / (step_time * peak) if step_time and peak else None, compute_s=split["compute"],
         communication_s=split["communication"], layout_s=split["layout"], host_s=split["host"],
-        other_s=split["other"],
-        idle_s=max(step_time - busy, 0.0), unpriced_s=unpriced,
+        other_s=split["other"], idle_s=max(step_time - busy, 0.0), unpriced_s=unpriced,
     )
+
+
+# -- what the views show --------------------------------------------------------------------------
+
+def representative_timeline(profile: Profile, limit: int = MAX_TIMELINE_OPS) -> Timeline:
+    """The ops of the median step on every device lane (the whole capture when there are no steps)."""
+    t = profile.table
+    if not len(t):
+        return Timeline((), (), 0.0, (), "")
+    if profile.steps:
+        spans_ns = [(num, float(s), float(e)) for num, s, e in profile.steps]
+        durations = [e - s for _, s, e in spans_ns]
+        num, s0, s1 = spans_ns[durations.index(statistics.median_low(durations))]
+        note = f"step {num} (the median step)"
+    else:
+        s0, s1 = float(t.start_ns.min()), float(t.end_ns.max())
+        note = "the whole capture (no step annotations)"
+    start = t.start_ns
+    sel = np.flatnonzero((start >= s0) & (start <= s1))[:limit]
+    keys = sorted({(int(t.host[i]), int(t.device[i])) for i in sel})
+    lane = {k: n for n, k in enumerate(keys)}
+    info = profile.op_info
+    ops, cats = [], set()
+    dur = t.dur_ns
+    for i in sel:
+        program, name = t.programs[t.program[i]], t.names[t.name[i]]
+        oi = info.get((program, name))
+        cat = oi.category if oi else "unknown"
+        cats.add(cat)
+        ops.append(TimelineOp(lane[(int(t.host[i]), int(t.device[i]))], float(start[i] - s0) * 1e-9,
+                              float(dur[i]) * 1e-9, name, cat))
+    if len(sel) == limit:
+        note += f"; first {limit:,} events"
+    one_host = len({h for h, _ in keys}) == 1
+    lanes = tuple(str(d) if one_host else f"{h}:{d}" for h, d in keys)
+    return Timeline(lanes, tuple(ops), (s1 - s0) * 1e-9, tuple(sorted(cats)), note)
+
+
+def hlo_lines(module: Module, name: str) -> tuple[str, ...]:
+    """One instruction explained in a few lines (what it computes, shape, layout, operands, body)."""
+    from rooflens.hlo.explain import explain
+
+    try:
+        x = explain(module, name)
+    except KeyError:
+        return ()
+    lines = [x.what, f"shape {x.shape} ({x.bytes:,} B, padded {x.padded_bytes:,} B), memory space {x.memory_space}"]
+    lines += x.layout + x.details + x.collective + x.sharding + x.source
+    lines += [f"operand {o.name}: {o.shape}" for o in x.operands][:8]
+    for comp, body in list(x.called.items())[:2]:
+        lines.append(f"body {comp}:")
+        lines += ["  " + b for b in body[:20]]
+    return tuple(str(line) for line in lines if line)
+
+
+def explain_ops(comparison: list[OpComparison], modules: dict[str, Module],
+                limit: int = MAX_HLO_EXPLAINED) -> list[OpComparison]:
+    """The comparison with the HLO of its ``limit`` most costly ops explained."""
+    top = sorted(range(len(comparison)), key=lambda k: -comparison[k].total_time_s)[:limit]
+    out = list(comparison)
+    for k in top:
+        c = out[k]
+        module = modules.get(c.program)
+        if module is not None:
+            out[k] = replace(c, hlo=hlo_lines(module, c.name))
+    return out
+
+
+# -- the whole analysis ---------------------------------------------------------------------------
+
+def analyze(profile: Profile, chip: str | Chip | None = None, memory: MemorySummary | None = None, *,
+            require_roofline: bool = True) -> Report:
+    """Prediction × measurement for one profile → a :class:`Report` (pure: it reads no file).
+
+    ``memory``: what ``rooflens.memory.read_run_memory(profile)`` read (None: no memory section).
+    ``require_roofline=False``: when no chip can be had (a CPU with no calibration), the report
+    still has its op stats, steps and every finding that needs no roofline; its ops are unpriced.
+    """
+    from rooflens.analysis.rules import run_rules
+
+    stats = op_stats(profile)
+    n_dev = max(len(stats.devices), 1)
+    try:
+        c, reason = resolve_chip(profile, chip)
+    except RooflensError as e:
+        if require_roofline or chip is not None:
+            raise
+        c, reason = None, str(e)
+    serial = 1.0
+    if c is not None:
+        c, serial, shared = share_cpu(profile, c, n_dev)
+        reason += shared
+    modules = program_modules(profile, stats.by_program_s)
+    roofs = roofs_of(c) if c is not None else None
+    pricing = price_programs(profile, modules, c) if c is not None else Pricing({}, {}, modules)
+    comparison = join(profile, stats, pricing, roofs, no_roofline="" if c is not None else f"no roofline: {reason}")
+    comparison = explain_ops(comparison, modules)
+    programs = step_breakdowns(stats, comparison, roofs, n_dev, serial)
+    notes = list(stats.notes)
+    if c is None:
+        notes.append(f"no expected-vs-observed comparison: {reason}")
+    report = Report(
+        chip=c.name if c is not None else "", chip_reason=reason, platform=profile.platform,
+        device_kind=profile.device_kind, num_devices=n_dev, op_stats=stats.op_stats, comparison=comparison,
+        steps=programs[0] if programs else None, stats=stats, memory=memory or None, notes=notes,
+        programs=programs, roofs=roofs, timeline=representative_timeline(profile),
+        in_window=InWindow.from_metadata(stats.in_window), path=profile.path, sources=list(profile.sources),
+        hosts=list(profile.hosts), metadata=dict(profile.metadata), modules=modules, profile=profile,
+        events=profile.table,
+    )
+    report.findings = run_rules(report)
+    return report

@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import asdict, dataclass
+from typing import Literal
 
 from rooflens.hlo import Instruction, Module
+from rooflens.hlo.opcodes import MODEL_FLOP_OPCODES
 from rooflens.units import fmt_seconds as _ms
+
+Severity = Literal["high", "medium", "low"]
 
 SLOW_RATIO = 2.0  # an op this many times slower than its roofline is worth a look (seed 000's red flag)
 SLOW_COLLECTIVE_RATIO = 3.0
@@ -33,7 +37,7 @@ SMALL_DIM = 128  # MXU / tensor-core tile edge: smaller dims pad
 @dataclass(frozen=True)
 class Finding:
     rule: str
-    severity: str  # high | medium | low
+    severity: Severity
     title: str
     ops: tuple[str, ...]
     time_s: float  # device time involved, per device per step where steps are known, else in total
@@ -47,7 +51,7 @@ class Finding:
         return d
 
 
-def _severity(share: float) -> str:
+def _severity(share: float) -> Severity:
     return "high" if share >= 0.2 else "medium" if share >= 0.05 else "low"
 
 
@@ -74,9 +78,9 @@ def _producer_chain(module: Module, ins: Instruction, depth: int = 3) -> list[In
 
 
 def _dot_of(module: Module, ins: Instruction) -> Instruction | None:
-    if ins.opcode in ("dot", "convolution"):
+    if ins.opcode in MODEL_FLOP_OPCODES:
         return ins
-    return next((i for i in module.fusion_body(ins) if i.opcode in ("dot", "convolution")), None)
+    return next((i for i in module.fusion_body(ins) if i.opcode in MODEL_FLOP_OPCODES), None)
 
 
 def rule_slow_ops(report) -> list[Finding]:
@@ -345,20 +349,19 @@ TRANSFERS_PER_STEP = 0.75  # implicit transfers in (nearly) every step: medium
 
 def rule_in_window(report) -> list[Finding]:
     out = []
-    w = report.stats.in_window
-    comps = w.get("compilations") or []
-    whole_run = "first_compilations" in w  # rooflens run: `compilations` holds recompilations only
+    w = report.in_window
+    comps = w.compilations
     if comps:
-        where = sorted({c["where"] for c in comps if c.get("where")})
-        total = sum(c["duration_s"] for c in comps)
-        if whole_run:
-            reasons = list(dict.fromkeys(f"{c.get('module', '?')}: {c['reason']}" for c in comps if c.get("reason")))
+        where = sorted({c.where for c in comps if c.where})
+        total = w.compile_s
+        if w.whole_run:  # rooflens run: `compilations` holds recompilations only
+            reasons = list(dict.fromkeys(f"{c.module or '?'}: {c.reason}" for c in comps if c.reason))
             title = f"{len(comps)} recompilation(s) of already-compiled functions"
             # one recompilation (a second call whose input types differ once: weak types, a committed
             # array) is a second warm-up; churn is a function compiled again and again
             severity = "high" if len(comps) >= RECOMPILE_MANY else "medium" if len(comps) > 1 else "low"
         else:
-            reasons = [m.splitlines()[-1].strip() for m in (w.get("cache_misses") or [])]
+            reasons = [m.splitlines()[-1].strip() for m in w.cache_misses]
             title = f"{len(comps)} compilation(s) inside the measured window"
             severity = "high"
         out.append(Finding(
@@ -368,8 +371,8 @@ def rule_in_window(report) -> list[Finding]:
             "state, so XLA compiles again",
             "keep shapes static (pad batches to fixed sizes, bucket sequence lengths), keep dtypes stable, and "
             "jit once outside the loop"))
-    transfers = list(w.get("transfers") or [])
-    times = w.get("transfer_times_unix_s")
+    transfers = list(w.transfers)
+    times = w.transfer_times_unix_s
     steps = report.steps.steps if report.steps and report.steps.steps else 1
     info = _warmup_info(report)
     prof = report.profile
@@ -451,24 +454,24 @@ def rule_overheads(report) -> list[Finding]:
 
 def rule_memory_peak(report) -> list[Finding]:
     """The compiled peak far above the state the program holds (inputs and outputs)."""
-    from rooflens.memory.report import PEAK_OVER_STATE
+    from rooflens.memory.summary import PEAK_OVER_STATE
 
-    mem = report.memory or {}
-    ratio = mem.get("peak_over_state")
+    mem = report.memory
+    ratio = mem.peak_over_state if mem else None
     if not ratio or ratio <= PEAK_OVER_STATE:
         return []
-    main = max(mem["programs"], key=lambda p: p["peak_bytes"])
-    bufs = main["peak_buffers"][:4]
+    main = mem.main
+    bufs = main.peak_buffers[:4]
     gb = 1e9
-    evidence = [f"{main['program']}: peak {main['peak_bytes'] / gb:.3g} GB vs {main['state_bytes'] / gb:.3g} GB "
-                f"of inputs and outputs ({ratio:.1f}×); temporaries {main['temp_bytes'] / gb:.3g} GB"]
-    evidence += [f"at the peak: {b['name']} {b['shape']} {b['bytes'] / 1e6:.3g} MB"
-                 + (f" from {b['named_scope']}" if b["named_scope"] else "") for b in bufs]
-    if main.get("padding_waste_bytes"):
-        evidence.append(f"tiling padding wastes {main['padding_waste_bytes'] / 1e6:.3g} MB")
+    evidence = [f"{main.program}: peak {main.peak_bytes / gb:.3g} GB vs {main.state_bytes / gb:.3g} GB "
+                f"of inputs and outputs ({ratio:.1f}×); temporaries {main.temp_bytes / gb:.3g} GB"]
+    evidence += [f"at the peak: {b.name} {b.shape} {b.bytes / 1e6:.3g} MB"
+                 + (f" from {b.named_scope}" if b.named_scope else "") for b in bufs]
+    if main.padding_waste_bytes:
+        evidence.append(f"tiling padding wastes {main.padding_waste_bytes / 1e6:.3g} MB")
     return [Finding(
         "memory-peak", "high" if ratio > 3 else "medium",
-        f"Peak memory is {ratio:.1f}× the state the program holds", tuple(b["name"] for b in bufs), 0.0,
+        f"Peak memory is {ratio:.1f}× the state the program holds", tuple(b.name for b in bufs), 0.0,
         tuple(evidence),
         "retained activations (kept for the backward pass), XLA temporaries and tiling padding come on top of "
         "the weights, optimizer state and batch",
@@ -483,6 +486,6 @@ RULES = (rule_memory_peak, rule_slow_ops, rule_slow_collectives, rule_communicat
 
 def run_rules(report) -> list[Finding]:
     found = [f for rule in RULES for f in rule(report)]
-    rank = {"high": 0, "medium": 1, "low": 2}
+    rank: dict[Severity, int] = {"high": 0, "medium": 1, "low": 2}
     return sorted(found, key=lambda f: (rank.get(f.severity, 3), -f.time_s))
 

@@ -13,6 +13,7 @@ tanh xor bitcast-convert map rng rng-bit-generator rng-get-and-update-state
 """.split())
 MATMUL = frozenset(["dot", "ragged-dot", "scaled-dot", "block-scaled-dot"])
 CONVOLUTION = frozenset(["convolution"])
+MODEL_FLOP_OPCODES = MATMUL | CONVOLUTION  # what MFU counts: the dots and convolutions
 REDUCTION = frozenset(["reduce", "reduce-window", "select-and-scatter"])
 DATA_MOVEMENT = frozenset("""
 broadcast reshape dynamic-reshape slice dynamic-slice dynamic-update-slice concatenate pad

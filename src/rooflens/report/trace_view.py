@@ -1,4 +1,4 @@
-"""Terminal view of a measured profile: top ops, time by scope and category, steps, devices."""
+"""Terminal views of a Report: the measured op stats, expected vs observed, the step, memory, findings."""
 
 from __future__ import annotations
 
@@ -6,10 +6,13 @@ from rich.console import Console
 from rich.markup import escape as e
 from rich.table import Table
 
-from rooflens.report.cost_view import ms
+from rooflens.report.text import memory_line
+from rooflens.units import fmt_seconds as ms
 
 
-def render_op_stats(console: Console, stats, source: str, top: int = 20) -> None:
+def render_op_stats(console: Console, report, source: str, top: int = 20) -> None:
+    """What ran: top ops, time by category/program/scope, steps, devices, what happened in the window."""
+    stats = report.stats
     console.print(f"[bold]{e(source)}[/bold]: {stats.platform} ({e(stats.device_kind)}), "
                   f"{len(stats.devices)} device(s), {sum(d.events for d in stats.devices):,} op events")
     table = Table(title=f"Top {min(top, len(stats.op_stats))} of {len(stats.op_stats)} HLO ops by self time "
@@ -36,21 +39,21 @@ def render_op_stats(console: Console, stats, source: str, top: int = 20) -> None
         dev.add_row(str(d.device), e(d.host), f"{d.events:,}", ms(d.busy_s), ms(d.idle_s), ms(d.window_s),
                     ms(g.duration_s) if g else "", e(f"{g.before} → {g.after} at {ms(g.start_s)}") if g else "")
     console.print(dev)
-    comp = stats.in_window.get("compilations") or []
-    if comp:
-        total = sum(c["duration_s"] for c in comp)
-        wheres = sorted({c["where"] for c in comp if c["where"]})
-        console.print(f"[bold]{len(comp)} compilation(s) inside the traced window[/bold] ({ms(total)}), from "
+    w = report.in_window
+    if w.compilations:
+        wheres = sorted({c.where for c in w.compilations if c.where})
+        what = "recompilation(s)" if w.whole_run else "compilation(s)"
+        console.print(f"[bold]{len(w.compilations)} {what} inside the traced window[/bold] ({ms(w.compile_s)}), from "
                       f"{e(', '.join(wheres[:3]) or 'an unknown place')}")
-        for m in (stats.in_window.get("cache_misses") or [])[:3]:
+        for m in w.cache_misses[:3]:
             console.print(f"  {e(m.splitlines()[-1].strip())}")
-    transfers = stats.in_window.get("transfers") or []
-    if transfers:
-        kinds = sorted({t.split(":")[0] for t in transfers})
-        console.print(f"[bold]{len(transfers)} implicit {'/'.join(kinds)} transfer(s) inside the traced window[/bold]"
-                      f", e.g. {e(transfers[0])}")
-    for n in stats.notes:
-        console.print(f"[dim]note: {e(n)}[/dim]")
+    if w.transfers:
+        kinds = sorted({t.split(":")[0] for t in w.transfers})
+        console.print(f"[bold]{len(w.transfers)} implicit {'/'.join(kinds)} transfer(s) inside the traced window[/bold]"
+                      f", e.g. {e(w.transfers[0])}")
+    for n in report.notes:
+        if not n.startswith("no expected-vs-observed comparison"):  # said where the comparison would be
+            console.print(f"[dim]note: {e(n)}[/dim]")
 
 
 def _ratio_style(ratio: float | None) -> str:
@@ -61,6 +64,14 @@ def _ratio_style(ratio: float | None) -> str:
 
 def render_report(console: Console, report, source: str, top: int = 20) -> None:
     """Expected vs observed, the step breakdown and the findings (after the op stats view)."""
+    if report.roofs is None:
+        console.print(f"[dim]no expected-vs-observed comparison: {e(report.chip_reason)}[/dim]")
+    else:
+        _render_comparison(console, report, top)
+    _render_step_memory_findings(console, report)
+
+
+def _render_comparison(console: Console, report, top: int) -> None:
     console.print(f"\n[bold]Expected vs observed[/bold] on {e(report.chip)} ({e(report.chip_reason)}); times per "
                   "execution on one device")
     table = Table(title_justify="left")
@@ -81,22 +92,20 @@ def render_report(console: Console, report, source: str, top: int = 20) -> None:
     if unpriced:
         console.print(f"unpriced ({len(unpriced)} ops, {ms(sum(c.total_time_s for c in unpriced))} in all): "
                       + ", ".join(f"{e(c.name)} ({e(c.unpriced_reason)})" for c in unpriced[:5]))
+
+
+def _render_step_memory_findings(console: Console, report) -> None:
     s = report.steps
     if s:
         mfu = f", MFU {s.mfu:.1%}" if s.mfu is not None else ""
-        console.print(f"\n[bold]Step[/bold] ({e(s.program)}, per device): measured {ms(s.step_time_s)}, roofline sum "
-                      f"{ms(s.predicted_s)}{mfu}")
+        roof = f", roofline sum {ms(s.predicted_s)}" if report.roofs is not None else ""
+        console.print(f"\n[bold]Step[/bold] ({e(s.program)}, per device): measured {ms(s.step_time_s)}{roof}{mfu}")
         console.print(f"  compute {ms(s.compute_s)} · communication {ms(s.communication_s)} · copies/layout "
                       f"{ms(s.layout_s)} · host transfers {ms(s.host_s)} · other {ms(s.other_s)} · idle {ms(s.idle_s)}"
-                      + (f" · unpriced {ms(s.unpriced_s)}" if s.unpriced_s else ""))
-    mem = report.memory or {}
-    if mem.get("programs"):
-        ratio = mem.get("peak_over_state")
-        console.print(f"\n[bold]Memory[/bold]: compiled peak {mem['peak_bytes'] / 1e6:.4g} MB per device, holding "
-                      f"{mem['state_bytes'] / 1e6:.4g} MB of inputs and outputs"
-                      + (f" ({ratio:.2f}×)" if ratio else "")
-                      + (f"; live device memory up to {mem['live_peak_bytes'] / 1e6:.4g} MB"
-                         if mem.get("live_peak_bytes") else "") + " — `rooflens memory` for the buffers")
+                      + (f" · unpriced {ms(s.unpriced_s)}" if s.unpriced_s and report.roofs is not None else ""))
+    mem = report.memory
+    if mem and mem.programs:
+        console.print(f"\n[bold]Memory[/bold]: {e(memory_line(mem))} — `rooflens memory` for the buffers")
     console.print(f"\n[bold]Findings[/bold] ({len(report.findings)}, most costly first)")
     if not report.findings:
         console.print("  none: every rule passed.")

@@ -1,0 +1,215 @@
+"""The typed Report: everything a view of one analysed run shows, and its one JSON document.
+
+Renderers (terminal, HTML, JSON, Perfetto) read these dataclasses and nothing else: the chip's
+roofs as used, each op's comparison with its explained HLO, the step breakdowns, the findings,
+the memory summary and the representative step's timeline are all computed by ``analyze``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+from rooflens.analysis.rules import Finding
+from rooflens.memory.summary import MemorySummary
+from rooflens.trace.stats import OpStat, OpStats
+
+SCHEMA_VERSION = 1  # of Report.to_json(); see docs/report-schema.md
+
+#: what limits an op on the roofline (the cost model's ``bound``), or why it has none
+Bound = Literal["compute", "memory", "communication", "latency", "host-transfer", "overhead", "none", "unpriced"]
+#: op categories (rooflens.hlo.opcodes.CATEGORIES)
+Category = Literal["matmul", "convolution", "fusion", "collective", "copy/transpose", "elementwise", "reduction",
+                   "data movement", "custom-call", "host transfer", "control", "other", "unknown"]
+#: the step's groups of categories (StepBreakdown's ``*_s`` fields)
+Group = Literal["compute", "communication", "layout", "host", "other"]
+
+COMPUTE: tuple[Category, ...] = ("matmul", "convolution", "fusion", "elementwise", "reduction")
+LAYOUT: tuple[Category, ...] = ("copy/transpose", "data movement")
+
+
+def group_of(category: str) -> Group:
+    """The step breakdown's group of an op category."""
+    return ("communication" if category == "collective" else "compute" if category in COMPUTE
+            else "layout" if category in LAYOUT else "host" if category == "host transfer" else "other")
+
+
+@dataclass(frozen=True)
+class Roofs:
+    """The chip's roofs as the comparison used them (after sharing, for forced CPU devices)."""
+
+    chip: str
+    peak_flops_per_s: dict[str, float]  # by dtype key ("bf16", "fp32", …)
+    hbm_bytes_per_s: float
+
+    @property
+    def peak_max_flops_per_s(self) -> float:
+        return max(self.peak_flops_per_s.values(), default=0.0)
+
+    @property
+    def mfu_peak_flops_per_s(self) -> float:
+        """The peak MFU divides by: bf16 where published, else the highest."""
+        return self.peak_flops_per_s.get("bf16") or self.peak_max_flops_per_s
+
+    @property
+    def ridge_flops_per_byte(self) -> float | None:
+        return self.peak_max_flops_per_s / self.hbm_bytes_per_s if self.hbm_bytes_per_s else None
+
+
+@dataclass(frozen=True)
+class OpComparison:
+    """One measured op next to its roofline (times per execution on one device)."""
+
+    name: str
+    program: str
+    category: Category
+    named_scope: str
+    opcode: str
+    occurrences: int
+    total_time_s: float  # measured, summed over devices and executions
+    measured_s: float  # per execution (median)
+    predicted_s: float | None  # None: the cost model could not price it
+    ratio: float | None  # measured / predicted
+    bound: Bound
+    flops: float
+    bytes: float
+    comm_bytes: float
+    achieved_flops_per_s: float
+    achieved_bytes_per_s: float
+    flops_fraction_of_peak: float | None
+    bytes_fraction_of_peak: float | None
+    unpriced_reason: str = ""
+    explanation: tuple[str, ...] = ()
+    model_flops: float = 0.0  # its dots' and convolutions' FLOPs (what MFU counts)
+    hlo: tuple[str, ...] = ()  # the instruction explained (shape, layout, operands, body), for the ops that matter
+    shape: str = ""  # its result shape as printed (matching ops across reports)
+
+    @property
+    def priced(self) -> bool:
+        return self.predicted_s is not None
+
+
+@dataclass(frozen=True)
+class StepBreakdown:
+    """One program's step on one device, measured and predicted (seconds)."""
+
+    program: str
+    steps: int
+    step_time_s: float  # measured mean step time (annotations), or busy+idle per step
+    predicted_s: float  # roofline sum of the ops it ran per step
+    model_flops: float  # per device per step: FLOPs of the dots and convolutions only (elementwise work excluded)
+    mfu: float | None  # model FLOPs / (step time × peak)
+    compute_s: float
+    communication_s: float
+    layout_s: float  # copies, transposes, data movement
+    host_s: float  # transfers between device and host memory (offload, infeed/outfeed)
+    other_s: float
+    idle_s: float  # device idle inside the step window
+    unpriced_s: float
+
+
+@dataclass(frozen=True)
+class Compilation:
+    """One compilation during the measured window."""
+
+    duration_s: float
+    where: str = ""  # the user's frame that triggered it
+    module: str = ""
+    reason: str = ""  # why JAX missed its cache (a recompilation), when known
+
+
+@dataclass(frozen=True)
+class InWindow:
+    """What the capture recorded besides the trace: compilations, cache misses, implicit transfers."""
+
+    compilations: tuple[Compilation, ...] = ()  # whole_run: recompilations only; else every compilation in the window
+    whole_run: bool = False  # a `rooflens run` profile (first compilations are warm-up, not listed above)
+    cache_misses: tuple[str, ...] = ()
+    transfers: tuple[str, ...] = ()
+    transfer_times_unix_s: tuple[float, ...] | None = None  # one per transfer, where recorded
+
+    @property
+    def compile_s(self) -> float:
+        return sum(c.duration_s for c in self.compilations)
+
+    @classmethod
+    def from_metadata(cls, w: dict | None) -> InWindow:
+        w = w or {}
+        comps = tuple(Compilation(float(c.get("duration_s") or 0.0), str(c.get("where") or ""),
+                                  str(c.get("module") or ""), str(c.get("reason") or ""))
+                      for c in (w.get("compilations") or []))
+        times = w.get("transfer_times_unix_s")
+        return cls(comps, "first_compilations" in w, tuple(str(m) for m in (w.get("cache_misses") or [])),
+                   tuple(str(x) for x in (w.get("transfers") or [])),
+                   tuple(float(t) for t in times) if times is not None else None)
+
+
+@dataclass(frozen=True)
+class TimelineOp:
+    lane: int  # index into Timeline.lanes
+    start_s: float  # from the start of the window shown
+    duration_s: float
+    name: str
+    category: str
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """The representative step (the median one), or the whole capture when there are no steps."""
+
+    lanes: tuple[str, ...]  # device names ("3", or "host:3" with several hosts)
+    ops: tuple[TimelineOp, ...]
+    duration_s: float
+    categories: tuple[str, ...]
+    note: str  # which window this is
+
+
+@dataclass
+class Report:
+    chip: str
+    chip_reason: str
+    platform: str
+    device_kind: str
+    num_devices: int
+    op_stats: list[OpStat]
+    comparison: list[OpComparison]
+    steps: StepBreakdown | None
+    stats: OpStats
+    findings: list[Finding] = field(default_factory=list)
+    memory: MemorySummary | None = None
+    notes: list[str] = field(default_factory=list)
+    programs: list[StepBreakdown] = field(default_factory=list)  # every program, most time first
+    roofs: Roofs | None = None  # None: no roofline to compare with (the comparison is all unpriced)
+    timeline: Timeline | None = None
+    in_window: InWindow = field(default_factory=InWindow)
+    path: str = ""
+    sources: list[str] = field(default_factory=list)
+    hosts: list[str] = field(default_factory=list)
+    metadata: dict = field(default_factory=dict)
+    modules: dict = field(default_factory=dict, repr=False)  # program → hlo.Module (for the rules and diff)
+    profile: object = field(default=None, repr=False)  # the analysed Profile (for the rules; renderers never read it)
+    events: object = field(default=None, repr=False)  # its EventTable: the op events the Perfetto view writes
+
+    @property
+    def chip_peaks(self) -> dict[str, float]:
+        return dict(self.roofs.peak_flops_per_s) if self.roofs else {}
+
+    def to_json(self) -> dict:
+        """The one JSON document (``--json`` and ``--out``; docs/report-schema.md)."""
+        return {
+            "schema_version": SCHEMA_VERSION, "path": self.path, "sources": list(self.sources),
+            "hosts": list(self.hosts), "metadata": self.metadata,
+            "chip": self.chip, "chip_reason": self.chip_reason, "platform": self.platform,
+            "device_kind": self.device_kind, "num_devices": self.num_devices,
+            "roofs": asdict(self.roofs) if self.roofs else None,
+            "op_stats": [asdict(s) for s in self.op_stats],
+            "comparison": [asdict(c) for c in self.comparison],
+            "findings": [f.to_dict() for f in self.findings],
+            "programs": [asdict(p) for p in self.programs],
+            "steps": {**(asdict(self.stats.steps) if self.stats.steps else {"count": 0}),
+                      "breakdown": asdict(self.steps) if self.steps else None},
+            "devices": [asdict(d) for d in self.stats.devices],
+            "by_category_s": dict(self.stats.by_category_s), "by_program_s": dict(self.stats.by_program_s),
+            "in_window": asdict(self.in_window),
+            "memory": self.memory.to_dict() if self.memory else {}, "notes": list(self.notes),
+        }
