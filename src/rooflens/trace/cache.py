@@ -70,13 +70,9 @@ def read_cached(path: Path, progress: Progress = None, use_cache: bool = True) -
     return raw
 
 
-def _save(loc: Path, key: dict, raw: RawTrace) -> bool:
-    try:
-        import pyarrow as pa
-    except ImportError:  # pragma: no cover - pyarrow is a dependency; a broken install just loses the cache
-        return False
+def _meta(raw: RawTrace, key: dict | None) -> dict:
     t = raw.table
-    meta = {
+    return {
         "key": key, "host": raw.host, "steps": raw.steps, "device_kind": raw.device_kind, "platform": raw.platform,
         "notes": raw.notes, "plane_stats": raw.plane_stats, "host_events": raw.host_events,
         "events_total": raw.events_total, "hosts": t.hosts, "lines": t.lines, "names": t.names,
@@ -85,19 +81,47 @@ def _save(loc: Path, key: dict, raw: RawTrace) -> bool:
         "op_meta": [[p, n, v] for (p, n), v in t.op_meta.items()], "program_keys": t.program_keys,
         "hlo_protos": {k: base64.b64encode(v).decode() for k, v in raw.hlo_protos.items()},
     }
+
+
+def _write(sink, raw: RawTrace, key: dict | None) -> None:
+    import pyarrow as pa
+
+    t = raw.table
     batch = pa.record_batch([pa.array(getattr(t, c)) for c in COLUMNS], names=list(COLUMNS))
+    schema = batch.schema.with_metadata({"rooflens": json.dumps(_meta(raw, key), default=str)})
+    with pa.ipc.new_file(sink, schema) as w:
+        w.write_batch(batch)
+
+
+def to_ipc(raw: RawTrace) -> bytes:
+    """One host's columns as Arrow IPC bytes (what a Ray task hands back to the driver)."""
+    import pyarrow as pa
+
+    sink = pa.BufferOutputStream()
+    _write(sink, raw, None)
+    return sink.getvalue().to_pybytes()
+
+
+def from_ipc(data) -> RawTrace:
+    import pyarrow as pa
+
+    raw = _read(pa.BufferReader(data), None)
+    assert raw is not None
+    return raw
+
+
+def _save(loc: Path, key: dict, raw: RawTrace) -> bool:
     try:
         loc.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=loc.parent, prefix=".tmp-", suffix=".arrow")
         try:
-            with os.fdopen(fd, "wb") as fh, pa.ipc.new_file(
-                    fh, batch.schema.with_metadata({"rooflens": json.dumps(meta, default=str)})) as w:
-                w.write_batch(batch)
+            with os.fdopen(fd, "wb") as fh:
+                _write(fh, raw, key)
             os.replace(tmp, loc)
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
-    except (OSError, ValueError, TypeError):
+    except (OSError, ValueError, TypeError, ImportError):
         return False
     return True
 
@@ -109,16 +133,20 @@ def _load(loc: Path, key: dict) -> RawTrace | None:
         import pyarrow as pa
 
         with pa.memory_map(str(loc), "r") as src:
-            reader = pa.ipc.open_file(src)
-            meta = json.loads(reader.schema.metadata[b"rooflens"])
-            if meta.get("key") != key:
-                return None
-            batch = reader.read_all()
-            cols = {c: batch.column(c).to_numpy().copy() for c in COLUMNS}
-    except (OSError, ValueError, KeyError, TypeError, ImportError):
+            return _read(src, key)
+    except Exception:  # noqa: BLE001 - any unreadable cache means "no usable cache": decode instead
         return None
-    except Exception:  # noqa: BLE001 - any pyarrow error means "no usable cache": decode instead
+
+
+def _read(src, key: dict | None) -> RawTrace | None:
+    import pyarrow as pa
+
+    reader = pa.ipc.open_file(src)
+    meta = json.loads(reader.schema.metadata[b"rooflens"])
+    if key is not None and meta.get("key") != key:
         return None
+    batch = reader.read_all()
+    cols = {c: batch.column(c).to_numpy().copy() for c in COLUMNS}
     n = len(cols["start_ps"])
     table = EventTable(
         host=cols["host"].astype(np.int32), device=cols["device"].astype(np.int32), line=cols["line"].astype(np.int32),

@@ -21,12 +21,12 @@ from rooflens import hlo as H
 from rooflens.errors import RooflensError
 from rooflens.hlo.opcodes import KNOWN_OPCODES, opcode_category
 from rooflens.hlo.shape import HOST_MEMORY_SPACE
+from rooflens.trace import discover, fs
 from rooflens.trace.events import EventTable, concat
 from rooflens.trace.progress import ingest_progress
 from rooflens.trace.readers import RawTrace, assign_steps
 
-XSPACE = ".xplane.pb"
-CHROME = (".trace.json.gz", ".trace.json")
+XSPACE = discover.XSPACE
 
 
 @dataclass
@@ -148,36 +148,6 @@ def _guess_from_name(name: str) -> tuple[str, str, str]:
     return "unknown", "", base
 
 
-def find_trace_files(path: Path) -> tuple[Path, list[Path]]:
-    """(run directory, trace files to read): one per host, XSpace preferred over Chrome JSON."""
-    if not path.exists():
-        raise RooflensError(f"{path} does not exist.")
-    if path.is_file():
-        if path.name.endswith(XSPACE) or path.name.endswith((".json.gz", ".json")):
-            return path.parent, [path]
-        raise RooflensError(f"{path} is not a profile: give a logdir, a run directory, a *.xplane.pb or a "
-                            "*.trace.json.gz.")
-    run = path
-    if not _host_files(path):
-        runs = sorted(p for p in (path / "plugins" / "profile").glob("*") if p.is_dir() and _host_files(p))
-        if not runs:
-            runs = sorted({p.parent for p in path.rglob("*") if p.name.endswith(XSPACE) or p.name.endswith(CHROME)})
-        if not runs:
-            raise RooflensError(f"{path} holds no profile (no *.xplane.pb or *.trace.json.gz under it).")
-        run = runs[-1]  # the newest run (run directories are named by time)
-    return run, _host_files(run)
-
-
-def _host_files(run: Path) -> list[Path]:
-    files = sorted(p for p in run.iterdir() if p.is_file() and (p.name.endswith(XSPACE) or p.name.endswith(CHROME)))
-    by_host: dict[str, Path] = {}
-    for f in files:
-        host = _host_of(f)
-        if host not in by_host or f.name.endswith(XSPACE):
-            by_host[host] = f
-    return list(by_host.values())
-
-
 def read_hlo_dir(directory: str | Path) -> dict[str, str]:
     """Program name → HLO text, from a directory of HLO text files (an XLA dump, or ``hlo/``).
 
@@ -204,9 +174,10 @@ def read_hlo_dir(directory: str | Path) -> dict[str, str]:
     return {k: v for k, (_, v) in out.items()}
 
 
-def _embedded_hlo(raws: list[RawTrace], files: list[Path], table: EventTable) -> dict[str, str]:
+def _embedded_hlo(raws: list[RawTrace], files: list[str], table: EventTable) -> dict[str, str]:
     """Program → HLO text from the XSpaces' metadata plane (decoded with the events; for a Chrome
-    trace, from its sibling XSpace), printed by jaxlib.
+    trace, from its sibling XSpace), printed by jaxlib once per distinct module (the hosts of one
+    job all carry the same programs).
 
     A program name compiled several times (``jit_dot(5)``, ``jit_dot(21)``) keeps the module whose
     instruction names cover most of the ops the trace ran under that name.
@@ -216,70 +187,84 @@ def _embedded_hlo(raws: list[RawTrace], files: list[Path], table: EventTable) ->
     seen: dict[str, set[str]] = {}
     for p, n in table.pairs().tolist():
         seen.setdefault(table.programs[p], set()).add(table.names[n])
-    best: dict[str, tuple[int, str]] = {}
     exact = {raw: shown for shown, raw in table.program_keys.items()}
+    wanted: dict[str, bytes] = {}
     for raw, f in zip(raws, files):
         protos = raw.hlo_protos
-        if not protos and not f.name.endswith(XSPACE):
-            xspace = f.with_name(_host_of(f) + XSPACE)
+        if not protos and not f.endswith(XSPACE) and not fs.is_url(f):
+            xspace = Path(f).with_name(discover.host_of(Path(f).name) + XSPACE)
             if xspace.is_file():
                 try:
                     with xspace.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
                         protos = hlo_protos(mm)
                 except (ValueError, IndexError, OSError):
                     protos = {}  # a damaged metadata plane: the ops just lack scopes
-        wanted = {k: v for k, v in protos.items()
-                  if k in seen or k in exact or re.sub(r"\(\d+\)$", "", k) in seen}
-        for key, text in print_modules(wanted).items():
-            if key in seen or key in exact:  # the trace names this very program (name and id)
-                best[exact.get(key, key)] = (1 << 30, text)
-                continue
-            name = re.sub(r"\(\d+\)$", "", key)
-            ops = seen.get(name)
-            if not ops:
-                continue
-            score = sum(1 for op in ops if f"%{op} = " in text or f"\n  {op} = " in text or f" {op} = " in text)
-            if name not in table.program_keys and score > best.get(name, (-1, ""))[0]:
-                best[name] = (score, text)
+        for k, v in protos.items():
+            if k not in wanted and (k in seen or k in exact or re.sub(r"\(\d+\)$", "", k) in seen):
+                wanted[k] = v
+    best: dict[str, tuple[int, str]] = {}
+    for key, text in print_modules(wanted).items():
+        if key in seen or key in exact:  # the trace names this very program (name and id)
+            best[exact.get(key, key)] = (1 << 30, text)
+            continue
+        name = re.sub(r"\(\d+\)$", "", key)
+        ops = seen.get(name)
+        if not ops:
+            continue
+        score = sum(1 for op in ops if f"%{op} = " in text or f"\n  {op} = " in text or f" {op} = " in text)
+        if name not in table.program_keys and score > best.get(name, (-1, ""))[0]:
+            best[name] = (score, text)
     return {k: v for k, (_, v) in best.items()}
 
 
-def _host_of(f: Path) -> str:
-    return f.name.removesuffix(XSPACE).removesuffix(".gz").removesuffix(".json").removesuffix(".trace")
+def load(path: str | Path | list[str | Path], hlo_dir: str | Path | None = None, progress: bool | None = None,
+         workers: int | None = 1, engine: str = "local", ray_address: str | None = None) -> Profile:
+    """Read a profile: one or several logdirs, run directories or trace files (``*.xplane.pb``,
+    ``*.trace.json.gz``), local or fsspec URLs (``gs://…``); every host of the run.
 
-
-def load(path: str | Path, hlo_dir: str | Path | None = None, progress: bool | None = None) -> Profile:
-    """Read a profile: logdir, run directory, or one ``*.xplane.pb`` / ``*.trace.json.gz`` file.
-
-    ``hlo_dir`` adds the HLO of the programs (an XLA dump directory) when the run has none.
-    ``progress``: a progress bar on stderr for reads longer than about a second (default: when
-    stderr is a terminal).
+    Each host file is read on its own (``workers`` processes, or Ray tasks with ``engine="ray"``;
+    see :mod:`rooflens.trace.hosts`), then the hosts are merged on one time axis. ``hlo_dir`` adds
+    the HLO of the programs (an XLA dump directory) when the run has none. ``progress``: a bar on
+    stderr for reads longer than about a second (default: when stderr is a terminal).
     """
-    from rooflens.trace.cache import read_cached
+    from rooflens.trace.hosts import read_hosts
 
-    run, files = find_trace_files(Path(path))
-    with ingest_progress(files, progress) as bar:
-        raws: list[RawTrace] = [read_cached(f, bar.for_file(i)) for i, f in enumerate(files)]
+    paths = [str(p) for p in path] if isinstance(path, list | tuple) else [str(path)]
+    if not paths:
+        raise RooflensError("no profile given.")
+    runs, host_files = discover.find(paths)
+    files = [f.path for f in host_files]
+    with ingest_progress([Path(f) for f in files], progress) as bar:
+        raws = read_hosts(host_files, workers=workers, engine=engine, ray_address=ray_address,
+                          progress=bar.for_file)
     table = concat([r.table for r in raws])
-    steps_ps = sorted((n, s + (r.table.origin_ns - table.origin_ns) * 1000, e + (r.table.origin_ns - table.origin_ns)
-                       * 1000) for r in raws for n, s, e in r.steps)
-    steps = [(n, s * 1e-3, e * 1e-3) for n, s, e in steps_ps]
-    assign_steps(table, steps)
+    steps_by_host = []
+    for r in raws:
+        shift = (r.table.origin_ns - table.origin_ns) * 1000
+        steps_by_host.append(sorted((n, (s + shift) * 1e-3, (e + shift) * 1e-3) for n, s, e in r.steps))
+    for k, host_steps in enumerate(steps_by_host):  # each host's steps hold its own events
+        assign_steps(table, host_steps, rows=np.flatnonzero(table.host == table.hosts.index(raws[k].host)))
+    steps = sorted(s for h in steps_by_host for s in h)
     notes = [n for r in raws for n in r.notes]
     if not len(table):
         raise RooflensError(f"{path} has no device op events (no XLA ops on any device or CPU thread): "
                             "was anything running on the devices while it was traced?")
     platform = next((r.platform for r in raws if r.platform != "unknown"), "unknown")
     meta: dict = {}
-    meta_path = run / "rooflens.json"
-    if meta_path.is_file():
+    for run in runs:
+        text = fs.read_text(fs.join(run, "rooflens.json"))
+        if text is None:
+            continue
         try:
-            meta = json.loads(meta_path.read_text())
+            meta = json.loads(text)
         except ValueError:
-            notes.append(f"{meta_path} is not valid JSON; ignored")
+            notes.append(f"{fs.join(run, 'rooflens.json')} is not valid JSON; ignored")
+        break
     hlo_texts = _embedded_hlo(raws, files, table)
-    if (run / "hlo").is_dir():
-        hlo_texts.update(read_hlo_dir(run / "hlo"))
+    for run in runs:
+        if not fs.is_url(run) and (Path(run) / "hlo").is_dir():
+            hlo_texts.update({k: v for k, v in read_hlo_dir(Path(run) / "hlo").items() if k not in hlo_texts
+                              or run == runs[0]})
     if hlo_dir is not None:
         hlo_texts.update(read_hlo_dir(hlo_dir))
     host_events = sorted(((name, (s + (r.table.origin_ns - table.origin_ns) * 1000) * 1e-3,
@@ -288,7 +273,7 @@ def load(path: str | Path, hlo_dir: str | Path | None = None, progress: bool | N
     profile = Profile(
         path=str(path), table=table, steps=steps, platform=platform,
         device_kind=next((r.device_kind for r in raws if r.device_kind != "unknown"), "unknown"),
-        hosts=[r.host for r in raws], sources=[str(f) for f in files], notes=notes, metadata=meta,
+        hosts=[r.host for r in raws], sources=files, notes=notes, metadata=meta,
         hlo_texts=hlo_texts, plane_stats=next((r.plane_stats for r in raws if r.plane_stats), {}),
         host_events=host_events, events_total=sum(r.events_total for r in raws),
     )

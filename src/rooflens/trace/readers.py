@@ -222,7 +222,7 @@ def read_xspace(path: Path, progress: Progress = None, device_time: bool = True)
         host=np.zeros(len(rows), np.int32), device=np.concatenate([p[1] for p in parts]) if parts else rows,
         line=line[rows], name=np.concatenate([p[2] for p in parts]) if parts else rows,
         program=np.concatenate([p[3] for p in parts]) if parts else rows, start_ps=start[rows], dur_ps=dur[rows],
-        hosts=[host], lines=list(lname), names=words or [""], programs=words or [""], origin_ns=x.origin_ns,
+        hosts=[host], lines=list(lname), names=words or [""], programs=words or [""], origin_ns=_absolute_origin(x),
         hlo_text=hlo_text, op_meta=op_meta)
 
     # the host's Python (JAX's Python tracer), for what the host did during idle gaps
@@ -250,6 +250,16 @@ def read_xspace(path: Path, progress: Progress = None, device_time: bool = True)
     return RawTrace(host, table, sorted(steps), device_kind or ("cpu" if platform == "cpu" else "unknown"), platform,
                     plane_stats=plane_stats, host_events=host_events, hlo_protos=protos,
                     events_total=x.events_total)
+
+
+def _absolute_origin(x) -> int:
+    """The trace's origin on the wall clock: XSpace times count from the profile's start, which the
+    ``Task Environment`` plane records (ns since the epoch); hosts of one job line up by it."""
+    for p in x.planes:
+        start = p.stats.get("profile_start_time") if p.name == "Task Environment" else None
+        if isinstance(start, int) and start > 0:
+            return start + x.origin_ns
+    return x.origin_ns
 
 
 def _string_codes(x, rows: np.ndarray, code) -> tuple[np.ndarray, np.ndarray]:
@@ -394,14 +404,19 @@ def _chrome_programs(c: dict, rows: np.ndarray, word: np.ndarray, code) -> np.nd
     return np.asarray(out, np.int64)[inv]
 
 
-def assign_steps(table: EventTable, steps: list[tuple[int, float, float]]) -> None:
-    """Set each event's step: the step (number, start ns, end ns, from the table's origin) whose
-    interval holds the event's start."""
+def assign_steps(table: EventTable, steps: list[tuple[int, float, float]], rows: np.ndarray | None = None) -> None:
+    """Set each event's step (of ``rows``, default all): the step (number, start ns, end ns, from the
+    table's origin) whose interval holds the event's start."""
     if not steps or not len(table):
         return
     starts = np.asarray([s for _, s, _ in steps], np.float64)
     ends = np.asarray([t for _, _, t in steps], np.float64)
     nums = np.asarray([n for n, _, _ in steps], dtype=np.int32)
-    idx = np.searchsorted(starts, table.start_ns, side="right") - 1
-    ok = (idx >= 0) & (table.start_ns <= ends[np.clip(idx, 0, None)])
-    table.step[:] = np.where(ok, nums[np.clip(idx, 0, None)], -1)
+    at = table.start_ns if rows is None else table.start_ns[rows]
+    idx = np.searchsorted(starts, at, side="right") - 1
+    ok = (idx >= 0) & (at <= ends[np.clip(idx, 0, None)])
+    got = np.where(ok, nums[np.clip(idx, 0, None)], -1)
+    if rows is None:
+        table.step[:] = got
+    else:
+        table.step[rows] = got

@@ -1,0 +1,107 @@
+"""Many hosts' trace files read side by side: the map of a pod's trace set.
+
+Each host file is read on its own, into its own columns (a :class:`RawTrace`), by a worker:
+
+* ``engine="local"`` (default): a process pool of ``workers`` processes (default: this machine's
+  cores); one host file per task, so a worker's memory is bounded by one host's trace;
+* ``engine="ray"``: Ray tasks on an existing cluster (``ray_address``) or on a local one started
+  for the call; each task returns its host's columns as Arrow IPC bytes
+  (:func:`rooflens.trace.cache.to_ipc`), which travel through Ray's object store without pickling
+  every array. Ray is an optional extra (``pip install 'rooflens[ray]'``).
+
+The driver then merges the hosts (:func:`rooflens.trace.profile.load`).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+
+from rooflens.errors import RooflensError
+from rooflens.trace import fs
+from rooflens.trace.discover import HostFile
+from rooflens.trace.readers import RawTrace
+
+ENGINES = ("local", "ray")
+
+
+def read_one(hf: HostFile, progress=None) -> RawTrace:
+    """One host file → its RawTrace, named as the run names the host."""
+    from rooflens.trace.cache import read_cached
+
+    with fs.local_copy(hf.path) as local:
+        raw = read_cached(local, progress, use_cache=not fs.is_url(hf.path))
+    raw.host = hf.host
+    raw.table.hosts = [hf.host]
+    return raw
+
+
+def _read_ipc(hf: HostFile) -> bytes:
+    from rooflens.trace.cache import to_ipc
+
+    return to_ipc(read_one(hf))
+
+
+def read_hosts(files: list[HostFile], workers: int | None = None, engine: str = "local",
+               ray_address: str | None = None, progress: Callable[[int], Callable] | None = None
+               ) -> list[RawTrace]:
+    """Every host file read, in the order given. ``progress(i)`` gives the i-th file's callback
+    (``(done, total)``); files read in other processes report when they finish."""
+    if engine not in ENGINES:
+        raise RooflensError(f"unknown engine {engine!r}: use one of {', '.join(ENGINES)}.")
+    if engine == "ray":
+        return _read_ray(files, ray_address, progress)
+    n = min(workers or os.cpu_count() or 1, len(files))
+    if n <= 1:
+        return [read_one(f, progress(i) if progress else None) for i, f in enumerate(files)]
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    out: list[RawTrace | None] = [None] * len(files)
+    with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context(method)) as pool:
+        futures = {pool.submit(read_one, f): i for i, f in enumerate(files)}
+        for fut in as_completed(futures):
+            i = futures[fut]
+            out[i] = fut.result()  # a RooflensError in a worker is raised here, with its sentence
+            if progress:
+                progress(i)(1, 1)
+    return out
+
+
+def _read_ray(files: list[HostFile], address: str | None, progress) -> list[RawTrace]:
+    try:
+        import ray
+    except ImportError:
+        raise RooflensError("--engine ray needs Ray: pip install 'rooflens[ray]'.") from None
+    from rooflens.trace.cache import from_ipc
+
+    started = False
+    if not ray.is_initialized():
+        try:
+            ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+        except (ConnectionError, RuntimeError, ValueError) as e:
+            raise RooflensError(f"cannot reach the Ray cluster at {address or 'a new local one'}: "
+                                f"{str(e).splitlines()[0] if str(e) else type(e).__name__}.") from None
+        started = True
+    try:
+        task = ray.remote(_read_ipc)
+        refs = [task.remote(f) for f in files]
+        index = {r: i for i, r in enumerate(refs)}
+        out: list[RawTrace | None] = [None] * len(files)
+        pending = list(refs)
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            i = index[done[0]]
+            try:
+                out[i] = from_ipc(ray.get(done[0]))
+            except ray.exceptions.RayTaskError as e:
+                cause = e.cause if isinstance(getattr(e, "cause", None), RooflensError) else None
+                if cause is not None:
+                    raise cause from None
+                raise
+            if progress:
+                progress(i)(1, 1)
+        return out
+    finally:
+        if started and address is None:
+            ray.shutdown()
