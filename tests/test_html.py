@@ -124,3 +124,18 @@ def test_json_out_and_perfetto(report_html, tmp_path):
     orig = rl.trace.op_stats(rl.load(logs))
     assert {(s.name, s.occurrences) for s in back.op_stats} == {(s.name, s.occurrences) for s in orig.op_stats}
     assert sum(s.total_time_s for s in back.op_stats) == pytest.approx(sum(s.total_time_s for s in orig.op_stats))
+
+
+def test_a_users_own_chip_renders_to_html(report_html, tmp_path):
+    """A Chip made by the user (in no catalogue) is the report's roofline and its page renders."""
+    import dataclasses
+
+    from rooflens.hardware import Figure
+
+    base = rl.chip("h100-sxm")
+    mine = dataclasses.replace(base, name="my-accelerator", description="a user's own chip", figures={
+        **base.figures, "memory.hbm_bytes_per_s": Figure(1.5e12, "my datasheet, table 2")})
+    rep = rl.analyze(rl.load(report_html.parent / "logs"), chip=mine)
+    assert rep.chip == "my-accelerator" and rep.roofs.hbm_bytes_per_s == 1.5e12
+    text = render_html(rep)
+    assert "my-accelerator: peak" in text and "1.5e+12 B/s" in text

@@ -400,6 +400,73 @@ def _load_report(logdir: str, hlo_dir: str | None = None, chip_name: str | None 
 
 
 @cli.command()
+@click.argument("a", metavar="A")
+@click.argument("b", metavar="B")
+@click.option("--chip", "chip_name", help="Compare both with this chip's roofline (default: each from its trace).")
+@click.option("--chip-b", "chip_b", help="B's chip, when it differs from A's (a run on another chip).")
+@click.option("--top", default=20, show_default=True, help="How many matched ops to list.")
+@click.option("--json", "as_json", is_flag=True, help="Print the diff as JSON.")
+@click.option("--html", "html_path", metavar="FILE", help="Also write the diff as a single-file HTML page.")
+@click.option("--force", is_flag=True, help="Overwrite an existing --html file.")
+@click.option("--no-calibrate", is_flag=True, help="On a CPU trace with no calibration yet, do not measure this "
+                                                  "machine (the diff then has no roofline columns).")
+def diff(a: str, b: str, chip_name: str | None, chip_b: str | None, top: int, as_json: bool, html_path: str | None,
+         force: bool, no_calibrate: bool) -> None:
+    """What changed from run A to run B (two batch sizes, two chips, two commits): step time, MFU,
+    time and share of the step per category and per op, and the ops that appeared or disappeared.
+
+    A and B are logdirs, run directories or trace files.
+    """
+    from rooflens.analysis.diff import diff as diff_reports
+
+    if html_path and Path(html_path).exists() and not force:
+        raise UserError(f"{html_path} exists; give another --html path or --force to replace it.")
+    ra = _load_report(a, chip_name=chip_name, no_calibrate=no_calibrate)
+    rb = _load_report(b, chip_name=chip_b or chip_name, no_calibrate=no_calibrate)
+    d = diff_reports(ra, rb, a, b)
+    if html_path:
+        from rooflens.report.html import render_diff_html
+
+        Path(html_path).write_text(render_diff_html(d), encoding="utf-8")
+        click.echo(f"rooflens: wrote {html_path}", err=True)
+    if as_json:
+        click.echo(_json_text(d.to_json()))
+        return
+    from rooflens.report.diff_view import render_diff
+
+    render_diff(_console(), d, top=top)
+
+
+@cli.command()
+@click.argument("logdir", metavar="LOGDIR|RUN_DIR|TRACE_FILE")
+@click.option("--budget", "budget_path", required=True, metavar="FILE",
+              help="The budgets (TOML): max_recompiles, max_idle_fraction, min_mfu, max_step_time_s, [max_ratio], "
+                   '[max_share], [program."NAME"].')
+@click.option("--chip", "chip_name", help="Compare with this chip's roofline (default: inferred from the trace).")
+@click.option("--json", "as_json", is_flag=True, help="Print every budget and its measured value as JSON.")
+@click.option("--no-calibrate", is_flag=True, help="On a CPU trace with no calibration yet, do not measure this "
+                                                  "machine (min_mfu and max_ratio then cannot be met).")
+def check(logdir: str, budget_path: str, chip_name: str | None, as_json: bool, no_calibrate: bool) -> None:
+    """Check a run against performance budgets (for CI): prints every budget with its measured value
+    and exits 1 naming every violated one (2 for a budget file that cannot be used)."""
+    from rooflens.analysis.budget import evaluate
+    from rooflens.api import load_budget
+
+    budget = load_budget(budget_path)  # a bad budget file fails before the trace is read
+    rep = _load_report(logdir, chip_name=chip_name, no_calibrate=no_calibrate)
+    result = evaluate(rep, budget)
+    if as_json:
+        click.echo(_json_text(result.to_json()))
+    else:
+        from rooflens.report.diff_view import render_check
+
+        render_check(_console(), result, source=logdir)
+    if not result.ok:
+        click.echo(f"rooflens: {result.message()}", err=True)
+        sys.exit(1)
+
+
+@cli.command()
 @click.argument("logdir", metavar="LOGDIR|RUN_DIR|TRACE_FILE")
 @click.option("--parquet", "parquet_dir", required=True, metavar="DIR",
               help="Write DIR/ops.parquet: one row per op execution (columns: docs/export-schema.md).")

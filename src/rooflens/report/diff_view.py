@@ -1,0 +1,82 @@
+"""Terminal views of a Diff (two runs side by side) and of a budget check."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.markup import escape as e
+from rich.table import Table
+
+from rooflens.units import fmt_seconds as ms
+
+
+def _t(v: float | None) -> str:
+    return "—" if v is None else ms(v)
+
+
+def _pct(v: float | None) -> str:
+    return "—" if v is None else f"{v:.1%}"
+
+
+def _delta(a: float, b: float) -> str:
+    if not a:
+        return "new" if b else ""
+    r = b / a
+    style = "green" if r < 0.95 else "red" if r > 1.05 else "dim"
+    return f"[{style}]{r:.2f}×[/]"
+
+
+def _share_delta(a: float, b: float) -> str:
+    d = (b - a) * 100
+    style = "green" if d < -0.5 else "red" if d > 0.5 else "dim"
+    return f"[{style}]{d:+.1f} pt[/]"
+
+
+def render_diff(console: Console, d, top: int = 20) -> None:
+    s = d.steps
+    console.print(f"[bold]A[/bold] {e(d.label_a)} ({e(d.chip_a or 'no roofline')})")
+    console.print(f"[bold]B[/bold] {e(d.label_b)} ({e(d.chip_b or 'no roofline')})")
+    console.print(f"\n[bold]Step[/bold] (per device): {_t(s.step_time_a_s)} → {_t(s.step_time_b_s)} "
+                  f"({_delta(s.step_time_a_s, s.step_time_b_s)}); MFU {_pct(s.mfu_a)} → {_pct(s.mfu_b)}; roofline sum "
+                  f"{_t(s.predicted_a_s)} → {_t(s.predicted_b_s)}; program {e(s.program_a)} → {e(s.program_b)}")
+    table = Table(title="Time per step and share of the step, by category", title_justify="left")
+    for col in ("category", "A", "B", "B/A", "share A", "share B", "Δ share"):
+        table.add_column(col, justify="left" if col == "category" else "right")
+    for c in d.categories:
+        table.add_row(e(c.category), ms(c.time_a_s), ms(c.time_b_s), _delta(c.time_a_s, c.time_b_s),
+                      _pct(c.share_a), _pct(c.share_b), _share_delta(c.share_a, c.share_b))
+    console.print(table)
+    table = Table(title=f"Top {min(top, len(d.ops))} of {len(d.ops)} matched ops", title_justify="left")
+    for col in ("op (A → B)", "category", "scope", "A", "B", "B/A", "share A", "share B", "roofline ×", "matched by"):
+        table.add_column(col, justify="left" if col in ("op (A → B)", "category", "scope", "matched by") else "right")
+    for o in d.ops[:top]:
+        name = o.name_a if o.name_a == o.name_b else f"{o.name_a} → {o.name_b}"
+        ratios = " → ".join("—" if r is None else f"{r:.2f}" for r in (o.ratio_a, o.ratio_b))
+        table.add_row(e(name), o.category, e(o.named_scope), ms(o.time_a_s), ms(o.time_b_s),
+                      _delta(o.time_a_s, o.time_b_s), _pct(o.share_a), _pct(o.share_b), ratios, o.matched_by)
+    console.print(table)
+    for title, rows in (("Appeared in B", d.appeared), ("Disappeared from A", d.disappeared)):
+        if rows:
+            console.print(f"\n[bold]{title}[/bold] ({len(rows)})")
+            for r in rows[:top]:
+                scope = f", {e(r.named_scope)}" if r.named_scope else ""
+                console.print(f"  {e(r.name)} ({e(r.kind)}, {r.category}{scope}): {ms(r.time_s)} per step, "
+                              f"{_pct(r.share)} of the step")
+    if d.unmatched:
+        console.print(f"\n[bold]Not matched[/bold] ({len(d.unmatched)}: the other side runs ops of the same kind, but "
+                      "none with this scope and shape pattern)")
+        for side, r in d.unmatched[:top]:
+            scope = f", {e(r.named_scope)}" if r.named_scope else ""
+            console.print(f"  {side.upper()}: {e(r.name)} ({e(r.kind)}{scope}, {e(r.shape)}): {ms(r.time_s)} per step")
+    for n in d.notes:
+        console.print(f"[dim]note: {e(n)}[/dim]")
+
+
+def render_check(console: Console, result, source: str) -> None:
+    console.print(f"[bold]Budgets[/bold] of {e(result.source)} on {e(source)}")
+    for c in result.checks:
+        line = e(c.line())
+        console.print(f"  [green]{line}[/]" if c.ok else f"  [red]{line}[/]")
+    if result.ok:
+        console.print(f"[green]every budget met ({len(result.checks)} checked)[/]")
+    else:
+        console.print(f"[red]{e(result.message())}[/]")

@@ -1,0 +1,116 @@
+"""rl.diff / `rooflens diff`: two real runs side by side, ops matched across them.
+
+Seed 004's observation on a real data-parallel step: at a larger global batch the gradient
+all-reduce (its size fixed by the weights) takes a smaller share of the step.
+"""
+
+import json
+
+import jax
+import jax.numpy as jnp
+import pytest
+from click.testing import CliRunner
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import rooflens as rl
+from rooflens import cli
+from rooflens.analysis.diff import match_ops, shape_pattern
+from rooflens.lowering import make_mesh
+from tests.dp_runs import report, runs
+
+
+def test_collective_share_falls_from_the_small_to_the_large_batch():
+    d = rl.diff(report("dp64"), report("dp4096"))
+    coll = d.category("collective")
+    assert coll is not None and coll.share_b < 0.8 * coll.share_a, (coll.share_a, coll.share_b)
+    assert d.category("matmul").time_b_s > d.category("matmul").time_a_s  # 64× the rows to multiply
+    (ar,) = [o for o in d.ops if o.opcode == "all-reduce"]
+    assert ar.matched_by == "name" and ar.shape_a == ar.shape_b  # the gradient: same bytes at both sizes
+    dots = [o for o in d.ops if o.category == "matmul" and o.shape_a != o.shape_b]
+    assert dots  # the activations' matmul: matched by name though its batch dimension changed
+    assert not d.appeared and not d.disappeared and not d.unmatched  # the same program
+    assert d.steps.step_time_a_s > 0 and d.steps.mfu_b > d.steps.mfu_a
+
+
+def test_diff_command_json_and_html(tmp_path):
+    logs = runs()
+    page = tmp_path / "diff.html"
+    res = CliRunner().invoke(cli.cli, ["diff", str(logs["dp64"]), str(logs["dp4096"]), "--json", "--html", str(page)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert {"steps", "categories", "ops", "appeared", "disappeared", "unmatched"} <= set(doc)
+    coll = next(c for c in doc["categories"] if c["category"] == "collective")
+    assert set(coll) >= {"category", "time_a_s", "time_b_s", "share_a", "share_b"}
+    assert coll["share_b"] < coll["share_a"]
+    text = page.read_text()
+    assert "rooflens-data" in text and "all-reduce" in text and "http" not in text.replace(
+        "http://www.w3.org/2000/svg", "")
+    res = CliRunner().invoke(cli.cli, ["diff", str(logs["dp64"]), str(logs["dp4096"])])
+    assert res.exit_code == 0 and "collective" in res.stdout and "Time per step and share" in res.stdout
+
+
+def test_weights_all_gathered_appear_in_the_fsdp_run():
+    d = rl.diff(report("dp4096"), report("fsdp"))
+    # a new all-gather (the sharded weights), the costliest of what appeared (beside it: partition-id,
+    # which picks each device's shard)
+    assert d.appeared and d.appeared[0].kind == "all-gather" and d.appeared[0].share > 0
+    assert "all-gather" not in {o.opcode for o in d.ops}
+    back = rl.diff(report("fsdp"), report("dp4096"))
+    assert "all-gather" in {r.kind for r in back.disappeared}
+
+
+def test_a_changed_program_matches_by_scope_opcode_and_shape(tmp_path):
+    """Two different programs (another function, one more op): ops pair by named scope + opcode + shape
+    pattern, and the op only the second runs shows as appeared."""
+    mesh = make_mesh("data=8")
+    x = jax.device_put(jnp.ones((1024, 256)), NamedSharding(mesh, P("data")))
+    w = jax.device_put(jnp.ones((256, 256)), NamedSharding(mesh, P()))
+
+    def first(x, w):
+        with jax.named_scope("proj"):
+            return jnp.tanh(x @ w)
+
+    def second(x, w):
+        with jax.named_scope("proj"):
+            h = jnp.tanh(x @ w)
+        with jax.named_scope("norm"):
+            return h / jnp.sqrt(jnp.sum(h * h, axis=-1, keepdims=True) + 1.0)
+
+    a = rl.analyze(rl.capture(jax.jit(first), x, w, steps=3, logdir=tmp_path / "a"))
+    b = rl.analyze(rl.capture(jax.jit(second), x, w, steps=3, logdir=tmp_path / "b"))
+    d = rl.diff(a, b)
+    proj = [o for o in d.ops if o.named_scope == "proj"]
+    assert proj and all(o.matched_by == "scope+opcode+shape" and o.program_a != o.program_b for o in proj)
+    new = {r.named_scope for r in d.appeared} | {r.named_scope for side, r in d.unmatched if side == "b"}
+    assert "norm" in new
+
+
+def test_matching_rules_on_rows():
+    from rooflens.analysis.diff import OpRow
+
+    def row(name, program, scope, opcode, shape, t):
+        return OpRow(name, program, "fusion", opcode, scope, shape, t, t)
+
+    a = (row("fusion.1", "jit_f(1)", "mlp", "fusion", "f32[64,512]{1,0}", 2.0),
+         row("copy.3", "jit_f(1)", "", "copy", "f32[512]", 1.0))
+    b = (row("fusion.1", "jit_f(7)", "mlp", "fusion", "f32[4096,512]{1,0}", 3.0),
+         row("fusion.9", "jit_g", "attn", "fusion", "f32[8,8]", 1.0))
+    pairs, left_a, left_b = match_ops(a, b)
+    assert [(x.name, y.name, how) for x, y, how in pairs] == [("fusion.1", "fusion.1", "name")]
+    assert [r.name for r in left_a] == ["copy.3"] and [r.name for r in left_b] == ["fusion.9"]
+    assert shape_pattern("(f32[8,128]{1,0}, bf16[4])") == "f32[_,_],bf16[_]"
+
+
+def test_a_prediction_against_a_measurement():
+    rep = report("dp4096")
+    mesh = make_mesh("data=8")
+    w = jax.ShapeDtypeStruct((512, 512), jnp.float32, sharding=NamedSharding(mesh, P()))
+    x = jax.ShapeDtypeStruct((4096, 512), jnp.float32, sharding=NamedSharding(mesh, P("data")))
+    from tests.dp_runs import make_step
+
+    pred = rl.predict(make_step(mesh, P()), w, x, chip="tpu-v5e", mesh=mesh)
+    d = rl.diff(pred, rep)
+    assert d.chip_a == "tpu-v5e" and d.chip_b == "local"
+    assert any(o.opcode == "all-reduce" for o in d.ops)
+    assert d.steps.step_time_a_s == pytest.approx(pred.time_s)
