@@ -81,9 +81,95 @@ class OpStats:
     notes: list[str] = field(default_factory=list)
     in_window: dict = field(default_factory=dict)  # compilations and cache misses during the capture window
     hosts: list[DeviceTime] = field(default_factory=list)  # all devices of a host together (device = -1)
+    host_steps: HostSteps | None = None  # several hosts: the host × step table
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def _groups(key: np.ndarray) -> list[np.ndarray]:
+    """Event indices per distinct key, in key order, each in time order (the table is sorted by start)."""
+    if not len(key):
+        return []
+    order = np.argsort(key, kind="stable")
+    cuts = np.flatnonzero(np.diff(key[order])) + 1
+    return np.split(order, cuts)
+
+
+@dataclass(frozen=True)
+class HostSteps:
+    """Several hosts side by side: each host's step times, and where their time goes."""
+
+    hosts: tuple[str, ...]
+    steps: tuple[int, ...]
+    times_s: tuple[tuple[float | None, ...], ...]  # host × step: that host's step time (None: not seen)
+    skew_s: tuple[float, ...]  # per step: slowest host's time minus the fastest's
+    collective_s: tuple[float, ...]  # per host: time in collectives per step and device (waiting included)
+    other_s: tuple[float, ...]  # per host: time in every other op per step and device
+    devices: tuple[int, ...]  # per host
+    # ops far slower on one host than on the others: (program, op, host, its mean s, the hosts' median s)
+    op_outliers: tuple[tuple[str, str, str, float, float], ...] = ()
+
+
+def host_steps(profile: Profile, categories: np.ndarray) -> HostSteps | None:
+    """The host × step table, for a run of several hosts (None for one). ``categories``: each event's
+    op category. A host's step runs from its first op of the step to its first op of the next (its
+    last step: to its last op), so host-side delays count in the step they hold up."""
+    t = profile.table
+    if len(t.hosts) < 2 or not len(t):
+        return None
+    in_step = t.step >= 0
+    steps = np.unique(t.step[in_step]) if in_step.any() else np.zeros(0, np.int32)
+    nh, ns = len(t.hosts), len(steps)
+    first = np.full((nh, max(ns, 1)), np.inf)
+    last = np.full((nh, max(ns, 1)), -np.inf)
+    if ns:
+        k = np.searchsorted(steps, t.step[in_step])
+        np.minimum.at(first, (t.host[in_step], k), t.start_ps[in_step] * 1e-12)
+        np.maximum.at(last, (t.host[in_step], k), (t.start_ps[in_step] + t.dur_ps[in_step]) * 1e-12)
+    times = []
+    for h in range(nh):
+        row: list[float | None] = []
+        for j in range(ns):
+            if not np.isfinite(first[h, j]):
+                row.append(None)
+                continue
+            nxt = first[h, j + 1] if j + 1 < ns and np.isfinite(first[h, j + 1]) else last[h, j]
+            row.append(float(nxt - first[h, j]))
+        times.append(tuple(row))
+    skew = tuple(float(max(c) - min(c)) if (c := [r[j] for r in times if r[j] is not None]) else 0.0
+                 for j in range(ns))
+    comm = categories == "collective"
+    devs = np.bincount(unique_rows(t.host, t.device)[0][:, 0], minlength=nh)
+    per = np.maximum(devs, 1) * max(ns, 1)
+    coll = np.bincount(t.host[comm], weights=t.dur_ps[comm] * 1e-12, minlength=nh) / per
+    other = np.bincount(t.host[~comm], weights=t.dur_ps[~comm] * 1e-12, minlength=nh) / per
+    return HostSteps(tuple(t.hosts), tuple(int(s) for s in steps), tuple(times), skew,
+                     tuple(float(x) for x in coll), tuple(float(x) for x in other), tuple(int(d) for d in devs),
+                     _op_outliers(t, ~comm))
+
+
+OUTLIER_RATIO = 1.5  # an op's mean on one host over its median across hosts
+
+
+def _op_outliers(t, sel: np.ndarray) -> tuple:
+    """Ops (collectives left out: their time is mostly waiting) whose mean time on one host is over
+    OUTLIER_RATIO × their median over the hosts that ran them."""
+    if not sel.any():
+        return ()
+    rows, inv = unique_rows(t.program[sel], t.name[sel], t.host[sel])
+    mean = np.bincount(inv, weights=t.dur_ps[sel] * 1e-12) / np.bincount(inv)
+    _, op_inv = unique_rows(rows[:, 0], rows[:, 1])
+    out = []
+    for mine in _groups(op_inv):
+        if len(mine) < 2:
+            continue
+        med = float(np.median(mean[mine]))
+        worst = mine[np.argmax(mean[mine])]
+        if med > 0 and mean[worst] > OUTLIER_RATIO * med:
+            p, n, h = rows[worst]
+            out.append((t.programs[p], t.names[n], t.hosts[h], float(mean[worst]), med))
+    return tuple(sorted(out, key=lambda o: -(o[3] - o[4])))
 
 
 def line_groups(t) -> np.ndarray:
@@ -174,10 +260,11 @@ def op_stats(profile: Profile, gaps_per_device: int = 5) -> OpStats:
     # per device: busy (union), idle, gaps; and per host with all its devices together (device -1)
     t0 = float(start.min()) if len(t) else 0.0
     dev_keys = unique_rows(t.host, t.device)[0]
-    devices = [_device_time(t, start, end, dur, np.flatnonzero((t.host == h) & (t.device == d)), int(d), t0,
-                            gaps_per_device, profile.host_events) for h, d in dev_keys]
-    hosts = [_device_time(t, start, end, dur, np.flatnonzero(t.host == h), -1, t0, gaps_per_device,
-                          profile.host_events) for h in np.unique(t.host)]
+    by_dev = _groups(t.host.astype(np.int64) * (int(t.device.max(initial=0)) + 2) + t.device + 1)
+    devices = [_device_time(t, start, end, dur, sel, int(d), t0, gaps_per_device, profile.host_events)
+               for (_, d), sel in zip(dev_keys, by_dev)]
+    hosts = [_device_time(t, start, end, dur, sel, -1, t0, gaps_per_device, profile.host_events)
+             for sel in _groups(t.host)]
     total_busy_s = sum(d.busy_s for d in devices) or 1.0
 
     # per (program, op)
@@ -207,6 +294,7 @@ def op_stats(profile: Profile, gaps_per_device: int = 5) -> OpStats:
             min_time_s=float(mins[k]) * 1e-9,
             max_time_s=float(maxs[k]) * 1e-9, pct_device_time=100.0 * float(selft[k]) * 1e-9 / total_busy_s,
         ))
+    stats_by_key = list(stats)  # in the order of uniq: stats_by_key[inv] is each event's op
     stats.sort(key=lambda s: -s.self_time_s)
 
     def totals(keyf) -> dict[str, float]:
@@ -222,7 +310,9 @@ def op_stats(profile: Profile, gaps_per_device: int = 5) -> OpStats:
         for d in range(1, len(parts) + 1):
             p = "/".join(parts[:d])
             prefix[p] = prefix.get(p, 0.0) + s.self_time_s
+    cat_of_op = np.asarray([s.category for s in stats_by_key] or ["unknown"], dtype=object)
     return OpStats(
+        host_steps=host_steps(profile, cat_of_op[inv]) if len(t.hosts) > 1 else None,
         op_stats=stats, by_program_s=totals(lambda s: s.program),
         by_scope_s=totals(lambda s: s.named_scope or "(none)"),
         by_scope_prefix_s=dict(sorted(prefix.items(), key=lambda kv: -kv[1])),

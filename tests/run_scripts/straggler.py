@@ -1,0 +1,34 @@
+"""One process of a data-parallel job whose process SLOW is held up on the host before every step
+(a slow input pipeline): python straggler.py PORT N INDEX SLOW."""
+import sys
+import time
+
+import jax
+
+port, n, i, slow = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+jax.config.update("jax_cpu_collectives_implementation", "gloo")
+jax.distributed.initialize(f"127.0.0.1:{port}", n, i)
+
+import jax.numpy as jnp  # noqa: E402
+from jax.sharding import NamedSharding  # noqa: E402
+from jax.sharding import PartitionSpec as P  # noqa: E402
+
+mesh = jax.make_mesh((jax.device_count(),), ("data",))
+data = NamedSharding(mesh, P("data"))
+w = jax.device_put(jnp.full((128, 128), 0.01), NamedSharding(mesh, P()))
+
+
+@jax.jit
+def step(w, x):
+    g = x.T @ jnp.tanh(x @ w)  # the gradient, summed over every process's batch: an all-reduce
+    return w - 1e-4 * g
+
+
+for _ in range(8):
+    if i == slow:
+        time.sleep(0.06)  # this host's input pipeline is slow
+    x = jax.make_array_from_callback((64 * jax.device_count(), 128), data, lambda idx: jnp.ones((64, 128)))
+    w = step(w, x)
+w.block_until_ready()
+print("process", jax.process_index(), "done", flush=True)
+jax.distributed.shutdown()
