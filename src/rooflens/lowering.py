@@ -27,14 +27,10 @@ from rooflens.cost.model import Prediction, predict_module
 from rooflens.errors import RooflensError
 from rooflens.hardware import LOCAL_CHIP, Chip, shared_by
 from rooflens.hardware import chip as get_chip
+from rooflens.hlo.shape import NUMPY_NAMES
 
 _SPEC_RE = re.compile(r"^\s*([a-z]+[0-9a-z]*)\s*\[\s*([0-9,\s]*)\]\s*(?:@\s*(.*))?$")
-DTYPE_NAMES = {
-    "bf16": "bfloat16", "f16": "float16", "f32": "float32", "f64": "float64", "s8": "int8", "s16": "int16",
-    "s32": "int32", "s64": "int64", "u8": "uint8", "u16": "uint16", "u32": "uint32", "u64": "uint64",
-    "pred": "bool", "f8e4m3fn": "float8_e4m3fn", "f8e5m2": "float8_e5m2", "c64": "complex64",
-    "c128": "complex128",
-}
+DTYPE_NAMES = NUMPY_NAMES  # HLO name → NumPy name, the one table in rooflens.hlo.shape
 
 
 def parse_mesh_spec(spec: str | Mapping[str, int]) -> dict[str, int]:

@@ -24,6 +24,7 @@ import math
 from dataclasses import dataclass
 
 from rooflens.hlo import Instruction, Module, Shape
+from rooflens.hlo.opcodes import MATMUL, MODEL_FLOP_OPCODES
 
 TRANSCENDENTAL = frozenset("""
 exponential log tanh sqrt rsqrt cbrt logistic sine cosine tan exponential-minus-one log-plus-one erf
@@ -153,7 +154,7 @@ def convolution_counts(module: Module, ins: Instruction) -> Counts:
 def instruction_counts(module: Module, ins: Instruction, _depth: int = 0) -> Counts:
     """FLOPs and transcendentals of one instruction (a fusion: of its whole body)."""
     op = ins.opcode
-    if op in ("dot", "ragged-dot", "scaled-dot", "block-scaled-dot"):
+    if op in MATMUL:
         return dot_counts(module, ins)
     if op == "convolution":
         return convolution_counts(module, ins)
@@ -236,7 +237,7 @@ def custom_call_counts(module: Module, ins: Instruction) -> Counts:
     return ZERO
 
 
-MODEL_OPCODES = frozenset(["dot", "convolution", "ragged-dot", "scaled-dot", "block-scaled-dot"])
+MODEL_OPCODES = MODEL_FLOP_OPCODES
 
 
 def model_flops(module: Module, ins: Instruction, _depth: int = 0) -> float:

@@ -33,9 +33,10 @@ from rooflens.cost.traffic import Traffic, hbm_bytes, instruction_traffic, resul
 from rooflens.errors import RooflensError
 from rooflens.hardware import Chip
 from rooflens.hlo import Instruction, Module, Shape
+from rooflens.hlo.opcodes import MODEL_FLOP_OPCODES
 from rooflens.hlo.shape import HOST_MEMORY_SPACE
 
-MATMUL_OPCODES = frozenset(["dot", "convolution", "ragged-dot", "scaled-dot", "block-scaled-dot"])
+MATMUL_OPCODES = MODEL_FLOP_OPCODES  # dots and convolutions: the one table in rooflens.hlo.opcodes
 DTYPE_PEAK_KEY = {
     "bf16": "bf16", "f16": "fp16", "f32": "fp32", "f64": "fp64", "s8": "int8", "u8": "int8", "s4": "int8",
     "u4": "int8", "tf32": "tf32",

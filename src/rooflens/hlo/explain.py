@@ -9,8 +9,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from rooflens.hlo.module import Instruction, Module
-from rooflens.hlo.opcodes import CATEGORIES, describe_opcode
+from rooflens.hlo.opcodes import CATEGORIES, MATMUL, describe_opcode
 from rooflens.hlo.shape import MEMORY_SPACE_NAMES, Shape
+from rooflens.units import fmt_bytes_binary
 
 _MAX_GROUPS_SHOWN = 8
 
@@ -171,12 +172,7 @@ class OpExplanation:
         return asdict(self)
 
 
-def format_bytes(n: int) -> str:
-    """``2048`` → ``2.0 KiB``; what every view of rooflens prints for a byte count."""
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= size:
-            return f"{n / size:,.1f} {unit}"
-    return f"{n:,} B"
+format_bytes = fmt_bytes_binary  # ``2048`` → ``2.0 KiB``: the one formatter in rooflens.units
 
 
 def describe_layout(shape: Shape) -> list[str]:
@@ -284,11 +280,11 @@ def _dot_flops(ins: Instruction, k: int) -> float:
 def _details(module: Module, ins: Instruction) -> list[str]:
     a = ins.attrs
     out = []
-    if ins.opcode in ("dot", "ragged-dot", "scaled-dot"):
+    if ins.opcode in MATMUL:
         out.extend(_dot_details(module, ins))
     if ins.opcode == "fusion":
         for inner in module.fusion_body(ins):
-            if inner.opcode in ("dot", "ragged-dot", "scaled-dot"):
+            if inner.opcode in MATMUL:
                 out.extend(f"{inner.name} inside: {line}" for line in _dot_details(module, inner))
     if ins.opcode == "convolution" or "dim_labels" in a:
         if "window" in a:

@@ -40,6 +40,26 @@ ELEMENT_BITS: dict[str, int] = {
     "token": 0, "opaque": 0,
 }
 
+# The NumPy / ml_dtypes name of each HLO type that JAX arrays take (``jnp.dtype(NUMPY_NAMES["bf16"])``).
+NUMPY_NAMES: dict[str, str] = {
+    "bf16": "bfloat16", "f16": "float16", "f32": "float32", "f64": "float64", "s8": "int8", "s16": "int16",
+    "s32": "int32", "s64": "int64", "u8": "uint8", "u16": "uint16", "u32": "uint32", "u64": "uint64",
+    "pred": "bool", "f8e4m3fn": "float8_e4m3fn", "f8e5m2": "float8_e5m2", "c64": "complex64",
+    "c128": "complex128",
+}
+# Other spellings people and chip sheets use → the HLO name (chip peaks say fp32/fp16/fp8/int8).
+DTYPE_ALIASES: dict[str, str] = {
+    **{v: k for k, v in NUMPY_NAMES.items()}, "fp64": "f64", "fp32": "f32", "tf32": "f32", "fp16": "f16",
+    "f8": "f8e4m3fn", "fp8": "f8e4m3fn", "int8": "s8", "int32": "s32",
+}
+
+
+def element_bytes(dtype: str) -> float | None:
+    """Bytes per element of an HLO type or one of its aliases (``bfloat16``, ``fp32``), None if unknown."""
+    name = DTYPE_ALIASES.get(dtype, dtype)
+    return ELEMENT_BITS[name] / 8 if name in ELEMENT_BITS else None
+
+
 # Memory spaces as TPU HLO prints them in S(n) (scaling book, "How to profile TPU programs").
 MEMORY_SPACE_NAMES = {
     0: "default device memory (HBM on TPU/GPU, RAM on CPU)",

@@ -10,12 +10,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from rooflens.errors import RooflensError
+from rooflens.hlo.shape import element_bytes
 
-DTYPE_BYTES = {
-    "f64": 8, "float64": 8, "fp64": 8, "f32": 4, "float32": 4, "fp32": 4, "tf32": 4, "bf16": 2, "bfloat16": 2,
-    "f16": 2, "float16": 2, "fp16": 2, "f8": 1, "fp8": 1, "float8_e4m3fn": 1, "float8_e5m2": 1, "int8": 1, "s8": 1,
-    "int32": 4, "s32": 4,
-}
 #: optimizer → number of per-parameter state tensors (moments) it keeps
 OPTIMIZER_MOMENTS = {"sgd": 0, "momentum": 1, "nesterov": 1, "rmsprop": 1, "adagrad": 1, "adam": 2, "adamw": 2,
                      "lamb": 2, "lion": 1}
@@ -52,10 +48,10 @@ class MemoryEstimate:
 def _bytes(dtype, what: str) -> float:
     if dtype is None:
         return 0.0
-    key = str(getattr(dtype, "name", dtype)).lower()
-    if key not in DTYPE_BYTES:
+    nbytes = element_bytes(str(getattr(dtype, "name", dtype)).lower())
+    if not nbytes:
         raise RooflensError(f"unknown {what} dtype {dtype!r} (use one of bf16, f16, f32, f64, fp8, int8).")
-    return float(DTYPE_BYTES[key])
+    return float(nbytes)
 
 
 def count_params(params) -> tuple[float, float]:

@@ -7,17 +7,12 @@ from rich.markup import escape as e
 from rich.table import Table
 
 from rooflens.units import fmt_seconds as ms
+from rooflens.units import fmt_si
 
 UNITS = {"core": "one TensorCore", "chip": "one chip", "gpu": "one GPU", "cpu": "this CPU"}
 
 
-def si(value: float | None, unit: str = "", digits: int = 3) -> str:
-    if value is None:
-        return "—"
-    for prefix, div in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(value) >= div:
-            return f"{value / div:.{digits}g} {prefix}{unit}"
-    return f"{value:.{digits}g} {unit}".rstrip()
+si = fmt_si
 
 
 def render_chip_list(console: Console, rows) -> None:

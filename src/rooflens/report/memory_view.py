@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 from rich.console import Console
 from rich.markup import escape as e
 from rich.table import Table
 
 from rooflens.units import fmt_bytes
 
-
-def gb(n: float) -> str:
-    return fmt_bytes(n, digits=3)
+gb = partial(fmt_bytes, digits=3)
 
 
 def render_estimate(console: Console, est) -> None:
