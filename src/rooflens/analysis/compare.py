@@ -187,6 +187,7 @@ def join(profile: Profile, stats: OpStats, pricing: Pricing, roofs: Roofs | None
     out = []
     peaks = roofs.peak_flops_per_s if roofs else {}
     hbm = roofs.hbm_bytes_per_s if roofs else 0.0
+    measured = {(s.program, s.name) for s in stats.op_stats}
     for s in stats.op_stats:
         key = (s.program, s.name)
         p = pricing.preds.get(key)
@@ -194,7 +195,8 @@ def join(profile: Profile, stats: OpStats, pricing: Pricing, roofs: Roofs | None
         opcode = info.opcode if info else ""
         per = s.median_time_s  # per execution; the median, so one noisy run does not make an op "slow"
         why = no_roofline or _unpriced_reason(p, opcode, s.category)
-        if key in pricing.async_done:
+        if key in pricing.async_done and (s.program, pricing.async_done[key]) in measured:
+            # (a GPU trace whose start carries the NCCL kernel and has no done op: compared on the start)
             why = f"an async start: its pair is priced on {pricing.async_done[key]}, where the trace shows the wait"
         predicted = None if why or p is None else p.t_pred_s
         flops = p.flops if p else 0.0

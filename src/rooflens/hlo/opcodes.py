@@ -24,7 +24,8 @@ COLLECTIVE = frozenset("""
 all-gather all-gather-start all-gather-done all-reduce all-reduce-start all-reduce-done
 reduce-scatter all-to-all ragged-all-to-all collective-permute collective-permute-start
 collective-permute-done collective-broadcast collective-reduce send send-done recv recv-done
-""".split())
+reduce-scatter-start reduce-scatter-done all-to-all-start all-to-all-done
+""".split())  # (the last four: XLA's printed form of an async-start/-done wrapping the collective)
 CONTROL = frozenset("""
 while conditional call async-start async-update async-done tuple get-tuple-element parameter
 constant after-all add-dependency domain opt-barrier partition-id replica-id bitcast
@@ -45,8 +46,8 @@ KNOWN_OPCODES = (
 COLLECTIVE_KINDS = {
     "all-gather": "all-gather", "all-gather-start": "all-gather",
     "all-reduce": "all-reduce", "all-reduce-start": "all-reduce",
-    "reduce-scatter": "reduce-scatter",
-    "all-to-all": "all-to-all", "ragged-all-to-all": "all-to-all",
+    "reduce-scatter": "reduce-scatter", "reduce-scatter-start": "reduce-scatter",
+    "all-to-all": "all-to-all", "all-to-all-start": "all-to-all", "ragged-all-to-all": "all-to-all",
     "collective-permute": "collective-permute", "collective-permute-start": "collective-permute",
     "collective-broadcast": "collective-broadcast", "collective-reduce": "all-reduce",
     "send": "send", "recv": "recv",

@@ -19,6 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from rooflens.trace.events import EventTable
+from rooflens.trace.nsys import TRACE as NSYS_TRACE
+from rooflens.trace.nsys import read_nsys
 from rooflens.trace.readers import Progress, RawTrace, read_chrome, read_xspace
 from rooflens.userdirs import cache_dir
 
@@ -32,13 +34,13 @@ CACHE_SUBDIR = ".rooflens-cache"
 def _readers_digest() -> str:
     """A digest of the reader code itself: a cache written by other code is never trusted."""
     h = hashlib.sha1(str(READER_VERSION).encode())
-    for mod in ("wire", "xspace", "chrome", "readers", "events", "cache"):
+    for mod in ("wire", "xspace", "chrome", "readers", "events", "cache", "nsys", "hlo_ids"):
         h.update((Path(__file__).parent / f"{mod}.py").read_bytes())
     return h.hexdigest()[:16]
 
 
 def identity(path: Path) -> dict:
-    st = path.stat()
+    st = (path / NSYS_TRACE).stat() if path.is_dir() else path.stat()  # an extracted nsys-jax archive: its trace
     return {"path": str(path.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "inode": st.st_ino,
             "readers": _readers_digest()}
 
@@ -52,7 +54,8 @@ def _locations(path: Path) -> list[Path]:
 
 def read_cached(path: Path, progress: Progress = None, use_cache: bool = True) -> RawTrace:
     """The trace file, from its cache when that matches the file, else decoded (and cached)."""
-    reader = read_xspace if path.name.endswith(".xplane.pb") else read_chrome
+    reader = read_nsys if path.is_dir() or path.name.endswith(".zip") else \
+        read_xspace if path.name.endswith(".xplane.pb") else read_chrome
     if not use_cache or os.environ.get("ROOFLENS_NO_CACHE") == "1":
         return reader(path, progress)
     try:

@@ -19,6 +19,9 @@ from dataclasses import dataclass
 
 from rooflens.errors import RooflensError
 from rooflens.trace import fs
+from rooflens.trace.nsys import is_nsys_archive
+
+NSYS_ZIP = ".zip"  # an nsys-jax archive (Nsight Systems); told apart from other zips by its content
 
 XSPACE = ".xplane.pb"
 CHROME = (".trace.json.gz", ".trace.json")
@@ -38,11 +41,13 @@ class HostFile:
 
 
 def is_trace_name(name: str) -> bool:
-    return name.endswith(XSPACE) or name.endswith(CHROME) or name.endswith(".json.gz") or name.endswith(".json")
+    return (name.endswith(XSPACE) or name.endswith(CHROME) or name.endswith(".json.gz") or name.endswith(".json")
+            or name.endswith(NSYS_ZIP))
 
 
 def host_of(name: str) -> str:
-    return name.removesuffix(XSPACE).removesuffix(".gz").removesuffix(".json").removesuffix(".trace")
+    return name.removesuffix(XSPACE).removesuffix(".gz").removesuffix(".json").removesuffix(".trace") \
+        .removesuffix(NSYS_ZIP)
 
 
 def _run_files(entries: list[str]) -> dict[str, str]:
@@ -50,7 +55,7 @@ def _run_files(entries: list[str]) -> dict[str, str]:
     by_host: dict[str, str] = {}
     for f in sorted(entries):
         name = f.rstrip("/").rsplit("/", 1)[-1]
-        if not (name.endswith(XSPACE) or name.endswith(CHROME)):
+        if not (name.endswith(XSPACE) or name.endswith(CHROME) or is_nsys_archive(f)):  # nsys-jax: zip or directory
             continue
         host = host_of(name)
         if host not in by_host or name.endswith(XSPACE):
@@ -86,6 +91,8 @@ def _find_one(path: str) -> tuple[list[str], list[HostFile]]:
     kind = fs.kind(path)
     if kind is None:
         raise RooflensError(f"{path} does not exist.")
+    if kind == "dir" and is_nsys_archive(path):  # an extracted nsys-jax archive is one host's profile
+        return [fs.parent(path)], [HostFile(path, host_of(path.rstrip("/").rsplit("/", 1)[-1]))]
     if kind == "file":
         if is_trace_name(path):
             return [fs.parent(path)], [HostFile(path, host_of(path.rstrip("/").rsplit("/", 1)[-1]))]

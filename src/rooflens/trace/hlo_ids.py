@@ -1,0 +1,186 @@
+"""Serialized HLO modules from older XLA versions, made readable by the jaxlib installed here.
+
+XLA before late 2024 numbered instructions and computations across the whole module (ids in the
+millions in a large optimized module: the nsys-jax Pax dump's step program has ids up to 2.1 M).
+Newer XLA sizes per-computation tables by the largest id, so jaxlib 0.10.2 reading such a proto
+allocates (computations × largest id) entries: 4.7 GB for a 26 k-instruction module, and
+``std::bad_alloc`` for the 2,533-computation step program. :func:`compact_ids` renumbers every
+computation densely and every instruction densely within its computation, rewriting each
+reference (``operand_ids``, ``control_predecessor_ids``, ``called_computation_ids``, ``root_id``,
+``entry_computation_id`` and the schedule), on the wire format, leaving every other byte as is.
+The printed module is then the same text (names are what the text shows, not ids).
+
+Fields (openxla/xla ``xla/service/hlo.proto``): HloModuleProto entry_computation_id = 6,
+computations = 3, schedule = 7; HloComputationProto instructions = 2, id = 5, root_id = 6;
+HloInstructionProto id = 35, operand_ids = 36, control_predecessor_ids = 37,
+called_computation_ids = 38; HloScheduleProto sequences = 1 (map: key = 1, value = 2);
+InstructionSequence instruction_ids = 1.
+"""
+
+from __future__ import annotations
+
+from rooflens.trace.hlo_protos import _varint
+
+_MASK64 = (1 << 64) - 1
+
+
+def _enc(n: int) -> bytes:
+    n &= _MASK64
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def _spans(buf: bytes, a: int = 0, b: int | None = None):
+    """(field, wire type, field start, value or (payload start, payload end), field end)."""
+    pos, end = a, len(buf) if b is None else b
+    while pos < end:
+        s = pos
+        key, pos = _varint(buf, pos)
+        num, wt = key >> 3, key & 7
+        if wt == 0:
+            v, pos = _varint(buf, pos)
+        elif wt == 1:
+            v, pos = None, pos + 8
+        elif wt == 5:
+            v, pos = None, pos + 4
+        elif wt == 2:
+            n, pos = _varint(buf, pos)
+            v, pos = (pos, pos + n), pos + n
+        else:
+            raise ValueError(f"unsupported wire type {wt}")
+        if pos > end:
+            raise ValueError("a field runs past the end of its message")
+        yield num, wt, s, v, pos
+
+
+def _ints(buf: bytes, wt: int, v) -> list[int]:
+    """A repeated int64's values: packed (wire type 2) or one value."""
+    if wt == 0:
+        return [v]
+    out, pos = [], v[0]
+    while pos < v[1]:
+        x, pos = _varint(buf, pos)
+        out.append(x)
+    return out
+
+
+def _ranks(ids) -> dict[int, int]:
+    """Old id → new dense id, in the old ids' order (XLA prints computations in id order)."""
+    out = {x: k for k, x in enumerate(sorted(set(ids)))}
+    if len(out) != len(ids):
+        raise ValueError("two instructions of one computation share an id")
+    return out
+
+
+def _ld(num: int, body: bytes) -> bytes:
+    return _enc(num << 3 | 2) + _enc(len(body)) + body
+
+
+def _varint_field(num: int, value: int) -> bytes:
+    return _enc(num << 3) + _enc(value)
+
+
+def _packed(num: int, values, new: dict[int, int]) -> bytes:
+    return _ld(num, b"".join(_enc(new[x]) for x in values))
+
+
+def max_id(module: bytes) -> int:
+    """The largest computation or instruction id of a serialized HloModuleProto."""
+    top = 0
+    for num, wt, _, v, _ in _spans(module):
+        if num == 3 and wt == 2:
+            for cn, cw, _, cv, _ in _spans(module, *v):
+                if cn == 5 and cw == 0:
+                    top = max(top, cv)
+                elif cn == 2 and cw == 2:
+                    for i_n, iw, _, iv, _ in _spans(module, *cv):
+                        if i_n == 35 and iw == 0:
+                            top = max(top, iv)
+    return top
+
+
+def compact_ids(module: bytes) -> bytes:
+    """The same HloModuleProto with dense ids (see the module doc); ValueError on a malformed one."""
+    ins_new: dict[int, dict[int, int]] = {}  # computation id → its instructions' new ids
+    fields = list(_spans(module))
+    for num, wt, _, v, _ in fields:
+        if num == 3 and wt == 2:
+            cid, ids = None, []
+            for cn, cw, _, cv, _ in _spans(module, *v):
+                if cn == 5 and cw == 0:
+                    cid = cv
+                elif cn == 2 and cw == 2:
+                    ids += [iv for i_n, iw, _, iv, _ in _spans(module, *cv) if i_n == 35 and iw == 0]
+            if cid is None or cid in ins_new:
+                raise ValueError("a computation has no id, or the id of another")
+            ins_new[cid] = _ranks(ids)
+    comp_new = _ranks(ins_new)
+    out = []
+    for num, wt, s, v, e in fields:
+        if num == 6 and wt == 0:
+            out.append(_varint_field(6, comp_new[v]))
+        elif num == 3 and wt == 2:
+            out.append(_ld(3, _computation(module, v, comp_new, ins_new)))
+        elif num == 7 and wt == 2:
+            out.append(_ld(7, _schedule(module, v, comp_new, ins_new)))
+        else:
+            out.append(module[s:e])
+    return b"".join(out)
+
+
+def _computation(buf: bytes, span, comp_new: dict, ins_new: dict) -> bytes:
+    cid = next(cv for cn, cw, _, cv, _ in _spans(buf, *span) if cn == 5 and cw == 0)
+    local = ins_new[cid]
+    out = []
+    for cn, cw, s, cv, e in _spans(buf, *span):
+        if cn == 5 and cw == 0:
+            out.append(_varint_field(5, comp_new[cv]))
+        elif cn == 6 and cw == 0:
+            out.append(_varint_field(6, local[cv]))
+        elif cn == 2 and cw == 2:
+            ins = []
+            for i_n, iw, i_s, iv, i_e in _spans(buf, *cv):
+                if i_n == 35 and iw == 0:
+                    ins.append(_varint_field(35, local[iv]))
+                elif i_n in (36, 37):
+                    ins.append(_packed(i_n, _ints(buf, iw, iv), local))
+                elif i_n == 38:
+                    ins.append(_packed(i_n, _ints(buf, iw, iv), comp_new))
+                else:
+                    ins.append(buf[i_s:i_e])
+            out.append(_ld(2, b"".join(ins)))
+        else:
+            out.append(buf[s:e])
+    return b"".join(out)
+
+
+def _schedule(buf: bytes, span, comp_new: dict, ins_new: dict) -> bytes:
+    out = []
+    for num, wt, s, v, e in _spans(buf, *span):
+        if num != 1 or wt != 2:
+            out.append(buf[s:e])
+            continue
+        key, seq = None, None
+        for kn, kw, _, kv, _ in _spans(buf, *v):
+            if kn == 1 and kw == 0:
+                key = kv
+            elif kn == 2 and kw == 2:
+                seq = kv
+        if key not in comp_new:
+            continue  # a sequence of a computation the module does not hold: dropped, as XLA would refuse it
+        ids = []
+        if seq is not None:
+            for sn, sw, _, sv, _ in _spans(buf, *seq):
+                if sn == 1:
+                    ids += _ints(buf, sw, sv)
+        local = ins_new[key]
+        body = _varint_field(1, comp_new[key]) + _ld(2, _packed(1, ids, local) if ids else b"")
+        out.append(_ld(1, body))
+    return b"".join(out)

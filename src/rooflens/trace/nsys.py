@@ -1,0 +1,559 @@
+"""nsys-jax archives (NVIDIA JAX-Toolbox): JAX on NVIDIA GPUs profiled with Nsight Systems.
+
+``nsys-jax`` runs a JAX program under ``nsys profile`` and post-processes the capture into a zip
+archive (or its extracted directory) holding:
+
+* ``nvtx_gpu_proj_trace/trace.parquet``: the NVTX ranges the process pushed, projected onto the
+  GPU timeline by Nsight's ``nvtx_gpu_proj_trace`` recipe (``Projected Start``/``Projected
+  Duration`` in ns from the session start; ``RangeId``/``ParentId`` nest them). XLA's GPU runtime
+  names them (``xla/backends/gpu/runtime/annotation.cc``, domain ``TSL``):
+  ``TSL:XlaModule:#[prefix=…,]hlo_module=<module>,program_id=<id>#`` per program execution and
+  ``TSL:Thunk:#[name=<JAX name stack>,]hlo_op=<instruction>#`` per HLO op (its kernels' span);
+  compilation adds ``XlaCompile``, ``XlaPassPipeline``, ``XlaPass`` and, under the GPU autotuner's
+  passes, ``XlaAutotunerMeasurement`` ranges holding whole candidate modules
+  (``gemm_fusion_dot.N``, ``extracted``) that run while the program compiles;
+* ``device-metadata.parquet`` (``TARGET_INFO_GPU``: name, totalMemory, memoryBandwidth, smCount,
+  clockRate, compute capability; ``TARGET_INFO_NVTX_CUDA_DEVICE``: the name XLA gave the device,
+  ``Xla:#global=G,local=L,process=P,slice=S#``), ``system-metadata.parquet`` (``Hostname``);
+* ``dump/module_<id>.<name>.{before_optimizations,<target>_after_optimizations}.hlo.pb.xz``:
+  xz-compressed ``xla.HloProto``s of every program XLA compiled (``<id>`` is its program id).
+
+:func:`read_nsys` turns one archive into the :class:`RawTrace` every reader produces: one event
+per ``Thunk`` range of a program execution (named by ``hlo_op``, program ``<module>(<id>)``, on
+the process's GPU), the steps (the executions of the main program), the GPU's properties under the
+names an XSpace GPU plane uses (so chip inference is the same), and the optimized HLO of each
+program that ran. Autotuner measurements are compilation, not the program: counted in a note,
+never events. Columns are built with pyarrow and numpy: no Python object per range.
+"""
+
+from __future__ import annotations
+
+import io
+import lzma
+import re
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from rooflens.errors import RooflensError
+from rooflens.trace import events as E
+from rooflens.trace.readers import HOST_EVENT_MIN_PS, Progress, RawTrace, _hlo_module_of, _program
+
+TRACE = "nvtx_gpu_proj_trace/trace.parquet"
+DEVICE_METADATA = "device-metadata.parquet"
+SYSTEM_METADATA = "system-metadata.parquet"
+HOST_RANGES = "report_nvtx_pushpop_trace.csv.xz"  # the host-side NVTX ranges (compilation included)
+_DUMP = re.compile(r"(?:^|/)dump/module_(\d+)\.([^/]+?)\.([^./]*(?:\.\d+)?[^./]*)\.hlo\.pb\.xz$")
+_MODULE = re.compile(r"(?:^|[#,])hlo_module=([^,#]+)")
+_PROGRAM_ID = re.compile(r"(?:^|[#,])program_id=(\d+)")
+_XLA_DEVICE = re.compile(r"Xla:#.*?global=(\d+).*?process=(\d+)")
+_COMPILE_KINDS = ("TSL:XlaCompile", "TSL:XlaAutotunerMeasurement", "TSL:XlaPass")  # XlaPass covers XlaPassPipeline
+#: HLO opcodes whose GPU thunk launches an NCCL kernel on a stream of its own: it overlaps compute
+COLLECTIVE_OPCODES = frozenset({
+    "all-gather", "all-gather-start", "all-reduce", "all-reduce-start", "reduce-scatter", "all-to-all",
+    "collective-permute", "collective-permute-start", "collective-broadcast", "send", "recv", "ragged-all-to-all",
+})
+COMPUTE_LINE, COLLECTIVE_LINE = "GPU ops (NVTX projected)", "NCCL collectives (NVTX projected)"
+
+
+# -- the archive ----------------------------------------------------------------------------------
+
+class _Archive:
+    """The members of an nsys-jax archive, zipped or extracted, by their path inside it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._zip: zipfile.ZipFile | None = None
+        try:
+            if path.is_dir():
+                if not (path / TRACE).is_file():
+                    raise RooflensError(f"{path} is not an nsys-jax archive: it holds no {TRACE}.")
+                self.prefix = ""
+                self.root = path
+                self.names = [p.relative_to(path).as_posix() for p in path.rglob("*") if p.is_file()]
+            else:
+                if not zipfile.is_zipfile(path):
+                    raise RooflensError(f"{path} is not a zip archive (an nsys-jax archive is one).")
+                self._zip = zipfile.ZipFile(path)
+                every = self._zip.namelist()
+                hit = next((n for n in every if n == TRACE or n.endswith("/" + TRACE)), None)
+                if hit is None:
+                    raise RooflensError(f"{path} is a zip archive without {TRACE}: not an nsys-jax archive.")
+                self.prefix = hit[: -len(TRACE)]
+                self.names = [n[len(self.prefix):] for n in every if n.startswith(self.prefix) and not n.endswith("/")]
+        except OSError as e:
+            raise RooflensError(f"cannot read {path}: {e.strerror or e}.") from None
+        except zipfile.BadZipFile as e:
+            raise RooflensError(f"{path} is a damaged zip archive ({e}).") from None
+
+    def read(self, name: str) -> bytes:
+        try:
+            if self._zip is not None:
+                return self._zip.read(self.prefix + name)
+            return (self.root / name).read_bytes()
+        except KeyError:
+            raise RooflensError(f"{self.path} has no {name}.") from None
+        except OSError as e:
+            raise RooflensError(f"cannot read {name} of {self.path}: {e.strerror or e}.") from None
+        except (zipfile.BadZipFile, EOFError, lzma.LZMAError, ValueError) as e:
+            raise RooflensError(f"{self.path} is damaged or truncated: {name} cannot be read ({e}).") from None
+
+    def has(self, name: str) -> bool:
+        return name in self.names
+
+    def close(self) -> None:
+        if self._zip is not None:
+            self._zip.close()
+
+
+def is_nsys_archive(path: str | Path) -> bool:
+    """Whether ``path`` is an nsys-jax archive, by its content: a directory holding
+    ``nvtx_gpu_proj_trace/trace.parquet``, or a zip whose members include it. A remote path (an
+    fsspec URL) is judged by its name (``*.zip``) and told apart when read."""
+    s = str(path)
+    if "://" in s:
+        return s.rstrip("/").endswith(".zip")
+    p = Path(s)
+    try:
+        if not s.endswith(".zip"):
+            return (p / TRACE).is_file()  # one stat: false for a file, and for other directories
+        if not p.is_file() or not zipfile.is_zipfile(p):
+            return False
+        with zipfile.ZipFile(p) as z:
+            return any(n == TRACE or n.endswith("/" + TRACE) for n in z.namelist())
+    except (OSError, zipfile.BadZipFile):
+        return False
+
+
+def _parquet(archive: _Archive, name: str, columns: list[str] | None = None):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    data = archive.read(name)
+    try:
+        return pq.read_table(io.BytesIO(data), columns=columns)
+    except (pa.ArrowException, OSError, ValueError) as e:
+        raise RooflensError(f"{archive.path} is damaged or truncated: {name} is not a readable parquet file "
+                            f"({str(e).splitlines()[0] if str(e) else type(e).__name__}).") from None
+
+
+# -- the device -----------------------------------------------------------------------------------
+
+@dataclass
+class GpuInfo:
+    """What ``device-metadata.parquet`` says of the process's GPU, under XSpace GPU plane-stat names."""
+
+    name: str = ""
+    plane_stats: dict = field(default_factory=dict)
+    global_id: int = -1
+    process: int = -1
+
+
+def _metadata_columns(table) -> dict[tuple[str, str], list]:
+    """``('TARGET_INFO_GPU', 'name')`` column names (pandas MultiIndex, flattened) → (group, field)."""
+    out = {}
+    for col in table.column_names:
+        m = re.fullmatch(r"\('([^']*)', '([^']*)'\)", col)
+        out[(m.group(1), m.group(2)) if m else ("", col)] = table.column(col).to_pylist()
+    return out
+
+
+def gpu_info(archive: _Archive) -> tuple[GpuInfo, list[str]]:
+    """The GPU this process ran on (the one XLA named, else the first), and notes."""
+    if not archive.has(DEVICE_METADATA):
+        return GpuInfo(), [f"the archive has no {DEVICE_METADATA}: the GPU is unknown (give --chip)"]
+    cols = _metadata_columns(_parquet(archive, DEVICE_METADATA))
+    rows = len(next(iter(cols.values()), []))
+    if not rows:
+        return GpuInfo(), [f"{DEVICE_METADATA} lists no GPU: the GPU is unknown (give --chip)"]
+
+    def get(group: str, key: str, row: int):
+        v = cols.get((group, key))
+        return v[row] if v is not None and row < len(v) else None
+
+    xla = [r for r in range(rows) if _XLA_DEVICE.search(str(get("TARGET_INFO_NVTX_CUDA_DEVICE", "name", r) or ""))]
+    row = xla[0] if xla else 0
+    notes = []
+    if len(xla) > 1:
+        notes.append(f"the process drove {len(xla)} GPUs; its op ranges do not say which, so all are "
+                     f"counted on the first ({get('TARGET_INFO_GPU', 'name', row)})")
+    g = "TARGET_INFO_GPU"
+    name = str(get(g, "name", row) or "")
+    stats: dict = {"device_name": name}
+    if name:
+        stats["device_vendor"] = name.split()[0] if name.split()[0].lower() in ("nvidia", "amd") else "NVIDIA"
+    # XSpace GPU plane stats (xla/tsl/profiler/utils/xplane_schema.h): clock_rate in kHz, memory_bandwidth
+    # in bytes/s, memory_size in bytes, core_count = SMs
+    for key, src, scale in (("clock_rate", "clockRate", 1e-3), ("core_count", "smCount", 1),
+                            ("memory_bandwidth", "memoryBandwidth", 1), ("memory_size", "totalMemory", 1),
+                            ("compute_cap_major", "computeMajor", 1), ("compute_cap_minor", "computeMinor", 1),
+                            ("l2_cache_size", "l2CacheSize", 1)):
+        v = get(g, src, row)
+        if isinstance(v, int | float) and v == v:
+            stats[key] = int(v * scale) if float(v * scale).is_integer() else float(v * scale)
+    chip = get(g, "chipName", row)
+    if chip:
+        stats["chip_name"] = str(chip)
+    m = _XLA_DEVICE.search(str(get("TARGET_INFO_NVTX_CUDA_DEVICE", "name", row) or ""))
+    cu = get("", "cuDevice", row)
+    global_id = int(m.group(1)) if m else int(cu) if isinstance(cu, int) else -1
+    return GpuInfo(name, stats, global_id, int(m.group(2)) if m else -1), notes
+
+
+def _hostname(archive: _Archive) -> str:
+    if not archive.has(SYSTEM_METADATA):
+        return ""
+    t = _parquet(archive, SYSTEM_METADATA, ["name", "value"]).to_pydict()
+    return next((str(v) for k, v in zip(t["name"], t["value"]) if k == "Hostname" and v), "")
+
+
+# -- the HLO --------------------------------------------------------------------------------------
+
+def dump_files(archive: _Archive) -> dict[tuple[int, str], dict[str, str]]:
+    """(program id, module name) → {"before": member, "after": member} of the archive's HLO dump."""
+    out: dict[tuple[int, str], dict[str, str]] = {}
+    for n in archive.names:
+        m = _DUMP.search(n)
+        if not m:
+            continue
+        stage = m.group(3)
+        kind = "after" if stage.endswith("after_optimizations") else "before" if stage == "before_optimizations" \
+            else None
+        if kind:
+            out.setdefault((int(m.group(1)), m.group(2)), {})[kind] = n
+    return out
+
+
+def read_hlo_proto(archive: _Archive, member: str) -> bytes | None:
+    """The ``HloModuleProto`` of one dump member (an xz-compressed ``HloProto``), with ids that the
+    installed jaxlib can read (:mod:`rooflens.trace.hlo_ids`); None when it cannot be read."""
+    from rooflens.trace.hlo_ids import compact_ids
+
+    try:
+        proto = lzma.decompress(archive.read(member))
+    except (lzma.LZMAError, RooflensError):
+        return None
+    module = _hlo_module_of(proto)
+    if module is None:
+        return None
+    try:
+        return compact_ids(module)
+    except (ValueError, IndexError, KeyError):
+        return None
+
+
+def program_protos(path: Path, stage: str = "after") -> dict[str, bytes]:
+    """``<module>(<program id>)`` → serialized HloModuleProto of every program in an archive's dump:
+    ``stage="after"`` what ran (XLA's optimized module), ``"before"`` the program as JAX lowered it
+    (the program's own dtypes and shardings, before fusion)."""
+    archive = _Archive(path)
+    try:
+        out = {}
+        for (pid, module), files in sorted(dump_files(archive).items()):
+            if stage in files and (proto := read_hlo_proto(archive, files[stage])) is not None:
+                out[_program(module, pid)] = proto
+        return out
+    finally:
+        archive.close()
+
+
+def _opcodes(module: bytes) -> tuple[dict[str, str], dict[str, str]]:
+    """(instruction name → opcode, wrapped instruction → its ``async-start``) of a serialized
+    HloModuleProto. XLA prints an ``async-start`` that wraps a collective as ``reduce-scatter-start``
+    and hides the wrapped ``reduce-scatter.131`` the runtime names its thunk after."""
+    from rooflens.trace.hlo_ids import _ints, _spans
+
+    opcode: dict[str, str] = {}
+    root_of: dict[int, str] = {}  # computation id → its root instruction's name
+    calls: list[tuple[str, list[int]]] = []  # async-starts and the computations they call
+    for num, wt, _, v, _ in _spans(module):
+        if num != 3 or wt != 2:
+            continue
+        cid = root = None
+        ids: dict[int, str] = {}
+        for cn, cw, _, cv, _ in _spans(module, *v):
+            if cn == 5 and cw == 0:
+                cid = cv
+            elif cn == 6 and cw == 0:
+                root = cv
+            elif cn == 2 and cw == 2:
+                name = op = ""
+                iid, called = None, []
+                for i_n, iw, _, iv, _ in _spans(module, *cv):
+                    if i_n == 1 and iw == 2:
+                        name = module[iv[0]:iv[1]].decode("utf-8", "replace")
+                    elif i_n == 2 and iw == 2:
+                        op = module[iv[0]:iv[1]].decode("utf-8", "replace")
+                    elif i_n == 35 and iw == 0:
+                        iid = iv
+                    elif i_n == 38:
+                        called += _ints(module, iw, iv)
+                opcode[name] = op
+                if iid is not None:
+                    ids[iid] = name
+                if op == "async-start":
+                    calls.append((name, called))
+        if cid is not None and root in ids:
+            root_of[cid] = ids[root]
+    wrapped = {root_of[c]: start for start, called in calls for c in called[:1] if c in root_of}
+    return opcode, wrapped
+
+
+# -- the ranges -----------------------------------------------------------------------------------
+
+@dataclass
+class _Kinds:
+    """Per distinct range name: what it is, and what its payload says."""
+
+    module: np.ndarray  # bool: an XlaModule range
+    thunk: np.ndarray  # bool: a Thunk range
+    compile: np.ndarray  # bool: compilation (XlaCompile, XlaPass*, XlaAutotunerMeasurement)
+    autotune: np.ndarray  # bool: an XlaAutotunerMeasurement range
+    program: list[str]  # module ranges: "<module>(<id>)"
+    op: list[str]  # thunk ranges: the HLO instruction
+    scope: list[str]  # thunk ranges: the JAX name stack (may be "")
+
+
+def _payload(name: str) -> str:
+    a = name.find("#")
+    b = name.rfind("#")
+    return name[a + 1:b] if 0 <= a < b else ""
+
+
+def _kinds(names: list[str]) -> _Kinds:
+    n = len(names)
+    module, thunk = np.zeros(n, bool), np.zeros(n, bool)
+    compile_, autotune = np.zeros(n, bool), np.zeros(n, bool)
+    program, op, scope = [""] * n, [""] * n, [""] * n
+    for k, name in enumerate(names):
+        if name.startswith("TSL:XlaModule:"):
+            p = _payload(name)
+            m, pid = _MODULE.search(p), _PROGRAM_ID.search(p)
+            module[k] = m is not None
+            program[k] = _program(m.group(1), int(pid.group(1)) if pid else None) if m else ""
+        elif name.startswith("TSL:Thunk:"):
+            p = _payload(name)
+            at = p.rfind("hlo_op=")
+            if at >= 0 and (at == 0 or p[at - 1] == ","):
+                thunk[k] = True
+                op[k] = p[at + len("hlo_op="):].split(",", 1)[0]
+                if p.startswith("name="):  # the name stack may hold commas: it ends where hlo_op begins
+                    scope[k] = p[len("name="):max(at - 1, len("name="))]
+        elif name.startswith(_COMPILE_KINDS):
+            compile_[k] = True
+            autotune[k] = name.startswith("TSL:XlaAutotunerMeasurement")
+    return _Kinds(module, thunk, compile_, autotune, program, op, scope)
+
+
+def _ancestors(parent: np.ndarray, own: np.ndarray, flag: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For every range: the nearest range at or above it with ``own`` (its row, else -1), and whether
+    any range at or above it has ``flag``; by doubling over the parent links (log depth passes)."""
+    n = len(parent)
+    near = np.where(own, np.arange(n), -1)
+    anc = parent.copy()
+    under = flag.copy()
+    while (anc >= 0).any():
+        has = anc >= 0
+        a = np.where(has, anc, 0)
+        near = np.where((near < 0) & has, near[a], near)
+        under = under | (has & under[a])
+        anc = np.where(has, anc[a], -1)
+    return near, under
+
+
+def _ids(col) -> np.ndarray:
+    """RangeId/ParentId (float64 with nulls) → int64, -1 for null."""
+    a = col.to_numpy(zero_copy_only=False)
+    a = np.asarray(a, dtype=np.float64)
+    return np.where(np.isnan(a), -1, a).astype(np.int64)
+
+
+def read_nsys(path: Path, progress: Progress = None) -> RawTrace:
+    """An nsys-jax archive (zip or extracted directory) → :class:`RawTrace` (see the module doc)."""
+    archive = _Archive(path)
+    try:
+        return _read(archive, path, progress)
+    finally:
+        archive.close()
+
+
+def _read(archive: _Archive, path: Path, progress: Progress) -> RawTrace:
+    import pyarrow.compute as pc
+
+    cols = ["Name", "Projected Start", "Projected Duration", "RangeId", "ParentId", "PID", "Rank"]
+    t = _parquet(archive, TRACE)
+    missing = [c for c in cols if c not in t.column_names]
+    if missing:
+        raise RooflensError(f"{path} is not an nsys-jax archive this reader knows: {TRACE} lacks "
+                            f"{', '.join(missing)}.")
+    n = t.num_rows
+    if progress:
+        progress(0, max(n, 1))
+    enc = pc.dictionary_encode(t.column("Name")).combine_chunks()
+    words = [w if w is not None else "" for w in enc.dictionary.to_pylist()]
+    name_code = enc.indices.to_numpy(zero_copy_only=False)
+    name_code = np.where(np.isnan(name_code.astype(np.float64)), len(words), name_code).astype(np.int64) \
+        if enc.indices.null_count else name_code.astype(np.int64)
+    kinds = _kinds(words + [""])
+    start_ns = t.column("Projected Start").to_numpy(zero_copy_only=False)
+    dur_ns = t.column("Projected Duration").to_numpy(zero_copy_only=False)
+    timed = ~(np.isnan(np.asarray(start_ns, np.float64)) | np.isnan(np.asarray(dur_ns, np.float64)))
+    start_ns = np.where(timed, np.nan_to_num(np.asarray(start_ns, np.float64)), 0).astype(np.int64)
+    dur_ns = np.where(timed, np.nan_to_num(np.asarray(dur_ns, np.float64)), 0).astype(np.int64)
+    range_id, parent_id = _ids(t.column("RangeId")), _ids(t.column("ParentId"))
+    order = np.argsort(range_id, kind="stable")
+    k = np.clip(np.searchsorted(range_id[order], parent_id), 0, max(n - 1, 0))
+    parent = np.where((parent_id >= 0) & (range_id[order][k] == parent_id), order[k], -1) if n else parent_id
+    is_module, is_thunk = kinds.module[name_code], kinds.thunk[name_code]
+    module_row, compiling = _ancestors(parent, is_module, kinds.compile[name_code])
+
+    # ops: thunks of a program execution (a module range outside compilation)
+    of_program = (module_row >= 0) & ~compiling
+    ops = np.flatnonzero(is_thunk & of_program & timed)
+    tuning = np.flatnonzero(is_thunk & compiling & timed)
+    runs = np.flatnonzero(is_module & ~compiling & timed)
+    notes: list[str] = []
+    lost = int((is_thunk & ~timed).sum())
+    if lost:
+        notes.append(f"{lost} op ranges have no GPU projection (no kernel ran for them): left out")
+    orphans = int((is_thunk & (module_row < 0) & ~compiling).sum())
+    if orphans:
+        notes.append(f"{orphans} op ranges are outside any XlaModule range: left out (no program to give them)")
+
+    gpu, gpu_notes = gpu_info(archive)
+    notes += gpu_notes
+    hostname = _hostname(archive)
+    rank = t.column("Rank").to_numpy(zero_copy_only=False).astype(np.int64)
+    pid = t.column("PID").to_numpy(zero_copy_only=False).astype(np.int64)
+    procs, host_code = E.unique_rows(rank[ops], pid[ops]) if len(ops) else (np.zeros((0, 2), np.int64), ops)
+    base = hostname or path.name.removesuffix(".zip")
+    if len(procs) <= 1:
+        index = gpu.process if gpu.process >= 0 else int(procs[0][0]) if len(procs) else 0
+        hosts = [f"{base}/rank{index}"]
+    else:  # an archive combining several processes (nsys-jax-combine): told apart by rank and PID
+        hosts = [f"{base}/rank{r}/pid{p}" for r, p in procs.tolist()]
+
+    # programs and op names, coded (per distinct range name, then gathered)
+    programs = sorted({kinds.program[c] for c in np.unique(name_code[is_module & ~compiling]).tolist()})
+    prog_code_of = {p: c for c, p in enumerate(programs)}
+    prog_of_name = np.asarray([prog_code_of.get(kinds.program[c], -1) for c in range(len(words) + 1)], np.int64)
+    run_prog = prog_of_name[name_code[runs]]
+    op_prog = prog_of_name[name_code[module_row[ops]]]
+    op_names = [kinds.op[c] for c in range(len(words) + 1)]
+    # HLO of every program that ran, and each op's opcode (collectives run on streams of their own)
+    protos, opcodes, wrapped = {}, {}, {}
+    dump = dump_files(archive)
+    for program in programs:
+        m = re.fullmatch(r"(.*)\((\d+)\)", program)
+        files = dump.get((int(m.group(2)), m.group(1))) if m else None
+        if files and "after" in files and (proto := read_hlo_proto(archive, files["after"])) is not None:
+            protos[program] = proto
+            opcodes[program], wrapped[program] = _opcodes(proto)
+    no_hlo = [p for p in programs if p not in protos]
+    if no_hlo and dump:
+        notes.append(f"the archive's HLO dump lacks (or cannot read) {', '.join(no_hlo[:5])}")
+
+    # ops the HLO text shows under another name (a collective wrapped in an async-start): that name
+    pairs, pair_inv = E.unique_rows(op_prog, name_code[ops]) if len(ops) else (np.zeros((0, 2), np.int64), ops)
+    shown = [wrapped.get(programs[p], {}).get(op_names[c], op_names[c]) for p, c in pairs.tolist()]
+    renamed = sum(1 for (_, c), w in zip(pairs.tolist(), shown) if w != op_names[c])
+    if renamed:
+        notes.append(f"{renamed} collective ops are named by the async-start that wraps them in the HLO "
+                     "(the runtime names their ranges after the wrapped instruction, e.g. reduce-scatter.N)")
+    # lines: collectives on their own (their NCCL kernels overlap compute), everything else on one
+    collective = np.asarray([_is_collective(opcodes.get(programs[p], {}), op_names[c]) for p, c in pairs.tolist()]
+                            or [False], bool)
+    line = collective[pair_inv].astype(np.int64) if len(ops) else ops
+    op_meta = {}
+    for (p, c), w in zip(pairs.tolist(), shown):
+        if kinds.scope[c]:  # the name stack: the named scope when the HLO has none
+            op_meta[(programs[p], w)] = {"hlo_category": "", "op_name": kinds.scope[c], "flops": None, "bytes": None}
+    names = op_names + shown
+    name_col = (len(op_names) + np.arange(len(pairs)))[pair_inv] if len(ops) else ops
+    table = E.build(
+        host=host_code.astype(np.int32), device=np.full(len(ops), gpu.global_id, np.int32), line=line,
+        name=name_col, program=op_prog, start_ps=start_ns[ops] * 1000, dur_ps=dur_ns[ops] * 1000,
+        hosts=hosts, lines=[COMPUTE_LINE, COLLECTIVE_LINE], names=names, programs=programs or [""],
+        origin_ns=0, op_meta=op_meta)
+
+    steps, main = _steps(runs, run_prog, programs, start_ns, dur_ns)
+    if main:
+        notes.append(f"steps: the {len(steps)} executions of {_plain(main)}, the main program "
+                     "(the trace has no step annotations): each from one execution's start to the next's")
+    if len(tuning):
+        modules = sorted({kinds.program[c] for c in name_code[module_row[tuning]]})
+        shown = ", ".join(_plain(m) for m in modules[:4]) + (", …" if len(modules) > 4 else "")
+        notes.append(f"compilation, not the program: the GPU autotuner ran {int(kinds.autotune[name_code].sum())} "
+                     f"measurements ({len(tuning)} op ranges, {dur_ns[tuning].sum() * 1e-9:.3g} s on the GPU, "
+                     f"{len(modules)} candidate modules: {shown}); left out of the op stats")
+    if gpu.name:
+        notes.append(f"the GPU, from the archive's {DEVICE_METADATA}: {gpu.name}")
+    host_events = _compilations(archive)
+    if host_events:
+        compile_s = sum(e - s for _, s, e in host_events) * 1e-12
+        notes.append(f"the host compiled {len(host_events)} XLA modules in {compile_s:.3g} s (XlaCompile ranges): "
+                     "the device idles meanwhile")
+    if progress:
+        progress(n, max(n, 1))
+    return RawTrace(hosts[0], table, steps, gpu.name or "GPU", "gpu", notes=notes, plane_stats=gpu.plane_stats,
+                    host_events=host_events, hlo_protos=protos, events_total=n)
+
+
+def _compilations(archive: _Archive) -> list[tuple[str, int, int]]:
+    """The host's XLA compilations (top-level ``TSL:XlaCompile`` ranges of the host-side NVTX trace,
+    same clock as the projection) as host events: ("XlaCompile <module>", start ps, end ps)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.csv as pcsv
+
+    if not archive.has(HOST_RANGES):
+        return []
+    try:
+        data = lzma.decompress(archive.read(HOST_RANGES))
+        t = pcsv.read_csv(io.BytesIO(data), convert_options=pcsv.ConvertOptions(
+            include_columns=["Start (ns)", "Duration (ns)", "Name"]))
+    except (lzma.LZMAError, pa.ArrowException, RooflensError):
+        return []  # the host side is extra: a damaged one only loses the compile spans
+    t = t.filter(pc.starts_with(t.column("Name"), "TSL:XlaCompile:"))
+    t = t.filter(pc.greater_equal(t.column("Duration (ns)"), HOST_EVENT_MIN_PS // 1000))
+    out = []
+    for name, s, d in zip(t.column("Name").to_pylist(), t.column("Start (ns)").to_pylist(),
+                          t.column("Duration (ns)").to_pylist()):
+        m = re.search(r"(?:^|[#,])module=([^,#]+)", _payload(name))
+        out.append((f"XlaCompile {m.group(1) if m else '?'}", int(s) * 1000, (int(s) + int(d)) * 1000))
+    return sorted(out, key=lambda h: h[1])
+
+
+def _plain(program: str) -> str:
+    return re.sub(r"\(\d+\)$", "", program)
+
+
+def _is_collective(opcodes: dict[str, str], name: str) -> bool:
+    op = opcodes.get(name)
+    if op is None:  # no HLO: XLA names an instruction after its opcode
+        op = re.sub(r"(\.\d+)+$", "", name)
+    return op in COLLECTIVE_OPCODES
+
+
+def _steps(runs: np.ndarray, run_prog: np.ndarray, programs: list[str], start_ns: np.ndarray,
+           dur_ns: np.ndarray) -> tuple[list[tuple[int, int, int]], str]:
+    """The executions of the main program (most GPU time among programs run more than once, else the
+    one with the most) as steps: (number, start ps, end ps), numbered from 0 in time order."""
+    if not len(runs):
+        return [], ""
+    count = np.bincount(run_prog, minlength=len(programs))
+    busy = np.bincount(run_prog, weights=dur_ns[runs].astype(np.float64), minlength=len(programs))
+    pool = np.flatnonzero(count > 1)
+    if not len(pool):
+        pool = np.arange(len(programs))
+    main = int(pool[np.argmax(busy[pool])])
+    mine = runs[run_prog == main]
+    mine = mine[np.argsort(start_ns[mine], kind="stable")]
+    # as rooflens infers steps elsewhere: from one execution's start to the next's (the host's work
+    # between them belongs to the step, as under a step annotation); the last ends with its own span
+    starts = start_ns[mine] * 1000
+    ends = np.append(starts[1:], (start_ns[mine[-1]] + dur_ns[mine[-1]]) * 1000)
+    return [(k, int(a), int(max(b, a))) for k, (a, b) in enumerate(zip(starts.tolist(), ends.tolist()))], \
+        programs[main]
