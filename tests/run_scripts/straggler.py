@@ -10,10 +10,11 @@ jax.config.update("jax_cpu_collectives_implementation", "gloo")
 jax.distributed.initialize(f"127.0.0.1:{port}", n, i)
 
 import jax.numpy as jnp  # noqa: E402
-from jax.sharding import NamedSharding  # noqa: E402
+import numpy as np  # noqa: E402
+from jax.sharding import Mesh, NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
-mesh = jax.make_mesh((jax.device_count(),), ("data",))
+mesh = Mesh(np.array(jax.devices()), ("data",))
 data = NamedSharding(mesh, P("data"))
 w = jax.device_put(jnp.full((128, 128), 0.01), NamedSharding(mesh, P()))
 
