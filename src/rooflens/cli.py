@@ -322,11 +322,16 @@ def _calibrate_first_use() -> None:
 
 
 @cli.command()
-@click.argument("logdir", metavar="LOGDIR|RUN_DIR|TRACE_FILE")
+@click.argument("logdirs", nargs=-1, required=True, metavar="LOGDIR|RUN_DIR|TRACE_FILE...")
 @click.option("--hlo", "hlo_dir", metavar="DIR", help="HLO text files of the programs (an XLA dump directory), for "
                                                        "traces captured without rooflens.")
 @click.option("--chip", "chip_name", help="Compare with this chip's roofline (default: inferred from the trace; a "
                                           "CPU trace uses the calibrated 'local').")
+@click.option("--workers", type=click.IntRange(min=1), metavar="N",
+              help="Processes reading host files side by side (default: this machine's cores).")
+@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="Read the hosts on a local process pool, or as Ray tasks (pip install 'rooflens[ray]').")
+@click.option("--ray-address", metavar="ADDR", help="An existing Ray cluster (default: a local one for this call).")
 @click.option("--top", default=20, show_default=True, help="How many ops to list.")
 @click.option("--json", "as_json", is_flag=True, help="Print all the stats as JSON.")
 @click.option("--html", "html_path", metavar="FILE", help="Also write the single-file HTML report here.")
@@ -339,20 +344,21 @@ def _calibrate_first_use() -> None:
                                                     "(a `rooflens run` profile leaves them out).")
 @click.option("--no-calibrate", is_flag=True, help="On a CPU trace with no calibration yet, do not measure this "
                                                   "machine (the report then has no roofline comparison).")
-def report(logdir: str, hlo_dir: str | None, chip_name: str | None, top: int, as_json: bool,
-           html_path: str | None, json_path: str | None, perfetto_path: str | None, force: bool,
-           include_warmup: bool = False, no_calibrate: bool = False) -> None:
+def report(logdirs: tuple[str, ...], hlo_dir: str | None, chip_name: str | None, workers: int | None, engine: str,
+           ray_address: str | None, top: int, as_json: bool, html_path: str | None, json_path: str | None,
+           perfetto_path: str | None, force: bool, include_warmup: bool = False, no_calibrate: bool = False) -> None:
     """What ran, against its roofline: op stats, expected vs observed, the step, and findings.
 
-    Reads a TensorBoard/XProf logdir, one of its run directories, or a single *.xplane.pb /
-    *.trace.json.gz, from CPU, GPU or TPU.
+    Reads TensorBoard/XProf logdirs, run directories, or *.xplane.pb / *.trace.json.gz files, from
+    CPU, GPU or TPU, local or in a bucket (gs://, s3://): every host of the run, in one report.
     """
     from rooflens.report.trace_view import render_op_stats, render_report
 
     for option, target in (("--html", html_path), ("--out", json_path), ("--perfetto", perfetto_path)):
         if target and Path(target).exists() and not force:
             raise UserError(f"{target} exists; give another {option} path or --force to replace it.")
-    rep = _load_report(logdir, hlo_dir, chip_name, include_warmup, no_calibrate)
+    rep = _load_report(list(logdirs), hlo_dir, chip_name, include_warmup, no_calibrate,
+                       workers=workers or os.cpu_count() or 1, engine=engine, ray_address=ray_address)
     if html_path:
         from rooflens.report.html import write_html
 
@@ -381,15 +387,16 @@ def _json_text(doc: dict) -> str:
     return json.dumps(doc, indent=2, default=str)
 
 
-def _load_report(logdir: str, hlo_dir: str | None = None, chip_name: str | None = None, include_warmup: bool = False,
-                 no_calibrate: bool = False):
+def _load_report(logdir: str | list[str], hlo_dir: str | None = None, chip_name: str | None = None,
+                 include_warmup: bool = False, no_calibrate: bool = False, workers: int = 1, engine: str = "local",
+                 ray_address: str | None = None):
     """A logdir read and analysed: its memory files read here, the analysis pure. With no chip given
     and none to be had (a CPU never calibrated), the report has no roofline but every other finding."""
     from rooflens.analysis import analyze
     from rooflens.memory import read_run_memory
     from rooflens.trace import load
 
-    prof = load(logdir, hlo_dir=hlo_dir)
+    prof = load(logdir, hlo_dir=hlo_dir, workers=workers, engine=engine, ray_address=ray_address)
     if include_warmup:
         from rooflens.trace.warmup import with_warmup
 

@@ -271,7 +271,7 @@ def load(path: str | Path | list[str | Path], hlo_dir: str | Path | None = None,
                            (e + (r.table.origin_ns - table.origin_ns) * 1000) * 1e-3)
                           for r in raws for name, s, e in r.host_events), key=lambda h: h[1])
     profile = Profile(
-        path=str(path), table=table, steps=steps, platform=platform,
+        path=", ".join(paths), table=table, steps=steps, platform=platform,
         device_kind=next((r.device_kind for r in raws if r.device_kind != "unknown"), "unknown"),
         hosts=[r.host for r in raws], sources=files, notes=notes, metadata=meta,
         hlo_texts=hlo_texts, plane_stats=next((r.plane_stats for r in raws if r.plane_stats), {}),

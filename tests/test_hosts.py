@@ -1,0 +1,150 @@
+"""Several hosts in one report: a real 4-process jax.distributed job with a straggler, many hosts
+read side by side (process pool, Ray), logdirs behind fsspec URLs, and how host files are found."""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import rooflens as rl
+from rooflens.trace import op_stats
+
+SCRIPTS = Path(__file__).parent / "run_scripts"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _env(tmp: Path) -> dict:
+    e = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    e.update(JAX_PLATFORMS="cpu", ROOFLENS_CACHE_DIR=str(tmp / "cache"))
+    return e
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory):
+    """Four processes of one data-parallel job, each under `rooflens run`; process 2's host is slow."""
+    tmp = tmp_path_factory.mktemp("job")
+    logs, port = tmp / "logs", _free_port()
+    cmd = [sys.executable, "-m", "rooflens.cli", "run", "--logdir", str(logs), str(SCRIPTS / "straggler.py"),
+           str(port), "4"]
+    procs = [subprocess.Popen([*cmd, str(i), "2"], env=_env(tmp), text=True, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE) for i in range(4)]
+    outs = [p.communicate(timeout=400) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 4, [e[-1500:] for _, e in outs]
+    (run,) = {f.parent for f in logs.rglob("*.xplane.pb")}
+    return tmp, run
+
+
+def _report(tmp: Path, *args) -> dict:
+    r = subprocess.run([sys.executable, "-m", "rooflens.cli", "report", *args, "--json", "--no-calibrate"],
+                       capture_output=True, text=True, env=_env(tmp), timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout)
+
+
+def test_four_processes_read_as_four_hosts_and_the_slow_one_is_the_straggler(job):
+    tmp, run = job
+    host = socket.gethostname()
+    data = _report(tmp, str(run))
+    assert sorted(data["hosts"]) == [f"{host}.process{i}" for i in range(4)]
+    stragglers = [f for f in data["findings"] if f["rule"] == "straggler"]
+    assert len(stragglers) == 1 and f"{host}.process2" in stragglers[0]["title"], data["findings"]
+    assert stragglers[0]["severity"] in ("medium", "high")
+    hs = data["stats"]["host_steps"] if "stats" in data else None
+    if hs is None:  # the report keeps the host table with the op stats
+        hs = rl.trace.op_stats(rl.load(run)).host_steps
+        coll = dict(zip(hs.hosts, hs.collective_s))
+    else:
+        coll = dict(zip(hs["hosts"], hs["collective_s"]))
+    slow = coll.pop(f"{host}.process2")
+    assert all(c > 2 * slow for c in coll.values()), coll  # the others wait inside the all-reduce
+
+
+def _many_hosts(src: Path, dst: Path, n: int) -> Path:
+    run = dst / "plugins" / "profile" / "2026_01_01_00_00_00"
+    run.mkdir(parents=True)
+    for i in range(n):
+        shutil.copy(src, run / f"host{i:02d}.xplane.pb")
+    return run
+
+
+def _totals(prof) -> dict:
+    return {(s.program, s.name): (s.occurrences, round(s.total_time_s, 12)) for s in op_stats(prof).op_stats}
+
+
+def test_many_hosts_on_a_process_pool_equal_one_worker(job, tmp_path):
+    tmp, run = job
+    src = sorted(run.glob("*.xplane.pb"))[0]
+    many = _many_hosts(src, tmp_path / "pod", 12)
+    one, two = rl.load(many, workers=1), rl.load(many, workers=2)
+    assert len(one.hosts) == len(two.hosts) == 12
+    assert _totals(one) == _totals(two)
+    bare = tmp_path / "one" / "host.xplane.pb"  # the same file alone, without its run's rooflens.json
+    bare.parent.mkdir()
+    shutil.copy(src, bare)
+    single = {(s.program, s.name): s.occurrences for s in op_stats(rl.load(bare)).op_stats}
+    assert {k: c * 12 for k, c in single.items()} == {k: c for k, (c, _) in _totals(one).items()}
+
+
+def test_ray_engine_gives_the_same_op_totals(job, tmp_path):
+    pytest.importorskip("ray")
+    tmp, run = job
+    local = rl.load(run, workers=2)
+    ray_prof = rl.load(run, engine="ray")
+    assert sorted(ray_prof.hosts) == sorted(local.hosts)
+    assert _totals(ray_prof) == _totals(local)
+
+
+def test_logdirs_behind_fsspec_urls(job, tmp_path):
+    fsspec = pytest.importorskip("fsspec")
+    tmp, run = job
+    mem = fsspec.filesystem("memory")
+    for f in run.iterdir():
+        if f.is_file():
+            mem.pipe(f"/bucket/logs/plugins/profile/r1/{f.name}", f.read_bytes())
+    local = _totals(rl.load(run))
+    from_memory = rl.load("memory://bucket/logs")
+    assert len(from_memory.hosts) == 4 and _totals(from_memory) == local
+    assert from_memory.metadata == rl.load(run).metadata  # rooflens.json read through the URL too
+    assert _totals(rl.load(f"file://{run}")) == local
+
+
+def test_host_files_are_found_across_a_jobs_directories(job, tmp_path):
+    tmp, run = job
+    files = sorted(run.glob("*.xplane.pb"))
+    # one job, each host in its own directory (as hosts that write their own logdirs)
+    for i, f in enumerate(files[:2]):
+        d = tmp_path / "job" / f"worker{i}" / "plugins" / "profile" / "r"
+        d.mkdir(parents=True)
+        shutil.copy(f, d / f.name)
+    assert len(rl.load(tmp_path / "job").hosts) == 2
+    # the same host twice: two runs, and the newer is read
+    for name in ("2026_01_01_00_00_00", "2026_01_02_00_00_00"):
+        d = tmp_path / "runs" / name
+        d.mkdir(parents=True)
+        shutil.copy(files[0], d / "vm.xplane.pb")
+    prof = rl.load(tmp_path / "runs")
+    assert prof.hosts == ["vm"] and "2026_01_02" in prof.sources[0]
+    # several paths in one call; one name in two directories is told apart by its directory
+    two = rl.load([tmp_path / "runs" / "2026_01_01_00_00_00", tmp_path / "runs" / "2026_01_02_00_00_00"])
+    assert sorted(two.hosts) == ["2026_01_01_00_00_00/vm", "2026_01_02_00_00_00/vm"]
+
+
+def test_a_tree_too_deep_or_empty_is_one_sentence(tmp_path):
+    deep = tmp_path
+    for k in range(10):
+        deep = deep / f"d{k}"
+    deep.mkdir(parents=True)
+    (deep / "x.xplane.pb").write_bytes(b"\x0a\x00")
+    r = subprocess.run([sys.executable, "-m", "rooflens.cli", "report", str(tmp_path)], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 2 and "holds no profile" in r.stderr and len(r.stderr.strip().splitlines()) == 1
