@@ -75,6 +75,10 @@ class _Archive:
                 self.names = [p.relative_to(path).as_posix() for p in path.rglob("*") if p.is_file()]
             else:
                 if not zipfile.is_zipfile(path):
+                    with path.open("rb") as fh:
+                        head = fh.read(4)
+                    if head == b"PK\x03\x04":  # a zip's first member, but no directory at its end
+                        raise RooflensError(f"{path} is a truncated zip archive (its central directory is missing).")
                     raise RooflensError(f"{path} is not a zip archive (an nsys-jax archive is one).")
                 self._zip = zipfile.ZipFile(path)
                 every = self._zip.namelist()
