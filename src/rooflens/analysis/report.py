@@ -209,6 +209,7 @@ class Report:
             "steps": {**(asdict(self.stats.steps) if self.stats.steps else {"count": 0}),
                       "breakdown": asdict(self.steps) if self.steps else None},
             "devices": [asdict(d) for d in self.stats.devices],
+            "host_steps": asdict(self.stats.host_steps) if self.stats.host_steps else None,
             "by_category_s": dict(self.stats.by_category_s), "by_program_s": dict(self.stats.by_program_s),
             "in_window": asdict(self.in_window),
             "memory": self.memory.to_dict() if self.memory else {}, "notes": list(self.notes),
