@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import threading
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
@@ -45,21 +46,46 @@ def _read_ipc(hf: HostFile) -> bytes:
 
 
 def read_hosts(files: list[HostFile], workers: int | None = None, engine: str = "local",
-               ray_address: str | None = None, progress: Callable[[int], Callable] | None = None
-               ) -> list[RawTrace]:
+               ray_address: str | None = None, progress: Callable[[int], Callable] | None = None,
+               meanwhile: Callable[[], None] | None = None) -> list[RawTrace]:
     """Every host file read, in the order given. ``progress(i)`` gives the i-th file's callback
-    (``(done, total)``); files read in other processes report when they finish."""
+    (``(done, total)``); files read in other processes report when they finish. ``meanwhile`` is
+    started on a thread of the driver once the workers run (never before a fork), and joined before
+    this returns: the driver's own start-up work overlaps the reading."""
+    thread = None
+
+    def overlap() -> None:
+        nonlocal thread
+        if meanwhile is not None and thread is None:
+            thread = threading.Thread(target=meanwhile, daemon=True)
+            thread.start()
+
+    try:
+        return _read_hosts(files, workers, engine, ray_address, progress, overlap)
+    finally:
+        if thread is not None:
+            thread.join()
+
+
+def _read_hosts(files, workers, engine, ray_address, progress, overlap) -> list[RawTrace]:
     if engine not in ENGINES:
         raise RooflensError(f"unknown engine {engine!r}: use one of {', '.join(ENGINES)}.")
     if engine == "ray":
+        overlap()
         return _read_ray(files, ray_address, progress)
     n = min(workers or os.cpu_count() or 1, len(files))
     if n <= 1:
+        overlap()  # the decoder releases the GIL
         return [read_one(f, progress(i) if progress else None) for i, f in enumerate(files)]
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    if method == "fork":
+        from rooflens.trace.xspace import warm_up
+
+        warm_up()  # loaded once here, inherited by every worker
     out: list[RawTrace | None] = [None] * len(files)
     with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context(method)) as pool:
         futures = {pool.submit(read_one, f): i for i, f in enumerate(files)}
+        overlap()  # every worker is forked by now
         for fut in as_completed(futures):
             i = futures[fut]
             out[i] = fut.result()  # a RooflensError in a worker is raised here, with its sentence

@@ -8,6 +8,7 @@ program that ran), which give each op its category and named scope.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import mmap
 import re
@@ -52,6 +53,7 @@ class Profile:
     hlo_texts: dict[str, str] = field(default_factory=dict)  # program → HLO module text
     plane_stats: dict = field(default_factory=dict)
     host_events: list[tuple[str, float, float]] = field(default_factory=list)  # Python frames: name, start, end
+    host_events_of: dict[str, list[tuple[str, float, float]]] = field(default_factory=dict)  # the same, per host
     events_total: int = 0  # every event of the files read, kept or not
 
     @cached_property
@@ -217,6 +219,12 @@ def _embedded_hlo(raws: list[RawTrace], files: list[str], table: EventTable) -> 
     return {k: v for k, (_, v) in best.items()}
 
 
+def _import_hlo_printer() -> None:
+    """jaxlib's HLO printer (it imports jax, a second or so), loaded while the traces are read."""
+    with contextlib.suppress(Exception):  # printing will say what went wrong, on the main thread
+        import jax._src.lib  # noqa: F401
+
+
 def load(path: str | Path | list[str | Path], hlo_dir: str | Path | None = None, progress: bool | None = None,
          workers: int | None = 1, engine: str = "local", ray_address: str | None = None) -> Profile:
     """Read a profile: one or several logdirs, run directories or trace files (``*.xplane.pb``,
@@ -236,7 +244,7 @@ def load(path: str | Path | list[str | Path], hlo_dir: str | Path | None = None,
     files = [f.path for f in host_files]
     with ingest_progress([Path(f) for f in files], progress) as bar:
         raws = read_hosts(host_files, workers=workers, engine=engine, ray_address=ray_address,
-                          progress=bar.for_file)
+                          progress=bar.for_file, meanwhile=_import_hlo_printer)
     table = concat([r.table for r in raws])
     steps_by_host = []
     for r in raws:
@@ -267,15 +275,16 @@ def load(path: str | Path | list[str | Path], hlo_dir: str | Path | None = None,
                               or run == runs[0]})
     if hlo_dir is not None:
         hlo_texts.update(read_hlo_dir(hlo_dir))
-    host_events = sorted(((name, (s + (r.table.origin_ns - table.origin_ns) * 1000) * 1e-3,
-                           (e + (r.table.origin_ns - table.origin_ns) * 1000) * 1e-3)
-                          for r in raws for name, s, e in r.host_events), key=lambda h: h[1])
+    host_events_of = {r.host: sorted(((name, (s + (r.table.origin_ns - table.origin_ns) * 1000) * 1e-3,
+                                        (e + (r.table.origin_ns - table.origin_ns) * 1000) * 1e-3)
+                                       for name, s, e in r.host_events), key=lambda h: h[1]) for r in raws}
+    host_events = sorted((h for evs in host_events_of.values() for h in evs), key=lambda h: h[1])
     profile = Profile(
         path=", ".join(paths), table=table, steps=steps, platform=platform,
         device_kind=next((r.device_kind for r in raws if r.device_kind != "unknown"), "unknown"),
         hosts=[r.host for r in raws], sources=files, notes=notes, metadata=meta,
         hlo_texts=hlo_texts, plane_stats=next((r.plane_stats for r in raws if r.plane_stats), {}),
-        host_events=host_events, events_total=sum(r.events_total for r in raws),
+        host_events=host_events, host_events_of=host_events_of, events_total=sum(r.events_total for r in raws),
     )
     if not steps:
         profile.notes.append("the trace has no step annotations (jax.profiler.StepTraceAnnotation) or Steps line, "

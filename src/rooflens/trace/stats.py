@@ -261,9 +261,12 @@ def op_stats(profile: Profile, gaps_per_device: int = 5) -> OpStats:
     t0 = float(start.min()) if len(t) else 0.0
     dev_keys = unique_rows(t.host, t.device)[0]
     by_dev = _groups(t.host.astype(np.int64) * (int(t.device.max(initial=0)) + 2) + t.device + 1)
-    devices = [_device_time(t, start, end, dur, sel, int(d), t0, gaps_per_device, profile.host_events)
-               for (_, d), sel in zip(dev_keys, by_dev)]
-    hosts = [_device_time(t, start, end, dur, sel, -1, t0, gaps_per_device, profile.host_events)
+    def frames(h: int) -> list:  # the host's own Python frames (a profile built by hand may lack the split)
+        return profile.host_events_of.get(t.hosts[h], profile.host_events if len(t.hosts) == 1 else [])
+
+    devices = [_device_time(t, start, end, dur, sel, int(d), t0, gaps_per_device, frames(int(h)))
+               for (h, d), sel in zip(dev_keys, by_dev)]
+    hosts = [_device_time(t, start, end, dur, sel, -1, t0, gaps_per_device, frames(int(t.host[sel[0]])))
              for sel in _groups(t.host)]
     total_busy_s = sum(d.busy_s for d in devices) or 1.0
 

@@ -333,7 +333,7 @@ def _stat_slot(sm_ids, lo, hi, sid):
     return -1
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)  # pure array work: other threads run meanwhile
 def decode_events(buf, lines, state, budget_bytes, long_ps, sm_ids, sm_col, sm_name, plane_sm,
                   rows, tkeys, tcodes, strs, nstr, err):
     """Decode the events of ``lines`` into ``rows`` (int64 [capacity, N_COLS]), resumably.

@@ -251,7 +251,8 @@ def decode(path: str | Path, progress: Callable[[int, int], None] | None = None)
     line_index = keep  # decoded row → file line index
     sm_ids, sm_col, sm_name, plane_sm = _stat_tables(planes)
     total = max(int((lines[:, 1] - lines[:, 0]).sum()) if len(lines) else 0, 1)
-    cap = max(1024, int(heads[keep, 7].sum()) // 4 if len(keep) else 1024)
+    # a first guess at the kept events, grown on demand; never more than the file could hold
+    cap = max(1024, min(int(heads[keep, 7].sum()) // 4 if len(keep) else 0, size // 64))
     rows = np.empty((cap, W.N_COLS), np.int64)
     tkeys, tcodes = np.zeros(1 << 12, np.int64), np.zeros(1 << 12, np.int32)
     strs = np.empty((1 << 11, 2), np.int64)
@@ -288,6 +289,20 @@ def decode(path: str | Path, progress: Callable[[int, int], None] | None = None)
     strings = [bytes(buf[s:e]).decode("utf-8", "replace") for s, e in strs[:int(nstr[0])]]
     return XSpaceColumns(str(path), planes, line_plane_a, line_names, cols, strings, origin_ns,
                          int(heads[:, 7].sum()), buf)
+
+
+def warm_up() -> None:
+    """Load the compiled walks once in this process (a forked worker then starts with them loaded,
+    instead of each paying numba's start-up)."""
+    err = np.zeros(2, np.int64)
+    buf = np.zeros(2, np.uint8)
+    W.fields(buf, 0, 0, np.empty((0, 4), np.int64), err)
+    W.metadata_entries(buf, np.zeros((0, 2), np.int64), np.zeros((0, 8), np.int64), err)
+    W.line_headers(buf, np.zeros((0, 2), np.int64), np.zeros((0, 8), np.int64), err)
+    W.decode_events(buf, np.zeros((0, 5), np.int64), np.zeros(4, np.int64), 1, 0, np.zeros(0, np.int64),
+                    np.zeros(0, np.int64), np.zeros((0, 2), np.int64), np.zeros((0, 2), np.int64),
+                    np.empty((1, W.N_COLS), np.int64), np.zeros(4, np.int64), np.zeros(4, np.int32),
+                    np.empty((1, 2), np.int64), np.zeros(1, np.int64), err)
 
 
 def _entries(buf, spans: np.ndarray, path, where: str) -> np.ndarray:

@@ -1,0 +1,122 @@
+"""A pod's trace set on one machine: wall time against workers, peak memory per worker.
+
+    python bench/pod.py [--hosts 64] [--steps 5] [--layers 2] [--repeat 2] [--ray]
+
+Builds (once, under bench/.cache/) a real per-process trace (a transformer training step on 8
+virtual CPU devices, captured with ``rl.capture``) and an N-host run directory of it replicated,
+one ``hostNN.xplane.pb`` per host. Then, each in a fresh process with the trace cache off:
+
+* ``rooflens report RUN --json`` with ``--workers 1`` and ``--workers 2`` (and ``--engine ray`` with
+  ``--ray``, when Ray is installed): wall time, the driver's peak RSS, the largest worker's peak RSS;
+* ``rl.load`` alone with 1 and 2 workers (the map and the merge, no analysis).
+
+Prints the times, their ratio to one worker, and the per-host cost that docs/pod-scale.md projects
+from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+CACHE = Path(__file__).resolve().parent / ".cache"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ingest import MAKE  # noqa: E402  (the same real capture, smaller)
+
+LOAD = textwrap.dedent("""
+    import json, resource, sys, time
+    import rooflens as rl
+    t0 = time.perf_counter()
+    prof = rl.load(sys.argv[1], workers=int(sys.argv[2]), engine=sys.argv[3])
+    dt = time.perf_counter() - t0
+    print(json.dumps({"seconds": dt, "hosts": len(prof.hosts), "events": len(prof.table),
+                      "driver_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+                      "worker_rss": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024}))
+""")
+
+
+def run(argv: list[str], env: dict) -> dict | None:
+    t0 = time.perf_counter()
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    out, err = p.communicate()
+    wall = time.perf_counter() - t0
+    if p.returncode != 0:
+        print(err.decode(errors="replace")[-800:], file=sys.stderr)
+        return None
+    last = out.decode(errors="replace").strip().splitlines()[-1] if out.strip() else "{}"
+    info = json.loads(last) if last.startswith("{") else {}
+    return {"wall": wall, **info}
+
+
+def build(args) -> Path:
+    logdir = CACHE / f"pod_src_{args.layers}l_{args.steps}s"
+    found = sorted(logdir.rglob("*.xplane.pb"))
+    if not found:
+        print(f"capturing a per-process trace: {args.steps} steps of a {args.layers}-layer transformer …", flush=True)
+        subprocess.run([sys.executable, "-c", MAKE, str(args.steps), str(args.layers), str(logdir)], check=True,
+                       env={**os.environ, "PYTHONWARNINGS": "ignore"})
+        found = sorted(logdir.rglob("*.xplane.pb"))
+    src = found[-1]
+    run_dir = CACHE / f"pod_{args.hosts}h_{args.layers}l_{args.steps}s" / "plugins" / "profile" / "run"
+    if not run_dir.is_dir() or len(list(run_dir.glob("*.xplane.pb"))) != args.hosts:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        run_dir.mkdir(parents=True)
+        for i in range(args.hosts):
+            shutil.copy(src, run_dir / f"host{i:02d}.xplane.pb")
+        shutil.copy(src.parent / "rooflens.json", run_dir / "rooflens.json")
+    return run_dir
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--hosts", type=int, default=64)
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--ray", action="store_true", help="also time --engine ray on a local Ray cluster")
+    args = ap.parse_args()
+    run_dir = build(args)
+    size = sum(f.stat().st_size for f in run_dir.glob("*.xplane.pb"))
+    env = {**os.environ, "ROOFLENS_NO_CACHE": "1"}
+    print(f"{run_dir}: {args.hosts} hosts, {size / 1e6:,.0f} MB\n")
+    rows = []
+    engines = [("local", 1), ("local", 2)] + ([("ray", 2)] if args.ray else [])
+    for what in ("report --json", "rl.load"):
+        for engine, workers in engines:
+            best = None
+            for _ in range(args.repeat):
+                if what == "rl.load":
+                    r = run([sys.executable, "-c", LOAD, str(run_dir), str(workers), engine], env)
+                else:
+                    r = run([sys.executable, "-m", "rooflens.cli", "report", str(run_dir), "--json", "--no-calibrate",
+                             "--workers", str(workers), "--engine", engine], env)
+                if r is None:
+                    break
+                best = r if best is None or r["wall"] < best["wall"] else best
+            rows.append((what, engine, workers, best))
+    print(f"{'measure':16} {'engine':7} {'workers':>7} {'wall s':>8} {'vs 1':>6} {'driver RSS':>11} {'worker RSS':>11}")
+    base: dict[str, float] = {}
+    for what, engine, workers, r in rows:
+        if r is None:
+            print(f"{what:16} {engine:7} {workers:7} {'failed':>8}")
+            continue
+        base.setdefault(what, r["wall"])
+        drv = f"{r['driver_rss'] / 1e6:.0f} MB" if "driver_rss" in r else ""
+        wrk = f"{r['worker_rss'] / 1e6:.0f} MB" if r.get("worker_rss") else ""
+        print(f"{what:16} {engine:7} {workers:7} {r['wall']:8.2f} {r['wall'] / base[what]:5.2f}x {drv:>11} {wrk:>11}")
+    one = next((r for w, e, n, r in rows if w == "rl.load" and n == 1 and r), None)
+    if one:
+        print(f"\nper host: {one['seconds'] / args.hosts * 1e3:.0f} ms to read and merge "
+              f"{size / args.hosts / 1e6:.1f} MB ({one['events'] / args.hosts:,.0f} op events) on one worker")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
