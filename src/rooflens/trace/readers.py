@@ -104,15 +104,16 @@ def read_xspace(path: Path, progress: Progress = None, device_time: bool = True)
     for p in x.planes:
         m = _DEVICE_PLANE.match(p.name)
         kinds.append((m.group(1), int(m.group(2))) if m else ("host" if p.name.startswith("/host:") else "", -1))
-    plane_kind = np.asarray([{"TPU": 1, "GPU": 2, "host": 3}.get(k, 0) for k, _ in kinds] or [0], np.int64)
-    plane_dev = np.asarray([d for _, d in kinds] or [-1], np.int64)
+    # per event, small types: a 1 GB trace keeps millions of events
+    plane_kind = np.asarray([{"TPU": 1, "GPU": 2, "host": 3}.get(k, 0) for k, _ in kinds] or [0], np.int8)
+    plane_dev = np.asarray([d for _, d in kinds] or [-1], np.int32)
     line = x.line
-    ev_plane = x.line_plane[line] if len(x) else np.zeros(0, np.int64)
+    ev_plane = x.line_plane.astype(np.int32)[line] if len(x) else np.zeros(0, np.int32)
     ev_kind, ev_dev = plane_kind[ev_plane], plane_dev[ev_plane]
     lname = np.asarray(x.line_names + [""], dtype=object)
     role = {"XLA Ops": 1, "XLA Modules": 2, "Steps": 3, "python": 4}
-    line_role = np.asarray([role.get(n, 0) for n in x.line_names] + [0], np.int64)
-    ev_role = line_role[line] if len(x) else np.zeros(0, np.int64)
+    line_role = np.asarray([role.get(n, 0) for n in x.line_names] + [0], np.int8)
+    ev_role = line_role[line] if len(x) else np.zeros(0, np.int8)
     event_start, start, dur = x.start_ps, x.start_ps, x.dur_ps
     if device_time:  # XProf's rule (tsl GetDeviceEventTimespan): device events carrying both stats are timed by them
         start, dur = device_span(start, dur, x.col("device_offset_ps"), x.col("device_duration_ps"),
@@ -124,12 +125,12 @@ def read_xspace(path: Path, progress: Progress = None, device_time: bool = True)
     # steps: device Steps lines, and host step annotations (jax.profiler.StepTraceAnnotation)
     steps: list[tuple[int, int, int]] = []
     step_num, step_id, group_id = x.col("step_num"), x.col("step_id"), x.col("group_id")
-    number = np.where(step_num != none, step_num, np.where(step_id != none, step_id,
-                                                           np.where(group_id != none, group_id, -1)))
     sel = np.flatnonzero(((ev_kind == 1) | (ev_kind == 2)) & (ev_role == 3))
     host_step = np.flatnonzero((ev_kind == 3) & (step_num != none))
     for idx in (sel, host_step):
-        steps += list(zip(number[idx].tolist(), start[idx].tolist(), (start[idx] + dur[idx]).tolist()))
+        a, b, c = step_num[idx], step_id[idx], group_id[idx]
+        number = np.where(a != none, a, np.where(b != none, b, np.where(c != none, c, -1)))
+        steps += list(zip(number.tolist(), start[idx].tolist(), (start[idx] + dur[idx]).tolist()))
 
     # the first device plane: what the device is, and its peaks
     device_kind, platform, plane_stats = "", "unknown", {}

@@ -27,6 +27,8 @@ from rooflens.trace import wire as W
 
 #: bytes decoded between two progress updates (and page releases)
 CHUNK_BYTES = 64 << 20
+#: kept events decoded between two moves into the columns (~120 MB of rows)
+BLOCK_ROWS = 1 << 20
 #: Python tracer frames shorter than this are not kept (they explain idle gaps, which are longer)
 HOST_EVENT_MIN_PS = 200_000_000
 
@@ -51,14 +53,14 @@ class XSpaceColumns:
     planes: list[Plane]
     line_plane: np.ndarray  # line index → plane index
     line_names: list[str]
-    cols: np.ndarray  # int64 [wire.N_COLS, n]: line, metadata id, start_ps, dur_ps, stats (wire.NONE: absent)
+    cols: list[np.ndarray]  # wire.N_COLS int64 columns: line, metadata id, start_ps, dur_ps, stats (wire.NONE: absent)
     strings: list[str]  # interned string stats (hlo_op, hlo_module values), by code
     origin_ns: int  # absolute time of start_ps == 0 (ns since the epoch where the trace's clock says so)
     events_total: int  # all events of the file, kept or not
     _buf: np.ndarray = field(repr=False, default=None)
 
     def __len__(self) -> int:
-        return self.cols.shape[1]
+        return len(self.cols[0])
 
     def col(self, name: str) -> np.ndarray:
         return self.cols[W.STAT_BASE + W.STAT_NAMES.index(name)]
@@ -252,8 +254,18 @@ def decode(path: str | Path, progress: Callable[[int, int], None] | None = None)
     sm_ids, sm_col, sm_name, plane_sm = _stat_tables(planes)
     total = max(int((lines[:, 1] - lines[:, 0]).sum()) if len(lines) else 0, 1)
     # a first guess at the kept events, grown on demand; never more than the file could hold
-    cap = max(1024, min(int(heads[keep, 7].sum()) // 4 if len(keep) else 0, size // 64))
+    # kept events go to a block of rows, moved into per-column parts whenever it fills and reused:
+    # memory is the columns plus one block, never a copy of everything
+    cap = max(1024, min(int(heads[keep, 7].sum()) if len(keep) else 0, size // 16, BLOCK_ROWS))
     rows = np.empty((cap, W.N_COLS), np.int64)
+    parts: list[list[np.ndarray]] = [[] for _ in range(W.N_COLS)]
+
+    def flush(block: np.ndarray) -> None:
+        m = int(state[2])
+        for k in range(W.N_COLS):
+            parts[k].append(block[:m, k].copy())
+        state[2] = 0
+
     tkeys, tcodes = np.zeros(1 << 12, np.int64), np.zeros(1 << 12, np.int32)
     strs = np.empty((1 << 11, 2), np.int64)
     nstr = np.zeros(1, np.int64)
@@ -267,9 +279,7 @@ def decode(path: str | Path, progress: Callable[[int, int], None] | None = None)
                      if li < len(lines) else "an event")
             _check(-1, err, path, where)
         if status == W.OUT_FULL:
-            grown = np.empty((len(rows) * 2, W.N_COLS), np.int64)
-            grown[:state[2]] = rows[:state[2]]
-            rows = grown
+            flush(rows)
         elif status == W.TABLE_FULL:
             if 2 * (nstr[0] + 1) > len(tkeys):
                 tkeys, tcodes = W.rehash(tkeys, tcodes, len(tkeys) * 2)
@@ -282,10 +292,17 @@ def decode(path: str | Path, progress: Callable[[int, int], None] | None = None)
                 progress(min(done, total), total)
             if status == W.DONE:
                 break
-    n = int(state[2])
-    cols = np.ascontiguousarray(rows[:n].T)  # columns from here on
+    flush(rows)
     del rows
-    cols[W.COL_LINE] = line_index[cols[W.COL_LINE]] if n else cols[W.COL_LINE]
+    cols = []
+    n = sum(len(p) for p in parts[0])
+    for k in range(W.N_COLS):  # one column at a time: its parts go as it is made
+        if k >= W.STAT_BASE and all((p == W.NONE).all() for p in parts[k]):
+            cols.append(np.broadcast_to(np.int64(W.NONE), (n,)))  # a stat no kept event has: no memory
+        else:
+            cols.append(np.concatenate(parts[k]) if parts[k] else np.zeros(0, np.int64))
+        parts[k] = []
+    cols[W.COL_LINE] = line_index[cols[W.COL_LINE]] if len(cols[W.COL_LINE]) else cols[W.COL_LINE]
     strings = [bytes(buf[s:e]).decode("utf-8", "replace") for s, e in strs[:int(nstr[0])]]
     return XSpaceColumns(str(path), planes, line_plane_a, line_names, cols, strings, origin_ns,
                          int(heads[:, 7].sum()), buf)
