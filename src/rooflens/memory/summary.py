@@ -14,6 +14,7 @@ from pathlib import Path
 from rooflens import hlo as H
 from rooflens.memory.compiled import CompiledMemory, compiled_memory, parse_peak
 from rooflens.memory.pprof import parse_snapshot
+from rooflens.memory.timeline import place_snapshots
 
 PEAK_OVER_STATE = 1.3  # peak above the state held by this much: activations, temporaries or padding dominate
 TOP_SITES = 8
@@ -76,7 +77,11 @@ class MemorySummary:
 
 
 def summarize(programs: list[CompiledMemory], snapshots: list[SnapshotSummary] = ()) -> MemorySummary:
-    return MemorySummary(list(programs), list(snapshots))
+    summary = MemorySummary(list(programs), list(snapshots))
+    main = summary.main
+    if main is not None and main.timeline is not None and snapshots:
+        place_snapshots(main.timeline, snapshots)  # measured points beside the compiled curve
+    return summary
 
 
 def read_run_memory(profile) -> MemorySummary | None:
