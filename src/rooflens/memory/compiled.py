@@ -13,6 +13,7 @@ import re
 from dataclasses import asdict, dataclass, field
 
 from rooflens import hlo as H
+from rooflens.memory.timeline import MemoryTimeline, memory_timeline
 
 _PEAK_HEAD = re.compile(r"Live ranges at \d+ \(peak\):")
 _PEAK_LINE = re.compile(r"^\s+([^\s{:]+)(?:\{[^}]*\})?:\s*(\d+)\s*bytes")
@@ -41,6 +42,7 @@ class CompiledMemory:
     peak_buffers: list[PeakBuffer] = field(default_factory=list)
     logical_bytes: float = 0.0  # over all values in the buffer assignment
     padded_bytes: float = 0.0
+    timeline: MemoryTimeline | None = None  # live bytes over the schedule (None: no live-range dump)
 
     @property
     def peak_bytes(self) -> float:
@@ -113,4 +115,5 @@ def compiled_memory(program: str, stats: dict, live_range: str = "", buffer_assi
             named_scope=ins.named_scope if ins is not None else "", opcode=ins.opcode if ins is not None else ""))
     if buffer_assignment:
         cm.logical_bytes, cm.padded_bytes = value_sizes(buffer_assignment)
+        cm.timeline = memory_timeline(program, live_range, buffer_assignment, module, state_bytes=cm.state_bytes)
     return cm

@@ -68,7 +68,8 @@ def page_data(report, prediction=None, title: str = "") -> dict:
     if mem and mem.programs:
         memory = {"summary": memory_line(mem),
                   "buffers": [{"name": b.name, "shape": b.shape, "bytes": b.bytes, "scope": b.named_scope}
-                              for b in mem.main.peak_buffers]}
+                              for b in mem.main.peak_buffers],
+                  "timelines": [_memory_timeline(p.timeline) for p in mem.programs if p.timeline is not None]}
     pred = None
     if prediction is not None:
         pred = {"summary": f"predicted on {prediction.chip}: {prediction.time_s * 1e3:.4g} ms per step per device "
@@ -89,6 +90,18 @@ def page_data(report, prediction=None, title: str = "") -> dict:
         "expected": expected, "timeline": timeline, "findings": findings, "memory": memory, "prediction": pred,
         "footer": "Made by rooflens. Times are per device; ratios are measured ÷ roofline.",
     }
+
+
+def _memory_timeline(tl) -> dict:
+    """One program's live bytes over its schedule, as the chart draws it (stacked by kind)."""
+    return {"program": tl.program, "positions": tl.positions, "peak_position": tl.peak_position,
+            "peak_bytes": tl.peak_bytes, "peak_instruction": tl.peak_instruction, "state_bytes": tl.state_bytes,
+            "note": tl.note, "kinds": ["parameters", "outputs", "activations", "temporaries"],
+            "points": [[p.position, p.parameters_bytes, p.outputs_bytes, p.activations_bytes, p.temporaries_bytes,
+                        p.live_bytes, p.instruction] for p in tl.points],
+            "peak_buffers": [{"name": b.name, "bytes": b.bytes, "kind": b.kind, "scope": b.named_scope,
+                              "live": f"{b.start}–{b.end}"} for b in tl.peak_buffers],
+            "measured": [{"label": m.label, "position": m.position, "bytes": m.live_bytes} for m in tl.measured]}
 
 
 def render_html(report, prediction=None, title: str = "") -> str:

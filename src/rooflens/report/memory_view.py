@@ -41,7 +41,40 @@ def render_memory(console: Console, mem, source: str) -> None:
             for b in p.peak_buffers:
                 t.add_row(e(b.name), e(b.shape), gb(b.bytes), gb(b.padded_bytes) if b.shape else "", e(b.named_scope))
             console.print(t)
+        if p.timeline is not None:
+            render_timeline(console, p.timeline)
     if mem.peak_over_state:
         console.print(f"peak / state held (inputs and outputs): {mem.peak_over_state:.2f}×")
     for s in mem.snapshots:
         console.print(f"live device memory at {e(s.label)}: {gb(s.total_bytes)}")
+
+
+SPARK = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: list[float], width: int = 60) -> str:
+    """Values as block characters, ``width`` wide (each character the highest value of its span)."""
+    if not values:
+        return ""
+    step = max(len(values) / width, 1.0)
+    cols = [max(values[int(i * step):max(int((i + 1) * step), int(i * step) + 1)])
+            for i in range(min(width, len(values)))]
+    top = max(cols) or 1.0
+    return "".join(SPARK[min(int(v / top * (len(SPARK) - 1) + 0.5), len(SPARK) - 1)] for v in cols)
+
+
+def render_timeline(console: Console, tl) -> None:
+    """Live bytes over the program's schedule: a sparkline, the peak's position and what is live there."""
+    console.print(f"live bytes over the schedule ({tl.positions:,} positions), peak {gb(tl.peak_bytes)} "
+                  f"at position {tl.peak_position} ({e(tl.peak_instruction)}):")
+    console.print(f"  {sparkline([p.live_bytes for p in tl.points])}", markup=False)
+    at = next((p for p in tl.points if p.position == tl.peak_position), None)
+    if at is not None:
+        split = (("parameters", at.parameters_bytes), ("outputs", at.outputs_bytes),
+                 ("activations", at.activations_bytes), ("temporaries", at.temporaries_bytes))
+        kinds = ", ".join(f"{k} {gb(v)}" for k, v in split if v)
+        console.print(f"  at the peak: {kinds}")
+    if tl.state_bytes:
+        console.print(f"  model state (arguments + outputs): {gb(tl.state_bytes)}")
+    for m in tl.measured:
+        console.print(f"  measured {e(m.label)}: {gb(m.live_bytes)} live on the busiest device")
