@@ -31,6 +31,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from rooflens.errors import RooflensError
+from rooflens.userdirs import cache_dir
 
 #: Sections of a chip table that hold cited numbers.
 SECTIONS = ("peak_flops_per_s", "memory", "compute", "interconnect", "topology", "overheads")
@@ -342,15 +343,6 @@ def read_catalog_file(path: str | os.PathLike) -> dict[str, Chip]:
     if not isinstance(chips, Mapping) or not chips:
         raise ChipError(f"chip file {p} has no [chip.<name>] table.")
     return {name: chip_from_table(name, table, str(p)) for name, table in chips.items()}
-
-
-def cache_dir() -> Path:
-    """Where rooflens keeps what it measured on this machine (``ROOFLENS_CACHE_DIR`` overrides)."""
-    env = os.environ.get("ROOFLENS_CACHE_DIR")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "rooflens"
 
 
 def local_chip_path() -> Path:
