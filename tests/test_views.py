@@ -9,6 +9,9 @@ import jax.numpy as jnp
 import pytest
 
 import rooflens as rl
+from rooflens.cli import example_hlo_path
+from rooflens.hlo.graph import op_graph
+from rooflens.report.graph_view import render_graph_svg
 from rooflens.report.html import render_html
 
 
@@ -60,10 +63,98 @@ def test_memory_timeline_peaks_at_the_compiled_peak(captured):
     assert f"at position {tl.peak_position}" in r.stdout and "█" in r.stdout
 
 
-def test_html_holds_the_memory_chart(captured):
+def test_html_holds_the_memory_chart_and_the_graphs(captured):
     _, _, rep = captured
     html = render_html(rep)
     assert "memoryChart" in html and '"peak_position"' in html and '"timelines"' in html
+    top = max(rep.comparison, key=lambda c: c.total_time_s)
+    assert f"{top.program}/{top.name}" in rep.graphs
+    assert set(rep.to_json()["graphs"]) == set(rep.graphs)
+
+
+@pytest.fixture(scope="module")
+def example():
+    return rl.hlo.parse(example_hlo_path().read_text())
+
+
+def _uses(body):
+    """(producer, consumer, operand index) for every operand use inside a body."""
+    names = {b.name for b in body}
+    return {(op.name, b.name, k) for b in body for k, op in enumerate(b.operands) if op.name in names}
+
+
+def test_fusion_graph_names_every_instruction_and_an_edge_per_operand_use(example):
+    fusions = [i for i in example.top_level_instructions() if i.opcode == "fusion"]
+    biggest = max(fusions, key=lambda i: len(example.called(i)[0].instructions))
+    for ins in [biggest, *fusions[:25]]:
+        g = op_graph(example, ins.name)
+        body = example.called(ins)[0].instructions
+        assert {b.name for b in body} <= {n.name for n in g.nodes}, ins.name
+        edges = {(e.source, e.target, e.operand) for e in g.edges}
+        assert _uses(body) <= edges, ins.name  # one edge per operand use (x*x: two)
+        for b in body:
+            n = g.node(b.name)
+            assert n.opcode == b.opcode and n.shape == b.shape.dims_str() if b.shape.is_array else True
+            if b.opcode == "parameter":  # joined to the fusion's operand
+                src = ins.operands[b.parameter_number].name
+                assert n.role == "parameter" and (f"outer:{src}", b.name, b.parameter_number) in edges
+                assert f"← {src}" in n.detail
+            if b.opcode in ("dot", "convolution"):
+                assert n.role == "dot"
+        for u in example.users(ins):  # the neighbourhood: users clickable
+            assert g.node(f"outer:{u.name}").target == u.name
+        assert all(len(e.points) >= 2 for e in g.edges) and g.width > 0 and g.cluster is not None
+    dots = [i for i in fusions if any(b.opcode == "dot" for b in example.fusion_body(i))]
+    g = op_graph(example, dots[0].name)
+    assert [n.role for n in g.nodes if n.opcode == "dot"] == ["dot"]
+
+
+def test_collective_graph_has_group_size_and_long_bodies_collapse(example):
+    g = op_graph(example, "all-reduce.29")
+    (me,) = [n for n in g.nodes if n.role == "op"]
+    assert "groups of 4" in me.detail and g.notes  # 15 operands, more users than drawn
+    # a long elementwise chain collapses into one node that lists its members
+    text = """HloModule chain
+fused {
+  p0 = f32[8,128]{1,0} parameter(0)
+""" + "".join(f"  e{i} = f32[8,128]{{1,0}} {'exponential' if i % 2 else 'tanh'}({'p0' if i == 0 else f'e{i - 1}'})\n"
+              for i in range(50)) + """  ROOT r = f32[8,128]{1,0} add(e49, p0)
+}
+ENTRY main {
+  a = f32[8,128]{1,0} parameter(0)
+  ROOT f = f32[8,128]{1,0} fusion(a), kind=kLoop, calls=fused
+}
+"""
+    m = rl.hlo.parse(text)
+    g = op_graph(m, "f")
+    chains = [n for n in g.nodes if n.role == "chain"]
+    assert len(chains) == 1 and len(chains[0].members) == 50 and len(g.nodes) == 4  # a, p0, chain, r
+    assert any("chains" in note for note in g.notes)
+
+
+def test_hlo_graph_command_writes_an_svg_and_refuses_to_overwrite(example, tmp_path):
+    out = tmp_path / "g.svg"
+    fusion = next(i for i in example.top_level_instructions() if i.opcode == "fusion")
+    r = run("hlo", "--example", "--op", fusion.name, "--graph", str(out))
+    assert r.returncode == 0, r.stderr
+    svg = out.read_text()
+    assert svg.startswith("<svg") and svg.count('class="node') == len(op_graph(example, fusion.name).nodes)
+    r = run("hlo", "--example", "--op", fusion.name, "--graph", str(out))
+    assert r.returncode == 2 and "already exists" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert run("hlo", "--example", "--op", fusion.name, "--graph", str(out), "--force").returncode == 0
+    r = run("hlo", "--example", "--op", "no-such-op", "--graph", str(tmp_path / "h.svg"))
+    assert r.returncode == 2 and "no instruction named" in r.stderr and not (tmp_path / "h.svg").exists()
+
+
+def test_graph_svg_keeps_markup_in_names_as_text():
+    text = """HloModule m
+ENTRY main {
+  p = f32[4]{0} parameter(0), metadata={op_name="<script>alert(1)</script>"}
+  ROOT n = f32[4]{0} negate(p)
+}
+"""
+    svg = render_graph_svg(op_graph(rl.hlo.parse(text), "n"))
+    assert "<script>" not in svg
 
 
 def test_views_render_in_headless_chromium(captured, tmp_path):
@@ -84,3 +175,12 @@ def test_views_render_in_headless_chromium(captured, tmp_path):
     chart = chart[:chart.index("</svg>")]
     assert 'class="live-bytes"' in chart and 'class="peak"' in chart and 'class="state-line"' in chart
     assert 'class="kind-parameters"' in chart and 'class="measured"' in chart
+    # an op opened (as a click does, through the page's #op= link): its graph drawn inline, neighbours clickable
+    key = next(iter(rep.graphs))
+    dom = subprocess.run([exe, *flags, "--dump-dom", page.as_uri() + "#op=" + key], capture_output=True, text=True,
+                         timeout=120).stdout
+    graph = dom[dom.index('class="op-graph"'):]
+    graph = graph[:graph.index("</svg>")]
+    for n in rep.graphs[key].nodes:
+        assert f"{n.opcode} {n.name}" in graph
+    assert graph.count('class="edge"') == sum(1 for e in rep.graphs[key].edges if len(e.points) >= 2)

@@ -71,7 +71,11 @@ def cli() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 @click.option("--example", is_flag=True,
               help="Read the HLO of a small transformer training step on 8 devices shipped with rooflens.")
-def hlo(file: str | None, op_name: str | None, as_json: bool, example: bool) -> None:
+@click.option("--graph", "graph_path", metavar="OUT.svg",
+              help="With --op: write the op's dataflow graph (fusion body, operands, users) as a standalone SVG.")
+@click.option("--force", is_flag=True, help="Overwrite the --graph file if it exists.")
+def hlo(file: str | None, op_name: str | None, as_json: bool, example: bool, graph_path: str | None,
+        force: bool) -> None:
     """Read an HLO module: a summary, or one op explained (--op NAME).
 
     FILE is HLO text as printed by jax.jit(f).lower(...).compile().as_text() or dumped by
@@ -89,6 +93,9 @@ def hlo(file: str | None, op_name: str | None, as_json: bool, example: bool) -> 
         module = H.parse(text)
     except H.HloParseError as e:
         raise UserError(f"{path} is not HLO text: line {e.line}, column {e.column}: {e.message}.") from None
+    if graph_path:
+        _write_graph(module, path, op_name, graph_path, force)
+        return
     if op_name:
         try:
             exp = explain(module, op_name)
@@ -115,6 +122,32 @@ def hlo(file: str | None, op_name: str | None, as_json: bool, example: bool) -> 
         click.echo(json.dumps({"file": path, **summary.to_dict()}, indent=2))
     else:
         render_summary(_console(), summary, source=path)
+
+
+def _write_graph(module, path: str, op_name: str | None, out: str, force: bool) -> None:
+    """``rooflens hlo FILE --op NAME --graph OUT.svg``: the op's graph, laid out, as an SVG file."""
+    from rooflens.hlo.explain import suggest_names
+    from rooflens.hlo.graph import op_graph
+    from rooflens.report.graph_view import render_graph_svg
+
+    if not op_name:
+        raise UserError("--graph draws one op: give it with --op NAME.")
+    if module.find(op_name) is None:
+        close = suggest_names(module, op_name)
+        hint = f" Did you mean {', '.join(close)}?" if close else ""
+        raise UserError(f"there is no instruction named {op_name!r} in {path}.{hint}")
+    target = Path(out)
+    if target.exists() and not force:
+        raise UserError(f"{out} already exists; give --force to overwrite it.")
+    if target.parent != Path("") and not target.parent.is_dir():
+        raise UserError(f"cannot write {out}: the directory {target.parent} does not exist.")
+    g = op_graph(module, op_name)
+    try:
+        target.write_text(render_graph_svg(g), encoding="utf-8")
+    except OSError as e:
+        raise UserError(f"cannot write {out}: {e.strerror or e}.") from None
+    click.echo(f"wrote {out}: {g.opcode} {g.op}, {len(g.nodes)} nodes, {len(g.edges)} edges"
+               + (f" ({'; '.join(g.notes)})" if g.notes else ""))
 
 
 def _chip_files(chips_file: tuple[str, ...]) -> tuple[str, ...]:

@@ -34,11 +34,13 @@ from rooflens.hardware import Chip, ChipError, shared_by
 from rooflens.hardware import chip as get_chip
 from rooflens.hardware import infer_chip as infer_from_trace
 from rooflens.hlo import Module
+from rooflens.hlo.graph import OpGraph, op_graph
 from rooflens.memory.summary import MemorySummary
 from rooflens.trace.profile import Profile
 from rooflens.trace.stats import OpStats, op_stats
 
 MAX_HLO_EXPLAINED = 150  # ops (by total time) whose instruction is explained in the report
+MAX_GRAPHS = 30  # ops (by total time) whose HLO graph the report holds (each ~40 nodes laid out)
 MAX_TIMELINE_OPS = 20000
 
 
@@ -331,6 +333,19 @@ def explain_ops(comparison: list[OpComparison], modules: dict[str, Module],
     return out
 
 
+def op_graphs(comparison: list[OpComparison], modules: dict[str, Module],
+              limit: int = MAX_GRAPHS) -> dict[str, OpGraph]:
+    """The HLO graphs (fusion body and neighbourhood, laid out) of the ``limit`` most costly ops."""
+    out: dict[str, OpGraph] = {}
+    for c in sorted(comparison, key=lambda c: -c.total_time_s):
+        if len(out) >= limit:
+            break
+        module = modules.get(c.program)
+        if module is not None and module.find(c.name) is not None:
+            out[f"{c.program}/{c.name}"] = op_graph(module, c.name)
+    return out
+
+
 # -- the whole analysis ---------------------------------------------------------------------------
 
 def analyze(profile: Profile, chip: str | Chip | None = None, memory: MemorySummary | None = None, *,
@@ -369,6 +384,7 @@ def analyze(profile: Profile, chip: str | Chip | None = None, memory: MemorySumm
         device_kind=profile.device_kind, num_devices=n_dev, op_stats=stats.op_stats, comparison=comparison,
         steps=programs[0] if programs else None, stats=stats, memory=memory or None, notes=notes,
         programs=programs, roofs=roofs, timeline=representative_timeline(profile),
+        graphs=op_graphs(comparison, modules),
         in_window=InWindow.from_metadata(stats.in_window), path=profile.path, sources=list(profile.sources),
         hosts=list(profile.hosts), metadata=dict(profile.metadata), modules=modules, profile=profile,
         events=profile.table,

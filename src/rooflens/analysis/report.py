@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Literal
 
 from rooflens.analysis.rules import Finding
+from rooflens.hlo.graph import OpGraph
 from rooflens.memory.summary import MemorySummary
 from rooflens.trace.stats import OpStat, OpStats
 
@@ -181,6 +182,7 @@ class Report:
     programs: list[StepBreakdown] = field(default_factory=list)  # every program, most time first
     roofs: Roofs | None = None  # None: no roofline to compare with (the comparison is all unpriced)
     timeline: Timeline | None = None
+    graphs: dict[str, OpGraph] = field(default_factory=dict)  # "program/op" → its HLO graph, for the costly ops
     in_window: InWindow = field(default_factory=InWindow)
     path: str = ""
     sources: list[str] = field(default_factory=list)
@@ -213,4 +215,5 @@ class Report:
             "by_category_s": dict(self.stats.by_category_s), "by_program_s": dict(self.stats.by_program_s),
             "in_window": asdict(self.in_window),
             "memory": self.memory.to_dict() if self.memory else {}, "notes": list(self.notes),
+            "graphs": {k: g.to_dict() for k, g in self.graphs.items()},
         }

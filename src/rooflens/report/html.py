@@ -88,8 +88,20 @@ def page_data(report, prediction=None, title: str = "") -> dict:
         "ops": ops, "roofline": {"points": points, "peak": peak, "bandwidth": bw, "ridge": ridge or 1.0,
                                  "label": label},
         "expected": expected, "timeline": timeline, "findings": findings, "memory": memory, "prediction": pred,
+        "graphs": {k: _graph(g) for k, g in report.graphs.items()},
         "footer": "Made by rooflens. Times are per device; ratios are measured ÷ roofline.",
     }
+
+
+def _graph(g) -> dict:
+    """An op's laid-out HLO graph as the page draws it (rooflens.hlo.graph.OpGraph)."""
+    return {"op": g.op, "opcode": g.opcode, "computation": g.computation, "body": g.body, "width": g.width,
+            "height": g.height, "cluster": list(g.cluster) if g.cluster else None, "notes": list(g.notes),
+            "nodes": [{"id": n.id, "name": n.name, "opcode": n.opcode, "shape": n.shape + n.layout, "role": n.role,
+                       "detail": n.detail, "target": n.target, "members": list(n.members), "x": n.x, "y": n.y,
+                       "w": n.w, "h": n.h} for n in g.nodes],
+            "edges": [{"source": e.source, "target": e.target, "operand": e.operand,
+                       "points": [list(p) for p in e.points]} for e in g.edges]}
 
 
 def _memory_timeline(tl) -> dict:
