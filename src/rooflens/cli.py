@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
+import math
 import os
+import stat
 import sys
+import tempfile
 from importlib import resources
 from pathlib import Path
 
@@ -18,6 +22,21 @@ EXAMPLE_HLO = "transformer_train_step.8dev.after_optimizations.hlo.txt"
 
 class UserError(RooflensError):
     """Bad input from the user: reported as one sentence, exit status 2."""
+
+
+MAX_PARAMS = 1e15  # a quadrillion parameters: 1000x the largest models trained; beyond it is a typo
+
+
+class FiniteFloat(click.FloatRange):
+    """A float option within a range that is also finite (click's FloatRange lets nan and inf through)."""
+
+    name = "finite float range"
+
+    def convert(self, value, param, ctx):
+        rv = super().convert(value, param, ctx)
+        if not math.isfinite(rv):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return rv
 
 
 def _console():
@@ -34,8 +53,12 @@ def example_hlo_path() -> Path:
 def read_hlo_file(path: str) -> str:
     """The text of an HLO file (plain or gzipped), or a UserError saying what is wrong."""
     p = Path(path)
-    if not p.exists():
-        raise UserError(f"{path} does not exist.")
+    try:
+        p.stat()
+    except PermissionError:
+        raise UserError(f"cannot reach {path}: permission denied.") from None
+    except OSError:
+        raise UserError(f"{path} does not exist.") from None
     if p.is_dir():
         dumps = sorted(p.glob("*after_optimizations.txt")) or sorted(p.glob("*.txt"))
         hint = f", e.g. {dumps[0]}" if dumps else " (e.g. a *after_optimizations.txt file of an XLA dump)"
@@ -113,13 +136,13 @@ def hlo(file: str | None, op_name: str | None, as_json: bool, example: bool, gra
                                + (f" of its {exp.flops:,.0f} FLOPs; the other {rest:,.0f} are elementwise work"
                                   if rest > 0 else ", all of its FLOPs"))
         if as_json:
-            click.echo(json.dumps(exp.to_dict(), indent=2))
+            click.echo(_json_text(exp.to_dict()))
         else:
             render_explanation(_console(), exp)
         return
     summary = summarize(module)
     if as_json:
-        click.echo(json.dumps({"file": path, **summary.to_dict()}, indent=2))
+        click.echo(_json_text({"file": path, **summary.to_dict()}))
     else:
         render_summary(_console(), summary, source=path)
 
@@ -150,10 +173,37 @@ def _write_graph(module, path: str, op_name: str | None, out: str, force: bool) 
                + (f" ({'; '.join(g.notes)})" if g.notes else ""))
 
 
+def _need_file(path: str, what: str, wanted: str) -> None:
+    """One sentence when ``path`` is not a readable file: missing, a directory, or out of reach."""
+    p = Path(path)
+    try:
+        p.stat()
+    except PermissionError:
+        raise UserError(f"cannot reach {what}{path}: permission denied.") from None
+    except OSError:
+        raise UserError(f"{what}{path} does not exist.") from None
+    if p.is_dir():
+        raise UserError(f"{what}{path} is a directory; give {wanted}.")
+    if not p.is_file():
+        raise UserError(f"{what}{path} is not a regular file; give {wanted}.")
+
+
+def _need_dir(path: str, option: str) -> None:
+    """One sentence when ``path`` (given to ``option``) is not a directory this process can list."""
+    p = Path(path)
+    try:
+        os.listdir(p)
+    except PermissionError:
+        raise UserError(f"cannot list {path} (given to {option}): permission denied.") from None
+    except NotADirectoryError:
+        raise UserError(f"{path} (given to {option}) is a file, not a directory.") from None
+    except OSError:
+        raise UserError(f"{path} (given to {option}) does not exist.") from None
+
+
 def _chip_files(chips_file: tuple[str, ...]) -> tuple[str, ...]:
     for f in chips_file:
-        if not Path(f).is_file():
-            raise UserError(f"chip file {f} does not exist.")
+        _need_file(f, "chip file ", "a TOML file of chips")
     return chips_file
 
 
@@ -174,19 +224,20 @@ def chips(name: str | None, chips_file: tuple[str, ...], as_json: bool) -> None:
     if name:
         c = C.chip(name, files)
         if as_json:
-            click.echo(json.dumps(c.to_dict(), indent=2))
+            click.echo(_json_text(c.to_dict()))
         else:
             render_chip(_console(), c)
         return
     rows = C.chip_rows(files)
     if as_json:
-        click.echo(json.dumps([r.__dict__ for r in rows], indent=2))
+        click.echo(_json_text([r.__dict__ for r in rows]))
     else:
         render_chip_list(_console(), rows)
 
 
 @cli.command()
-@click.option("--repeats", default=7, show_default=True, help="Timed runs per kernel (after warm-up).")
+@click.option("--repeats", default=7, show_default=True, type=click.IntRange(min=2, max=10_000),
+              help="Timed runs per kernel (after warm-up; at least 2, so there is a spread to report).")
 @click.option("--quick", is_flag=True, help="Smaller kernels and fewer runs (a rough figure in seconds).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 def calibrate(repeats: int, quick: bool, as_json: bool) -> None:
@@ -194,17 +245,15 @@ def calibrate(repeats: int, quick: bool, as_json: bool) -> None:
     from rooflens.hardware import calibrate as K
     from rooflens.report.cost_view import render_calibration
 
-    if repeats < 2:
-        raise UserError("--repeats must be at least 2, so there is a spread to report.")
     kw = {"repeats": 3, "sizes": (256, 512, 1024), "copy_bytes": 32 << 20} if quick else {"repeats": repeats}
     cal = K.measure(**kw)
     path = K.save(cal)
     if as_json:
-        click.echo(json.dumps({
+        click.echo(_json_text({
             "path": str(path), "backend": cal.backend, "device_kind": cal.device_kind, "when": cal.when,
             "measurements": [{"what": m.what, "unit": m.unit, "times_s": list(m.times_s), **m.spread}
                              for m in [*(x for ms in cal.matmul.values() for x in ms), *cal.copy]],
-        }, indent=2))
+        }))
     else:
         render_calibration(_console(), cal, path)
 
@@ -216,8 +265,7 @@ def _load_function(target: str):
     if not colon or not path or not name:
         raise UserError(f"give the function as FILE.py:NAME, not {target!r}.")
     p = Path(path)
-    if not p.is_file():
-        raise UserError(f"{path} does not exist.")
+    _need_file(path, "", "a Python file")
     spec = importlib.util.spec_from_file_location(f"rooflens_user_{p.stem}", p)
     if spec is None or spec.loader is None:
         raise UserError(f"{path} is not a Python file.")
@@ -259,7 +307,7 @@ def _mesh_devices(mesh: str | None) -> int:
 @click.option("--topology", metavar="SHAPE", help="TPU slice shape, e.g. 4x4 or 2x2x4: collectives are priced on "
                                                   "the torus axes their device groups span.")
 @click.option("--chips", "chips_file", multiple=True, metavar="FILE", help="Also read chips from this TOML file.")
-@click.option("--top", default=15, show_default=True, help="How many ops to list.")
+@click.option("--top", default=15, show_default=True, type=click.IntRange(min=0), help="How many ops to list.")
 @click.option("--explain", is_flag=True, help="Show the arithmetic behind each listed op.")
 @click.option("--json", "as_json", is_flag=True, help="Print the full prediction as JSON.")
 def predict(target: str, chip_name: str, arg_specs: tuple[str, ...], mesh: str | None, topology: str | None,
@@ -287,7 +335,7 @@ def predict(target: str, chip_name: str, arg_specs: tuple[str, ...], mesh: str |
             raise UserError(f"{target} is not HLO text: line {e.line}, column {e.column}: {e.message}.") from None
         pred = predict_module(module, chip, source=f"the HLO in {target}, as written", topology=topology)
         if as_json:
-            click.echo(json.dumps(pred.to_dict(), indent=2))
+            click.echo(_json_text(pred.to_dict()))
         else:
             render_prediction(_console(), pred, top=top, explain=explain)
         return
@@ -303,10 +351,13 @@ def predict(target: str, chip_name: str, arg_specs: tuple[str, ...], mesh: str |
 
     mesh_obj = make_mesh(mesh) if mesh else None
     args = [parse_arg_spec(a, mesh_obj) for a in arg_specs]
-    fn = _load_function(target)
-    pred = run_predict(fn, *args, chip=chip, mesh=mesh_obj, topology=topology)
+    # the user's module may print (on import, or while it is traced): with --json that goes to stderr,
+    # so stdout holds the JSON document alone
+    with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
+        fn = _load_function(target)
+        pred = run_predict(fn, *args, chip=chip, mesh=mesh_obj, topology=topology)
     if as_json:
-        click.echo(json.dumps(pred.to_dict(), indent=2))
+        click.echo(_json_text(pred.to_dict()))
     else:
         render_prediction(_console(), pred, top=top, explain=explain)
 
@@ -365,7 +416,7 @@ def _calibrate_first_use() -> None:
 @click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
               help="Read the hosts on a local process pool, or as Ray tasks (pip install 'rooflens[ray]').")
 @click.option("--ray-address", metavar="ADDR", help="An existing Ray cluster (default: a local one for this call).")
-@click.option("--top", default=20, show_default=True, help="How many ops to list.")
+@click.option("--top", default=20, show_default=True, type=click.IntRange(min=0), help="How many ops to list.")
 @click.option("--json", "as_json", is_flag=True, help="Print all the stats as JSON.")
 @click.option("--html", "html_path", metavar="FILE", help="Also write the single-file HTML report here.")
 @click.option("--out", "json_path", metavar="FILE",
@@ -387,25 +438,28 @@ def report(logdirs: tuple[str, ...], hlo_dir: str | None, chip_name: str | None,
     """
     from rooflens.report.trace_view import render_op_stats, render_report
 
-    for option, target in (("--html", html_path), ("--out", json_path), ("--perfetto", perfetto_path)):
-        if target and Path(target).exists() and not force:
-            raise UserError(f"{target} exists; give another {option} path or --force to replace it.")
+    _check_outputs(force, ("--html", html_path), ("--out", json_path), ("--perfetto", perfetto_path))
+    if hlo_dir:
+        _need_dir(hlo_dir, "--hlo")
     rep = _load_report(list(logdirs), hlo_dir, chip_name, include_warmup, no_calibrate,
                        workers=workers or os.cpu_count() or 1, engine=engine, ray_address=ray_address)
     if html_path:
         from rooflens.report.html import write_html
 
-        write_html(rep, html_path)
+        with _writing(html_path):
+            write_html(rep, html_path)
         click.echo(f"rooflens: wrote {html_path}", err=True)
     if perfetto_path:
         if rep.roofs is None:
             raise UserError(f"the Perfetto file carries roofline times and there is none: {rep.chip_reason}")
         from rooflens.report.perfetto import write_perfetto
 
-        write_perfetto(rep, perfetto_path)
+        with _writing(perfetto_path):
+            write_perfetto(rep, perfetto_path)
         click.echo(f"rooflens: wrote {perfetto_path} (open it at ui.perfetto.dev)", err=True)
     if json_path:
-        Path(json_path).write_text(_json_text(rep.to_json()))
+        with _writing(json_path):
+            Path(json_path).write_text(_json_text(rep.to_json()))
         click.echo(f"rooflens: wrote {json_path}", err=True)
     if as_json:
         click.echo(_json_text(rep.to_json()))
@@ -416,8 +470,70 @@ def report(logdirs: tuple[str, ...], hlo_dir: str | None, chip_name: str | None,
     render_report(console, rep, source=source, top=top)
 
 
-def _json_text(doc: dict) -> str:
-    return json.dumps(doc, indent=2, default=str)
+def _finite(doc):
+    """``doc`` with every NaN or infinite float as null: JSON has no such numbers (strict readers refuse
+    ``NaN``/``Infinity``), and "no figure" is what they mean."""
+    if isinstance(doc, float):
+        return doc if math.isfinite(doc) else None
+    if isinstance(doc, dict):
+        return {k: _finite(v) for k, v in doc.items()}
+    if isinstance(doc, (list, tuple)):
+        return [_finite(v) for v in doc]
+    return doc
+
+
+def _check_outputs(force: bool, *targets: tuple[str, str | None]) -> None:
+    """Each (option, path) to be written can be, checked before any long work: no file named twice, none
+    overwritten without --force, no device or directory, the directory there and writable."""
+    seen: dict[str, str] = {}
+    for option, target in targets:
+        if not target:
+            continue
+        key = os.path.realpath(target)
+        if key in seen:
+            raise UserError(f"{seen[key]} and {option} both name {target}; give each its own file.")
+        seen[key] = option
+        _check_writable(Path(target), option, force)
+
+
+def _check_writable(p: Path, option: str, force: bool, replace_hint: str = "") -> None:
+    try:
+        st = p.stat()
+    except PermissionError:
+        raise UserError(f"cannot reach {p}: permission denied.") from None
+    except OSError:
+        st = None
+    if st is not None:
+        if stat.S_ISDIR(st.st_mode):
+            raise UserError(f"{p} is a directory; give a file path to {option}.")
+        if not stat.S_ISREG(st.st_mode):
+            raise UserError(f"{p} is not a regular file (a device or a pipe); give a file path to {option}.")
+        if not force:
+            raise UserError(f"{p} exists; give another {option} path or --force to replace it{replace_hint}.")
+    parent = p.absolute().parent
+    if not parent.is_dir():
+        what = "is not a directory" if parent.exists() else "does not exist"
+        raise UserError(f"cannot write {p}: the directory {parent} {what}.")
+    try:  # the one sure test (read-only directories and file systems, quotas, permissions)
+        fd, probe = tempfile.mkstemp(dir=parent, prefix=".rooflens-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise UserError(f"cannot write {p}: {(e.strerror or str(e)).lower()} in {parent}.") from None
+
+
+@contextlib.contextmanager
+def _writing(path) -> object:
+    """Turn a failed write (a full disk, a vanished directory) into one sentence."""
+    try:
+        yield
+    except OSError as e:
+        raise UserError(f"cannot write {path}: {(e.strerror or str(e)).lower()}.") from None
+
+
+def _json_text(doc) -> str:
+    """The JSON rooflens prints or writes: indented, strict (never NaN or Infinity)."""
+    return json.dumps(_finite(doc), indent=2, default=str, allow_nan=False)
 
 
 def _load_report(logdir: str | list[str], hlo_dir: str | None = None, chip_name: str | None = None,
@@ -444,7 +560,8 @@ def _load_report(logdir: str | list[str], hlo_dir: str | None = None, chip_name:
 @click.argument("b", metavar="B")
 @click.option("--chip", "chip_name", help="Compare both with this chip's roofline (default: each from its trace).")
 @click.option("--chip-b", "chip_b", help="B's chip, when it differs from A's (a run on another chip).")
-@click.option("--top", default=20, show_default=True, help="How many matched ops to list.")
+@click.option("--top", default=20, show_default=True, type=click.IntRange(min=0),
+              help="How many matched ops to list.")
 @click.option("--json", "as_json", is_flag=True, help="Print the diff as JSON.")
 @click.option("--html", "html_path", metavar="FILE", help="Also write the diff as a single-file HTML page.")
 @click.option("--force", is_flag=True, help="Overwrite an existing --html file.")
@@ -459,15 +576,15 @@ def diff(a: str, b: str, chip_name: str | None, chip_b: str | None, top: int, as
     """
     from rooflens.analysis.diff import diff as diff_reports
 
-    if html_path and Path(html_path).exists() and not force:
-        raise UserError(f"{html_path} exists; give another --html path or --force to replace it.")
+    _check_outputs(force, ("--html", html_path))
     ra = _load_report(a, chip_name=chip_name, no_calibrate=no_calibrate)
     rb = _load_report(b, chip_name=chip_b or chip_name, no_calibrate=no_calibrate)
     d = diff_reports(ra, rb, a, b)
     if html_path:
         from rooflens.report.html import render_diff_html
 
-        Path(html_path).write_text(render_diff_html(d), encoding="utf-8")
+        with _writing(html_path):
+            Path(html_path).write_text(render_diff_html(d), encoding="utf-8")
         click.echo(f"rooflens: wrote {html_path}", err=True)
     if as_json:
         click.echo(_json_text(d.to_json()))
@@ -522,6 +639,10 @@ def export(logdir: str, parquet_dir: str, hlo_dir: str | None, force: bool) -> N
         raise UserError(f"{parquet_dir} is a file; --parquet takes a directory.")
     if (target / EXPORT_FILE).exists() and not force:
         raise UserError(f"{target / EXPORT_FILE} exists; give another --parquet directory or --force to replace it.")
+    if target.is_dir():
+        _check_writable(target / EXPORT_FILE, "--parquet", True)
+    if hlo_dir:
+        _need_dir(hlo_dir, "--hlo")
     prof = load(logdir, hlo_dir=hlo_dir)
     try:
         out = write_parquet(prof, target)
@@ -533,12 +654,14 @@ def export(logdir: str, parquet_dir: str, hlo_dir: str | None, force: bool) -> N
 @cli.command()
 @click.argument("path", required=False, metavar="[LOGDIR|DUMP_DIR]")
 @click.option("--estimate", "do_estimate", is_flag=True, help="Estimate the model state instead of reading a run.")
-@click.option("--params", type=float, metavar="N", help="Parameter count for --estimate, e.g. 7e9.")
+@click.option("--params", type=FiniteFloat(min=0, max=MAX_PARAMS, min_open=True), metavar="N",
+              help="Parameter count for --estimate, e.g. 7e9.")
 @click.option("--optimizer", default="adam", show_default=True, help="sgd, momentum, adam, adamw, lion, …")
 @click.option("--param-dtype", default="bf16", show_default=True)
 @click.option("--grad-dtype", default="bf16", show_default=True)
 @click.option("--master-dtype", default="f32", show_default=True, help="'none' to train in the parameter dtype.")
-@click.option("--shards", default=1, show_default=True, help="Devices the state is split over (FSDP/ZeRO-3).")
+@click.option("--shards", default=1, show_default=True, type=click.IntRange(min=1),
+              help="Devices the state is split over (FSDP/ZeRO-3).")
 @click.option("--chip", "chip_names", multiple=True, help="Check the fit on these chips (default: all).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 def memory(path: str | None, do_estimate: bool, params: float | None, optimizer: str, param_dtype: str,
@@ -561,15 +684,19 @@ def memory(path: str | None, do_estimate: bool, params: float | None, optimizer:
                        master_dtype=None if master_dtype.lower() == "none" else master_dtype, shards=shards,
                        chips=chip_names or None)
         if as_json:
-            click.echo(json.dumps(est.to_dict(), indent=2))
+            click.echo(_json_text(est.to_dict()))
         else:
             render_estimate(_console(), est)
         return
     if not path:
         raise UserError("give a logdir (captured by rooflens), an XLA dump directory, or --estimate --params N.")
     p = Path(path)
-    if not p.exists():
-        raise UserError(f"{path} does not exist.")
+    try:
+        p.stat()
+    except PermissionError:
+        raise UserError(f"cannot reach {path}: permission denied.") from None
+    except OSError:
+        raise UserError(f"{path} does not exist.") from None
     if p.is_dir() and list(p.glob("*buffer-assignment.txt")):
         from rooflens.memory import read_dump_memory
 
@@ -583,7 +710,7 @@ def memory(path: str | None, do_estimate: bool, params: float | None, optimizer:
             raise UserError(f"{path} has no memory data: capture it with rl.capture (which saves XLA's buffer "
                             "assignment and device memory snapshots), or give an XLA dump directory.")
     if as_json:
-        click.echo(json.dumps(mem.to_dict(), indent=2, default=str))
+        click.echo(_json_text(mem.to_dict()))
     else:
         render_memory(_console(), mem, source=path)
 
@@ -591,20 +718,46 @@ def memory(path: str | None, do_estimate: bool, params: float | None, optimizer:
 DEMO_DEVICES = 8
 
 
+def _taken(d: Path) -> bool:
+    """``d`` holds something (a file of that name, or a directory that is not empty)."""
+    try:
+        if not stat.S_ISDIR(d.stat().st_mode):
+            return True
+    except (FileNotFoundError, NotADirectoryError):
+        return False  # free (or impossible: then creating it says why)
+    except OSError:
+        return True
+    try:
+        return any(d.iterdir())
+    except OSError:
+        return True
+
+
 def _fresh_dir(base: Path, force: bool) -> Path:
-    """``base``, or ``base-2``, ``base-3``… when it already holds a report (never overwrite one unasked)."""
-    if force or not (base / "report.html").exists():
-        return base
-    n = 2
-    while (base.parent / f"{base.name}-{n}" / "report.html").exists():
-        n += 1
-    return base.parent / f"{base.name}-{n}"
+    """``base``, or ``base-2``, ``base-3``… when it already holds anything (never overwrite unasked), checked
+    writable before the demo runs."""
+    if force and base.is_dir() or not _taken(base):
+        out = base
+    else:
+        n = 2
+        while _taken(base.parent / f"{base.name}-{n}") and n < 1000:
+            n += 1
+        out = base.parent / f"{base.name}-{n}"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"cannot create the --out directory {out}: {(e.strerror or str(e)).lower()}.") from None
+    for name in ("report.html", "report.json"):
+        _check_writable(out / name, "--out", force, " (the demo's own files)")
+    return out
 
 
 @cli.command()
 @click.option("--out", default="rooflens-demo", show_default=True, help="Directory for the report and the trace.")
-@click.option("--force", is_flag=True, help="Reuse --out even if it already holds a report.")
-@click.option("--steps", default=5, show_default=True, help="Training steps in the trace window.")
+@click.option("--force", is_flag=True, help="Write into --out even if it already holds files (replacing the demo's "
+                                            "report.html, report.json and logs).")
+@click.option("--steps", default=5, show_default=True, type=click.IntRange(min=1, max=10_000),
+              help="Training steps in the trace window.")
 def demo(out: str, force: bool, steps: int) -> None:
     """The whole loop on a built-in workload: a transformer training step on 8 virtual CPU devices
     (4×2 data × model mesh) → capture → analyze against this CPU → predict on TPU v5e → report.html."""
@@ -615,6 +768,7 @@ def demo(out: str, force: bool, steps: int) -> None:
         os.environ.setdefault("JAX_PLATFORMS", "cpu")
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    outdir = _fresh_dir(Path(out), force)  # before the minutes of work: where it goes, and that it can
     console = _console()
     with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console,
                   transient=False) as progress:
@@ -640,7 +794,6 @@ def demo(out: str, force: bool, steps: int) -> None:
         step, (ap, at) = sharded_train_step(TransformerConfig(), make_mesh())
         params = jax.tree.map(lambda s: jax.device_put(jnp.zeros(s.shape, s.dtype), s.sharding), ap)
         tokens = jax.device_put(jnp.zeros(at.shape, at.dtype), at.sharding)
-        outdir = _fresh_dir(Path(out), force)
         progress.advance(task)
         progress.update(task, description=f"capturing {steps} steps")
         prof = rl.capture(step, params, tokens, steps=steps, logdir=outdir / "logs",
@@ -651,8 +804,9 @@ def demo(out: str, force: bool, steps: int) -> None:
         progress.advance(task)
         progress.update(task, description="predicting the same step on tpu-v5e")
         pred = rl.predict(step, ap, at, chip="tpu-v5e")
-        write_html(rep, outdir / "report.html", prediction=pred, title="rooflens demo: a transformer step")
-        (outdir / "report.json").write_text(_json_text(rep.to_json()))
+        with _writing(outdir):
+            write_html(rep, outdir / "report.html", prediction=pred, title="rooflens demo: a transformer step")
+            (outdir / "report.json").write_text(_json_text(rep.to_json()))
         progress.advance(task)
         progress.update(task, description="done")
     from rooflens.report.trace_view import render_op_stats, render_report
@@ -675,6 +829,10 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Abort:
         click.echo("rooflens: interrupted.", err=True)
         sys.exit(130)
+    except click.UsageError as e:  # a bad option or argument: one line too, with where to look
+        where = f" (see '{e.ctx.command_path} -h')" if e.ctx is not None else ""
+        click.echo(f"rooflens: {e.format_message().rstrip('.')}{where}.", err=True)
+        sys.exit(e.exit_code)
     except click.ClickException as e:
         e.show()
         sys.exit(e.exit_code)
@@ -683,6 +841,11 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(130)
     except BrokenPipeError:
         sys.exit(0)
+    except OSError as e:  # a file the system refused (permissions, a full disk): the user's to fix, not a bug
+        if e.filename is None or os.environ.get("ROOFLENS_DEBUG"):
+            raise
+        click.echo(f"rooflens: cannot use {e.filename}: {(e.strerror or str(e)).lower()}.", err=True)
+        sys.exit(2)
     except Exception as e:  # a bug of ours: still one sentence, the traceback on request
         if os.environ.get("ROOFLENS_DEBUG"):
             raise

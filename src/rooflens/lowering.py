@@ -28,6 +28,7 @@ from rooflens.errors import RooflensError
 from rooflens.hardware import LOCAL_CHIP, Chip, shared_by
 from rooflens.hardware import chip as get_chip
 from rooflens.hlo.shape import NUMPY_NAMES
+from rooflens.units import fmt_bytes
 
 _SPEC_RE = re.compile(r"^\s*([a-z]+[0-9a-z]*)\s*\[\s*([0-9,\s]*)\]\s*(?:@\s*(.*))?$")
 DTYPE_NAMES = NUMPY_NAMES  # HLO name → NumPy name, the one table in rooflens.hlo.shape
@@ -51,6 +52,40 @@ def parse_mesh_spec(spec: str | Mapping[str, int]) -> dict[str, int]:
     return {k: int(v) for k, v in items}
 
 
+MAX_ELEMENTS = (1 << 63) - 1  # XLA counts elements in an int64
+
+
+def _check_elements(spec: str, dims: tuple[int, ...]) -> None:
+    n = 1
+    for d in dims:
+        if d > MAX_ELEMENTS:
+            raise RooflensError(f"bad --arg {spec!r}: the dimension {d} is beyond XLA's limit of 2^63 - 1.")
+        n *= d
+    if n > MAX_ELEMENTS:
+        raise RooflensError(f"bad --arg {spec!r}: its dimensions multiply to {n:.3g} elements, beyond XLA's limit "
+                            "of 2^63 - 1.")
+
+
+def _largest_memory_bytes() -> float:
+    """The most memory one device of the catalogue has (the largest HBM of any chip)."""
+    from rooflens.hardware import chip_rows
+
+    return max((r.hbm_bytes for r in chip_rows() if r.hbm_bytes), default=0.0)
+
+
+def _check_bytes(spec: str, dims: tuple[int, ...], itemsize: int, split: int) -> None:
+    """Refuse an argument whose share on one device is larger than any chip's memory (a typo, surely)."""
+    n = 1
+    for d in dims:
+        n *= d
+    per_device_bytes = n * itemsize / max(split, 1)
+    largest = _largest_memory_bytes()
+    if largest and per_device_bytes > largest:
+        share = "" if split == 1 else f" per device (split {split} ways)"
+        raise RooflensError(f"bad --arg {spec!r}: it takes {fmt_bytes(per_device_bytes)}{share}, more than the "
+                            f"memory of any chip in the catalogue (the largest has {fmt_bytes(largest)}).")
+
+
 def parse_arg_spec(spec: str, mesh=None):
     """``'bf16[32,1024,8192]'`` (optionally ``@data,_,_`` to shard dims over mesh axes) → ShapeDtypeStruct."""
     import jax
@@ -69,8 +104,10 @@ def parse_arg_spec(spec: str, mesh=None):
         dims = tuple(int(d) for d in dims_text.split(",") if d.strip())
     except ValueError:
         raise RooflensError(f"bad --arg {spec!r}: dimensions must be integers.") from None
+    _check_elements(spec, dims)  # before numpy or XLA see them (XLA aborts the process on an overflow)
     dtype = jnp.dtype(DTYPE_NAMES[dtype_name])
     if shard_text is None:
+        _check_bytes(spec, dims, dtype.itemsize, 1)
         return jax.ShapeDtypeStruct(dims, dtype)
     if mesh is None:
         raise RooflensError(f"--arg {spec!r} shards over mesh axes; give --mesh too.")
@@ -88,6 +125,11 @@ def parse_arg_spec(spec: str, mesh=None):
             raise RooflensError(f"bad --arg {spec!r}: mesh has no axis {unknown[0]!r} "
                                 f"(axes: {', '.join(mesh.axis_names)}).")
         entries.append(axes[0] if len(axes) == 1 else axes)
+    split = 1
+    for e in entries:
+        for a in (() if e is None else (e,) if isinstance(e, str) else e):
+            split *= int(mesh.shape[a])
+    _check_bytes(spec, dims, dtype.itemsize, split)
     return jax.ShapeDtypeStruct(dims, dtype, sharding=NamedSharding(mesh, PartitionSpec(*entries)))
 
 

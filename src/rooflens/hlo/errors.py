@@ -31,3 +31,8 @@ class HloWarning:
     def __str__(self) -> str:
         where = f"line {self.line}: " if self.line else ""
         return f"{where}{self.message}"
+
+
+class HloTooDeepError(HloParseError):
+    """A tuple shape nested deeper than any program's (a hostile or corrupted file): the whole
+    module is refused, since a line dropped for it would leave the rest meaningless."""

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rooflens.hlo import attrs as A
-from rooflens.hlo.errors import HloParseError, HloWarning
+from rooflens.hlo.errors import HloParseError, HloTooDeepError, HloWarning
 from rooflens.hlo.module import CALLED_KEY_KINDS, CALLED_KEYS, Computation, Instruction, Module, Operand, SourceFrame
 from rooflens.hlo.opcodes import COLLECTIVE_KINDS, KNOWN_OPCODES, opcode_category
 from rooflens.hlo.shape import ARRAY_SHAPE_PATTERN, COMMENT_RE, Shape, parse_shape
@@ -257,7 +257,7 @@ def parse_instruction(line: str, lineno: int = 0, ctx: _Ctx | None = None) -> In
     try:
         shape, pos = _read_result_shape(line, pos)
     except HloParseError as e:
-        raise HloParseError(e.message, lineno, pos + 1) from None
+        raise type(e)(e.message, lineno, pos + 1) from None
     om = _OPCODE_RE.match(line, pos)
     if not om:
         raise HloParseError("expected an opcode followed by '('", lineno, pos + 1)
@@ -280,7 +280,7 @@ def parse_instruction(line: str, lineno: int = 0, ctx: _Ctx | None = None) -> In
         try:
             operands = _parse_operands(inner)
         except HloParseError as e:
-            raise HloParseError(e.message, lineno, open_paren + 2) from None
+            raise type(e)(e.message, lineno, open_paren + 2) from None
     rest = line[close + 1:]
     if rest.strip():
         if not rest.lstrip().startswith(","):
@@ -340,6 +340,8 @@ def _parse_computation_header(s: str, lineno: int) -> Computation | None:
                 return None
             try:
                 pshape = parse_shape(ptext)
+            except HloTooDeepError as e:
+                raise HloTooDeepError(e.message, lineno, 1) from None
             except HloParseError:
                 pshape = None
             params.append((pname.strip().lstrip("%"), pshape))
@@ -348,6 +350,8 @@ def _parse_computation_header(s: str, lineno: int) -> Computation | None:
             return None
         try:
             result = parse_shape(arrow[2:])
+        except HloTooDeepError as e:
+            raise HloTooDeepError(e.message, lineno, 1) from None
         except HloParseError:
             result = None
     return Computation(name, [], is_entry, tuple(params), result, thread, lineno)
@@ -409,6 +413,8 @@ def _parse(text: str | bytes) -> Module:
                 continue
             try:
                 ins = parse_instruction(line, lineno, ctx)
+            except HloTooDeepError:
+                raise
             except HloParseError as e:
                 if _parse_computation_header(s, lineno) is not None:
                     ctx.warn(lineno, "unclosed-computation", cur.name,

@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from rooflens.hlo.errors import HloParseError
+from rooflens.hlo.errors import HloParseError, HloTooDeepError
 
 VMEM_MEMORY_SPACE = 1  # TPU S(1): on-chip vector memory
 HOST_MEMORY_SPACE = 5  # TPU S(5): pinned host memory (host offload)
@@ -317,13 +317,22 @@ def _parse_dims(text: str, full: str) -> tuple[tuple[int, ...], tuple[bool, ...]
     return tuple(dims), (tuple(dyn) if any_dyn else ())
 
 
-def read_shape(text: str, pos: int = 0) -> tuple[Shape, int]:
-    """Read one shape starting at ``text[pos]``; return it and the position after it."""
+MAX_TUPLE_DEPTH = 64  # XLA's own tuples nest a few levels; deeper is not a program's shape
+
+
+def read_shape(text: str, pos: int = 0, depth: int = 0) -> tuple[Shape, int]:
+    """Read one shape starting at ``text[pos]``; return it and the position after it.
+
+    Tuples nested deeper than :data:`MAX_TUPLE_DEPTH` are refused, so the recursion here (and in
+    every walk over a Shape) is bounded whatever the input.
+    """
     n = len(text)
     while pos < n and text[pos] == " ":
         pos += 1
     if pos < n and text[pos] == "(":
         start = pos
+        if depth >= MAX_TUPLE_DEPTH:
+            raise HloTooDeepError(f"tuple shape nested more than {MAX_TUPLE_DEPTH} levels deep")
         pos += 1
         elems: list[Shape] = []
         while True:
@@ -334,7 +343,7 @@ def read_shape(text: str, pos: int = 0) -> tuple[Shape, int]:
                 break
             if pos >= n:
                 raise HloParseError(f"unterminated tuple shape {text[start:start + 60]!r}")
-            s, pos = read_shape(text, pos)
+            s, pos = read_shape(text, pos, depth + 1)
             elems.append(s)
         return Shape("tuple", tuple_shapes=tuple(elems), text=text[start:pos]), pos
     m = _ARRAY_RE.match(text, pos)

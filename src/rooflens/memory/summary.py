@@ -12,9 +12,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rooflens import hlo as H
+from rooflens.errors import RooflensError
 from rooflens.memory.compiled import CompiledMemory, compiled_memory, parse_peak
 from rooflens.memory.pprof import parse_snapshot
 from rooflens.memory.timeline import place_snapshots
+
+
+def read_text_file(path: Path) -> str:
+    """A memory text file of XLA's, or one sentence saying why it cannot be read."""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise RooflensError(f"cannot read {path}: {e.strerror or e}.") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise RooflensError(f"{path} is not UTF-8 text (bad byte at offset {e.start}), so it is not one of "
+                            "XLA's memory files.") from None
+
 
 PEAK_OVER_STATE = 1.3  # peak above the state held by this much: activations, temporaries or padding dominate
 TOP_SITES = 8
@@ -98,7 +113,7 @@ def read_memory_dir(mem_dir: Path, stats_by_program: dict, module_for) -> Memory
     for program, stats in (stats_by_program or {}).items():
         def read(kind: str, program=program) -> str:
             p = mem_dir / f"{program}.{kind}.txt"
-            return p.read_text() if p.is_file() else ""
+            return read_text_file(p) if p.is_file() else ""
 
         programs.append(compiled_memory(program, stats, read("live-range"), read("buffer-assignment"),
                                         module_for(program)))
@@ -126,13 +141,13 @@ def read_dump_memory(directory: Path) -> MemorySummary:
         module = None
         if hlo_path.is_file():
             try:
-                module = H.parse(hlo_path.read_text())
+                module = H.parse(read_text_file(hlo_path))
             except H.HloParseError:
                 module = None
         lr = directory / f"{stem}-live-range.txt"
-        text = ba.read_text()
+        text = read_text_file(ba)
         name = module.name if module is not None else stem
-        cm = compiled_memory(name, {}, lr.read_text() if lr.is_file() else "", text, module)
+        cm = compiled_memory(name, {}, read_text_file(lr) if lr.is_file() else "", text, module)
         if not cm.peak_buffers and not parse_peak(text) and not cm.padded_bytes:
             continue
         programs.append(cm)

@@ -46,6 +46,9 @@ def kind(path: str) -> str | None:
         p = Path(path)
         try:
             return "dir" if p.is_dir() else "file" if p.exists() else None
+        except PermissionError:
+            raise RooflensError(f"cannot reach {path}: permission denied (a directory above it cannot be "
+                                "searched).") from None
         except OSError:
             return None
     fs, p = _fs(path)

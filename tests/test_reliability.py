@@ -1,0 +1,226 @@
+"""Hostile inputs and conditions, each through the real command in a fresh process: one sentence on
+stderr and exit 2 (no traceback, no "internal error", no abort), --json output that is JSON alone, no
+control byte of the data on the terminal, and no file of the user's lost."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import fixture_path
+
+ROOT = Path(__file__).resolve().parents[1]
+GEMM_XPLANE = ("gpu_amd", "tracelens_mi300x_jax08_gemm.xplane.pb")
+
+
+def rooflens(*args: str, cwd: Path | None = None, prefix: tuple[str, ...] = (), timeout: float = 120,
+             env: dict | None = None) -> subprocess.CompletedProcess:
+    e = dict(os.environ, COLUMNS="200", JAX_PLATFORMS="cpu", **(env or {}))
+    e.pop("ROOFLENS_DEBUG", None)
+    return subprocess.run([*prefix, sys.executable, "-m", "rooflens.cli", *args], capture_output=True, text=True,
+                          cwd=cwd or ROOT, env=e, timeout=timeout)
+
+
+def one_sentence(r: subprocess.CompletedProcess, *words: str) -> str:
+    """Exit 2 and exactly one line on stderr, starting 'rooflens:', holding ``words``."""
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2, (r.returncode, r.stderr[-2000:])
+    assert len(lines) == 1, r.stderr
+    line = lines[0]
+    assert line.startswith("rooflens: ") and "internal error" not in line and "Traceback" not in line, line
+    for w in words:
+        assert w in line, line
+    return line
+
+
+def _unprivileged() -> tuple[str, ...] | None:
+    """A prefix that runs a command without the power to bypass file permissions (as root: the DAC
+    capabilities dropped), or None when permissions cannot be made to bite here."""
+    if os.geteuid() != 0:
+        return ()
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        return None
+    return (setpriv, "--bounding-set", "-dac_override,-dac_read_search", "--")
+
+
+# -- item 1: input errors -----------------------------------------------------------------------------
+
+def _deep_tuple_hlo(depth: int = 600) -> str:
+    shape = "(" * depth + "f32[2]" + ")" * depth
+    return f"HloModule m\n\nENTRY main {{\n  p0 = {shape} parameter(0)\n  ROOT t = f32[2] constant({{1,2}})\n}}\n"
+
+
+def test_deeply_nested_tuple_hlo_is_refused_in_one_sentence(tmp_path):
+    f = tmp_path / "deep.hlo.txt"
+    f.write_text(_deep_tuple_hlo())
+    one_sentence(rooflens("hlo", str(f)), "nested more than 64 levels", "line 4")
+    one_sentence(rooflens("predict", str(f), "--chip", "tpu-v5e"), "nested more than 64 levels")
+    # in an operand's shape and in a computation's signature too
+    deep = "(" * 300 + "f32[2]" + ")" * 300
+    g = tmp_path / "deep_op.hlo.txt"
+    g.write_text(f"HloModule m\n\nENTRY main {{\n  p0 = f32[2] parameter(0)\n  ROOT t = f32[2] negate({deep} p0)\n}}\n")
+    one_sentence(rooflens("hlo", str(g)), "line 5")
+    h = tmp_path / "deep_sig.hlo.txt"
+    h.write_text(f"HloModule m\n\nENTRY main (p: {deep}) -> f32[2] {{\n  ROOT t = f32[2] constant({{1,2}})\n}}\n")
+    one_sentence(rooflens("hlo", str(h)), "line 3")
+
+
+def test_a_shallow_tuple_still_parses():
+    import rooflens as rl
+
+    s = rl.hlo.parse_shape("(" * 10 + "f32[2]" + ")" * 10)
+    assert s.is_tuple and s.bytes == 8
+
+
+def test_report_hlo_with_a_deep_tuple_is_a_note_not_a_crash(tmp_path):
+    hlo = tmp_path / "hlo"
+    hlo.mkdir()
+    (hlo / "m.after_optimizations.txt").write_text(_deep_tuple_hlo())
+    r = rooflens("report", "--no-calibrate", "--json", "--hlo", str(hlo), str(fixture_path(*GEMM_XPLANE)))
+    assert r.returncode == 0, r.stderr[-2000:]
+    json.loads(r.stdout)
+
+
+def test_non_utf8_buffer_assignment_in_a_dump(tmp_path):
+    (tmp_path / "module_0001.jit_f-buffer-assignment.txt").write_bytes(b"BufferAssignment:\nallocation 0: \xff\xfe\n")
+    one_sentence(rooflens("memory", str(tmp_path)), "module_0001.jit_f-buffer-assignment.txt", "not UTF-8")
+
+
+def test_paths_under_a_directory_that_cannot_be_searched(tmp_path):
+    prefix = _unprivileged()
+    if prefix is None:
+        pytest.skip("cannot drop the permission to bypass file modes here")
+    locked = tmp_path / "locked"
+    (locked / "sub").mkdir(parents=True)
+    (locked / "x.hlo").write_text(_deep_tuple_hlo(1))
+    (locked / "a.py").write_text("def f(x):\n    return x\n")
+    locked.chmod(0)
+    try:
+        for args in (("report", str(locked / "sub")), ("report", str(locked)), ("memory", str(locked / "sub")),
+                     ("hlo", str(locked / "x.hlo")), ("run", str(locked / "a.py")),
+                     ("predict", f"{locked / 'a.py'}:f", "--chip", "tpu-v5e"),
+                     ("chips", "--chips", str(locked / "c.toml"))):
+            line = one_sentence(rooflens(*args, prefix=prefix))
+            assert "permission denied" in line and "does not exist" not in line, (args, line)
+    finally:
+        locked.chmod(0o755)
+
+
+def test_existing_directories_are_not_called_missing(tmp_path):
+    d = tmp_path / "model.py"
+    d.mkdir()
+    one_sentence(rooflens("predict", f"{d}:f", "--chip", "tpu-v5e"), "is a directory")
+    one_sentence(rooflens("chips", "--chips", str(tmp_path)), "is a directory")
+    line = one_sentence(rooflens("run", f"{tmp_path}/"))
+    assert "does not exist" not in line
+
+
+@pytest.mark.parametrize("spec, words", [
+    ("f32[4000000000,4000000000]", ("multiply to", "2^63")),
+    ("f32[99999999999999999]", ("more than the memory of any chip",)),
+    ("bf16[99999999999999999999]", ("beyond XLA's limit",)),
+])
+def test_argument_sizes_beyond_any_machine_are_refused_before_jax(tmp_path, spec, words):
+    f = tmp_path / "m.py"
+    f.write_text("import jax.numpy as jnp\n\ndef f(x):\n    return jnp.sin(x)\n")
+    one_sentence(rooflens("predict", f"{f}:f", "--chip", "tpu-v5e", "--arg", spec), *words)
+
+
+# -- item 2: --json pure ------------------------------------------------------------------------------
+
+def test_predict_json_is_pure_when_the_users_module_prints(tmp_path):
+    f = tmp_path / "noisy.py"
+    f.write_text("import jax.numpy as jnp\nprint('hello from import')\n\n"
+                 "def f(x):\n    print('tracing', x.shape)\n    return jnp.sin(x) * 2\n")
+    r = rooflens("predict", f"{f}:f", "--chip", "tpu-v5e", "--arg", "f32[128,256]", "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    doc = json.loads(r.stdout)
+    assert doc["chip"] == "tpu-v5e" and doc["ops"]
+    assert "hello from import" in r.stderr and "tracing (128, 256)" in r.stderr
+
+
+# -- item 3: output safety ----------------------------------------------------------------------------
+
+def test_outputs_are_checked_before_the_analysis(tmp_path):
+    trace = str(fixture_path(*GEMM_XPLANE))
+    mine = tmp_path / "mine.html"
+    mine.write_text("the user's own page")
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    cases = [
+        (("--html", "x.html", "--out", "x.html"), ("--html and --out both name",)),
+        (("--html", "./x.html", "--out", str(tmp_path / "x.html")), ("both name",)),
+        (("--out", "x.json", "--perfetto", "./x.json"), ("both name",)),
+        (("--html", "nodir/r.html"), ("does not exist",)),
+        (("--html", "/dev/full", "--force"), ("not a regular file",)),
+        (("--out", "/dev/full"), ("not a regular file",)),
+        (("--html", str(mine)), ("exists", "--force")),
+        (("--html", str(tmp_path), "--force"), ("is a directory",)),
+        (("--hlo", str(tmp_path / "nope")), ("does not exist",)),
+    ]
+    for opts, words in cases:
+        one_sentence(rooflens("report", "--no-calibrate", trace, *opts, cwd=tmp_path), *words)
+    assert mine.read_text() == "the user's own page"
+    assert not (tmp_path / "x.html").exists() and not (tmp_path / "x.json").exists()
+    one_sentence(rooflens("diff", "--no-calibrate", trace, trace, "--html", "nodir/d.html", cwd=tmp_path),
+                 "does not exist")
+    prefix = _unprivileged()
+    if prefix is not None:
+        ro.chmod(0o555)
+        try:
+            one_sentence(rooflens("report", "--no-calibrate", trace, "--out", str(ro / "r.json"), prefix=prefix),
+                         "permission denied")
+        finally:
+            ro.chmod(0o755)
+
+
+def test_demo_out_never_takes_a_users_directory_or_a_bad_path(tmp_path):
+    one_sentence(rooflens("demo", "--out", "/dev/null/x"), "cannot create the --out directory")
+    one_sentence(rooflens("demo", "--steps", "0"), "--steps")
+    from rooflens.cli import _fresh_dir
+
+    d = tmp_path / "D"
+    d.mkdir()
+    (d / "report.json").write_text("mine")
+    assert _fresh_dir(d, force=False) == tmp_path / "D-2"  # anything in D keeps the demo out of it
+    (tmp_path / "D-2" / "notes.txt").write_text("also mine")
+    assert _fresh_dir(d, force=False) == tmp_path / "D-3"
+    assert _fresh_dir(tmp_path / "E", force=False) == tmp_path / "E"  # a new directory is used as given
+    assert (d / "report.json").read_text() == "mine"
+
+
+# -- item 5: numeric options --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("args, option", [
+    (("memory", "--estimate", "--params", "nan", "--json"), "--params"),
+    (("memory", "--estimate", "--params", "inf", "--json"), "--params"),
+    (("memory", "--estimate", "--params", "-7e9"), "--params"),
+    (("memory", "--estimate", "--params", "1e300", "--json"), "--params"),
+    (("memory", "--estimate", "--params", "7e9", "--shards", "0"), "--shards"),
+    (("predict", "m.py:f", "--chip", "tpu-v5e", "--top", "-5"), "--top"),
+    (("report", "x", "--top", "-5"), "--top"),
+    (("diff", "a", "b", "--top", "-1"), "--top"),
+    (("calibrate", "--repeats", "1"), "--repeats"),
+])
+def test_numeric_options_are_validated_by_their_types(args, option):
+    r = rooflens(*args)
+    one_sentence(r, option)
+    assert r.stdout == ""
+
+
+def test_json_never_holds_nan_or_infinity():
+    from rooflens.cli import _json_text
+
+    text = _json_text({"a": float("nan"), "b": [float("inf"), 1.5], "c": {"d": float("-inf")}})
+    assert json.loads(text) == {"a": None, "b": [None, 1.5], "c": {"d": None}}
+    r = rooflens("memory", "--estimate", "--params", "7e9", "--json")
+    assert r.returncode == 0
+    assert "NaN" not in r.stdout and "Infinity" not in r.stdout
+    json.loads(r.stdout)
