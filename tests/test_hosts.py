@@ -57,14 +57,12 @@ def test_four_processes_read_as_four_hosts_and_the_slow_one_is_the_straggler(job
     data = _report(tmp, str(run))
     assert sorted(data["hosts"]) == [f"{host}.process{i}" for i in range(4)]
     stragglers = [f for f in data["findings"] if f["rule"] == "straggler"]
-    assert len(stragglers) == 1 and f"{host}.process2" in stragglers[0]["title"], data["findings"]
+    assert len(stragglers) == 1 and f"{host}.process2" in stragglers[0]["title"], (data["host_steps"],
+                                                                                  data["findings"])
     assert stragglers[0]["severity"] in ("medium", "high")
-    hs = data["stats"]["host_steps"] if "stats" in data else None
-    if hs is None:  # the report keeps the host table with the op stats
-        hs = rl.trace.op_stats(rl.load(run)).host_steps
-        coll = dict(zip(hs.hosts, hs.collective_s))
-    else:
-        coll = dict(zip(hs["hosts"], hs["collective_s"]))
+    hs = data["host_steps"]
+    assert len(hs["times_s"]) == 4 and all(len(row) == len(hs["steps"]) for row in hs["times_s"])
+    coll = dict(zip(hs["hosts"], hs["collective_s"]))
     slow = coll.pop(f"{host}.process2")
     assert all(c > 2 * slow for c in coll.values()), coll  # the others wait inside the all-reduce
 
@@ -137,6 +135,31 @@ def test_host_files_are_found_across_a_jobs_directories(job, tmp_path):
     # several paths in one call; one name in two directories is told apart by its directory
     two = rl.load([tmp_path / "runs" / "2026_01_01_00_00_00", tmp_path / "runs" / "2026_01_02_00_00_00"])
     assert sorted(two.hosts) == ["2026_01_01_00_00_00/vm", "2026_01_02_00_00_00/vm"]
+
+
+def test_an_op_slow_on_one_host_only_is_named(tmp_path):
+    """Three hosts ran the step on 64-row shards, one on 2048-row shards (an uneven split): the
+    same ops take longer there, and the report names that host."""
+    runs = {}
+    for rows in (64, 2048):
+        logs = tmp_path / f"rows{rows}"
+        r = subprocess.run([sys.executable, "-m", "rooflens.cli", "run", "--logdir", str(logs),
+                            str(SCRIPTS / "straggler.py"), str(_free_port()), "1", "0", "-1", str(rows)],
+                           env=_env(tmp_path), capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+        (runs[rows],) = list(logs.rglob("*.xplane.pb"))
+    pod = tmp_path / "pod"
+    pod.mkdir()
+    for i in range(3):
+        shutil.copy(runs[64], pod / f"host{i}.xplane.pb")
+    shutil.copy(runs[2048], pod / "host3.xplane.pb")
+    from rooflens.analysis import analyze
+
+    rep = analyze(rl.load(pod), require_roofline=False)  # the findings that need no roofline
+    names = {f.rule for f in rep.findings}
+    assert "host-outlier" in names, [f.title for f in rep.findings]
+    outliers = [f for f in rep.findings if f.rule == "host-outlier"]
+    assert all("host3" in f.title for f in outliers) and any(f.ops for f in outliers)
 
 
 def test_a_tree_too_deep_or_empty_is_one_sentence(tmp_path):

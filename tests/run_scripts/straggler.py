@@ -1,11 +1,12 @@
 """One process of a data-parallel job whose process SLOW is held up on the host before every step
-(a slow input pipeline): python straggler.py PORT N INDEX SLOW."""
+(a slow input pipeline): python straggler.py PORT N INDEX SLOW [ROWS per device, default 64]."""
 import sys
 import time
 
 import jax
 
 port, n, i, slow = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+rows = int(sys.argv[5]) if len(sys.argv) > 5 else 64
 jax.config.update("jax_cpu_collectives_implementation", "gloo")
 jax.distributed.initialize(f"127.0.0.1:{port}", n, i)
 
@@ -27,8 +28,8 @@ def step(w, x):
 
 for _ in range(8):
     if i == slow:
-        time.sleep(0.06)  # this host's input pipeline is slow
-    x = jax.make_array_from_callback((64 * jax.device_count(), 128), data, lambda idx: jnp.ones((64, 128)))
+        time.sleep(0.15)  # this host's input pipeline is slow
+    x = jax.make_array_from_callback((rows * jax.device_count(), 128), data, lambda idx: jnp.ones((rows, 128)))
     w = step(w, x)
 w.block_until_ready()
 print("process", jax.process_index(), "done", flush=True)

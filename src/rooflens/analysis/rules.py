@@ -481,7 +481,7 @@ def rule_memory_peak(report) -> list[Finding]:
 
 
 STRAGGLER_WAIT = 0.10  # the others wait in collectives at least this share of the step for one host
-OUTLIER_SHARE = 0.05  # a per-host op outlier costs at least this share of that host's step
+OUTLIER_SHARE = 0.05  # a per-host op outlier costs at least this share of that host's busy time
 
 
 def rule_hosts(report) -> list[Finding]:
@@ -516,14 +516,18 @@ def rule_hosts(report) -> list[Finding]:
             "work on its shard",
             f"look at what {host}'s host does between steps (its idle gaps and Python frames), prefetch its input, "
             "and balance its shard"))
-    for program, op, host, mean_s, median_s in hs.op_outliers:
-        if step_s > 0 and mean_s - median_s >= OUTLIER_SHARE * step_s:
-            out.append(Finding(
-                "host-outlier", "medium", f"{op} takes {mean_s / median_s:.1f}× longer on {host} than on the "
-                "other hosts", (op,), mean_s - median_s,
-                (f"{program}/{op}: {_ms(mean_s)} per run on {host}, median over hosts {_ms(median_s)}",),
-                "a slower or thermally throttled device, another job sharing the host, or a larger shard there",
-                f"compare {host}'s devices and load with the others'; check the op's input shapes on that host"))
+    busy = {d.host: d.busy_s for d in report.stats.hosts}
+    for program, op, host, mean_s, median_s, runs in hs.op_outliers:
+        excess_s = (mean_s - median_s) * runs
+        if excess_s < OUTLIER_SHARE * busy.get(host, float("inf")):
+            continue
+        out.append(Finding(
+            "host-outlier", "medium", f"{op} takes {mean_s / median_s:.1f}× longer on {host} than on the "
+            "other hosts", (op,), excess_s,
+            (f"{program}/{op}: {_ms(mean_s)} per run on {host} ({runs} runs), median over hosts "
+             f"{_ms(median_s)}; {_ms(excess_s)} more in all, of {host}'s {_ms(busy[host])} busy",),
+            "a slower or thermally throttled device, another job sharing the host, or a larger shard there",
+            f"compare {host}'s devices and load with the others'; check the op's input shapes on that host"))
     return out
 
 

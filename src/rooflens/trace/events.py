@@ -17,9 +17,12 @@ import numpy as np
 class Vocab:
     """Interns strings to dense integer codes."""
 
-    def __init__(self) -> None:
-        self.index: dict[str, int] = {}
+    def __init__(self, words: list[str] | None = None) -> None:
         self.words: list[str] = []
+        self.index: dict[str, int] = {}
+        for w in words or ():
+            self.index.setdefault(w, len(self.words))
+            self.words.append(w)
 
     def code(self, word: str) -> int:
         c = self.index.get(word)

@@ -13,36 +13,7 @@ XStatMetadata.name = 2; HloProto.hlo_module = 1.
 
 from __future__ import annotations
 
-
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos
-        shift += 7
-
-
-def _fields(buf: bytes):
-    """(field number, wire type, value) of a message; length-delimited values as memoryview slices."""
-    pos, end = 0, len(buf)
-    while pos < end:
-        key, pos = _varint(buf, pos)
-        num, wt = key >> 3, key & 7
-        if wt == 0:
-            val, pos = _varint(buf, pos)
-        elif wt == 1:
-            val, pos = buf[pos:pos + 8], pos + 8
-        elif wt == 2:
-            n, pos = _varint(buf, pos)
-            val, pos = buf[pos:pos + n], pos + n
-        elif wt == 5:
-            val, pos = buf[pos:pos + 4], pos + 4
-        else:
-            raise ValueError(f"unsupported wire type {wt}")
-        yield num, wt, val
+from rooflens.trace.xspace import _py_fields as _fields
 
 
 def _string(mv) -> str:

@@ -142,15 +142,8 @@ def read_xspace(path: Path, progress: Progress = None, device_time: bool = True)
 
     hlo_text: dict[tuple[str, str], str] = {}
     op_meta: dict[tuple[str, str], dict] = {}
-    words: list[str] = []  # op names and programs, coded together
-    code_of: dict[str, int] = {}
-
-    def code(w: str) -> int:
-        c = code_of.get(w)
-        if c is None:
-            c = code_of[w] = len(words)
-            words.append(w)
-        return c
+    vocab = E.Vocab()  # op names and programs, coded together
+    words, code = vocab.words, vocab.code
 
     # TPU: op events named by their metadata; programs from XLA Modules
     tpu_ops = np.flatnonzero((ev_kind == 1) & (ev_role == 1))
@@ -338,14 +331,8 @@ def read_chrome(path: Path, progress: Progress = None) -> RawTrace:
 
     steps = [(s_, a, a + d) for s_, a, d in zip(c["step_num"][c["step_num"] >= 0].tolist(),
                                                  start[c["step_num"] >= 0].tolist(), dur[c["step_num"] >= 0].tolist())]
-    code_of = {w: k for k, w in enumerate(words)}
-
-    def code(w: str) -> int:
-        k = code_of.get(w)
-        if k is None:
-            k = code_of[w] = len(words)
-            words.append(w)
-        return k
+    vocab = E.Vocab(words)
+    words, code = vocab.words, vocab.code
 
     hlo_text: dict[tuple[str, str], str] = {}
     op_meta: dict[tuple[str, str], dict] = {}

@@ -107,8 +107,9 @@ class HostSteps:
     collective_s: tuple[float, ...]  # per host: time in collectives per step and device (waiting included)
     other_s: tuple[float, ...]  # per host: time in every other op per step and device
     devices: tuple[int, ...]  # per host
-    # ops far slower on one host than on the others: (program, op, host, its mean s, the hosts' median s)
-    op_outliers: tuple[tuple[str, str, str, float, float], ...] = ()
+    # ops far slower on one host than on the others:
+    # (program, op, host, its mean s there, the hosts' median of means s, its runs there)
+    op_outliers: tuple[tuple[str, str, str, float, float, int], ...] = ()
 
 
 def host_steps(profile: Profile, categories: np.ndarray) -> HostSteps | None:
@@ -158,7 +159,8 @@ def _op_outliers(t, sel: np.ndarray) -> tuple:
     if not sel.any():
         return ()
     rows, inv = unique_rows(t.program[sel], t.name[sel], t.host[sel])
-    mean = np.bincount(inv, weights=t.dur_ps[sel] * 1e-12) / np.bincount(inv)
+    runs = np.bincount(inv)
+    mean = np.bincount(inv, weights=t.dur_ps[sel] * 1e-12) / runs
     _, op_inv = unique_rows(rows[:, 0], rows[:, 1])
     out = []
     for mine in _groups(op_inv):
@@ -168,8 +170,8 @@ def _op_outliers(t, sel: np.ndarray) -> tuple:
         worst = mine[np.argmax(mean[mine])]
         if med > 0 and mean[worst] > OUTLIER_RATIO * med:
             p, n, h = rows[worst]
-            out.append((t.programs[p], t.names[n], t.hosts[h], float(mean[worst]), med))
-    return tuple(sorted(out, key=lambda o: -(o[3] - o[4])))
+            out.append((t.programs[p], t.names[n], t.hosts[h], float(mean[worst]), med, int(runs[worst])))
+    return tuple(sorted(out, key=lambda o: -(o[3] - o[4]) * o[5]))
 
 
 def line_groups(t) -> np.ndarray:
