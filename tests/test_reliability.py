@@ -224,3 +224,83 @@ def test_json_never_holds_nan_or_infinity():
     assert r.returncode == 0
     assert "NaN" not in r.stdout and "Infinity" not in r.stdout
     json.loads(r.stdout)
+
+
+# -- item 4: terminal safety --------------------------------------------------------------------------
+
+HOSTILE = "\x1b]0;pwned\x07dot\x1b[31m.1\x9b2J\u202e"
+
+
+def _hostile_trace(directory: Path, name: str = "h.trace.json.gz") -> Path:
+    import gzip
+
+    meta = [{"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "/host:CPU"}}]
+    events = [{"ph": "X", "pid": 1, "tid": 2, "ts": 1.0 + 10 * i, "dur": 2.0, "name": HOSTILE,
+               "args": {"hlo_op": HOSTILE, "hlo_module": "jit_\x1b[5mf", "device_ordinal": 0}} for i in range(5)]
+    p = directory / name
+    p.write_bytes(gzip.compress(json.dumps({"traceEvents": meta + events}).encode()))
+    return p
+
+
+def _no_controls(text: str) -> None:
+    for c in ("\x1b", "\x07", "\x9b", "\u202e"):
+        assert c not in text, (c, text[:2000])
+
+
+def test_control_characters_from_data_never_reach_the_terminal(tmp_path):
+    trace = _hostile_trace(tmp_path)
+    r = rooflens("report", "--no-calibrate", str(trace), "--html", str(tmp_path / "r.html"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    _no_controls(r.stdout)
+    _no_controls(r.stderr)
+    assert "\\x1b]0;pwned\\x07dot\\x1b[31m.1\\x9b2J\\u202e" in r.stdout  # shown, as text
+    assert "jit_\\x1b[5mf" in r.stdout
+    html = (tmp_path / "r.html").read_text()
+    assert "pwned" in html and "<script>" in html  # the HTML still carries the name as text
+    # a file name holding them, in a report's header and in an error sentence
+    named = _hostile_trace(tmp_path, "e\x1b]0;t\x07.trace.json.gz")
+    r = rooflens("report", "--no-calibrate", str(named))
+    assert r.returncode == 0
+    _no_controls(r.stdout)
+    line = one_sentence(rooflens("hlo", str(tmp_path / "x\x1b[31m.hlo")), "does not exist")
+    _no_controls(line)
+    r = rooflens("report", "--no-calibrate", "--json", str(trace))
+    json.loads(r.stdout)
+    _no_controls(r.stdout)
+
+
+def test_the_one_escaping_helper():
+    from rooflens.report.text import e, escape_controls
+
+    assert e("[bold]x\x1b[0m") == "\\[bold]x\\x1b[0m"
+    assert escape_controls("a\nb\tc\x00", keep_lines=True) == "a\nb\tc\\x00"
+    assert escape_controls("a\nb") == "a\\x0ab"
+    assert e("fusion.3") == "fusion.3" and e("layer_0/attention/bsd,dhk->bshk") == "layer_0/attention/bsd,dhk->bshk"
+
+
+# -- item 6: rl.capture when the user's code raises ---------------------------------------------------
+
+def test_capture_keeps_the_trace_with_its_hlo_when_user_code_raises(tmp_path):
+    import jax.numpy as jnp
+
+    import rooflens as rl
+
+    class Boom(Exception):
+        pass
+
+    calls = []
+
+    def feed(out, args):
+        calls.append(1)
+        if len(calls) == 3:  # the warm-up is call 1; steps 0 and 1 follow
+            raise Boom("the user's code failed")
+        return args
+
+    with pytest.raises(Boom):
+        rl.capture(lambda x: jnp.sin(x) * 2, jnp.ones(64), steps=5, logdir=tmp_path, feed=feed)
+    runs = list((tmp_path / "plugins" / "profile").iterdir())
+    assert len(runs) == 1 and list(runs[0].glob("*.xplane.pb"))
+    hlo = list((runs[0] / "hlo").glob("*.txt"))
+    assert len(hlo) == 1 and hlo[0].read_text().startswith("HloModule")
+    prof = rl.load(runs[0])
+    assert prof.hlo_texts and prof.modules  # the kept trace reads with its program

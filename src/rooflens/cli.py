@@ -40,10 +40,10 @@ class FiniteFloat(click.FloatRange):
 
 
 def _console():
-    from rich.console import Console
+    from rooflens.report.text import terminal_console
 
     width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "160"))
-    return Console(highlight=False, soft_wrap=True, width=width)
+    return terminal_console(highlight=False, soft_wrap=True, width=width)
 
 
 def example_hlo_path() -> Path:
@@ -819,19 +819,26 @@ def demo(out: str, force: bool, steps: int) -> None:
                   f"{outdir / 'logs'}, readable by TensorBoard and `rooflens report`)")
 
 
+def _say(line: str) -> None:
+    """One line on stderr, with any control character from a file name or from data escaped."""
+    from rooflens.report.text import escape_controls
+
+    click.echo(escape_controls(line), err=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: user errors become one sentence on stderr and exit status 2."""
     try:
         cli.main(args=argv, prog_name="rooflens", standalone_mode=False)
     except RooflensError as e:
-        click.echo(f"rooflens: {e}", err=True)
+        _say(f"rooflens: {e}")
         sys.exit(2)
     except click.exceptions.Abort:
         click.echo("rooflens: interrupted.", err=True)
         sys.exit(130)
     except click.UsageError as e:  # a bad option or argument: one line too, with where to look
         where = f" (see '{e.ctx.command_path} -h')" if e.ctx is not None else ""
-        click.echo(f"rooflens: {e.format_message().rstrip('.')}{where}.", err=True)
+        _say(f"rooflens: {e.format_message().rstrip('.')}{where}.")
         sys.exit(e.exit_code)
     except click.ClickException as e:
         e.show()
@@ -844,13 +851,12 @@ def main(argv: list[str] | None = None) -> None:
     except OSError as e:  # a file the system refused (permissions, a full disk): the user's to fix, not a bug
         if e.filename is None or os.environ.get("ROOFLENS_DEBUG"):
             raise
-        click.echo(f"rooflens: cannot use {e.filename}: {(e.strerror or str(e)).lower()}.", err=True)
+        _say(f"rooflens: cannot use {e.filename}: {(e.strerror or str(e)).lower()}.")
         sys.exit(2)
     except Exception as e:  # a bug of ours: still one sentence, the traceback on request
         if os.environ.get("ROOFLENS_DEBUG"):
             raise
-        click.echo(f"rooflens: internal error ({type(e).__name__}: {e}); set ROOFLENS_DEBUG=1 for the traceback.",
-                   err=True)
+        _say(f"rooflens: internal error ({type(e).__name__}: {e}); set ROOFLENS_DEBUG=1 for the traceback.")
         sys.exit(1)
 
 

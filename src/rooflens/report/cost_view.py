@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from rich.console import Console
-from rich.markup import escape as e
 from rich.table import Table
 
+from rooflens.report.text import e
 from rooflens.units import fmt_seconds as ms
 from rooflens.units import fmt_si
 

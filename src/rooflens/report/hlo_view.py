@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from rooflens.hlo.explain import HloSummary, OpExplanation
 from rooflens.hlo.explain import format_bytes as _b
+from rooflens.report.text import e as escape
 
 
 def render_summary(console: Console, s: HloSummary, source: str = "") -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from functools import partial
 
 from rich.console import Console
-from rich.markup import escape as e
 from rich.table import Table
 
+from rooflens.report.text import e
 from rooflens.units import fmt_bytes
 
 gb = partial(fmt_bytes, digits=3)

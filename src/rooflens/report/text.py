@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from rich.markup import escape
+
 from rooflens.units import fmt_bytes
 
 
@@ -12,3 +14,36 @@ def memory_line(mem) -> str:
     return (f"{main.program}: compiled peak {fmt_bytes(main.peak_bytes)} per device, holding "
             f"{fmt_bytes(main.state_bytes)} of inputs and outputs" + (f" ({ratio:.2f}×)" if ratio else "")
             + (f"; live device memory up to {fmt_bytes(mem.live_peak_bytes)}" if mem.live_peak_bytes else ""))
+
+
+# What a terminal would act on rather than show: C0 controls (ESC starts colour, cursor and OSC title
+# sequences; BEL ends OSC), DEL, the C1 controls (0x9b is a one-byte CSI), and the bidirectional
+# overrides that reorder what follows them.
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
+_CONTROLS.update({c: f"\\u{c:04x}" for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))})
+_CONTROLS_KEEP_LINES = {c: v for c, v in _CONTROLS.items() if c not in (0x09, 0x0A)}
+
+
+def escape_controls(text: str, keep_lines: bool = False) -> str:
+    """``text`` with every control character written as its escape (``\\x1b``), so data shown on a
+    terminal can neither style it, move its cursor, nor set its title. ``keep_lines``: newlines and
+    tabs stay (for whole paragraphs; a name from data never needs them)."""
+    return text.translate(_CONTROLS_KEEP_LINES if keep_lines else _CONTROLS)
+
+
+def e(value) -> str:
+    """A string from data (an op, scope, program or file name) for rich terminal output: control
+    characters escaped, and rich's own markup characters escaped. Every view uses this one."""
+    return escape(escape_controls(str(value)))
+
+
+def terminal_console(**kwargs):
+    """A rich Console whose every printed string has its control characters escaped (a second guard
+    behind :func:`e`, for text a view forgot to pass through it); newlines and tabs stay."""
+    from rich.console import Console
+
+    class _SafeConsole(Console):
+        def render_str(self, text: str, **kw):
+            return super().render_str(escape_controls(text, keep_lines=True), **kw)
+
+    return _SafeConsole(**kwargs)

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from rich.console import Console
-from rich.markup import escape as e
 from rich.table import Table
 
-from rooflens.report.text import memory_line
+from rooflens.report.text import e, memory_line
 from rooflens.units import fmt_seconds as ms
 
 

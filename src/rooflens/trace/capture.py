@@ -81,8 +81,9 @@ def capture(fn, *args, steps: int = 5, warmup: int = 1, logdir: str | Path | Non
             (mem / f"{label}.pb.gz").write_bytes(data)
         for kind, text in memory_files.items():
             (mem / f"{module_name}.{kind}.txt").write_text(text)
-    (run / "hlo").mkdir(exist_ok=True)
-    (run / "hlo" / f"{module_name}.txt").write_text(hlo)
+        # the program too, also when fn raised in the window: the kept trace is readable in full
+        (run / "hlo").mkdir(exist_ok=True)
+        (run / "hlo" / f"{module_name}.txt").write_text(hlo)
     return load(run)
 
 
