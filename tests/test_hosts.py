@@ -67,6 +67,24 @@ def test_four_processes_read_as_four_hosts_and_the_slow_one_is_the_straggler(job
     assert all(c > 2 * slow for c in coll.values()), coll  # the others wait inside the all-reduce
 
 
+def test_the_html_report_draws_the_host_step_heatmap(job):
+    tmp, run = job
+    page = tmp / "hosts.html"
+    r = subprocess.run([sys.executable, "-m", "rooflens.cli", "report", str(run), "--html", str(page), "--force",
+                        "--no-calibrate"], capture_output=True, text=True, env=_env(tmp), timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        pytest.skip("no headless Chromium here (.ci/run installs Debian's chromium package)")
+    dom = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                          "--no-first-run", "--virtual-time-budget=3000", "--dump-dom", page.as_uri()],
+                         capture_output=True, text=True, timeout=120).stdout
+    table = dom.split('<table id="host-heatmap">', 1)[1].split("</table>", 1)[0]
+    host = socket.gethostname()
+    assert all(f"<td>{host}.process{i}</td>" in table for i in range(4)) and "skew" in table
+    assert "straggler" in dom and f"{host}.process2" in dom
+
+
 def _many_hosts(src: Path, dst: Path, n: int) -> Path:
     run = dst / "plugins" / "profile" / "2026_01_01_00_00_00"
     run.mkdir(parents=True)

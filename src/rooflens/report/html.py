@@ -89,8 +89,17 @@ def page_data(report, prediction=None, title: str = "") -> dict:
                                  "label": label},
         "expected": expected, "timeline": timeline, "findings": findings, "memory": memory, "prediction": pred,
         "graphs": {k: _graph(g) for k, g in report.graphs.items()},
+        "hosts": _hosts(stats.host_steps),
         "footer": "Made by rooflens. Times are per device; ratios are measured ÷ roofline.",
     }
+
+
+def _hosts(hs) -> dict | None:
+    """Several hosts: the host × step table as the heatmap draws it (rooflens.trace.stats.HostSteps)."""
+    if hs is None:
+        return None
+    return {"hosts": list(hs.hosts), "steps": list(hs.steps), "times": [list(r) for r in hs.times_s],
+            "skew": list(hs.skew_s), "collective": list(hs.collective_s), "other": list(hs.other_s)}
 
 
 def _graph(g) -> dict:
