@@ -62,6 +62,7 @@ def test_four_processes_read_as_four_hosts_and_the_slow_one_is_the_straggler(job
     assert stragglers[0]["severity"] in ("medium", "high")
     hs = data["host_steps"]
     assert len(hs["times_s"]) == 4 and all(len(row) == len(hs["steps"]) for row in hs["times_s"])
+    assert data["steps"]["count"] == len(hs["steps"])  # the job's steps, not one per host and step
     coll = dict(zip(hs["hosts"], hs["collective_s"]))
     slow = coll.pop(f"{host}.process2")
     assert all(c > 2 * slow for c in coll.values()), coll  # the others wait inside the all-reduce

@@ -249,6 +249,16 @@ def test_second_read_comes_from_the_cache_and_a_changed_file_is_decoded_again(cp
         read_cached(trace)
 
 
+def test_a_read_only_trace_directory_gets_no_cache_files(tmp_path):
+    """The shared fixtures are read-only (even to root, which ignores permissions): nothing is added there."""
+    v6e = fixture_path(*V6E)
+    assert not v6e.parent.stat().st_mode & 0o222, "the fixtures directory is expected to be read-only"
+    read_cached(v6e)
+    assert not (v6e.parent / CACHE_SUBDIR).exists()
+    user = Path(os.environ["ROOFLENS_CACHE_DIR"]) / "traces"
+    assert any(p.name.endswith(v6e.name + ".arrow") for p in user.iterdir())
+
+
 def test_cache_goes_to_the_user_cache_dir_when_the_trace_dir_takes_none(cpu_trace, tmp_path):
     trace = tmp_path / cpu_trace.name
     trace.write_bytes(cpu_trace.read_bytes())

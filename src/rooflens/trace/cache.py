@@ -49,7 +49,17 @@ def _locations(path: Path) -> list[Path]:
     """Where the cache of ``path`` may live, in order of preference."""
     name = path.name + ".arrow"
     digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:16]
-    return [path.parent / CACHE_SUBDIR / name, cache_dir() / "traces" / f"{digest}-{name}"]
+    beside = [path.parent / CACHE_SUBDIR / name] if _writable(path.parent) else []
+    return [*beside, cache_dir() / "traces" / f"{digest}-{name}"]
+
+
+def _writable(directory: Path) -> bool:
+    """Whether ``directory`` is meant to be written: permitted, and (as root ignores permissions) with a
+    write bit set, so a read-only shared trace directory gets no cache files even from root."""
+    try:
+        return os.access(directory, os.W_OK) and bool(directory.stat().st_mode & 0o222)
+    except OSError:
+        return False
 
 
 def read_cached(path: Path, progress: Progress = None, use_cache: bool = True) -> RawTrace:

@@ -219,6 +219,19 @@ def _embedded_hlo(raws: list[RawTrace], files: list[str], table: EventTable) -> 
     return {k: v for k, (_, v) in best.items()}
 
 
+def _job_steps(steps_by_host: list[list[tuple[int, float, float]]]) -> list[tuple[int, float, float]]:
+    """The job's steps: one per step number, from the first host's start to the last host's end (hosts
+    share the wall clock; a step of a multi-host job is over when its slowest host is done)."""
+    if len(steps_by_host) == 1:
+        return steps_by_host[0]
+    merged: dict[int, tuple[float, float]] = {}
+    for host_steps in steps_by_host:
+        for n, s, e in host_steps:
+            a, b = merged.get(n, (s, e))
+            merged[n] = (min(a, s), max(b, e))
+    return sorted((n, s, e) for n, (s, e) in merged.items())
+
+
 def _import_hlo_printer() -> None:
     """jaxlib's HLO printer (it imports jax, a second or so), loaded while the traces are read."""
     with contextlib.suppress(Exception):  # printing will say what went wrong, on the main thread
@@ -252,7 +265,7 @@ def load(path: str | Path | list[str | Path], hlo_dir: str | Path | None = None,
         steps_by_host.append(sorted((n, (s + shift) * 1e-3, (e + shift) * 1e-3) for n, s, e in r.steps))
     for k, host_steps in enumerate(steps_by_host):  # each host's steps hold its own events
         assign_steps(table, host_steps, rows=np.flatnonzero(table.host == table.hosts.index(raws[k].host)))
-    steps = sorted(s for h in steps_by_host for s in h)
+    steps = _job_steps(steps_by_host)
     notes = [n for r in raws for n in r.notes]
     if not len(table):
         raise RooflensError(f"{path} has no device op events (no XLA ops on any device or CPU thread): "
