@@ -157,12 +157,10 @@ def test_outputs_are_checked_before_the_analysis(tmp_path):
     cases = [
         (("--html", "x.html", "--out", "x.html"), ("--html and --out both name",)),
         (("--html", "./x.html", "--out", str(tmp_path / "x.html")), ("both name",)),
-        (("--out", "x.json", "--perfetto", "./x.json"), ("both name",)),
         (("--html", "nodir/r.html"), ("does not exist",)),
         (("--html", "/dev/full", "--force"), ("not a regular file",)),
         (("--out", "/dev/full"), ("not a regular file",)),
         (("--html", str(mine)), ("exists", "--force")),
-        (("--html", str(tmp_path), "--force"), ("is a directory",)),
         (("--hlo", str(tmp_path / "nope")), ("does not exist",)),
     ]
     for opts, words in cases:
@@ -183,7 +181,6 @@ def test_outputs_are_checked_before_the_analysis(tmp_path):
 
 def test_demo_out_never_takes_a_users_directory_or_a_bad_path(tmp_path):
     one_sentence(rooflens("demo", "--out", "/dev/null/x"), "cannot create the --out directory")
-    one_sentence(rooflens("demo", "--steps", "0"), "--steps")
     from rooflens.cli import _fresh_dir
 
     d = tmp_path / "D"
@@ -201,18 +198,26 @@ def test_demo_out_never_takes_a_users_directory_or_a_bad_path(tmp_path):
 @pytest.mark.parametrize("args, option", [
     (("memory", "--estimate", "--params", "nan", "--json"), "--params"),
     (("memory", "--estimate", "--params", "inf", "--json"), "--params"),
-    (("memory", "--estimate", "--params", "-7e9"), "--params"),
-    (("memory", "--estimate", "--params", "1e300", "--json"), "--params"),
     (("memory", "--estimate", "--params", "7e9", "--shards", "0"), "--shards"),
-    (("predict", "m.py:f", "--chip", "tpu-v5e", "--top", "-5"), "--top"),
     (("report", "x", "--top", "-5"), "--top"),
-    (("diff", "a", "b", "--top", "-1"), "--top"),
-    (("calibrate", "--repeats", "1"), "--repeats"),
 ])
 def test_numeric_options_are_validated_by_their_types(args, option):
     r = rooflens(*args)
     one_sentence(r, option)
     assert r.stdout == ""
+
+
+def test_every_numeric_option_has_a_bounded_type():
+    """In-process (no start-up cost): each verb's numbers are refused by click's own types."""
+    from click.testing import CliRunner
+
+    from rooflens.cli import cli
+
+    for args in (("memory", "--estimate", "--params", "-7e9"), ("memory", "--estimate", "--params", "1e300"),
+                 ("predict", "m.py:f", "--chip", "tpu-v5e", "--top", "-5"), ("diff", "a", "b", "--top", "-1"),
+                 ("calibrate", "--repeats", "1"), ("demo", "--steps", "0"), ("report", "x", "--workers", "0")):
+        r = CliRunner().invoke(cli, list(args), standalone_mode=False)
+        assert r.exit_code != 0 and type(r.exception).__name__ == "BadParameter", (args, r.exception)
 
 
 def test_json_never_holds_nan_or_infinity():
@@ -257,11 +262,7 @@ def test_control_characters_from_data_never_reach_the_terminal(tmp_path):
     assert "jit_\\x1b[5mf" in r.stdout
     html = (tmp_path / "r.html").read_text()
     assert "pwned" in html and "<script>" in html  # the HTML still carries the name as text
-    # a file name holding them, in a report's header and in an error sentence
-    named = _hostile_trace(tmp_path, "e\x1b]0;t\x07.trace.json.gz")
-    r = rooflens("report", "--no-calibrate", str(named))
-    assert r.returncode == 0
-    _no_controls(r.stdout)
+    # a file name holding them, in an error sentence
     line = one_sentence(rooflens("hlo", str(tmp_path / "x\x1b[31m.hlo")), "does not exist")
     _no_controls(line)
     r = rooflens("report", "--no-calibrate", "--json", str(trace))

@@ -470,18 +470,6 @@ def report(logdirs: tuple[str, ...], hlo_dir: str | None, chip_name: str | None,
     render_report(console, rep, source=source, top=top)
 
 
-def _finite(doc):
-    """``doc`` with every NaN or infinite float as null: JSON has no such numbers (strict readers refuse
-    ``NaN``/``Infinity``), and "no figure" is what they mean."""
-    if isinstance(doc, float):
-        return doc if math.isfinite(doc) else None
-    if isinstance(doc, dict):
-        return {k: _finite(v) for k, v in doc.items()}
-    if isinstance(doc, (list, tuple)):
-        return [_finite(v) for v in doc]
-    return doc
-
-
 def _check_outputs(force: bool, *targets: tuple[str, str | None]) -> None:
     """Each (option, path) to be written can be, checked before any long work: no file named twice, none
     overwritten without --force, no device or directory, the directory there and writable."""
@@ -533,7 +521,9 @@ def _writing(path) -> object:
 
 def _json_text(doc) -> str:
     """The JSON rooflens prints or writes: indented, strict (never NaN or Infinity)."""
-    return json.dumps(_finite(doc), indent=2, default=str, allow_nan=False)
+    from rooflens.report.text import finite_json
+
+    return json.dumps(finite_json(doc), indent=2, default=str, allow_nan=False)
 
 
 def _load_report(logdir: str | list[str], hlo_dir: str | None = None, chip_name: str | None = None,

@@ -12,6 +12,8 @@ from __future__ import annotations
 import gzip
 import json
 
+from rooflens.report.text import finite_json
+
 
 def chrome_trace(report) -> dict:
     t = report.events
@@ -47,6 +49,6 @@ def chrome_trace(report) -> dict:
 
 
 def write_perfetto(report, path: str) -> None:
-    data = json.dumps(chrome_trace(report)).encode()
+    data = json.dumps(finite_json(chrome_trace(report)), allow_nan=False).encode()
     with open(path, "wb") as fh:
         fh.write(gzip.compress(data) if str(path).endswith(".gz") else data)

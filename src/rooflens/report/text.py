@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from rich.markup import escape
 
 from rooflens.units import fmt_bytes
@@ -47,3 +49,15 @@ def terminal_console(**kwargs):
             return super().render_str(escape_controls(text, keep_lines=True), **kw)
 
     return _SafeConsole(**kwargs)
+
+
+def finite_json(doc):
+    """``doc`` with every NaN or infinite float as null, for JSON: it has no such numbers (strict
+    readers refuse ``NaN``/``Infinity``), and "no figure" is what they mean here."""
+    if isinstance(doc, float):
+        return doc if math.isfinite(doc) else None
+    if isinstance(doc, dict):
+        return {k: finite_json(v) for k, v in doc.items()}
+    if isinstance(doc, list | tuple):
+        return [finite_json(v) for v in doc]
+    return doc

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from rooflens.errors import RooflensError
 from rooflens.trace import events as E
 from rooflens.trace import wire as W
 from rooflens.trace.events import EventTable
@@ -296,6 +297,9 @@ def _trace_op_meta(st: dict) -> dict:
             "flops": _number(st.get("model_flops")), "bytes": _number(st.get("bytes_accessed"))}
 
 
+MAX_SPAN_US = 9e12  # int64 picoseconds hold 9.2e18 ps
+
+
 def read_chrome(path: Path, progress: Progress = None) -> RawTrace:
     """A Chrome trace JSON, streamed (:mod:`rooflens.trace.chrome`), into the same RawTrace as XSpace."""
     from rooflens.trace.chrome import read_events
@@ -307,6 +311,11 @@ def read_chrome(path: Path, progress: Progress = None) -> RawTrace:
     word = np.asarray(words + [""], dtype=object)
     n = len(c["ts"])
     t0 = float(c["ts"].min()) if n else 0.0
+    if n:  # times are kept as int64 picoseconds: a span past ~106 days is a damaged field, not a trace
+        span_us = max(float(c["ts"].max()) - t0, float(np.max(c["dur"])))
+        if not np.isfinite(span_us) or span_us > MAX_SPAN_US:
+            raise RooflensError(f"{path} has event times {span_us:.3g} µs apart or long, beyond any trace "
+                                f"(at most {MAX_SPAN_US:.3g} µs); its 'ts' or 'dur' fields are damaged.")
     start = np.rint((c["ts"] - t0) * 1e6).astype(np.int64)
     dur = np.rint(np.maximum(c["dur"], 0) * 1e6).astype(np.int64)
     # XProf's rule for device ops: the span is (device_offset_ps, device_duration_ps) when both are given

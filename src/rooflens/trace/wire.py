@@ -80,7 +80,7 @@ def _skip(buf, pos, end, wt):
         return pos + 8 if pos + 8 <= end else -1
     if wt == 2:
         n, pos = _varint(buf, pos, end)
-        if pos < 0 or n < 0 or pos + n > end:
+        if pos < 0 or n < 0 or n > end - pos:
             return -1
         return pos + n
     if wt == 5:
@@ -107,7 +107,7 @@ def fields(buf, start, end, out, err):
             a, b = v, v
         elif wt == 2:
             ln, p2 = _varint(buf, pos, end)
-            if p2 >= 0 and (ln < 0 or p2 + ln > end):
+            if p2 >= 0 and (ln < 0 or ln > end - p2):
                 err[0], err[1] = BAD_LENGTH, at
                 return -1
             a, b = p2, p2 + ln
@@ -147,7 +147,7 @@ def metadata_entries(buf, spans, out, err):
                 key, pos = _varint(buf, pos, end)
             elif tag == 18:
                 ln, pos = _varint(buf, pos, end)
-                if pos < 0 or ln < 0 or pos + ln > end:
+                if pos < 0 or ln < 0 or ln > end - pos:
                     err[0], err[1] = BAD_LENGTH, at
                     return -1
                 vs, ve = pos, pos + ln
@@ -173,7 +173,7 @@ def metadata_entries(buf, spans, out, err):
                 out[k, 1] = v
             elif tag == 18 or tag == 34:
                 ln, pos = _varint(buf, pos, end)
-                if pos < 0 or ln < 0 or pos + ln > end:
+                if pos < 0 or ln < 0 or ln > end - pos:
                     err[0], err[1] = BAD_LENGTH, at
                     return -1
                 col = 2 if tag == 18 else 4
@@ -214,7 +214,7 @@ def line_headers(buf, spans, out, err):
                     out[k, 6] = v
             elif wt == 2:
                 ln, pos = _varint(buf, pos, end)
-                if pos < 0 or ln < 0 or pos + ln > end:
+                if pos < 0 or ln < 0 or ln > end - pos:
                     err[0], err[1] = BAD_LENGTH, at
                     return -1
                 if num == 2:
@@ -376,7 +376,7 @@ def decode_events(buf, lines, state, budget_bytes, long_ps, sm_ids, sm_col, sm_n
                     return FAILED
                 continue
             ln, pos = _varint(buf, pos, end)
-            if pos < 0 or ln < 0 or pos + ln > end:
+            if pos < 0 or ln < 0 or ln > end - pos:
                 err[0], err[1] = BAD_LENGTH, resume
                 return FAILED
             ev_end = pos + ln
@@ -400,7 +400,7 @@ def decode_events(buf, lines, state, budget_bytes, long_ps, sm_ids, sm_col, sm_n
                     dur, pos = _varint(buf, pos, ev_end)
                 elif t == 34:  # a stat
                     sl, pos = _varint(buf, pos, ev_end)
-                    if pos < 0 or sl < 0 or pos + sl > ev_end:
+                    if pos < 0 or sl < 0 or sl > ev_end - pos:
                         err[0], err[1] = BAD_LENGTH, at
                         return FAILED
                     st_end = pos + sl
@@ -439,7 +439,7 @@ def decode_events(buf, lines, state, budget_bytes, long_ps, sm_ids, sm_col, sm_n
                             pos += 8
                         elif w2 == 2:
                             l2, pos = _varint(buf, pos, st_end)
-                            if pos < 0 or l2 < 0 or pos + l2 > st_end:
+                            if pos < 0 or l2 < 0 or l2 > st_end - pos:
                                 err[0], err[1] = BAD_LENGTH, a2
                                 return FAILED
                             vs, ve = pos, pos + l2
