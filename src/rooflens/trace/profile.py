@@ -176,7 +176,8 @@ def read_hlo_dir(directory: str | Path) -> dict[str, str]:
     return {k: v for k, (_, v) in out.items()}
 
 
-def _embedded_hlo(raws: list[RawTrace], files: list[str], table: EventTable) -> dict[str, str]:
+def _embedded_hlo(raws: list[RawTrace], files: list[str], table: EventTable, skip: set[str] = frozenset()
+                  ) -> dict[str, str]:
     """Program → HLO text from the XSpaces' metadata plane (decoded with the events; for a Chrome
     trace, from its sibling XSpace), printed by jaxlib once per distinct module (the hosts of one
     job all carry the same programs).
@@ -202,7 +203,10 @@ def _embedded_hlo(raws: list[RawTrace], files: list[str], table: EventTable) -> 
                 except (ValueError, IndexError, OSError):
                     protos = {}  # a damaged metadata plane: the ops just lack scopes
         for k, v in protos.items():
-            if k not in wanted and (k in seen or k in exact or re.sub(r"\(\d+\)$", "", k) in seen):
+            base = re.sub(r"\(\d+\)$", "", k)
+            if base in skip:
+                continue  # its text is saved beside the trace: no need to print it
+            if k not in wanted and (k in seen or k in exact or base in seen):
                 wanted[k] = v
     best: dict[str, tuple[int, str]] = {}
     for key, text in print_modules(wanted).items():
@@ -232,6 +236,10 @@ def _job_steps(steps_by_host: list[list[tuple[int, float, float]]]) -> list[tupl
     return sorted((n, s, e) for n, (s, e) in merged.items())
 
 
+def _has_saved_hlo(run: str) -> bool:
+    return not fs.is_url(run) and (Path(run) / "hlo").is_dir()
+
+
 def _import_hlo_printer() -> None:
     """jaxlib's HLO printer (it imports jax, a second or so), loaded while the traces are read."""
     with contextlib.suppress(Exception):  # printing will say what went wrong, on the main thread
@@ -257,7 +265,8 @@ def load(path: str | Path | list[str | Path], hlo_dir: str | Path | None = None,
     files = [f.path for f in host_files]
     with ingest_progress([Path(f) for f in files], progress) as bar:
         raws = read_hosts(host_files, workers=workers, engine=engine, ray_address=ray_address,
-                          progress=bar.for_file, meanwhile=_import_hlo_printer)
+                          progress=bar.for_file,
+                          meanwhile=None if any(_has_saved_hlo(r) for r in runs) else _import_hlo_printer)
     table = concat([r.table for r in raws])
     steps_by_host = []
     for r in raws:
@@ -281,13 +290,15 @@ def load(path: str | Path | list[str | Path], hlo_dir: str | Path | None = None,
         except ValueError:
             notes.append(f"{fs.join(run, 'rooflens.json')} is not valid JSON; ignored")
         break
-    hlo_texts = _embedded_hlo(raws, files, table)
-    for run in runs:
-        if not fs.is_url(run) and (Path(run) / "hlo").is_dir():
-            hlo_texts.update({k: v for k, v in read_hlo_dir(Path(run) / "hlo").items() if k not in hlo_texts
-                              or run == runs[0]})
+    saved: dict[str, str] = {}  # HLO text files beside the trace (rl.capture, rooflens run) or given
+    for run in reversed(runs):  # the first run's texts win
+        if _has_saved_hlo(run):
+            saved.update(read_hlo_dir(Path(run) / "hlo"))
     if hlo_dir is not None:
-        hlo_texts.update(read_hlo_dir(hlo_dir))
+        saved.update(read_hlo_dir(hlo_dir))
+    # programs compiled once are named plainly; their saved text serves, and their proto need not be printed
+    hlo_texts = _embedded_hlo(raws, files, table, skip={k for k in saved if k not in table.program_keys})
+    hlo_texts.update(saved)
     host_events_of = {r.host: sorted(((name, (s + (r.table.origin_ns - table.origin_ns) * 1000) * 1e-3,
                                         (e + (r.table.origin_ns - table.origin_ns) * 1000) * 1e-3)
                                        for name, s, e in r.host_events), key=lambda h: h[1]) for r in raws}
