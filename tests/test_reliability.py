@@ -122,6 +122,24 @@ def test_existing_directories_are_not_called_missing(tmp_path):
     assert "does not exist" not in line
 
 
+def test_devices_and_directories_where_a_file_is_read(tmp_path):
+    """/dev/zero never ends: reading it as HLO filled memory until the process was killed."""
+    if not Path("/dev/zero").exists():
+        pytest.skip("no /dev/zero")
+    one_sentence(rooflens("hlo", "/dev/zero", timeout=30), "not a regular file")
+    one_sentence(rooflens("memory", "/dev/zero", timeout=30), "not a regular file")
+    one_sentence(rooflens("check", "x", "--budget", str(tmp_path)), "is a directory")
+
+
+def test_a_mesh_larger_than_any_pod_is_refused_before_xla_aborts():
+    from rooflens.errors import RooflensError
+    from rooflens.lowering import parse_mesh_spec
+
+    assert parse_mesh_spec("data=64,model=128") == {"data": 64, "model": 128}
+    with pytest.raises(RooflensError, match="more than any slice or pod"):
+        parse_mesh_spec("data=99999999999999")
+
+
 @pytest.mark.parametrize("spec, words", [
     ("f32[4000000000,4000000000]", ("multiply to", "2^63")),
     ("f32[99999999999999999]", ("more than the memory of any chip",)),

@@ -53,6 +53,8 @@ def load_budget(budget):
     if isinstance(budget, dict):
         return budget_from_mapping(budget, "the budget")
     p = Path(budget)
+    if p.is_dir():
+        raise BudgetError(f"budget file {budget} is a directory; give a TOML file of budgets.")
     if not p.is_file():
         raise BudgetError(f"budget file {budget} does not exist.")
     try:

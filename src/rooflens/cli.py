@@ -63,6 +63,8 @@ def read_hlo_file(path: str) -> str:
         dumps = sorted(p.glob("*after_optimizations.txt")) or sorted(p.glob("*.txt"))
         hint = f", e.g. {dumps[0]}" if dumps else " (e.g. a *after_optimizations.txt file of an XLA dump)"
         raise UserError(f"{path} is a directory; give one HLO text file{hint}.")
+    if not p.is_file():
+        raise UserError(f"{path} is not a regular file (a device or a pipe); give one HLO text file.")
     try:
         data = p.read_bytes()
     except OSError as e:
@@ -687,6 +689,8 @@ def memory(path: str | None, do_estimate: bool, params: float | None, optimizer:
         raise UserError(f"cannot reach {path}: permission denied.") from None
     except OSError:
         raise UserError(f"{path} does not exist.") from None
+    if not p.is_dir() and not p.is_file():
+        raise UserError(f"{path} is not a regular file (a device or a pipe); give a logdir or an XLA dump directory.")
     if p.is_dir() and list(p.glob("*buffer-assignment.txt")):
         from rooflens.memory import read_dump_memory
 

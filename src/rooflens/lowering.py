@@ -34,6 +34,9 @@ _SPEC_RE = re.compile(r"^\s*([a-z]+[0-9a-z]*)\s*\[\s*([0-9,\s]*)\]\s*(?:@\s*(.*)
 DTYPE_NAMES = NUMPY_NAMES  # HLO name → NumPy name, the one table in rooflens.hlo.shape
 
 
+MAX_MESH_DEVICES = 16_384  # above the largest pods (TPU v5p: 8,960 chips); each is a CPU device here
+
+
 def parse_mesh_spec(spec: str | Mapping[str, int]) -> dict[str, int]:
     """``"data=4,model=2"`` → ``{"data": 4, "model": 2}`` (or a RooflensError saying what is wrong)."""
     if isinstance(spec, Mapping):
@@ -49,6 +52,12 @@ def parse_mesh_spec(spec: str | Mapping[str, int]) -> dict[str, int]:
         raise RooflensError(f"bad mesh {spec!r}: write axis=size pairs with sizes ≥ 1, e.g. data=4,model=2.")
     if len({k for k, _ in items}) != len(items):
         raise RooflensError(f"bad mesh {spec!r}: an axis name appears twice.")
+    total = 1
+    for _, n in items:
+        total *= int(n)
+    if total > MAX_MESH_DEVICES:
+        raise RooflensError(f"bad mesh {spec!r}: it needs {total:,} devices, more than any slice or pod "
+                            f"(at most {MAX_MESH_DEVICES:,} here).")
     return {k: int(v) for k, v in items}
 
 
