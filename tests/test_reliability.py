@@ -155,13 +155,16 @@ def test_argument_sizes_beyond_any_machine_are_refused_before_jax(tmp_path, spec
 
 def test_predict_json_is_pure_when_the_users_module_prints(tmp_path):
     f = tmp_path / "noisy.py"
-    f.write_text("import jax.numpy as jnp\nprint('hello from import')\n\n"
+    f.write_text("import os\nimport subprocess\nimport sys\n\nimport jax.numpy as jnp\n\n"
+                 "print('hello from import')\nos.write(1, b'straight to the descriptor\\n')\n"
+                 "subprocess.run([sys.executable, '-c', 'print(\"from a child process\")'])\n\n"
                  "def f(x):\n    print('tracing', x.shape)\n    return jnp.sin(x) * 2\n")
     r = rooflens("predict", f"{f}:f", "--chip", "tpu-v5e", "--arg", "f32[128,256]", "--json")
     assert r.returncode == 0, r.stderr[-2000:]
     doc = json.loads(r.stdout)
     assert doc["chip"] == "tpu-v5e" and doc["ops"]
-    assert "hello from import" in r.stderr and "tracing (128, 256)" in r.stderr
+    for said in ("hello from import", "straight to the descriptor", "from a child process", "tracing (128, 256)"):
+        assert said in r.stderr, r.stderr
 
 
 # -- item 3: output safety ----------------------------------------------------------------------------

@@ -287,6 +287,27 @@ def _load_function(target: str):
     return fn
 
 
+@contextlib.contextmanager
+def _stdout_to_stderr():
+    """Everything written to stdout meanwhile goes to stderr: Python's prints, and the file descriptor
+    itself (C extensions, subprocesses, os.write), so stdout stays one JSON document."""
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:  # no file descriptor 1 (a closed stdout): Python's level only
+        saved = None
+    try:
+        if saved is not None:
+            os.dup2(2, 1)
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stderr.flush()
+        if saved is not None:
+            os.dup2(saved, 1)
+            os.close(saved)
+
+
 def _mesh_devices(mesh: str | None) -> int:
     from rooflens.lowering import parse_mesh_spec
 
@@ -355,7 +376,7 @@ def predict(target: str, chip_name: str, arg_specs: tuple[str, ...], mesh: str |
     args = [parse_arg_spec(a, mesh_obj) for a in arg_specs]
     # the user's module may print (on import, or while it is traced): with --json that goes to stderr,
     # so stdout holds the JSON document alone
-    with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
+    with _stdout_to_stderr() if as_json else contextlib.nullcontext():
         fn = _load_function(target)
         pred = run_predict(fn, *args, chip=chip, mesh=mesh_obj, topology=topology)
     if as_json:
