@@ -326,3 +326,16 @@ def test_capture_keeps_the_trace_with_its_hlo_when_user_code_raises(tmp_path):
     assert len(hlo) == 1 and hlo[0].read_text().startswith("HloModule")
     prof = rl.load(runs[0])
     assert prof.hlo_texts and prof.modules  # the kept trace reads with its program
+
+
+def test_traces_too_far_apart_for_one_time_axis(tmp_path):
+    """Two captures decades apart (one with no wall-clock origin) in one directory: one sentence, not
+    an int64 overflow."""
+    import gzip
+
+    meta = [{"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "/host:CPU"}}]
+    for host, ts in (("a", 1.0), ("b", 1.7e15)):  # µs: 1970 and 2023
+        events = [{"ph": "X", "pid": 1, "tid": 2, "ts": ts + 10 * i, "dur": 2.0, "name": "dot.1",
+                   "args": {"hlo_op": "dot.1", "hlo_module": "jit_f", "device_ordinal": 0}} for i in range(3)]
+        (tmp_path / f"{host}.trace.json.gz").write_bytes(gzip.compress(json.dumps({"traceEvents": meta + events}).encode()))
+    one_sentence(rooflens("report", "--no-calibrate", str(tmp_path)), "days apart")

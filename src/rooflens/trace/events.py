@@ -13,6 +13,8 @@ from functools import cached_property
 
 import numpy as np
 
+from rooflens.errors import RooflensError
+
 
 class Vocab:
     """Interns strings to dense integer codes."""
@@ -155,7 +157,12 @@ def concat(tables: list[EventTable]) -> EventTable:
         for col, voc in (("host", "hosts"), ("line", "lines"), ("name", "names"), ("program", "programs")):
             remap = np.asarray([merged[voc].code(w) for w in getattr(t, voc)] or [0], dtype=np.int32)
             parts[col].append(remap[getattr(t, col)] if len(t) else np.zeros(0, np.int32))
-    start = np.concatenate([t.start_ps + (t.origin_ns - origin) * 1000 for t in tables])
+    shift_ps = [(t.origin_ns - origin) * 1000 for t in tables]
+    last_ps = max(s + (int(t.start_ps.max()) if len(t) else 0) for s, t in zip(shift_ps, tables))
+    if last_ps > np.iinfo(np.int64).max:  # int64 picoseconds span ~106 days: these are not one run
+        raise RooflensError(f"the traces given start {last_ps / 86400e12:,.0f} days apart (or one has no wall-clock "
+                            "time), so they are not one run; report each run on its own.")
+    start = np.concatenate([t.start_ps + s for s, t in zip(shift_ps, tables)])
     order = np.argsort(start, kind="stable")
     hlo_text, op_meta, keys = {}, {}, {}
     for t in tables:
