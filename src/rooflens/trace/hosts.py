@@ -83,14 +83,30 @@ def _read_hosts(files, workers, engine, ray_address, progress, overlap) -> list[
 
         warm_up()  # loaded once here, inherited by every worker
     out: list[RawTrace | None] = [None] * len(files)
+    # a few hosts per task (about four tasks a worker): fewer round trips, and the hosts of one task
+    # send each program's HLO once
+    per = max(1, len(files) // (4 * n))
+    batches = [list(range(k, min(k + per, len(files)))) for k in range(0, len(files), per)]
     with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context(method)) as pool:
-        futures = {pool.submit(read_one, f): i for i, f in enumerate(files)}
+        futures = {pool.submit(_read_batch, [files[i] for i in b]): b for b in batches}
         overlap()  # every worker is forked by now
         for fut in as_completed(futures):
-            i = futures[fut]
-            out[i] = fut.result()  # a RooflensError in a worker is raised here, with its sentence
-            if progress:
-                progress(i)(1, 1)
+            for i, raw in zip(futures[fut], fut.result()):  # a worker's RooflensError is raised here
+                out[i] = raw
+                if progress:
+                    progress(i)(1, 1)
+    return out
+
+
+def _read_batch(files: list[HostFile]) -> list[RawTrace]:
+    """Several host files in one task; a program's HLO proto goes back with the first host that has it
+    (the driver prints each program once, whichever host it came from)."""
+    out, sent = [], set()
+    for f in files:
+        raw = read_one(f)
+        raw.hlo_protos = {k: v for k, v in raw.hlo_protos.items() if (k, len(v)) not in sent}
+        sent.update((k, len(v)) for k, v in raw.hlo_protos.items())
+        out.append(raw)
     return out
 
 
