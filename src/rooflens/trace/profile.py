@@ -296,8 +296,9 @@ def load(path: str | Path | list[str | Path], hlo_dir: str | Path | None = None,
             saved.update(read_hlo_dir(Path(run) / "hlo"))
     if hlo_dir is not None:
         saved.update(read_hlo_dir(hlo_dir))
-    # programs compiled once are named plainly; their saved text serves, and their proto need not be printed
-    hlo_texts = _embedded_hlo(raws, files, table, skip={k for k in saved if k not in table.program_keys})
+    # a program the trace names plainly (compiled once) is served by its saved text: its proto need not be
+    # printed; one compiled several times (jit_dot(5), jit_dot(49)) keeps its own module from the trace
+    hlo_texts = _embedded_hlo(raws, files, table, skip={k for k in saved if k in table.programs})
     hlo_texts.update(saved)
     host_events_of = {r.host: sorted(((name, (s + (r.table.origin_ns - table.origin_ns) * 1000) * 1e-3,
                                         (e + (r.table.origin_ns - table.origin_ns) * 1000) * 1e-3)
