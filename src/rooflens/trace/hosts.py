@@ -77,7 +77,7 @@ def _read_hosts(files, workers, engine, ray_address, progress, overlap) -> list[
     if n <= 1:
         overlap()  # the decoder releases the GIL
         return [read_one(f, progress(i) if progress else None) for i, f in enumerate(files)]
-    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() and not _jax_running() else "spawn"
     if method == "fork":
         from rooflens.trace.xspace import warm_up
 
@@ -96,6 +96,14 @@ def _read_hosts(files, workers, engine, ray_address, progress, overlap) -> list[
                 if progress:
                     progress(i)(1, 1)
     return out
+
+
+def _jax_running() -> bool:
+    """Whether this process has started a JAX backend (its threads make forking unsafe: spawn then)."""
+    import sys
+
+    bridge = sys.modules.get("jax._src.xla_bridge")
+    return bool(getattr(bridge, "_backends", None))
 
 
 def _read_batch(files: list[HostFile]) -> list[RawTrace]:
