@@ -167,13 +167,11 @@ def _stat_value(data: bytes, stat_names: dict[int, str]) -> tuple[str, object]:
 def _metadata_stats(buf, start: int, end: int, stat_names: dict[int, str]) -> dict:
     """The stats of one XEventMetadata (field 5), e.g. a TPU op's ``flops`` and ``hlo_category``."""
     out = {}
-    try:
+    with contextlib.suppress(ValueError, IndexError):  # a damaged metadata message: its stats are just missing
         for num, wt, v in _py_fields(bytes(buf[start:end])):
             if num == 5 and wt == 2:
                 k, val = _stat_value(v, stat_names)
                 out[k] = val
-    except (ValueError, IndexError):
-        pass  # a damaged metadata message: its stats are just missing
     return out
 
 
