@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from rooflens.errors import RooflensError
+from rooflens.errors import RooflensError, existing
 
 EXAMPLE_HLO = "transformer_train_step.8dev.after_optimizations.hlo.txt"
 
@@ -53,12 +53,7 @@ def example_hlo_path() -> Path:
 def read_hlo_file(path: str) -> str:
     """The text of an HLO file (plain or gzipped), or a UserError saying what is wrong."""
     p = Path(path)
-    try:
-        p.stat()
-    except PermissionError:
-        raise UserError(f"cannot reach {path}: permission denied.") from None
-    except OSError:
-        raise UserError(f"{path} does not exist.") from None
+    existing(path)
     if p.is_dir():
         dumps = sorted(p.glob("*after_optimizations.txt")) or sorted(p.glob("*.txt"))
         hint = f", e.g. {dumps[0]}" if dumps else " (e.g. a *after_optimizations.txt file of an XLA dump)"
@@ -178,12 +173,7 @@ def _write_graph(module, path: str, op_name: str | None, out: str, force: bool) 
 def _need_file(path: str, what: str, wanted: str) -> None:
     """One sentence when ``path`` is not a readable file: missing, a directory, or out of reach."""
     p = Path(path)
-    try:
-        p.stat()
-    except PermissionError:
-        raise UserError(f"cannot reach {what}{path}: permission denied.") from None
-    except OSError:
-        raise UserError(f"{what}{path} does not exist.") from None
+    existing(path, what)
     if p.is_dir():
         raise UserError(f"{what}{path} is a directory; give {wanted}.")
     if not p.is_file():
@@ -704,12 +694,7 @@ def memory(path: str | None, do_estimate: bool, params: float | None, optimizer:
     if not path:
         raise UserError("give a logdir (captured by rooflens), an XLA dump directory, or --estimate --params N.")
     p = Path(path)
-    try:
-        p.stat()
-    except PermissionError:
-        raise UserError(f"cannot reach {path}: permission denied.") from None
-    except OSError:
-        raise UserError(f"{path} does not exist.") from None
+    existing(path)
     if not p.is_dir() and not p.is_file():
         raise UserError(f"{path} is not a regular file (a device or a pipe); give a logdir or an XLA dump directory.")
     if p.is_dir() and list(p.glob("*buffer-assignment.txt")):

@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from rooflens.errors import RooflensError
+from rooflens.errors import RooflensError, existing
 from rooflens.trace import launch
 
 DEFAULT_LOGDIR = "rooflens-logs"
@@ -36,12 +36,7 @@ def command(target: str, args: list[str], logdir: str | Path | None = None, modu
             raise RooflensError(f"there is no module named {target!r} (as `python -m {target}` would look for it).")
     else:
         p = Path(target)
-        try:
-            p.stat()
-        except PermissionError:
-            raise RooflensError(f"cannot reach {target}: permission denied.") from None
-        except OSError:
-            raise RooflensError(f"{target} does not exist.") from None
+        existing(target)
         if p.is_dir() and not (p / "__main__.py").is_file():
             raise RooflensError(f"{target} is a directory without a __main__.py; give a Python script.")
     logdir = Path(logdir or DEFAULT_LOGDIR).absolute()
