@@ -166,8 +166,10 @@ def test_uneven_steps(tmp_path):
 
 
 def test_host_work_inside_every_step_is_overhead(tmp_path):
+    x = jnp.ones((512, 512))  # a few ms of matmul under 40 ms of host work: far above 2× on any load
+
     def body(i):
-        y = MATMUL(X, W)
+        y = MATMUL(x, x)
         time.sleep(0.04)
         return y
 

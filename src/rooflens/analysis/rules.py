@@ -372,23 +372,25 @@ def rule_in_window(report) -> list[Finding]:
             "keep shapes static (pad batches to fixed sizes, bucket sequence lengths), keep dtypes stable, and "
             "jit once outside the loop"))
     transfers = list(w.transfers)
-    times = w.transfer_times_unix_s
+    times = list(w.transfer_times_unix_s or ())
     steps = report.steps.steps if report.steps and report.steps.steps else 1
-    info = _warmup_info(report)
-    prof = report.profile
-    if transfers and times and len(times) == len(transfers) and "offset_ns" in info and prof is not None \
-            and "steady_start_ns" in info:  # only the transfers of the steady state (set-up uploads are not per step)
-        begin = (info["steady_start_ns"] - info["offset_ns"]) * 1e-9
-        transfers = [x for x, at in zip(transfers, times) if at >= begin]
     # a Python scalar turned into a device constant (jnp.ones(n), x * 2.0) is not a data transfer
-    # (JAX details only the first of repeated transfers: a repeat is taken to be like the one before it)
-    kept, scalar = [], False
+    # (JAX details only the first of repeated transfers: a repeat is like the detailed one before it)
+    data, scalar = [], False
     for x in transfers:
         if "(a repeat" not in x:
             scalar = x.startswith("host-to-device") and "[]" in x.split("dst_sharding")[0]
-        if not scalar:
-            kept.append(x)
-    transfers = kept
+        data.append(not scalar)
+    info = _warmup_info(report)
+    if transfers and len(times) == len(transfers) and "offset_ns" in info and report.profile is not None \
+            and "steady_start_ns" in info:  # only the transfers of the steady state (set-up uploads are not per step)
+        # steps inferred from device runs: the host's own boundary, over the runs dispatched after it
+        host = "host_steady_start_ns" in info
+        begin = (info["host_steady_start_ns" if host else "steady_start_ns"] - info["offset_ns"]) * 1e-9
+        if host:
+            steps = max(info["host_steady_runs"], 1)
+        data = [d and at >= begin for d, at in zip(data, times)]
+    transfers = [x for x, d in zip(transfers, data) if d]
     if transfers:
         out.append(Finding(
             "host-transfers", "medium" if len(transfers) >= TRANSFERS_PER_STEP * steps else "low",
@@ -434,19 +436,30 @@ def rule_variance(report) -> list[Finding]:
 
 
 def rule_overheads(report) -> list[Finding]:
+    """The step far above its roofline sum once the slow ops' own excess is taken out.
+
+    A slow op explains its excess over its roofline (the slow-op finding's business); what the
+    step spends beyond the roofline sum and that excess is time between ops."""
     st = report.steps
     if not st or st.predicted_s <= 0 or st.step_time_s <= 0:
         return []
     ratio = st.step_time_s / st.predicted_s
     slow = [c for c in report.comparison if c.priced and c.ratio and c.ratio > SLOW_RATIO
             and c.total_time_s / _busy_total(report) >= MIN_SHARE]
-    if ratio <= OVERHEAD_RATIO or slow:
+    slow_excess_s = sum(_per_step(report, c.total_time_s * (1 - 1 / c.ratio)) for c in slow)
+    between_s = st.step_time_s - slow_excess_s
+    if between_s / st.predicted_s <= OVERHEAD_RATIO:
         return []
+    evidence = [f"step {_ms(st.step_time_s)} vs roofline sum {_ms(st.predicted_s)}",
+                f"idle {_ms(st.idle_s)}, unpriced ops {_ms(st.unpriced_s)}"]
+    if slow:
+        evidence.append(f"ops slower than their roofline explain {_ms(slow_excess_s)} of it: "
+                        + ", ".join(c.name for c in slow[:3]))
+    title = (f"The step is {ratio:.1f}× its roofline sum though no big op is slow" if not slow else
+             f"The step is {ratio:.1f}× its roofline sum; slow ops explain only {_ms(slow_excess_s)} of it")
     return [Finding(
-        "overheads", _severity(1 - 1 / ratio), f"The step is {ratio:.1f}× its roofline sum though no big op is slow",
-        (), st.step_time_s - st.predicted_s,
-        (f"step {_ms(st.step_time_s)} vs roofline sum {_ms(st.predicted_s)}",
-         f"idle {_ms(st.idle_s)}, unpriced ops {_ms(st.unpriced_s)}"),
+        "overheads", _severity(1 - st.predicted_s / between_s), title,
+        (), between_s - st.predicted_s, tuple(evidence),
         "time goes between ops rather than in them: launch and dispatch overhead, synchronisation, small "
         "ops and idle gaps add up",
         "fuse more of the step into one program, remove host round-trips, and check the idle and tiny-op findings")]

@@ -44,6 +44,7 @@ KV_KEY = "rooflens/run_name"
 KV_TIMEOUT_MS = 20_000
 _TRANSFER = re.compile(r"(host-to-device|device-to-host|device-to-device) transfer: (.*)$")
 _LOG_PREFIX = re.compile(rb"^[IWEF]\d{4} ")
+_LOG_TIME = re.compile(r"^[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{6}) ")
 _COMPILE_SPANS = ("/jax/core/compile/jaxpr_trace_duration", "/jax/core/compile/jaxpr_to_mlir_module_duration",
                   "/jax/core/compile/backend_compile_duration")
 
@@ -343,6 +344,22 @@ def _stop_trace() -> None:
 # ---- stderr: transfer-guard lines out, everything else through, as it comes ---------------------
 
 
+def _logged_at(line: str, read_s: float) -> float:
+    """When a C++ log line was written (its own local-time stamp, to the µs), or when it was read.
+
+    The pipe is read in bursts (and late on a loaded machine), so a burst of lines would share
+    one reading time; the stamp is used when it is within a minute of that time."""
+    m = _LOG_TIME.match(line)
+    if not m:
+        return read_s
+    month, day, hour, minute, second, us = map(int, m.groups())
+    try:
+        at = time.mktime((time.localtime(read_s).tm_year, month, day, hour, minute, second, 0, 0, -1)) + us * 1e-6
+    except (OverflowError, ValueError):
+        return read_s
+    return at if abs(at - read_s) < 60 else read_s
+
+
 class _StderrTap:
     def __init__(self) -> None:
         with contextlib.suppress(Exception):
@@ -374,7 +391,7 @@ class _StderrTap:
             m = _TRANSFER.search(raw.decode("utf-8", "replace"))
             if m and S is not None:
                 S.transfers.append(f"{m.group(1)}: {m.group(2).strip() or '(a repeat; JAX gives no details)'}")
-                S.transfer_times.append(time.time())
+                S.transfer_times.append(_logged_at(raw.decode("utf-8", "replace"), time.time()))
             else:
                 out.append(raw + b"\n")
         # a partial line is passed on at once (progress bars redraw with \r), unless it may be a

@@ -210,6 +210,26 @@ def _infer_steps(t: EventTable, exec_idx: np.ndarray) -> tuple[str, list[tuple[i
     return t.programs[best], steps
 
 
+def _host_steady_start(t: EventTable, exec_idx: np.ndarray, code: int, meta: dict, offset_ns: float,
+                       steady_start_ns: float) -> dict:
+    """Where the host's steady state begins when the steps are the main program's executions.
+
+    The device-side start (the end of the main program's first run) is late for host events: with
+    asynchronous dispatch the host has already queued the next steps (and made their transfers)
+    while the device still runs the warm-up. The host's boundary is the end of the last
+    compilation before the device's steady start; every run of the main program that starts after
+    it was dispatched after it (the run it compiled and the steady steps)."""
+    ends = [e * 1e9 + offset_ns for _, e, _ in compile_spans_unix_s(meta) if e * 1e9 + offset_ns <= steady_start_ns]
+    if not ends:
+        return {}
+    host_ns = max(ends)
+    sel = t.program == code
+    starts = np.full(int(exec_idx[sel].max()) + 1, np.inf)
+    np.minimum.at(starts, exec_idx[sel], t.start_ns[sel])
+    runs = int((starts[np.isfinite(starts)] >= host_ns).sum())
+    return {"host_steady_start_ns": host_ns, "host_steady_runs": runs} if runs else {}
+
+
 def _fmt_s(s: float | None) -> str:
     if s is None:
         return "?"
@@ -272,6 +292,7 @@ def judge(profile):
             first = warm & (t.program == code)
             if first.any():
                 info["steady_start_ns"] = float(t.end_ns[first].max())
+                info.update(_host_steady_start(t, exec_idx, code, meta, info["offset_ns"], info["steady_start_ns"]))
         if steps:
             assign_steps(steady, steps)
             info["inferred_steps_from"] = main
