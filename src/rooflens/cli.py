@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import gzip
-import json
 import math
 import os
 import stat
@@ -534,9 +533,13 @@ def _writing(path) -> object:
 
 def _json_text(doc) -> str:
     """The JSON rooflens prints or writes: indented, strict (never NaN or Infinity)."""
-    from rooflens.report.text import finite_json
+    import orjson
 
-    return json.dumps(finite_json(doc), indent=2, default=str, allow_nan=False)
+    from rooflens.report.text import json_controls_escaped
+
+    # orjson writes NaN and ±inf as null (JSON has no such numbers; "no figure" is what they mean)
+    return json_controls_escaped(orjson.dumps(doc, default=str, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS
+                                              | orjson.OPT_SERIALIZE_NUMPY).decode())
 
 
 def _load_report(logdir: str | list[str], hlo_dir: str | None = None, chip_name: str | None = None,

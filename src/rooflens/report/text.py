@@ -24,6 +24,9 @@ def memory_line(mem) -> str:
 _CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
 _CONTROLS.update({c: f"\\u{c:04x}" for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))})
 _CONTROLS_KEEP_LINES = {c: v for c, v in _CONTROLS.items() if c not in (0x09, 0x0A)}
+# the same characters as JSON escapes, for JSON text written as UTF-8 (the C0 controls are escaped
+# by any JSON writer; DEL, C1 and the overrides are legal raw, so they are escaped here)
+_JSON_CONTROLS = {c: f"\\u{c:04x}" for c in _CONTROLS if c >= 0x7F}
 
 
 def escape_controls(text: str, keep_lines: bool = False) -> str:
@@ -31,6 +34,12 @@ def escape_controls(text: str, keep_lines: bool = False) -> str:
     terminal can neither style it, move its cursor, nor set its title. ``keep_lines``: newlines and
     tabs stay (for whole paragraphs; a name from data never needs them)."""
     return text.translate(_CONTROLS_KEEP_LINES if keep_lines else _CONTROLS)
+
+
+def json_controls_escaped(text: str) -> str:
+    """JSON text with DEL, the C1 controls and the bidirectional overrides as ``\\uXXXX`` escapes
+    (the same string to a JSON reader; nothing a terminal would act on when the text is shown)."""
+    return text.translate(_JSON_CONTROLS)
 
 
 def e(value) -> str:

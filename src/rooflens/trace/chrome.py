@@ -247,6 +247,9 @@ def _chunks(path: Path):
 
 def read_events(path: Path, progress=None) -> _Columns:
     """Stream the trace's events into columns. ``progress(bytes_done, bytes_total)`` (compressed)."""
+    from rooflens.trace.wire import numba_ready
+
+    numba_ready()
     cols = _Columns()
     state = np.array([0, 0, 0, -1, -1], np.int64)
     out = np.empty((1 << 16, 2), np.int64)

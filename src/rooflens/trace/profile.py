@@ -217,10 +217,14 @@ def _embedded_hlo(raws: list[RawTrace], files: list[str], table: EventTable, ski
         ops = seen.get(name)
         if not ops:
             continue
-        score = sum(1 for op in ops if f"%{op} = " in text or f"\n  {op} = " in text or f" {op} = " in text)
+        defined = set(_DEFINED.findall(text))
+        score = sum(1 for op in ops if op in defined)
         if name not in table.program_keys and score > best.get(name, (-1, ""))[0]:
             best[name] = (score, text)
     return {k: v for k, (_, v) in best.items()}
+
+
+_DEFINED = re.compile(r"(?:^|\s)%?([^\s=%]+) = ", re.M)  # the instruction names a module's text defines
 
 
 def _job_steps(steps_by_host: list[list[tuple[int, float, float]]]) -> list[tuple[int, float, float]]:

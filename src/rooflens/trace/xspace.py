@@ -192,6 +192,7 @@ def line_flags(plane_name: str, line_name: str) -> int:
 
 def decode(path: str | Path, progress: Callable[[int, int], None] | None = None) -> XSpaceColumns:
     """Decode an ``.xplane.pb``. ``progress(bytes_done, bytes_total)`` is called between chunks."""
+    W.numba_ready()
     path = Path(path)
     try:
         fh = path.open("rb")
@@ -309,6 +310,7 @@ def decode(path: str | Path, progress: Callable[[int, int], None] | None = None)
 def warm_up() -> None:
     """Load the compiled walks once in this process (a forked worker then starts with them loaded,
     instead of each paying numba's start-up)."""
+    W.numba_ready()
     err = np.zeros(2, np.int64)
     buf = np.zeros(2, np.uint8)
     W.fields(buf, 0, 0, np.empty((0, 4), np.int64), err)
