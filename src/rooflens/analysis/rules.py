@@ -28,6 +28,10 @@ IDLE_SHARE = 0.40
 MIN_GAP_S = 1e-3
 STEP_CV = 0.20  # interquartile range / median of step times
 STEP_CV_CPU = 0.50  # a shared CPU's own noise reaches ~40 % on steps of a few ms
+# and, on CPU, an interquartile spread of at least this much: a runnable thread can wait a whole
+# scheduling period for its core, and Linux CFS's default period is 6 ms × (1 + log2 cores), 12 ms
+# on 2 cores (sysctl_sched_latency, kernel/sched/fair.c, kernels before the 6.6 EEVDF scheduler)
+STEP_SPREAD_CPU_S = 0.012
 STRAGGLER_RATIO = 1.3  # slowest device's busy time / fastest's
 STRAGGLER_RATIO_CPU = 5.0  # forced CPU devices share cores; healthy data parallelism measured up to 3.5×
 OVERHEAD_RATIO = 2.0
@@ -411,7 +415,8 @@ def rule_variance(report) -> list[Finding]:
         # move it, steps that really differ (every other step waits for input) do
         q1, med, q3 = statistics.quantiles(st.times_s, n=4, method="inclusive")
         spread = (q3 - q1) / med if med else 0.0
-        if spread > (STEP_CV_CPU if report.platform == "cpu" else STEP_CV):
+        cpu = report.platform == "cpu"
+        if spread > (STEP_CV_CPU if cpu else STEP_CV) and (not cpu or q3 - q1 > STEP_SPREAD_CPU_S):
             slow = max(range(st.count), key=lambda i: st.times_s[i])
             out.append(Finding(
                 "step-variance", _severity(spread / 2), f"Step times vary by {spread:.0%} (IQR/median)", (),
