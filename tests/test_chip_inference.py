@@ -91,3 +91,27 @@ def test_mi300x_gemm_runs_near_its_roofline():
     assert gemm.model_flops == 2 * 16384 * 4096 * 4096 and gemm.bound == "compute"
     assert 1.0 <= gemm.ratio <= 2.0
     assert gemm.flops_fraction_of_peak == pytest.approx(1 / gemm.ratio, rel=1e-6)
+
+
+@pytest.mark.parametrize("kind,stats,chip,why", [
+    ("Instinct MI300X OAM", None, "mi300x", "model name"),  # a runtime's own wording around the model
+    ("A100-SXM4-40GB", None, "a100-sxm-40gb", "model name"),
+    ("gfx942:sramecc+:xnack-", None, "mi300x", "gfx942"),  # ROCm's arch name: the family, its first part
+    ("gfx950", None, "mi355x", "highest-clocked"),
+    ("AMD", {"device_vendor": "AMD", "compute_cap_major": 9, "compute_cap_minor": 5}, "mi355x", "gfx950"),
+    ("AMD", {"device_vendor": "AMD", "compute_cap_major": 9, "compute_cap_minor": 5, "clock_rate": 2_200_000,
+             "core_count": 256}, "mi350x", "2.2 GHz"),
+])
+def test_amd_and_partial_device_names(kind, stats, chip, why):
+    from rooflens.hardware.infer import infer_chip
+
+    c, reason = infer_chip(kind, stats)
+    assert c.name == chip and why in reason, reason
+
+
+def test_a_model_word_two_chips_share_is_no_match():
+    from rooflens.hardware.catalog import ChipError
+    from rooflens.hardware.infer import infer_chip
+
+    with pytest.raises(ChipError, match="matches no catalogue chip"):
+        infer_chip("NVIDIA H100")  # SXM or PCIe: nothing says which

@@ -16,6 +16,7 @@ MI355X: 2.2 vs 2.4 GHz).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 
 from rooflens.hardware.catalog import Chip, ChipError, catalog
@@ -54,6 +55,46 @@ def _by_name(names: list[str], chips: Mapping[str, Chip]) -> tuple[Chip, str] | 
                 if name.startswith(kn + " ") and (best is None or len(kn) > best[0]):
                     best = (len(kn), c, f"the trace's device name {name!r} (starts with {k!r})")
     return (best[1], best[2]) if best else None
+
+
+_MODEL_WORD = re.compile(r"[a-z][a-z0-9-]*\d[a-z0-9-]*")  # mi300x, a100-sxm4-40gb, v5e
+_NOT_MODEL = re.compile(r"hbm\d*e?|gen\d+|x\d+")  # memory and bus words many models share
+
+
+def _by_model_word(names: list[str], chips: Mapping[str, Chip]) -> tuple[Chip, str] | None:
+    """A name holding one chip's model word (a word of its device kinds that starts with a letter and
+    holds a digit, such as ``mi300x`` or ``a100-sxm4-40gb``; not a memory or bus word like ``hbm3``)
+    when no other chip claims that word: ``Instinct MI300X OAM``."""
+    owners: dict[str, set[str]] = {}
+    for c in chips.values():
+        for k in c.device_kinds:
+            for w in _norm(k).split():
+                if _MODEL_WORD.fullmatch(w) and not _NOT_MODEL.fullmatch(w):
+                    owners.setdefault(w, set()).add(c.name)
+    for name in names:
+        hits = {c for w in name.split() for c in owners.get(w, ())}
+        if len(hits) == 1:
+            (chip,) = hits
+            return chips[chip], f"the trace's device name {name!r} (holds {chip}'s model name)"
+    return None
+
+
+#: AMD GPU architectures (LLVM target, and the compute capability ROCm reports as major.minor) →
+#: catalogue chips: ROCm docs, Reference, AMD GPU specifications, Instinct table (MI300X and
+#: MI325X are gfx942, MI350X and MI355X gfx950).
+AMD_ARCHS = {"gfx942": ("mi300x", "mi325x"), "gfx950": ("mi350x", "mi355x")}
+
+
+def _amd_arch(names: list[str], stats: Mapping) -> str:
+    for n in names:
+        for w in n.replace(":", " ").split():
+            if w in AMD_ARCHS:
+                return w
+    major, minor = _number(stats, "compute_cap_major"), stats.get("compute_cap_minor")
+    if major and isinstance(minor, int | float) and not isinstance(minor, bool):
+        arch = f"gfx{int(major)}{int(minor)}"
+        return next((a for a in AMD_ARCHS if a.startswith(arch)), "")
+    return ""
 
 
 def _describe(vendor: str, cores, mem, clock_hz) -> str:
@@ -128,9 +169,20 @@ def infer_chip(device_kind: str, plane_stats: Mapping | None = None,
     vendor = VENDORS.get(_norm(stats.get("device_vendor")), "")
     for n in names:
         vendor = vendor or VENDORS.get(n, "") or next((v for k, v in VENDORS.items() if n.startswith(k + " ")), "")
-    hit = _gpu_by_stats(vendor, stats, chips) or _tpu_by_stats(stats, chips)
+    hit = _by_model_word(names, chips) or _gpu_by_stats(vendor, stats, chips) or _tpu_by_stats(stats, chips)
     if hit is not None:
         return hit
+    arch = _amd_arch(names, stats) if vendor in ("amd", "") else ""
+    family = {n: chips[n] for n in AMD_ARCHS.get(arch, ()) if n in chips}
+    if family:  # the architecture narrows it to a family; the properties (if any) pick within it
+        hit = _gpu_by_stats("amd", stats, family)
+        if hit is not None:
+            return hit[0], f"the architecture {arch} and {hit[1]}"
+        order = list(family)  # equal clocks: the first-listed (the family's original part)
+        best = max(family.values(), key=lambda c: (c.peak_clock_hz or 0.0, -order.index(c.name)))
+        how = "the first" if len({c.peak_clock_hz for c in family.values()}) == 1 else "the highest-clocked"
+        return best, (f"the architecture {arch} ({', '.join(order)}; nothing in the trace tells them apart, so "
+                      f"{how}; give --chip for another)")
     what = _describe(vendor, _number(stats, "core_count"), _number(stats, "memory_size"),
                      (_number(stats, "clock_rate") or 0) * 1e3)
     shown = repr(device_kind) + (f" ({what})" if what else "")
