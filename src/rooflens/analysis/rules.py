@@ -487,8 +487,8 @@ def rule_memory_peak(report) -> list[Finding]:
                  + (f" from {b.named_scope}" if b.named_scope else "") for b in bufs]
     if main.padding_waste_bytes:
         evidence.append(f"tiling padding wastes {main.padding_waste_bytes / 1e6:.3g} MB")
+    # a training step's gradients and optimizer temporaries alone put it near 1.3–2×: worth a look, no alarm
     return [Finding(
-        # a training step's gradients and optimizer temporaries alone put it near 1.3–2×: worth a look, no alarm
         "memory-peak", "high" if ratio > 3 else "medium" if ratio > 2 else "low",
         f"Peak memory is {ratio:.1f}× the state the program holds", tuple(b.name for b in bufs), 0.0,
         tuple(evidence),
