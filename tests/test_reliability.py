@@ -250,6 +250,17 @@ def test_json_never_holds_nan_or_infinity():
     assert r.returncode == 0
     assert "NaN" not in r.stdout and "Infinity" not in r.stdout
     json.loads(r.stdout)
+    # past what the fast writer takes (an integer beyond 64 bits), still the same document
+    text = _json_text({"n": 10**30, "s": "\x9b×", "x": float("nan")})
+    assert json.loads(text) == {"n": 10**30, "s": "\x9b×", "x": None} and "\x9b" not in text
+
+
+def test_a_metadata_file_with_an_integer_past_64_bits(tmp_path):
+    _hostile_trace(tmp_path)
+    (tmp_path / "rooflens.json").write_text('{"captured_by": "someone", "seed": ' + "9" * 40 + "}")
+    r = rooflens("report", "--no-calibrate", "--json", str(tmp_path))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads(r.stdout)["metadata"]["seed"] == int("9" * 40)
 
 
 # -- item 4: terminal safety --------------------------------------------------------------------------

@@ -533,13 +533,19 @@ def _writing(path) -> object:
 
 def _json_text(doc) -> str:
     """The JSON rooflens prints or writes: indented, strict (never NaN or Infinity)."""
+    import json
+
     import orjson
 
-    from rooflens.report.text import json_controls_escaped
+    from rooflens.report.text import finite_json, json_controls_escaped
 
     # orjson writes NaN and ±inf as null (JSON has no such numbers; "no figure" is what they mean)
-    return json_controls_escaped(orjson.dumps(doc, default=str, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS
-                                              | orjson.OPT_SERIALIZE_NUMPY).decode())
+    try:
+        text = orjson.dumps(doc, default=str, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS
+                            | orjson.OPT_SERIALIZE_NUMPY).decode()
+    except TypeError:  # what orjson cannot write (an integer past 64 bits, from a metadata file): the slow way
+        text = json.dumps(finite_json(doc), indent=2, default=str, allow_nan=False, ensure_ascii=False)
+    return json_controls_escaped(text)
 
 
 def _load_report(logdir: str | list[str], hlo_dir: str | None = None, chip_name: str | None = None,
