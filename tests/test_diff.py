@@ -50,6 +50,31 @@ def test_diff_command_json_and_html(tmp_path):
     assert res.exit_code == 0 and "collective" in res.stdout and "Time per step and share" in res.stdout
 
 
+def test_a_saved_report_is_one_side(tmp_path):
+    """`rooflens report --out a.json` then `rooflens diff a.json B`: the same diff as from the logdir."""
+    logs = runs()
+    saved = tmp_path / "dp64.json"
+    res = CliRunner().invoke(cli.cli, ["report", str(logs["dp64"]), "--out", str(saved)])
+    assert res.exit_code == 0, res.output
+    both = [json.loads(CliRunner().invoke(cli.cli, ["diff", a, str(logs["dp4096"]), "--json"]).stdout)
+            for a in (str(logs["dp64"]), str(saved))]
+    assert both[0]["steps"]["program_a"] == both[1]["steps"]["program_a"]
+    for k in ("step_time_a_s", "step_time_b_s", "mfu_a", "predicted_a_s"):
+        assert both[0]["steps"][k] == pytest.approx(both[1]["steps"][k], rel=1e-9), k
+    assert [(c["category"], round(c["share_a"], 9)) for c in both[0]["categories"]] == \
+        [(c["category"], round(c["share_a"], 9)) for c in both[1]["categories"]]
+    assert len(both[0]["ops"]) == len(both[1]["ops"]) and not both[1]["unmatched"]
+    # anything else that ends in .json is one sentence, exit 2
+    bad = tmp_path / "other.json"
+    bad.write_text('{"schema_version": 99}')
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "rooflens.cli", "diff", str(bad), str(saved)], capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "is not a saved rooflens report" in r.stderr
+
+
 def test_weights_all_gathered_appear_in_the_fsdp_run():
     d = rl.diff(report("dp4096"), report("fsdp"))
     # a new all-gather (the sharded weights), the costliest of what appeared (beside it: partition-id,

@@ -567,6 +567,27 @@ def _load_report(logdir: str | list[str], hlo_dir: str | None = None, chip_name:
     return analyze(prof, chip=chip_name, memory=read_run_memory(prof), require_roofline=False)
 
 
+def _saved_report(path: str) -> dict | None:
+    """A report JSON saved by ``rooflens report --out`` (its document), or None for anything else
+    (a logdir, a run directory, a trace file)."""
+    import json
+
+    from rooflens.analysis.diff import side_of_json
+
+    if not path.endswith(".json") or "://" in path:
+        return None
+    existing(path)
+    if Path(path).is_dir():
+        return None
+    try:
+        doc = json.loads(Path(path).read_bytes())
+        side_of_json(doc)
+    except (OSError, ValueError, RecursionError) as e:
+        raise UserError(f"{path} is not a saved rooflens report: {str(e).splitlines()[0] if str(e) else e}.") \
+            from None
+    return doc
+
+
 @cli.command()
 @click.argument("a", metavar="A")
 @click.argument("b", metavar="B")
@@ -584,13 +605,14 @@ def diff(a: str, b: str, chip_name: str | None, chip_b: str | None, top: int, as
     """What changed from run A to run B (two batch sizes, two chips, two commits): step time, MFU,
     time and share of the step per category and per op, and the ops that appeared or disappeared.
 
-    A and B are logdirs, run directories or trace files.
+    A and B are logdirs, run directories or trace files, or reports saved with
+    `rooflens report --out FILE.json` (those keep the chip they were priced on).
     """
     from rooflens.analysis.diff import diff as diff_reports
 
     _check_outputs(force, ("--html", html_path))
-    ra = _load_report(a, chip_name=chip_name, no_calibrate=no_calibrate)
-    rb = _load_report(b, chip_name=chip_b or chip_name, no_calibrate=no_calibrate)
+    ra = _saved_report(a) or _load_report(a, chip_name=chip_name, no_calibrate=no_calibrate)
+    rb = _saved_report(b) or _load_report(b, chip_name=chip_b or chip_name, no_calibrate=no_calibrate)
     d = diff_reports(ra, rb, a, b)
     if html_path:
         from rooflens.report.html import render_diff_html

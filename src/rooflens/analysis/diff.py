@@ -202,11 +202,39 @@ def side_of_prediction(pred, label: str = "") -> Side:
     return Side(label or f"prediction on {pred.chip}", pred.chip, total, None, pred.module, 1, total, ops)
 
 
+def side_of_json(doc: dict, label: str = "") -> Side:
+    """A saved report (``rooflens report --out r.json``, schema version 1) as one side: the same
+    figures ``side_of_report`` takes from the Report, read from its documented fields."""
+    from rooflens.analysis.report import SCHEMA_VERSION
+
+    if not isinstance(doc, dict) or doc.get("schema_version") != SCHEMA_VERSION:
+        raise ValueError(f"not a rooflens report of schema version {SCHEMA_VERSION}")
+    try:
+        br = (doc.get("steps") or {}).get("breakdown") or {}
+        step_time = float(br.get("step_time_s") or 0.0)
+        steps = int(br.get("steps") or 0)
+        div = max(steps, 1) * max(int(doc.get("num_devices") or 1), 1)
+        ops = tuple(OpRow(str(c["name"]), str(c["program"]), str(c["category"]), str(c.get("opcode") or ""),
+                          str(c.get("named_scope") or ""), str(c.get("shape") or ""), float(c["total_time_s"]) / div,
+                          float(c["total_time_s"]) / div / step_time if step_time else 0.0,
+                          None if c.get("ratio") is None else float(c["ratio"]))
+                    for c in doc.get("comparison") or ())
+        mfu = br.get("mfu")
+        name = label or ", ".join(doc.get("sources") or ()) or str(doc.get("path") or "")
+        return Side(name, str(doc.get("chip") or ""), step_time, None if mfu is None else float(mfu),
+                    str(br.get("program") or ""), steps,
+                    float(br["predicted_s"]) if br and doc.get("roofs") is not None else None, ops)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise ValueError(f"its fields are not a report's ({type(e).__name__}: {e})") from None
+
+
 def as_side(x, label: str = "") -> Side:
     if isinstance(x, Side):
         return x
     if isinstance(x, Report):
         return side_of_report(x, label)
+    if isinstance(x, dict):
+        return side_of_json(x, label)
     if hasattr(x, "ops") and hasattr(x, "module") and hasattr(x, "time_s"):
         return side_of_prediction(x, label)
     raise TypeError(f"diff takes Reports or Predictions, not {type(x).__name__}")
