@@ -7,6 +7,7 @@ finding can quote the line it crossed.
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from dataclasses import asdict, dataclass
 from typing import Literal
@@ -273,7 +274,7 @@ def _idle_units(report):
     program's first run, is warm-up, not a feeding problem."""
     import numpy as np
 
-    from rooflens.trace.warmup import execution_index, idle_outside
+    from rooflens.trace.warmup import execution_index, host_compile_intervals_ns, idle_outside, merge_intervals
 
     shared = report.platform == "cpu" and report.num_devices > 1
     units = report.stats.hosts if shared else report.stats.devices
@@ -283,6 +284,12 @@ def _idle_units(report):
             yield d, d.idle_s, 0.0, None
         return
     excluded = np.asarray(_warmup_info(report).get("intervals_ns") or [], dtype=float).reshape(-1, 2)
+    # a trace not judged for warm-up (nsys-jax, a trace of one's own) still shows its host compiling
+    compiling = {h: host_compile_intervals_ns(evs) for h, evs in (prof.host_events_of or {}).items()}
+    if prof.steps:  # with steps, idleness is the steps' own: set-up before them and teardown after are not
+        first, last = min(s for _, s, _ in prof.steps), max(e for _, _, e in prof.steps)
+        t0, t1 = float(prof.table.start_ns.min()), float(prof.table.end_ns.max())
+        excluded = np.concatenate([excluded, [[min(t0, first), first], [last, max(t1, last)]]])
     t = prof.table
     runs = execution_index(t)
     start, end = t.start_ns, t.end_ns
@@ -298,8 +305,15 @@ def _idle_units(report):
         e0 = np.full(inv.max() + 1, -np.inf)
         np.minimum.at(s0, inv, start[sel])
         np.maximum.at(e0, inv, end[sel])
-        idle, inside, gaps = idle_outside(s0, e0, excluded)
-        yield d, idle * 1e-9, inside * 1e-9, gaps
+        own = compiling.get(d.host)
+        out = merge_intervals(np.concatenate([excluded, own]) if own is not None else excluded)
+        idle, inside, gaps = idle_outside(s0, e0, out)
+        # the window judged: from the first execution to the last, less what is left out (warm-up, set-up)
+        w0, w1 = float(s0.min()), float(e0.max())
+        cut = float((np.minimum(out[:, 1], w1) - np.maximum(out[:, 0], w0)).clip(min=0).sum()) if len(out) else 0.0
+        window_ns = max(w1 - w0 - cut, 0.0)
+        yield (dataclasses.replace(d, window_s=window_ns * 1e-9) if window_ns > 0 else d), idle * 1e-9, \
+            inside * 1e-9, gaps
 
 
 def rule_idle(report) -> list[Finding]:

@@ -103,6 +103,17 @@ def table_offset_ns(t: EventTable, metadata: dict, exec_idx: np.ndarray | None =
     return -float(start) if start else 0.0
 
 
+#: Host events that are an XLA compilation: the nsys reader's ``XlaCompile <module>`` ranges, and
+#: the Python tracer's frames of jax's compile entry points (``$compiler.py:292 backend_compile_and_load``).
+COMPILE_FRAME = re.compile(r"^(?:XlaCompile\b|\$\S*compiler\.py:\d+ (?:backend_compile|compile_or_get_cached))")
+
+
+def host_compile_intervals_ns(host_events: list[tuple[str, float, float]]) -> np.ndarray:
+    """The host's compilations among its events (name, start ns, end ns) as merged [start, end) rows."""
+    rows = [(s, e) for name, s, e in host_events if COMPILE_FRAME.match(name)]
+    return merge_intervals(np.asarray(rows, dtype=float).reshape(-1, 2))
+
+
 def compile_intervals_ns(t: EventTable, metadata: dict) -> np.ndarray:
     """Host compilation (tracing, lowering, XLA) as merged ``[start, end)`` rows in table time."""
     spans = compile_spans_unix_s(metadata)
