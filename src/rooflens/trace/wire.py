@@ -34,21 +34,28 @@ def numba_ready() -> None:
     """Load numba's CPU target before this process's first compiled call, without scipy.linalg.
 
     The first call of any ``njit`` function (compiled or loaded from the cache) loads numba's
-    numpy support, which probes for BLAS by importing ``scipy.linalg``: about 0.5 s of a 4 s
-    report on a 2-core machine. No walk here calls BLAS, so the probe is made to fail fast (numba
-    then uses its own loop for ``np.dot`` of vectors, nothing else changes). Where scipy.linalg is
-    already imported the probe costs nothing and is left alone. Idempotent."""
+    numpy support, whose ``arraymath`` module probes for BLAS once, at import, by importing
+    ``scipy.linalg``: about 0.5 s of a 4 s report on a 2-core machine. No walk here calls BLAS, so
+    the probe is answered "none" (numba then uses its own loop for ``np.dot`` of vectors; nothing
+    else changes, and ``numba.np.linalg`` keeps its own check for the functions that need BLAS).
+    Where scipy.linalg or that module is already imported, there is nothing to save. Idempotent."""
     from numba.core.registry import cpu_target
 
-    blas = "scipy.linalg.cython_blas"
-    block = "scipy.linalg" not in sys.modules and blas not in sys.modules
-    if block:
-        sys.modules[blas] = None  # `import` of a None entry raises ImportError at once
+    if "numba.np.arraymath" in sys.modules or "scipy.linalg" in sys.modules:
+        cpu_target.target_context.refresh()
+        return
+    import numba.np.linalg as linalg
+
+    probe = linalg.ensure_blas
+
+    def no_probe() -> None:
+        raise ImportError("rooflens: BLAS not probed")
+
+    linalg.ensure_blas = no_probe  # arraymath binds it by name and calls it once, at its import
     try:
         cpu_target.target_context.refresh()
     finally:
-        if block and sys.modules.get(blas, 0) is None:
-            del sys.modules[blas]
+        linalg.ensure_blas = probe
 
 # error codes (``err[0]``); ``err[1]`` is the byte offset where the walk broke
 OK, TRUNCATED, BAD_WIRE_TYPE, BAD_LENGTH = 0, 1, 2, 3
