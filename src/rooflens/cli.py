@@ -532,20 +532,10 @@ def _writing(path) -> object:
 
 
 def _json_text(doc) -> str:
-    """The JSON rooflens prints or writes: indented, strict (never NaN or Infinity)."""
-    import json
+    """The JSON rooflens prints or writes (indented; see :func:`rooflens.report.text.json_text`)."""
+    from rooflens.report.text import json_text
 
-    import orjson
-
-    from rooflens.report.text import finite_json, json_controls_escaped
-
-    # orjson writes NaN and ±inf as null (JSON has no such numbers; "no figure" is what they mean)
-    try:
-        text = orjson.dumps(doc, default=str, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS
-                            | orjson.OPT_SERIALIZE_NUMPY).decode()
-    except TypeError:  # what orjson cannot write (an integer past 64 bits, from a metadata file): the slow way
-        text = json.dumps(finite_json(doc), indent=2, default=str, allow_nan=False, ensure_ascii=False)
-    return json_controls_escaped(text)
+    return json_text(doc)
 
 
 def _load_report(logdir: str | list[str], hlo_dir: str | None = None, chip_name: str | None = None,
@@ -567,8 +557,8 @@ def _load_report(logdir: str | list[str], hlo_dir: str | None = None, chip_name:
     return analyze(prof, chip=chip_name, memory=read_run_memory(prof), require_roofline=False)
 
 
-def _saved_report(path: str) -> dict | None:
-    """A report JSON saved by ``rooflens report --out`` (its document), or None for anything else
+def _saved_report(path: str):
+    """A report saved by ``rooflens report --out`` as one side of a diff, or None for anything else
     (a logdir, a run directory, a trace file)."""
     import json
 
@@ -580,12 +570,10 @@ def _saved_report(path: str) -> dict | None:
     if Path(path).is_dir():
         return None
     try:
-        doc = json.loads(Path(path).read_bytes())
-        side_of_json(doc)
+        return side_of_json(json.loads(Path(path).read_bytes()), path)
     except (OSError, ValueError, RecursionError) as e:
         raise UserError(f"{path} is not a saved rooflens report: {str(e).splitlines()[0] if str(e) else e}.") \
             from None
-    return doc
 
 
 @cli.command()

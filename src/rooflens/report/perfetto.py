@@ -10,9 +10,8 @@ own exporter writes, so ``rl.load`` reads the file back too. It writes the Repor
 from __future__ import annotations
 
 import gzip
-import json
 
-from rooflens.report.text import finite_json
+from rooflens.report.text import json_text
 
 
 def chrome_trace(report) -> dict:
@@ -49,6 +48,6 @@ def chrome_trace(report) -> dict:
 
 
 def write_perfetto(report, path: str) -> None:
-    data = json.dumps(finite_json(chrome_trace(report)), allow_nan=False).encode()
+    data = json_text(chrome_trace(report), indent=False).encode()
     with open(path, "wb") as fh:
         fh.write(gzip.compress(data) if str(path).endswith(".gz") else data)

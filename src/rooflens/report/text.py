@@ -36,9 +36,20 @@ def escape_controls(text: str, keep_lines: bool = False) -> str:
     return text.translate(_CONTROLS_KEEP_LINES if keep_lines else _CONTROLS)
 
 
-def json_controls_escaped(text: str) -> str:
-    """JSON text with DEL, the C1 controls and the bidirectional overrides as ``\\uXXXX`` escapes
-    (the same string to a JSON reader; nothing a terminal would act on when the text is shown)."""
+def json_text(doc, indent: bool = True) -> str:
+    """The JSON rooflens prints or writes: strict (NaN and ±inf as null: JSON has no such numbers, and
+    "no figure" is what they mean), with DEL, the C1 controls and the bidirectional overrides as
+    ``\\uXXXX`` escapes (the same string to a JSON reader, nothing a terminal would act on)."""
+    import json
+
+    import orjson
+
+    option = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY | (orjson.OPT_INDENT_2 if indent else 0)
+    try:
+        text = orjson.dumps(doc, default=str, option=option).decode()
+    except TypeError:  # what orjson cannot write (an integer past 64 bits, from a metadata file): the slow way
+        text = json.dumps(finite_json(doc), indent=2 if indent else None, default=str, allow_nan=False,
+                          ensure_ascii=False)
     return text.translate(_JSON_CONTROLS)
 
 

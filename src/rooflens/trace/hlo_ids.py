@@ -19,18 +19,9 @@ InstructionSequence instruction_ids = 1.
 
 from __future__ import annotations
 
+from rooflens.trace.xspace import py_varint as _varint
+
 _MASK64 = (1 << 64) - 1
-
-
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos
-        shift += 7
 
 
 def _enc(n: int) -> bytes:

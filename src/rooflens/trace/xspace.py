@@ -116,14 +116,14 @@ def _py_fields(data: bytes):
     """(number, wire type, value) of a small message, in Python (plane and metadata stats only)."""
     pos, end = 0, len(data)
     while pos < end:
-        key, pos = _py_varint(data, pos)
+        key, pos = py_varint(data, pos)
         num, wt = key >> 3, key & 7
         if wt == 0:
-            val, pos = _py_varint(data, pos)
+            val, pos = py_varint(data, pos)
         elif wt == 1:
             val, pos = data[pos:pos + 8], pos + 8
         elif wt == 2:
-            n, pos = _py_varint(data, pos)
+            n, pos = py_varint(data, pos)
             val, pos = data[pos:pos + n], pos + n
         elif wt == 5:
             val, pos = data[pos:pos + 4], pos + 4
@@ -134,7 +134,9 @@ def _py_fields(data: bytes):
         yield num, wt, val
 
 
-def _py_varint(data: bytes, pos: int) -> tuple[int, int]:
+def py_varint(data: bytes, pos: int) -> tuple[int, int]:
+    """A protobuf varint at ``pos``, in Python (for the few small messages read outside the compiled
+    walks): (value, position after it)."""
     result = shift = 0
     while True:
         b = data[pos]
