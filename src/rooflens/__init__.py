@@ -9,11 +9,12 @@ from rooflens import analysis, cost, hlo, memory, trace
 from rooflens import hardware as _hardware
 from rooflens.analysis import Finding, Report
 from rooflens.api import analyze, check, diff
+from rooflens.capture import capture
 from rooflens.cost import OpCost, OpPrediction, Prediction
 from rooflens.errors import RooflensError
 from rooflens.hardware import Chip, ChipError, chip
 from rooflens.lowering import predict
-from rooflens.trace import Profile, capture, load
+from rooflens.trace import Profile, load
 
 __version__ = "0.1.0"
 

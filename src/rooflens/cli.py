@@ -386,7 +386,7 @@ def run(logdir: str | None, module: str | None, script: str | None, script_args:
     the profiler starts when its JAX backend comes up. Writes a TensorBoard/XProf logdir with the
     HLO and memory data of every program, and prints where; `rooflens report` reads it.
     """
-    from rooflens.trace.run import exec_run
+    from rooflens.capture.run import exec_run
 
     if module is None and script is None:
         raise UserError("give a script to run (rooflens run script.py ARGS) or a module (rooflens run -m MODULE).")

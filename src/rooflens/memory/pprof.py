@@ -11,6 +11,7 @@ import gzip
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from rooflens.capture.common import is_library
 from rooflens.errors import RooflensError
 
 # (message, [(field name, number, type, label, message type)])  — type/label names from FieldDescriptorProto
@@ -75,11 +76,6 @@ class MemorySnapshot:
     by_site: dict = field(default_factory=dict)  # innermost Python function that allocated it
 
 
-def _is_library(filename: str) -> bool:
-    f = filename.replace("\\", "/")
-    return any(p in f for p in ("/jax/", "/jaxlib/", "/site-packages/", "/rooflens/", "<frozen"))
-
-
 def parse_snapshot(data: bytes, label: str = "") -> MemorySnapshot:
     """Decode one pprof snapshot (gzipped or not)."""
     if data[:2] == b"\x1f\x8b":
@@ -107,7 +103,7 @@ def parse_snapshot(data: bytes, label: str = "") -> MemorySnapshot:
         kind = str(labels.get("kind", "?"))
         snap.by_kind[kind] = snap.by_kind.get(kind, 0.0) + nbytes
         frames = [f for lid in s.location_id for f in locs.get(lid, []) if f[0]]
-        user = [f for f in frames if not _is_library(f[1])]
+        user = [f for f in frames if not is_library(f[1])]
         site = (user or frames or [("?", "")])[0][0]
         snap.by_site[site] = snap.by_site.get(site, 0.0) + nbytes
     for d in (snap.by_device, snap.by_kind, snap.by_site):

@@ -2,7 +2,7 @@
 
 This process checks the command line and then replaces itself (``exec``) with a fresh Python
 interpreter that runs the script exactly as ``python script.py`` would, under the profiler; see
-:mod:`rooflens.trace.launch` for how (the profiler starts only when the script's own JAX backend
+:mod:`rooflens.capture.launch` for how (the profiler starts only when the script's own JAX backend
 comes up). The exit status, exit message and traceback are the script's.
 """
 
@@ -12,8 +12,8 @@ import os
 import sys
 from pathlib import Path
 
+from rooflens.capture import launch
 from rooflens.errors import RooflensError, existing
-from rooflens.trace import launch
 
 DEFAULT_LOGDIR = "rooflens-logs"
 

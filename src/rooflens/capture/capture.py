@@ -13,8 +13,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from rooflens.capture.window import TraceWindow
 from rooflens.errors import RooflensError
-from rooflens.trace.window import TraceWindow
 
 STEP_NAME = "rooflens_step"
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import importlib.abc
 import importlib.machinery
+import importlib.util
 import json
 import logging
 import os
@@ -37,12 +38,27 @@ import socket
 import sys
 import threading
 import time
-import traceback
 
 HERE = os.path.abspath(__file__)
+
+
+def _sibling(name: str):
+    """A stdlib-only module beside this file: imported normally inside rooflens, loaded by path in
+    the launched interpreter (where importing the rooflens package would import numpy and JAX)."""
+    if __package__:
+        return importlib.import_module(f"{__package__}.{name}")
+    key = f"_rooflens_{name}"
+    if key not in sys.modules:
+        spec = importlib.util.spec_from_file_location(key, os.path.join(os.path.dirname(HERE), f"{name}.py"))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[key] = module
+        spec.loader.exec_module(module)
+    return sys.modules[key]
+
+
+common = _sibling("common")
 KV_KEY = "rooflens/run_name"
 KV_TIMEOUT_MS = 20_000
-_TRANSFER = re.compile(r"(host-to-device|device-to-host|device-to-device) transfer: (.*)$")
 _LOG_PREFIX = re.compile(rb"^[IWEF]\d{4} ")
 _LOG_TIME = re.compile(r"^[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{6}) ")
 _COMPILE_SPANS = ("/jax/core/compile/jaxpr_trace_duration", "/jax/core/compile/jaxpr_to_mlir_module_duration",
@@ -164,7 +180,7 @@ def _hook_compiler(compiler) -> None:
         t1 = time.time()
         if S is not None and S.tracing:
             rec = {"module": _module_name(module, executable), "start_unix_s": t0, "end_unix_s": t1,
-                   "duration_s": t1 - t0, "where": _user_frame()}
+                   "duration_s": t1 - t0, "where": common.user_frame(skip=(HERE,))}
             try:
                 ms = executable.get_compiled_memory_stats()
                 rec["memory"] = {k: int(getattr(ms, k)) for k in dir(ms)
@@ -210,16 +226,6 @@ def _module_name(module, executable) -> str:
             return str(module.operation.attributes["sym_name"]).strip('"')
         except Exception:
             return "unknown"
-
-
-def _user_frame() -> str:
-    for fr in reversed(traceback.extract_stack()[:-2]):
-        f = fr.filename.replace("\\", "/")
-        if ("/jax/" in f or "/jaxlib/" in f or "/rooflens/" in f or f == HERE or "/contextlib" in f
-                or "/runpy" in f or f.startswith("<")):
-            continue
-        return f"{fr.filename}:{fr.lineno} ({fr.name})"
-    return ""
 
 
 # ---- the trace window ---------------------------------------------------------------------------
@@ -388,9 +394,9 @@ class _StderrTap:
         self.pending = lines.pop()
         out = []
         for raw in lines:
-            m = _TRANSFER.search(raw.decode("utf-8", "replace"))
-            if m and S is not None:
-                S.transfers.append(f"{m.group(1)}: {m.group(2).strip() or '(a repeat; JAX gives no details)'}")
+            line = common.transfer_line(raw.decode("utf-8", "replace"))
+            if line and S is not None:
+                S.transfers.append(line)
                 S.transfer_times.append(_logged_at(raw.decode("utf-8", "replace"), time.time()))
             else:
                 out.append(raw + b"\n")

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import sys
 import tempfile
 import threading
-import traceback
 from dataclasses import asdict, dataclass, field
+
+from rooflens.capture.common import transfer_line, user_frame
 
 _COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 _lock = threading.Lock()
@@ -44,19 +44,10 @@ class Recorder:
                 "transfers": list(self.transfers)}
 
 
-def _user_frame() -> str:
-    for fr in reversed(traceback.extract_stack()[:-2]):
-        f = fr.filename.replace("\\", "/")
-        if "/jax/" in f or "/jaxlib/" in f or "/rooflens/" in f or "/contextlib" in f or f.startswith("<frozen"):
-            continue
-        return f"{fr.filename}:{fr.lineno} ({fr.name})"
-    return ""
-
-
 def _on_duration(name: str, duration: float, **_) -> None:
     if name != _COMPILE_EVENT or not _active:
         return
-    where = _user_frame()
+    where = user_frame()
     for r in list(_active):
         r.compilations.append(Compilation(float(duration), where))
 
@@ -114,9 +105,6 @@ class recording:
             jax.config.update("jax_explain_cache_misses", self.old)
 
 
-_TRANSFER = re.compile(r"(host-to-device|device-to-host|device-to-device) transfer: (.*)$")
-
-
 class _StderrDiversion:
     """Send fd 2 to a temporary file until close(); then replay it, minus transfer-guard lines."""
 
@@ -133,9 +121,9 @@ class _StderrDiversion:
         self.tmp.seek(0)
         transfers, passthrough = [], []
         for raw in self.tmp.read().decode("utf-8", "replace").splitlines(keepends=True):
-            m = _TRANSFER.search(raw.rstrip("\n"))
-            if m:
-                transfers.append(f"{m.group(1)}: {m.group(2).strip() or '(a repeat; JAX gives no details)'}")
+            line = transfer_line(raw)
+            if line:
+                transfers.append(line)
             else:
                 passthrough.append(raw)
         self.tmp.close()

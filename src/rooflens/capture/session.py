@@ -23,9 +23,9 @@ import functools
 import tempfile
 from pathlib import Path
 
+from rooflens.capture.capture import STEP_NAME
+from rooflens.capture.window import TraceWindow
 from rooflens.errors import RooflensError
-from rooflens.trace.capture import STEP_NAME
-from rooflens.trace.window import TraceWindow
 
 
 class _Step:

@@ -12,8 +12,8 @@ import json
 import time
 from pathlib import Path
 
+from rooflens.capture.recorder import Recorder, recording
 from rooflens.errors import RooflensError
-from rooflens.trace.killers import Recorder, recording
 
 
 def wait_for_fresh_run_name(logdir: Path) -> None:
