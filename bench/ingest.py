@@ -60,7 +60,8 @@ MAKE = textwrap.dedent("""
 DECODE = textwrap.dedent("""
     import json, sys, time
     from pathlib import Path
-    from rooflens.trace.readers import read_chrome, read_xspace
+    from rooflens.trace.formats.chrome.reader import read_chrome
+    from rooflens.trace.formats.xspace.reader import read_xspace
     path = Path(sys.argv[1])
     reader = read_xspace if path.name.endswith(".xplane.pb") else read_chrome
     t0 = time.perf_counter()

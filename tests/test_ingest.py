@@ -16,8 +16,9 @@ from click.testing import CliRunner
 
 import rooflens as rl
 from rooflens.trace import load, op_stats
-from rooflens.trace.cache import CACHE_SUBDIR, read_cached
-from rooflens.trace.readers import read_chrome, read_xspace
+from rooflens.trace.cache import identity, location, read_cached
+from rooflens.trace.formats.chrome.reader import read_chrome
+from rooflens.trace.formats.xspace.reader import read_xspace
 from tests.conftest import fixture_path
 
 DATA = Path(__file__).parent / "data"
@@ -217,7 +218,7 @@ def test_chrome_fields_of_the_wrong_type_are_one_sentence(tmp_path):
 
 def test_chrome_stream_handles_events_split_across_chunks(tmp_path, monkeypatch):
     """A small read size makes every event straddle chunk boundaries; the result must not change."""
-    from rooflens.trace import chrome
+    from rooflens.trace.formats.chrome import events as chrome
 
     path = fixture_path("gpu_amd", "tracelens_mi300x_jax08_gemm.DERIVED.trace.json.gz")
     whole = read_chrome(path)
@@ -227,18 +228,24 @@ def test_chrome_stream_handles_events_split_across_chunks(tmp_path, monkeypatch)
     assert np.array_equal(pieces.table.dur_ps, whole.table.dur_ps)
 
 
+def _tree(root: Path) -> dict[str, int]:
+    return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in root.rglob("*")}
+
+
 def test_second_read_comes_from_the_cache_and_a_changed_file_is_decoded_again(cpu_trace, tmp_path, monkeypatch):
-    from rooflens.trace import cache
+    from rooflens.trace.formats.xspace import reader
 
     trace = tmp_path / cpu_trace.name
     trace.write_bytes(cpu_trace.read_bytes())
+    before = _tree(tmp_path)
     first = read_cached(trace)
-    assert (tmp_path / CACHE_SUBDIR / (trace.name + ".arrow")).is_file()  # beside the trace: it is writable
+    assert _tree(tmp_path) == before  # nothing written beside the trace: it is the user's directory
+    assert location(identity(trace)).is_file()
 
     def no_decode(*a, **k):
         raise AssertionError("decoded again")
 
-    monkeypatch.setattr(cache, "read_xspace", no_decode)
+    monkeypatch.setattr(reader, "read_xspace", no_decode)
     again = read_cached(trace)
     for col in ("host", "device", "line", "name", "program", "start_ps", "dur_ps"):
         assert np.array_equal(getattr(first.table, col), getattr(again.table, col)), col
@@ -250,25 +257,58 @@ def test_second_read_comes_from_the_cache_and_a_changed_file_is_decoded_again(cp
 
 
 def test_a_read_only_trace_directory_gets_no_cache_files(tmp_path):
-    """The shared fixtures are read-only (even to root, which ignores permissions): nothing is added there."""
+    """The shared fixtures are read-only: nothing is added there, and the cache is the user's."""
     v6e = fixture_path(*V6E)
-    assert not v6e.parent.stat().st_mode & 0o222, "the fixtures directory is expected to be read-only"
-    beside = v6e.parent / CACHE_SUBDIR / (v6e.name + ".arrow")
-    before = beside.stat().st_mtime_ns if beside.exists() else None  # (older code may have left one)
+    before = _tree(v6e.parent)
     read_cached(v6e)
-    assert (beside.stat().st_mtime_ns if beside.exists() else None) == before
-    user = Path(os.environ["ROOFLENS_CACHE_DIR"]) / "traces"
-    assert any(p.name.endswith(v6e.name + ".arrow") for p in user.iterdir())
+    assert _tree(v6e.parent) == before
+    assert location(identity(v6e)).is_file()
 
 
-def test_cache_goes_to_the_user_cache_dir_when_the_trace_dir_takes_none(cpu_trace, tmp_path):
+@pytest.mark.parametrize("damage", ["truncate", "flip", "junk", "other-key"])
+def test_a_damaged_cache_is_never_trusted(cpu_trace, tmp_path, damage):
+    """Whatever happened to the cache file, the op columns are the trace's own: decoded again, and replaced."""
     trace = tmp_path / cpu_trace.name
     trace.write_bytes(cpu_trace.read_bytes())
-    (tmp_path / CACHE_SUBDIR).write_text("a file where the cache directory would go")
+    fresh = read_cached(trace, use_cache=False)
     read_cached(trace)
-    user = Path(os.environ["ROOFLENS_CACHE_DIR"]) / "traces"
-    assert any(p.name.endswith(trace.name + ".arrow") for p in user.iterdir())
-    assert (tmp_path / CACHE_SUBDIR).read_text().startswith("a file")  # the user's file is untouched
+    loc = location(identity(trace))
+    data = bytearray(loc.read_bytes())
+    if damage == "truncate":
+        data = data[: len(data) // 2]
+    elif damage == "flip":  # inside the column data, past the schema: Arrow itself would not notice
+        data[len(data) // 2] ^= 0xFF
+    elif damage == "junk":
+        data = bytearray(b"not an arrow file" * 10)
+    else:
+        data = data.replace(b'"size": ', b'"size": 1', 1)
+    loc.write_bytes(bytes(data))
+    again = read_cached(trace)
+    for col in ("name", "program", "start_ps", "dur_ps", "device"):
+        assert np.array_equal(getattr(fresh.table, col), getattr(again.table, col)), (damage, col)
+    assert read_cached(trace).steps == fresh.steps  # and the replaced entry reads back
+    assert location(identity(trace)).stat().st_size > 1000
+
+
+def test_the_cache_keeps_within_its_cap_least_recently_used_first(cpu_trace, tmp_path, monkeypatch):
+    from rooflens.trace.cache import traces_dir
+
+    monkeypatch.setenv("ROOFLENS_CACHE_DIR", str(tmp_path / "cache"))
+    copies = []
+    for i in range(3):
+        p = tmp_path / f"h{i}" / cpu_trace.name
+        p.parent.mkdir()
+        p.write_bytes(cpu_trace.read_bytes())
+        copies.append(p)
+    read_cached(copies[0])
+    one = location(identity(copies[0])).stat().st_size
+    monkeypatch.setenv("ROOFLENS_CACHE_MAX", str(int(2.5 * one)))
+    read_cached(copies[1])
+    read_cached(copies[0])  # a hit: now the most recently used
+    read_cached(copies[2])  # over the cap: the least recently used (copies[1]) goes
+    assert location(identity(copies[0])).is_file() and location(identity(copies[2])).is_file()
+    assert not location(identity(copies[1])).exists()
+    assert sum(p.stat().st_size for p in traces_dir().glob("*.arrow")) <= 2.5 * one
 
 
 def test_export_parquet_holds_the_op_table(cpu_trace, tmp_path):

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import rooflens as rl
-from rooflens.trace.nsys import TRACE
+from rooflens.trace.formats.nsys.reader import TRACE
 from rooflens.trace.stats import op_stats
 from tests.conftest import fixture_path
 

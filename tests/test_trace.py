@@ -225,7 +225,7 @@ def test_compilations_inside_the_window_are_recorded_with_their_reason(tmp_path)
 
 def test_hlo_from_the_xspace_metadata_plane_matches_jaxlibs_own_print():
     """The TPU fixture's programs, read by our wire decoder, print exactly as the DERIVED texts."""
-    from rooflens.trace.hlo_protos import hlo_texts
+    from rooflens.trace.formats.xspace.hlo_protos import hlo_texts
 
     pb = fixture_path("tpu", "xprof_tpu_inference_2.v6e-4.xplane.pb")
     texts = hlo_texts(pb.read_bytes())

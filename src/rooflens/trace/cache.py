@@ -1,86 +1,137 @@
 """A columnar cache of decoded traces, so a second report of the same trace skips decoding.
 
-One Arrow IPC file per trace file, keyed by the trace's identity (resolved path, size,
-modification time, inode) and the reader's version: beside the trace in ``.rooflens-cache/``
-when that directory is writable, else in the user cache directory. A changed trace is decoded
-again; a cache that cannot be read or written is ignored (a note, never an error).
+One Arrow IPC file per trace file, in the user cache directory (``rooflens.userdirs``, under
+``traces/``), never beside the trace: a user's logdir (a shared bucket, a checked-in folder, a
+read-only mount) is read, not written. Its name is a digest of the trace's identity (resolved
+path, size, modification time, inode) and of the reader code, and the file repeats that key, so a
+changed trace or a newer rooflens decodes again. Files are written whole under a temporary name
+and renamed (two reports of one fresh trace at once each write their own, the last rename wins,
+neither reads half a file); one that cannot be read (damaged, truncated, from other code) is
+never trusted: the trace is decoded again and the entry replaced. Past ``ROOFLENS_CACHE_MAX``
+bytes (default 4 GiB; ``500M``, ``2G`` also read) the least recently used entries are removed.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
 import hashlib
 import json
 import os
+import re
 import tempfile
+import time
+import zlib
 from pathlib import Path
 
 import numpy as np
 
+from rooflens.trace import formats
 from rooflens.trace.events import EventTable
-from rooflens.trace.nsys import TRACE as NSYS_TRACE
-from rooflens.trace.nsys import read_nsys
-from rooflens.trace.readers import Progress, RawTrace, read_chrome, read_xspace
+from rooflens.trace.formats.raw import Progress, RawTrace
 from rooflens.userdirs import cache_dir
 
 #: bump when what a reader produces changes: older caches are then decoded again
 READER_VERSION = 1
 COLUMNS = ("host", "device", "line", "name", "program", "start_ps", "dur_ps")
-CACHE_SUBDIR = ".rooflens-cache"
+DEFAULT_MAX_BYTES = 4 << 30
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.I)
 
 
 @functools.cache
 def _readers_digest() -> str:
     """A digest of the reader code itself: a cache written by other code is never trusted."""
     h = hashlib.sha1(str(READER_VERSION).encode())
-    for mod in ("wire", "xspace", "chrome", "readers", "events", "cache", "nsys", "hlo_ids"):
-        h.update((Path(__file__).parent / f"{mod}.py").read_bytes())
+    here = Path(__file__).parent
+    for f in sorted([here / "events.py", here / "cache.py", *(here / "formats").rglob("*.py")]):
+        h.update(f.read_bytes())
     return h.hexdigest()[:16]
 
 
+def _newest_stat(path: Path) -> os.stat_result:
+    """A file's stat; an extracted archive (a directory): its newest file's."""
+    if not path.is_dir():
+        return path.stat()
+    return max((p.stat() for p in path.rglob("*") if p.is_file()), key=lambda st: st.st_mtime_ns,
+               default=path.stat())
+
+
 def identity(path: Path) -> dict:
-    st = (path / NSYS_TRACE).stat() if path.is_dir() else path.stat()  # an extracted nsys-jax archive: its trace
+    st = _newest_stat(path)
     return {"path": str(path.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "inode": st.st_ino,
             "readers": _readers_digest()}
 
 
-def _locations(path: Path) -> list[Path]:
-    """Where the cache of ``path`` may live, in order of preference."""
-    name = path.name + ".arrow"
-    digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:16]
-    beside = [path.parent / CACHE_SUBDIR / name] if _writable(path.parent) else []
-    return [*beside, cache_dir() / "traces" / f"{digest}-{name}"]
+def traces_dir() -> Path:
+    return cache_dir() / "traces"
 
 
-def _writable(directory: Path) -> bool:
-    """Whether ``directory`` is meant to be written: permitted, and (as root ignores permissions) with a
-    write bit set, so a read-only shared trace directory gets no cache files even from root."""
+def location(key: dict) -> Path:
+    """Where the cache entry of a trace with this identity lives."""
+    digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]
+    return traces_dir() / f"{Path(key['path']).name[:80]}-{digest}.arrow"
+
+
+def max_bytes() -> int:
+    """The cache's size cap: ``ROOFLENS_CACHE_MAX`` (bytes, or with a k/M/G/T suffix), else 4 GiB."""
+    raw = os.environ.get("ROOFLENS_CACHE_MAX", "")
+    m = _SIZE.match(raw)
+    if not m:
+        return DEFAULT_MAX_BYTES
+    return int(float(m.group(1)) * 1024 ** "_kmgt".index((m.group(2) or "_").lower()))
+
+
+def evict(keep: Path | None = None, limit: int | None = None) -> list[Path]:
+    """Remove the least recently used entries (by modification time, which a hit refreshes) until the
+    cache is within its cap; ``keep``, the entry just written, stays. Returns what was removed."""
+    limit = max_bytes() if limit is None else limit
     try:
-        return os.access(directory, os.W_OK) and bool(directory.stat().st_mode & 0o222)
+        entries = [(p.stat(), p) for p in traces_dir().glob("*.arrow")]
     except OSError:
-        return False
+        return []
+    total = sum(st.st_size for st, _ in entries)
+    removed = []
+    for st, p in sorted(entries, key=lambda e: e[0].st_mtime_ns):
+        if total <= limit:
+            break
+        if keep is not None and p == keep:
+            continue
+        try:
+            p.unlink()
+        except OSError:
+            continue
+        total -= st.st_size
+        removed.append(p)
+    return removed
 
 
 def read_cached(path: Path, progress: Progress = None, use_cache: bool = True) -> RawTrace:
     """The trace file, from its cache when that matches the file, else decoded (and cached)."""
-    reader = read_nsys if path.is_dir() or path.name.endswith(".zip") else \
-        read_xspace if path.name.endswith(".xplane.pb") else read_chrome
+    reader = formats.reader_for(str(path), is_dir=path.is_dir()).read
     if not use_cache or os.environ.get("ROOFLENS_NO_CACHE") == "1":
         return reader(path, progress)
     try:
         key = identity(path)
     except OSError:
         return reader(path, progress)
-    for loc in _locations(path):
-        raw = _load(loc, key)
-        if raw is not None:
-            return raw
+    loc = location(key)
+    raw = _load(loc, key)
+    if raw is not None:
+        _touch(loc)  # recently used: the last to be evicted
+        return raw
     raw = reader(path, progress)
-    for loc in _locations(path):
-        if _save(loc, key, raw):
-            break
+    if _save(loc, key, raw):
+        _touch(loc)
+        evict(keep=loc)
     return raw
+
+
+def _touch(loc: Path) -> None:
+    """Stamp an entry as used now, to the nanosecond (file systems stamp writes by a coarser clock)."""
+    now = time.time_ns()
+    with contextlib.suppress(OSError):
+        os.utime(loc, ns=(now, now))
 
 
 def _meta(raw: RawTrace, key: dict | None) -> dict:
@@ -96,12 +147,19 @@ def _meta(raw: RawTrace, key: dict | None) -> dict:
     }
 
 
+def _checksums(cols: dict[str, np.ndarray]) -> dict[str, int]:
+    """A CRC-32 of each column's bytes: a cache whose data was damaged after it was written is never used."""
+    return {c: zlib.crc32(np.ascontiguousarray(v).view(np.uint8)) for c, v in cols.items()}
+
+
 def _write(sink, raw: RawTrace, key: dict | None) -> None:
     import pyarrow as pa
 
     t = raw.table
-    batch = pa.record_batch([pa.array(getattr(t, c)) for c in COLUMNS], names=list(COLUMNS))
-    schema = batch.schema.with_metadata({"rooflens": json.dumps(_meta(raw, key), default=str)})
+    cols = {c: getattr(t, c) for c in COLUMNS}
+    batch = pa.record_batch([pa.array(v) for v in cols.values()], names=list(COLUMNS))
+    meta = {**_meta(raw, key), "crc32": _checksums(cols) if key is not None else None}
+    schema = batch.schema.with_metadata({"rooflens": json.dumps(meta, default=str)})
     with pa.ipc.new_file(sink, schema) as w:
         w.write_batch(batch)
 
@@ -160,6 +218,8 @@ def _read(src, key: dict | None) -> RawTrace | None:
         return None
     batch = reader.read_all()
     cols = {c: batch.column(c).to_numpy().copy() for c in COLUMNS}
+    if meta.get("crc32") is not None and _checksums(cols) != meta["crc32"]:
+        return None
     n = len(cols["start_ps"])
     table = EventTable(
         host=cols["host"].astype(np.int32), device=cols["device"].astype(np.int32), line=cols["line"].astype(np.int32),

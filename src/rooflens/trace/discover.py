@@ -18,13 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rooflens.errors import RooflensError
-from rooflens.trace import fs
-from rooflens.trace.nsys import is_nsys_archive
+from rooflens.trace import formats, fs
 
-NSYS_ZIP = ".zip"  # an nsys-jax archive (Nsight Systems); told apart from other zips by its content
-
-XSPACE = ".xplane.pb"
-CHROME = (".trace.json.gz", ".trace.json")
 #: how deep under a given directory trace files are looked for (``rooflens report /`` must not walk the disk)
 MAX_DEPTH = 6
 MAX_DIRS = 20_000
@@ -40,27 +35,21 @@ class HostFile:
         return self.path.rstrip("/").rsplit("/", 1)[-1]
 
 
-def is_trace_name(name: str) -> bool:
-    return (name.endswith(XSPACE) or name.endswith(CHROME) or name.endswith(".json.gz") or name.endswith(".json")
-            or name.endswith(NSYS_ZIP))
-
-
-def host_of(name: str) -> str:
-    return name.removesuffix(XSPACE).removesuffix(".gz").removesuffix(".json").removesuffix(".trace") \
-        .removesuffix(NSYS_ZIP)
+host_of = formats.host_of
 
 
 def _run_files(entries: list[str]) -> dict[str, str]:
-    """host → file among one directory's entries (XSpace preferred)."""
-    by_host: dict[str, str] = {}
+    """host → file among one directory's entries (by the formats' preference: an XSpace over its
+    Chrome export). An entry that is a directory is a trace only as an extracted archive."""
+    by_host: dict[str, tuple[int, str]] = {}
     for f in sorted(entries):
-        name = f.rstrip("/").rsplit("/", 1)[-1]
-        if not (name.endswith(XSPACE) or name.endswith(CHROME) or is_nsys_archive(f)):  # nsys-jax: zip or directory
+        fmt = formats.format_of(f) or formats.format_of(f, is_dir=True)
+        if fmt is None:
             continue
-        host = host_of(name)
-        if host not in by_host or name.endswith(XSPACE):
-            by_host[host] = f
-    return by_host
+        host = host_of(f.rstrip("/").rsplit("/", 1)[-1])
+        if host not in by_host or fmt.preference < by_host[host][0]:
+            by_host[host] = (fmt.preference, f)
+    return {h: f for h, (_, f) in by_host.items()}
 
 
 def find(paths: list[str]) -> tuple[list[str], list[HostFile]]:
@@ -91,10 +80,10 @@ def _find_one(path: str) -> tuple[list[str], list[HostFile]]:
     kind = fs.kind(path)
     if kind is None:
         raise RooflensError(f"{path} does not exist.")
-    if kind == "dir" and is_nsys_archive(path):  # an extracted nsys-jax archive is one host's profile
+    if kind == "dir" and formats.format_of(path, is_dir=True):  # an extracted archive is one host's profile
         return [fs.parent(path)], [HostFile(path, host_of(path.rstrip("/").rsplit("/", 1)[-1]))]
     if kind == "file":
-        if is_trace_name(path):
+        if formats.is_trace_name(path.rstrip("/").rsplit("/", 1)[-1], named=True):
             return [fs.parent(path)], [HostFile(path, host_of(path.rstrip("/").rsplit("/", 1)[-1]))]
         raise RooflensError(f"{path} is not a profile: give a logdir, a run directory, a *.xplane.pb or a "
                             "*.trace.json.gz.")

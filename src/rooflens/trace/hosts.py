@@ -23,7 +23,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from rooflens.errors import RooflensError
 from rooflens.trace import fs
 from rooflens.trace.discover import HostFile
-from rooflens.trace.readers import RawTrace
+from rooflens.trace.formats.raw import RawTrace
 
 ENGINES = ("local", "ray")
 
@@ -79,7 +79,7 @@ def _read_hosts(files, workers, engine, ray_address, progress, overlap) -> list[
         return [read_one(f, progress(i) if progress else None) for i, f in enumerate(files)]
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() and not _jax_running() else "spawn"
     if method == "fork":
-        from rooflens.trace.xspace import warm_up
+        from rooflens.trace.formats.xspace.decode import warm_up
 
         warm_up()  # loaded once here, inherited by every worker
     out: list[RawTrace | None] = [None] * len(files)

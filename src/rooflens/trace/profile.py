@@ -22,12 +22,12 @@ from rooflens import hlo as H
 from rooflens.errors import RooflensError
 from rooflens.hlo.opcodes import KNOWN_OPCODES, opcode_category
 from rooflens.hlo.shape import HOST_MEMORY_SPACE
-from rooflens.trace import discover, fs
+from rooflens.trace import discover, formats, fs
 from rooflens.trace.events import EventTable, concat
+from rooflens.trace.formats.raw import RawTrace, assign_steps
 from rooflens.trace.progress import ingest_progress
-from rooflens.trace.readers import RawTrace, assign_steps
 
-XSPACE = discover.XSPACE
+XSPACE = formats.by_name("xspace").suffixes[0]
 
 
 @dataclass
@@ -185,7 +185,7 @@ def _embedded_hlo(raws: list[RawTrace], files: list[str], table: EventTable, ski
     A program name compiled several times (``jit_dot(5)``, ``jit_dot(21)``) keeps the module whose
     instruction names cover most of the ops the trace ran under that name.
     """
-    from rooflens.trace.hlo_protos import hlo_protos, print_modules
+    from rooflens.trace.formats.xspace.hlo_protos import hlo_protos, print_modules
 
     seen: dict[str, set[str]] = {}
     for p, n in table.pairs().tolist():

@@ -182,7 +182,7 @@ def line_groups(t) -> np.ndarray:
 def self_times_ps(t, group: np.ndarray) -> np.ndarray:
     """Each event's duration minus its direct children's (XProf's self time), in ps: children are the
     events nested in it on the same timeline (``group``)."""
-    from rooflens.trace.wire import numba_ready
+    from rooflens.trace.formats.compiled import numba_ready
 
     numba_ready()
     start, end = t.start_ps, t.start_ps + t.dur_ps

@@ -262,7 +262,7 @@ def judge(profile):
 
     Profiles not captured that way (``rl.capture``, a trace of your own) are returned unchanged.
     """
-    from rooflens.trace.readers import assign_steps
+    from rooflens.trace.formats.raw import assign_steps
 
     meta = profile.metadata or {}
     if not meta.get("warmup_in_window") or getattr(profile, _FULL, None) is not None:
@@ -322,7 +322,7 @@ def with_warmup(profile):
     full = getattr(profile, _FULL, None)
     if full is None:
         return profile
-    from rooflens.trace.readers import assign_steps
+    from rooflens.trace.formats.raw import assign_steps
 
     info = {**profile.metadata.get("steady_state", {}), "excluded": False}
     info["intervals_ns"] = info.get("compile_intervals_ns", [])  # compiling is still not "idle"

@@ -24,38 +24,10 @@ byte offset where it broke, never an out-of-bounds read.
 
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 from numba import njit
 
-
-def numba_ready() -> None:
-    """Load numba's CPU target before this process's first compiled call, without scipy.linalg.
-
-    The first call of any ``njit`` function (compiled or loaded from the cache) loads numba's
-    numpy support, whose ``arraymath`` module probes for BLAS once, at import, by importing
-    ``scipy.linalg``: about 0.5 s of a 4 s report on a 2-core machine. No walk here calls BLAS, so
-    the probe is answered "none" (numba then uses its own loop for ``np.dot`` of vectors; nothing
-    else changes, and ``numba.np.linalg`` keeps its own check for the functions that need BLAS).
-    Where scipy.linalg or that module is already imported, there is nothing to save. Idempotent."""
-    from numba.core.registry import cpu_target
-
-    if "numba.np.arraymath" in sys.modules or "scipy.linalg" in sys.modules:
-        cpu_target.target_context.refresh()
-        return
-    import numba.np.linalg as linalg
-
-    probe = linalg.ensure_blas
-
-    def no_probe() -> None:
-        raise ImportError("rooflens: BLAS not probed")
-
-    linalg.ensure_blas = no_probe  # arraymath binds it by name and calls it once, at its import
-    try:
-        cpu_target.target_context.refresh()
-    finally:
-        linalg.ensure_blas = probe
+from rooflens.trace.formats.compiled import intern
 
 # error codes (``err[0]``); ``err[1]`` is the byte offset where the walk broke
 OK, TRUNCATED, BAD_WIRE_TYPE, BAD_LENGTH = 0, 1, 2, 3
@@ -263,86 +235,6 @@ def line_headers(buf, spans, out, err):
 
 
 @njit(cache=True)
-def _word(buf, i, e):
-    """Up to 8 bytes of ``buf[i:e]`` as one little-endian int64."""
-    w = np.int64(0)
-    k = min(8, e - i)
-    for q in range(k):
-        w |= np.int64(buf[i + q]) << (8 * q)
-    return w
-
-
-@njit(cache=True)
-def _hash(buf, s, e):
-    """A 64-bit hash of ``buf[s:e]``, eight bytes a step (never 0: 0 marks an empty slot)."""
-    h = np.int64(e - s) * np.int64(-7046029254386353131)
-    i = s
-    while i < e:
-        h = (h ^ _word(buf, i, e)) * np.int64(-4658895280553007687)
-        h ^= (h >> 29) & np.int64(0x7FFFFFFFF)
-        i += 8
-    return h if h != 0 else np.int64(1)
-
-
-@njit(cache=True)
-def _same(buf, s1, e1, s2, e2):
-    if e1 - s1 != e2 - s2:
-        return False
-    i = 0
-    n = e1 - s1
-    while i < n:
-        if _word(buf, s1 + i, e1) != _word(buf, s2 + i, e2):
-            return False
-        i += 8
-    return True
-
-
-@njit(cache=True)
-def _intern(buf, s, e, tkeys, tcodes, strs, nstr):
-    """The dense code of the bytes ``buf[s:e]`` (new strings get the next code; their position
-    goes to ``strs``). Hits are checked byte for byte, so two strings never share a code. -1 when
-    the table is full (the caller grows it and resumes)."""
-    h = _hash(buf, s, e)
-    mask = tkeys.shape[0] - 1
-    slot = h & mask
-    while True:
-        k = tkeys[slot]
-        if k == 0:
-            break
-        if k == h:
-            c = tcodes[slot]
-            if _same(buf, s, e, strs[c, 0], strs[c, 1]):
-                return c
-        slot = (slot + 1) & mask
-    c = nstr[0]
-    if c >= strs.shape[0] or 2 * (c + 1) > tkeys.shape[0]:
-        return -1
-    tkeys[slot] = h
-    tcodes[slot] = c
-    strs[c, 0], strs[c, 1] = s, e
-    nstr[0] = c + 1
-    return c
-
-
-@njit(cache=True)
-def rehash(tkeys, tcodes, new_size):
-    """The interning table, grown to ``new_size`` slots (a power of two)."""
-    nk = np.zeros(new_size, np.int64)
-    nc = np.zeros(new_size, np.int32)
-    mask = new_size - 1
-    for i in range(tkeys.shape[0]):
-        h = tkeys[i]
-        if h == 0:
-            continue
-        slot = h & mask
-        while nk[slot] != 0:
-            slot = (slot + 1) & mask
-        nk[slot] = h
-        nc[slot] = tcodes[i]
-    return nk, nc
-
-
-@njit(cache=True)
 def _stat_slot(sm_ids, lo, hi, sid):
     """Index of stat metadata ``sid`` in the plane's sorted ids ``sm_ids[lo:hi]``, or -1. Ids are
     usually consecutive, so the guess ``lo + sid - first id`` is checked first."""
@@ -486,12 +378,12 @@ def decode_events(buf, lines, state, budget_bytes, long_ps, sm_ids, sm_col, sm_n
                         continue
                     if col in (S_HLO_OP, S_HLO_MODULE):
                         if vt == 5:
-                            code = _intern(buf, vs, ve, tkeys, tcodes, strs, nstr)
+                            code = intern(buf, vs, ve, tkeys, tcodes, strs, nstr)
                         elif vt == 7:
                             rs = _stat_slot(sm_ids, lo, hi, vs)
                             if rs < 0:
                                 continue
-                            code = _intern(buf, sm_name[rs, 0], sm_name[rs, 1], tkeys, tcodes, strs, nstr)
+                            code = intern(buf, sm_name[rs, 0], sm_name[rs, 1], tkeys, tcodes, strs, nstr)
                         else:
                             continue
                         if code < 0:

@@ -13,7 +13,7 @@ XStatMetadata.name = 2; HloProto.hlo_module = 1.
 
 from __future__ import annotations
 
-from rooflens.trace.xspace import _py_fields as _fields
+from rooflens.trace.formats.protowire import fields as _fields
 
 
 def _string(mv) -> str:

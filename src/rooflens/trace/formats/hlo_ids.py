@@ -19,7 +19,7 @@ InstructionSequence instruction_ids = 1.
 
 from __future__ import annotations
 
-from rooflens.trace.xspace import py_varint as _varint
+from rooflens.trace.formats.protowire import field_spans, int_values
 
 _MASK64 = (1 << 64) - 1
 
@@ -35,40 +35,6 @@ def _enc(n: int) -> bytes:
         else:
             out.append(b)
             return bytes(out)
-
-
-def _spans(buf: bytes, a: int = 0, b: int | None = None):
-    """(field, wire type, field start, value or (payload start, payload end), field end)."""
-    pos, end = a, len(buf) if b is None else b
-    while pos < end:
-        s = pos
-        key, pos = _varint(buf, pos)
-        num, wt = key >> 3, key & 7
-        if wt == 0:
-            v, pos = _varint(buf, pos)
-        elif wt == 1:
-            v, pos = None, pos + 8
-        elif wt == 5:
-            v, pos = None, pos + 4
-        elif wt == 2:
-            n, pos = _varint(buf, pos)
-            v, pos = (pos, pos + n), pos + n
-        else:
-            raise ValueError(f"unsupported wire type {wt}")
-        if pos > end:
-            raise ValueError("a field runs past the end of its message")
-        yield num, wt, s, v, pos
-
-
-def _ints(buf: bytes, wt: int, v) -> list[int]:
-    """A repeated int64's values: packed (wire type 2) or one value."""
-    if wt == 0:
-        return [v]
-    out, pos = [], v[0]
-    while pos < v[1]:
-        x, pos = _varint(buf, pos)
-        out.append(x)
-    return out
 
 
 def _ranks(ids) -> dict[int, int]:
@@ -94,13 +60,13 @@ def _packed(num: int, values, new: dict[int, int]) -> bytes:
 def max_id(module: bytes) -> int:
     """The largest computation or instruction id of a serialized HloModuleProto."""
     top = 0
-    for num, wt, _, v, _ in _spans(module):
+    for num, wt, _, v, _ in field_spans(module):
         if num == 3 and wt == 2:
-            for cn, cw, _, cv, _ in _spans(module, *v):
+            for cn, cw, _, cv, _ in field_spans(module, *v):
                 if cn == 5 and cw == 0:
                     top = max(top, cv)
                 elif cn == 2 and cw == 2:
-                    for i_n, iw, _, iv, _ in _spans(module, *cv):
+                    for i_n, iw, _, iv, _ in field_spans(module, *cv):
                         if i_n == 35 and iw == 0:
                             top = max(top, iv)
     return top
@@ -109,15 +75,15 @@ def max_id(module: bytes) -> int:
 def compact_ids(module: bytes) -> bytes:
     """The same HloModuleProto with dense ids (see the module doc); ValueError on a malformed one."""
     ins_new: dict[int, dict[int, int]] = {}  # computation id → its instructions' new ids
-    fields = list(_spans(module))
+    fields = list(field_spans(module))
     for num, wt, _, v, _ in fields:
         if num == 3 and wt == 2:
             cid, ids = None, []
-            for cn, cw, _, cv, _ in _spans(module, *v):
+            for cn, cw, _, cv, _ in field_spans(module, *v):
                 if cn == 5 and cw == 0:
                     cid = cv
                 elif cn == 2 and cw == 2:
-                    ids += [iv for i_n, iw, _, iv, _ in _spans(module, *cv) if i_n == 35 and iw == 0]
+                    ids += [iv for i_n, iw, _, iv, _ in field_spans(module, *cv) if i_n == 35 and iw == 0]
             if cid is None or cid in ins_new:
                 raise ValueError("a computation has no id, or the id of another")
             ins_new[cid] = _ranks(ids)
@@ -136,23 +102,23 @@ def compact_ids(module: bytes) -> bytes:
 
 
 def _computation(buf: bytes, span, comp_new: dict, ins_new: dict) -> bytes:
-    cid = next(cv for cn, cw, _, cv, _ in _spans(buf, *span) if cn == 5 and cw == 0)
+    cid = next(cv for cn, cw, _, cv, _ in field_spans(buf, *span) if cn == 5 and cw == 0)
     local = ins_new[cid]
     out = []
-    for cn, cw, s, cv, e in _spans(buf, *span):
+    for cn, cw, s, cv, e in field_spans(buf, *span):
         if cn == 5 and cw == 0:
             out.append(_varint_field(5, comp_new[cv]))
         elif cn == 6 and cw == 0:
             out.append(_varint_field(6, local[cv]))
         elif cn == 2 and cw == 2:
             ins = []
-            for i_n, iw, i_s, iv, i_e in _spans(buf, *cv):
+            for i_n, iw, i_s, iv, i_e in field_spans(buf, *cv):
                 if i_n == 35 and iw == 0:
                     ins.append(_varint_field(35, local[iv]))
                 elif i_n in (36, 37):
-                    ins.append(_packed(i_n, _ints(buf, iw, iv), local))
+                    ins.append(_packed(i_n, int_values(buf, iw, iv), local))
                 elif i_n == 38:
-                    ins.append(_packed(i_n, _ints(buf, iw, iv), comp_new))
+                    ins.append(_packed(i_n, int_values(buf, iw, iv), comp_new))
                 else:
                     ins.append(buf[i_s:i_e])
             out.append(_ld(2, b"".join(ins)))
@@ -163,12 +129,12 @@ def _computation(buf: bytes, span, comp_new: dict, ins_new: dict) -> bytes:
 
 def _schedule(buf: bytes, span, comp_new: dict, ins_new: dict) -> bytes:
     out = []
-    for num, wt, s, v, e in _spans(buf, *span):
+    for num, wt, s, v, e in field_spans(buf, *span):
         if num != 1 or wt != 2:
             out.append(buf[s:e])
             continue
         key, seq = None, None
-        for kn, kw, _, kv, _ in _spans(buf, *v):
+        for kn, kw, _, kv, _ in field_spans(buf, *v):
             if kn == 1 and kw == 0:
                 key = kv
             elif kn == 2 and kw == 2:
@@ -177,9 +143,9 @@ def _schedule(buf: bytes, span, comp_new: dict, ins_new: dict) -> bytes:
             continue  # a sequence of a computation the module does not hold: dropped, as XLA would refuse it
         ids = []
         if seq is not None:
-            for sn, sw, _, sv, _ in _spans(buf, *seq):
+            for sn, sw, _, sv, _ in field_spans(buf, *seq):
                 if sn == 1:
-                    ids += _ints(buf, sw, sv)
+                    ids += int_values(buf, sw, sv)
         local = ins_new[key]
         body = _varint_field(1, comp_new[key]) + _ld(2, _packed(1, ids, local) if ids else b"")
         out.append(_ld(1, body))

@@ -1,6 +1,6 @@
 """Our own XSpace decoder: a ``*.xplane.pb`` file → numpy columns, with no Python object per event.
 
-The file is mapped, not read: a compiled walk (:mod:`rooflens.trace.wire`) indexes planes, lines
+The file is mapped, not read: a compiled walk (:mod:`rooflens.trace.formats.xspace.wire`) indexes planes, lines
 and metadata, then decodes events line by line into int64 columns, keeping only the events an
 analysis uses (see :func:`line_flags`). Pages already decoded are handed back to the kernel as it
 goes, so memory is bounded by the kept columns, not by the file.
@@ -8,7 +8,7 @@ goes, so memory is bounded by the kept columns, not by the file.
 Times are picoseconds from the trace's origin (the earliest line ``timestamp_ns``): a line's event
 starts at ``(timestamp_ns - origin_ns) * 1000 + offset_ps``. The ``device_offset_ps`` and
 ``device_duration_ps`` stats are kept beside (XProf times TPU ops by them: see
-:func:`rooflens.trace.readers.read_xspace`).
+:func:`rooflens.trace.formats.xspace.reader.read_xspace`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,9 @@ from pathlib import Path
 import numpy as np
 
 from rooflens.errors import RooflensError
-from rooflens.trace import wire as W
+from rooflens.trace.formats import protowire
+from rooflens.trace.formats.compiled import numba_ready, rehash
+from rooflens.trace.formats.xspace import wire as W
 
 #: bytes decoded between two progress updates (and page releases)
 CHUNK_BYTES = 64 << 20
@@ -112,45 +114,10 @@ def _fields(buf, start: int, end: int, path, where: str) -> np.ndarray:
     return out
 
 
-def _py_fields(data: bytes):
-    """(number, wire type, value) of a small message, in Python (plane and metadata stats only)."""
-    pos, end = 0, len(data)
-    while pos < end:
-        key, pos = py_varint(data, pos)
-        num, wt = key >> 3, key & 7
-        if wt == 0:
-            val, pos = py_varint(data, pos)
-        elif wt == 1:
-            val, pos = data[pos:pos + 8], pos + 8
-        elif wt == 2:
-            n, pos = py_varint(data, pos)
-            val, pos = data[pos:pos + n], pos + n
-        elif wt == 5:
-            val, pos = data[pos:pos + 4], pos + 4
-        else:
-            raise ValueError(f"wire type {wt}")
-        if pos > end:
-            raise ValueError("truncated")
-        yield num, wt, val
-
-
-def py_varint(data: bytes, pos: int) -> tuple[int, int]:
-    """A protobuf varint at ``pos``, in Python (for the few small messages read outside the compiled
-    walks): (value, position after it)."""
-    result = shift = 0
-    while True:
-        b = data[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 128:
-            return result, pos
-        shift += 7
-
-
 def _stat_value(data: bytes, stat_names: dict[int, str]) -> tuple[str, object]:
     """One XStat message → (name, value): numbers as int/float, strings as str, bytes as bytes."""
     name, value = "", None
-    for num, wt, v in _py_fields(data):
+    for num, wt, v in protowire.fields(data):
         if num == 1:
             name = stat_names.get(v, str(v))
         elif num == 2 and wt == 1:
@@ -170,7 +137,7 @@ def _metadata_stats(buf, start: int, end: int, stat_names: dict[int, str]) -> di
     """The stats of one XEventMetadata (field 5), e.g. a TPU op's ``flops`` and ``hlo_category``."""
     out = {}
     with contextlib.suppress(ValueError, IndexError):  # a damaged metadata message: its stats are just missing
-        for num, wt, v in _py_fields(bytes(buf[start:end])):
+        for num, wt, v in protowire.fields(bytes(buf[start:end])):
             if num == 5 and wt == 2:
                 k, val = _stat_value(v, stat_names)
                 out[k] = val
@@ -194,7 +161,7 @@ def line_flags(plane_name: str, line_name: str) -> int:
 
 def decode(path: str | Path, progress: Callable[[int, int], None] | None = None) -> XSpaceColumns:
     """Decode an ``.xplane.pb``. ``progress(bytes_done, bytes_total)`` is called between chunks."""
-    W.numba_ready()
+    numba_ready()
     path = Path(path)
     try:
         fh = path.open("rb")
@@ -283,7 +250,7 @@ def decode(path: str | Path, progress: Callable[[int, int], None] | None = None)
             flush(rows)
         elif status == W.TABLE_FULL:
             if 2 * (nstr[0] + 1) > len(tkeys):
-                tkeys, tcodes = W.rehash(tkeys, tcodes, len(tkeys) * 2)
+                tkeys, tcodes = rehash(tkeys, tcodes, len(tkeys) * 2)
             if nstr[0] >= len(strs):
                 strs = np.concatenate([strs, np.empty_like(strs)])
         elif status in (W.BUDGET, W.DONE):
@@ -312,7 +279,7 @@ def decode(path: str | Path, progress: Callable[[int, int], None] | None = None)
 def warm_up() -> None:
     """Load the compiled walks once in this process (a forked worker then starts with them loaded,
     instead of each paying numba's start-up)."""
-    W.numba_ready()
+    numba_ready()
     err = np.zeros(2, np.int64)
     buf = np.zeros(2, np.uint8)
     W.fields(buf, 0, 0, np.empty((0, 4), np.int64), err)

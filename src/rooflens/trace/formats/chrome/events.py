@@ -2,7 +2,7 @@
 
 Streamed, not loaded whole: the (gzipped) file is inflated in chunks, a compiled scan splits the
 ``traceEvents`` array into its elements as they arrive, and a second compiled scan
-(:mod:`rooflens.trace.jsonscan`) reads the fields the analysis uses straight into columns, with
+(:mod:`rooflens.trace.formats.chrome.scan`) reads the fields the analysis uses straight into columns, with
 strings interned. Only metadata events (process and thread names) and one event per op that
 carries the trace's own stats are parsed as Python objects (orjson).
 
@@ -23,7 +23,7 @@ import orjson
 from numba import njit
 
 from rooflens.errors import RooflensError
-from rooflens.trace import jsonscan as J
+from rooflens.trace.formats.chrome import scan as J
 
 READ_BYTES = 1 << 20  # compressed bytes per read (~10-20 MB of text)
 
@@ -74,7 +74,7 @@ def split_elements(buf, start, state, out):
 
 
 class _Columns:
-    """The kept fields of X events, as numpy columns (see :mod:`rooflens.trace.jsonscan`), the
+    """The kept fields of X events, as numpy columns (see :mod:`rooflens.trace.formats.chrome.scan`), the
     processes' and threads' names, and the trace's own stats of one event per (process, name)."""
 
     def __init__(self) -> None:
@@ -181,7 +181,7 @@ class _Columns:
             self.threads[(self.code(e.get("pid")), self.code(e.get("tid")))] = str(name)
 
     def _grow(self) -> None:
-        from rooflens.trace.wire import rehash
+        from rooflens.trace.formats.compiled import rehash
 
         if 2 * (self.nstr[0] + 1) > len(self.tkeys):
             self.tkeys, self.tcodes = rehash(self.tkeys, self.tcodes, len(self.tkeys) * 2)
@@ -247,7 +247,7 @@ def _chunks(path: Path):
 
 def read_events(path: Path, progress=None) -> _Columns:
     """Stream the trace's events into columns. ``progress(bytes_done, bytes_total)`` (compressed)."""
-    from rooflens.trace.wire import numba_ready
+    from rooflens.trace.formats.compiled import numba_ready
 
     numba_ready()
     cols = _Columns()

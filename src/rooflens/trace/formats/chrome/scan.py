@@ -1,6 +1,6 @@
 """A compiled scan of Chrome trace events: the fields rooflens reads, straight from the JSON text.
 
-Each event object (a span of the text, found by :func:`rooflens.trace.chrome.split_elements`) is
+Each event object (a span of the text, found by :func:`rooflens.trace.formats.chrome.events.split_elements`) is
 walked once; the keys below are matched, everything else is skipped by its brackets. String and
 id values are interned to dense codes (their raw bytes, quotes included, are copied once into an
 arena for the caller to decode); numbers are parsed in place, also when written as strings
@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from rooflens.trace.wire import _hash
+from rooflens.trace.formats.compiled import hash_bytes
 
 #: the keys read: level 1 of an event, then level 2 inside its "args"
 KEYS = ("ph", "pid", "tid", "ts", "dur", "name", "args",
@@ -199,9 +199,9 @@ def _integer(buf, s, e):
 
 @njit(cache=True)
 def _intern_copy(buf, s, e, tkeys, tcodes, strs, nstr, arena, used):
-    """Like :func:`rooflens.trace.wire._intern`, but a new string's bytes are copied into ``arena``
+    """Like :func:`rooflens.trace.formats.compiled.intern`, but a new string's bytes are copied into ``arena``
     (the text is streamed; chunks do not stay). -1: table or arena full."""
-    h = _hash(buf, s, e)
+    h = hash_bytes(buf, s, e)
     mask = tkeys.shape[0] - 1
     slot = h & mask
     n = e - s

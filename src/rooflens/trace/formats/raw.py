@@ -1,0 +1,131 @@
+"""Readers of JAX profiler output: XSpace (``*.xplane.pb``) and Chrome JSON (``*.trace.json.gz``).
+
+Both produce the same :class:`RawTrace`: device op events in an :class:`EventTable`, step
+intervals, and what the trace says about its devices. Where the device work is:
+
+* TPU: planes ``/device:TPU:N``, line ``XLA Ops`` (event name = the full HLO instruction text),
+  programs on the ``XLA Modules`` line;
+* GPU: planes ``/device:GPU:N``, kernel events on ``Stream #…`` lines carrying ``hlo_op`` and
+  ``hlo_module`` (several kernels may make one HLO op);
+* CPU: XLA:CPU runs ops on host threads (``tf_XLAEigen…``, ``tf_XLAPjRtCpuClient…``); each op
+  event carries ``hlo_op``, ``hlo_module`` and ``device_ordinal`` (older jaxlibs: the device comes
+  from the enclosing ``CommonPjRtLoadedExecutable::Execute`` event's ``global_device_id``).
+
+Steps come from step annotations (events with a ``step_num`` stat, as
+``jax.profiler.StepTraceAnnotation`` writes them) or a device ``Steps`` line.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rooflens.trace.events import EventTable
+from rooflens.trace.formats.xspace import wire as W
+
+DEVICE_PLANE = re.compile(r"^/device:(TPU|GPU):(\d+)")
+EXECUTE = "CommonPjRtLoadedExecutable::Execute"
+HOST_EVENT_MIN_PS = 200_000_000  # Python frames shorter than 0.2 ms do not explain an idle gap
+Progress = Callable[[int, int], None] | None
+
+
+@dataclass
+class RawTrace:
+    """One host's trace file, read: its op events and what else the analysis needs. Times are
+    picoseconds from ``table.origin_ns``."""
+
+    host: str
+    table: EventTable
+    steps: list[tuple[int, int, int]]  # (step number, start ps, end ps)
+    device_kind: str  # "TPU v6 Lite", "cpu", "GPU", …
+    platform: str  # tpu | gpu | cpu | unknown
+    notes: list[str] = field(default_factory=list)  # what the trace could not give
+    plane_stats: dict = field(default_factory=dict)  # the first device plane's stats (numbers and strings)
+    host_events: list[tuple[str, int, int]] = field(default_factory=list)  # Python frames ≥ 0.2 ms: name, start, end
+    hlo_protos: dict[str, bytes] = field(default_factory=dict)  # program → serialized HloModuleProto
+    events_total: int = 0  # every event the file holds, kept or not
+
+
+def op_name(text: str) -> str:
+    """``%all-reduce = f32[…] all-reduce(…)`` → ``all-reduce`` (TPU events name the whole instruction)."""
+    head = text.split(" = ", 1)[0] if " = " in text else text
+    return head.strip().lstrip("%").removeprefix("ROOT ").strip()
+
+
+def uint64(v: int) -> int:
+    return int(v) & 0xFFFFFFFFFFFFFFFF
+
+
+def program_name(module: str, program_id: int | None) -> str:
+    """``jit_step(24)``: the module name and, when the event carries it, its program id."""
+    return f"{module}({uint64(program_id)})" if program_id is not None and module else module
+
+
+def containing(starts: np.ndarray, ends: np.ndarray, values: np.ndarray, t: np.ndarray, default: int = -1
+                ) -> np.ndarray:
+    """For each time in ``t``: ``values`` of the latest interval (sorted by start) that holds it."""
+    if not len(starts):
+        return np.full(len(t), default, np.int64)
+    k = np.searchsorted(starts, t, side="right") - 1
+    kk = np.clip(k, 0, None)
+    return np.where((k >= 0) & (t <= ends[kk]), values[kk], default)
+
+
+def device_span(start_ps: np.ndarray, dur_ps: np.ndarray, device_offset_ps: np.ndarray,
+                device_duration_ps: np.ndarray, on_device: np.ndarray, origin_ns: int,
+                absent: int = W.NONE) -> tuple[np.ndarray, np.ndarray]:
+    """XProf's timing of device events: (``device_offset_ps``, ``device_duration_ps``) where a device
+    event carries both (the device's own clock, in ps on the trace's time base), else the event's span."""
+    use = on_device & (device_offset_ps != absent) & (device_duration_ps != absent)
+    if not use.any():
+        return start_ps, dur_ps
+    origin_ps = origin_ns * 1000 if origin_ns * 1000 <= np.iinfo(np.int64).max else 0
+    return np.where(use, device_offset_ps - origin_ps, start_ps), np.where(use, device_duration_ps, dur_ps)
+
+
+def hlo_module_of(hlo_proto: bytes) -> bytes | None:
+    """``xla.HloProto.hlo_module`` (field 1) of a serialized HloProto."""
+    from rooflens.trace.formats.protowire import fields
+
+    try:
+        for num, wt, v in fields(hlo_proto):
+            if num == 1 and wt == 2:
+                return bytes(v)
+    except (ValueError, IndexError):
+        return None
+    return None
+
+
+def number(v) -> float | None:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def trace_op_meta(st: dict) -> dict:
+    """What a TPU trace says of an op itself: XLA's category, the framework op (named scope) and its
+    own per-op counts, which price ops whose HLO the trace lacks."""
+    return {"hlo_category": str(st.get("hlo_category", "")), "op_name": str(st.get("tf_op", "")),
+            "flops": number(st.get("model_flops")), "bytes": number(st.get("bytes_accessed"))}
+
+
+def assign_steps(table: EventTable, steps: list[tuple[int, float, float]], rows: np.ndarray | None = None) -> None:
+    """Set each event's step (of ``rows``, default all): the step (number, start ns, end ns, from the
+    table's origin) whose interval holds the event's start."""
+    if not steps or not len(table):
+        return
+    starts = np.asarray([s for _, s, _ in steps], np.float64)
+    ends = np.asarray([t for _, _, t in steps], np.float64)
+    nums = np.asarray([n for n, _, _ in steps], dtype=np.int32)
+    at = table.start_ns if rows is None else table.start_ns[rows]
+    idx = np.searchsorted(starts, at, side="right") - 1
+    ok = (idx >= 0) & (at <= ends[np.clip(idx, 0, None)])
+    got = np.where(ok, nums[np.clip(idx, 0, None)], -1)
+    if rows is None:
+        table.step[:] = got
+    else:
+        table.step[rows] = got
