@@ -19,7 +19,7 @@ import statistics
 import time
 
 import rooflens as rl
-from rooflens.cli import example_hlo_path
+from rooflens.cli.common import example_hlo_path
 
 _NAME = re.compile(r"%([\w.\-]+)")
 _LINE = re.compile(r"\s*(?:ROOT\s+)?%?(\S+)\s*=\s*(\S+)\s+([a-z][\w\-]*)\(")

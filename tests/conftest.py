@@ -120,6 +120,6 @@ def hlo_corpus(tmp_path_factory) -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def example_hlo() -> str:
-    from rooflens.cli import example_hlo_path
+    from rooflens.cli.common import example_hlo_path
 
     return example_hlo_path().read_text()

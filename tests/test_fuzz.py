@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import rooflens as rl
-from rooflens.cli import example_hlo_path
+from rooflens.cli.common import example_hlo_path
 from rooflens.hlo import HloParseError
 
 _REAL = example_hlo_path().read_text()

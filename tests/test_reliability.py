@@ -202,15 +202,15 @@ def test_outputs_are_checked_before_the_analysis(tmp_path):
 
 def test_demo_out_never_takes_a_users_directory_or_a_bad_path(tmp_path):
     one_sentence(rooflens("demo", "--out", "/dev/null/x"), "cannot create the --out directory")
-    from rooflens.cli import _fresh_dir
+    from rooflens.cli.demo import fresh_dir
 
     d = tmp_path / "D"
     d.mkdir()
     (d / "report.json").write_text("mine")
-    assert _fresh_dir(d, force=False) == tmp_path / "D-2"  # anything in D keeps the demo out of it
+    assert fresh_dir(d, force=False) == tmp_path / "D-2"  # anything in D keeps the demo out of it
     (tmp_path / "D-2" / "notes.txt").write_text("also mine")
-    assert _fresh_dir(d, force=False) == tmp_path / "D-3"
-    assert _fresh_dir(tmp_path / "E", force=False) == tmp_path / "E"  # a new directory is used as given
+    assert fresh_dir(d, force=False) == tmp_path / "D-3"
+    assert fresh_dir(tmp_path / "E", force=False) == tmp_path / "E"  # a new directory is used as given
     assert (d / "report.json").read_text() == "mine"
 
 
@@ -242,16 +242,16 @@ def test_every_numeric_option_has_a_bounded_type():
 
 
 def test_json_never_holds_nan_or_infinity():
-    from rooflens.cli import _json_text
+    from rooflens.cli.common import json_text
 
-    text = _json_text({"a": float("nan"), "b": [float("inf"), 1.5], "c": {"d": float("-inf")}})
+    text = json_text({"a": float("nan"), "b": [float("inf"), 1.5], "c": {"d": float("-inf")}})
     assert json.loads(text) == {"a": None, "b": [None, 1.5], "c": {"d": None}}
     r = rooflens("memory", "--estimate", "--params", "7e9", "--json")
     assert r.returncode == 0
     assert "NaN" not in r.stdout and "Infinity" not in r.stdout
     json.loads(r.stdout)
     # past what the fast writer takes (an integer beyond 64 bits), still the same document
-    text = _json_text({"n": 10**30, "s": "\x9b×", "x": float("nan")})
+    text = json_text({"n": 10**30, "s": "\x9b×", "x": float("nan")})
     assert json.loads(text) == {"n": 10**30, "s": "\x9b×", "x": None} and "\x9b" not in text
 
 

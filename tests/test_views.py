@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import pytest
 
 import rooflens as rl
-from rooflens.cli import example_hlo_path
+from rooflens.cli.common import example_hlo_path
 from rooflens.hlo.graph import op_graph
 from rooflens.report.graph_view import render_graph_svg
 from rooflens.report.html import render_html

@@ -13,7 +13,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 from pathlib import Path  # noqa: E402
 
-from rooflens.cli import EXAMPLE_HLO  # noqa: E402
+from rooflens.cli.common import EXAMPLE_HLO  # noqa: E402
 from rooflens.workloads import TransformerConfig, make_mesh, sharded_train_step  # noqa: E402
 
 cfg = TransformerConfig()

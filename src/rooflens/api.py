@@ -12,6 +12,45 @@ from rooflens.memory import read_run_memory
 from rooflens.trace import Profile, load
 
 
+def load_report(paths: str | list[str], hlo_dir: str | None = None, chip: str | Chip | None = None,
+                include_warmup: bool = False, before_analysis=None, workers: int = 1, engine: str = "local",
+                ray_address: str | None = None) -> Report:
+    """Logdirs, run directories or trace files read and analysed: the one load → analyze pipeline of
+    ``rooflens report``, ``diff`` and ``check``. ``before_analysis(profile)`` runs in between (the CLI
+    calibrates a CPU it has never measured there). With no chip given and none to be had, the report
+    has no roofline but every other finding."""
+    prof = load(paths, hlo_dir=hlo_dir, workers=workers, engine=engine, ray_address=ray_address)
+    if include_warmup:
+        from rooflens.trace.warmup import with_warmup
+
+        prof = with_warmup(prof)
+    if before_analysis is not None:
+        before_analysis(prof)
+    return analyze_profile(prof, chip=chip, memory=read_run_memory(prof), require_roofline=False)
+
+
+def saved_report(path: str):
+    """A report saved by ``rooflens report --out`` (one side of a diff), or None when ``path`` is not a
+    saved report's name (a logdir, a run directory, a trace file)."""
+    import json
+
+    from rooflens.analysis.diff import side_of_json
+    from rooflens.errors import existing
+
+    if not path.endswith(".json") or "://" in path:
+        return None
+    existing(path)
+    if Path(path).is_dir():
+        return None
+    try:
+        return side_of_json(json.loads(Path(path).read_bytes()), path)
+    except (OSError, ValueError, RecursionError) as e:
+        from rooflens.errors import RooflensError
+
+        raise RooflensError(f"{path} is not a saved rooflens report: "
+                            f"{str(e).splitlines()[0] if str(e) else e}.") from None
+
+
 def analyze(profile: Profile, chip: str | Chip | None = None) -> Report:
     """``rooflens.analysis.analyze`` with the run's memory data read from beside its trace."""
     return analyze_profile(profile, chip=chip, memory=read_run_memory(profile))

@@ -255,3 +255,19 @@ def model_flops(module: Module, ins: Instruction, _depth: int = 0) -> float:
     if op == "fusion" and _depth <= 8:  # a malformed module whose fusions call each other: stop
         return sum(model_flops(module, inner, _depth + 1) for comp in module.called(ins) for inner in comp.instructions)
     return 0.0
+
+
+def explain_op(module: Module, op_name: str):
+    """One instruction explained in plain words (:func:`rooflens.hlo.explain.explain`), with its FLOPs
+    and, for a fusion, how many of them are dot/convolution (model) FLOPs. KeyError for an unknown name."""
+    from rooflens.hlo.explain import explain
+
+    exp = explain(module, op_name)
+    ins = module[op_name]
+    exp.flops, exp.model_flops = instruction_counts(module, ins).flops, model_flops(module, ins)
+    if exp.model_flops and ins.opcode == "fusion":
+        rest = exp.flops - exp.model_flops
+        exp.details.append(f"dot/convolution FLOPs of this fusion (model FLOPs): {exp.model_flops:,.0f}"
+                           + (f" of its {exp.flops:,.0f} FLOPs; the other {rest:,.0f} are elementwise work"
+                              if rest > 0 else ", all of its FLOPs"))
+    return exp

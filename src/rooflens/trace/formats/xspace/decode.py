@@ -25,6 +25,7 @@ import numpy as np
 from rooflens.errors import RooflensError
 from rooflens.trace.formats import protowire
 from rooflens.trace.formats.compiled import numba_ready, rehash
+from rooflens.trace.formats.raw import HOST_EVENT_MIN_PS
 from rooflens.trace.formats.xspace import wire as W
 
 #: bytes decoded between two progress updates (and page releases)
@@ -32,7 +33,6 @@ CHUNK_BYTES = 64 << 20
 #: kept events decoded between two moves into the columns (~120 MB of rows)
 BLOCK_ROWS = 1 << 20
 #: Python tracer frames shorter than this are not kept (they explain idle gaps, which are longer)
-HOST_EVENT_MIN_PS = 200_000_000
 
 
 @dataclass

@@ -8,6 +8,7 @@ enclosing ``CommonPjRtLoadedExecutable::Execute`` event's ``global_device_id``).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +29,25 @@ from rooflens.trace.formats.raw import (
 from rooflens.trace.formats.xspace import wire as W
 
 
+@dataclass
+class _Events:
+    """Every decoded event's plane, device kind and number, and line role (small types: a 1 GB trace
+    keeps millions of events), with its times (``start``/``dur``: XProf's device span where given)."""
+
+    plane: np.ndarray
+    kind: np.ndarray  # 1 TPU, 2 GPU, 3 host, 0 other
+    dev: np.ndarray
+    role: np.ndarray  # 1 XLA Ops, 2 XLA Modules, 3 Steps, 4 python, 0 other
+    event_start: np.ndarray  # the event's own start (XLA Modules spans use it)
+    start: np.ndarray
+    dur: np.ndarray
+    kinds: list[tuple[str, int]]  # per plane
+
+
+_KIND = {"TPU": 1, "GPU": 2, "host": 3}
+_ROLE = {"XLA Ops": 1, "XLA Modules": 2, "Steps": 3, "python": 4}
+
+
 def read_xspace(path: Path, progress: Progress = None, device_time: bool = True) -> RawTrace:
     """An ``.xplane.pb`` through our compiled decoder (:mod:`rooflens.trace.formats.xspace.decode`).
 
@@ -39,137 +59,169 @@ def read_xspace(path: Path, progress: Progress = None, device_time: bool = True)
     from rooflens.trace.formats.xspace.decode import decode
 
     x = decode(path, progress)
-    host = path.name.removesuffix(".xplane.pb")
+    ev = _classify(x, device_time)
+    device_kind, platform, plane_stats = _device(x, ev.kinds)
+    vocab = E.Vocab()  # op names and programs, coded together
+    hlo_text: dict[tuple[str, str], str] = {}
+    op_meta: dict[tuple[str, str], dict] = {}
+    parts = []  # (rows, device, name codes, program codes)
+    tpu = _tpu_ops(x, ev, vocab, hlo_text, op_meta)
+    if tpu is not None:
+        platform = "tpu"
+        parts.append(tpu)
+    gpu_ops = np.flatnonzero((ev.kind == 2) & (x.col("hlo_op") != W.NONE))
+    if len(gpu_ops):  # GPU: kernels that name their HLO op
+        platform = "gpu"
+        parts.append((gpu_ops, ev.dev[gpu_ops], *_string_codes(x, gpu_ops, vocab.code)))
+    if not parts and (cpu := _cpu_ops(x, ev, vocab)) is not None:
+        platform, device_kind = "cpu", "cpu"
+        parts.append(cpu)
+    rows = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.int64)
+    words = vocab.words
+    table = E.build(
+        host=np.zeros(len(rows), np.int32), device=np.concatenate([p[1] for p in parts]) if parts else rows,
+        line=x.line[rows], name=np.concatenate([p[2] for p in parts]) if parts else rows,
+        program=np.concatenate([p[3] for p in parts]) if parts else rows, start_ps=ev.start[rows],
+        dur_ps=ev.dur[rows], hosts=[path.name.removesuffix(".xplane.pb")], lines=[*x.line_names, ""],
+        names=words or [""], programs=words or [""], origin_ns=_absolute_origin(x), hlo_text=hlo_text,
+        op_meta=op_meta)
+    steps, host_events, protos = _steps(x, ev), _host_events(x, ev), _hlo_protos(x)
+    x.close()
+    return RawTrace(table.hosts[0], table, sorted(steps), device_kind or ("cpu" if platform == "cpu" else "unknown"),
+                    platform, plane_stats=plane_stats, host_events=host_events, hlo_protos=protos,
+                    events_total=x.events_total)
+
+
+def _classify(x, device_time: bool) -> _Events:
+    """Each event's plane (device kind and number) and line role; its span by XProf's rule (tsl
+    GetDeviceEventTimespan: device events carrying both device stats are timed by them)."""
     kinds = []
     for p in x.planes:
         m = DEVICE_PLANE.match(p.name)
         kinds.append((m.group(1), int(m.group(2))) if m else ("host" if p.name.startswith("/host:") else "", -1))
-    # per event, small types: a 1 GB trace keeps millions of events
-    plane_kind = np.asarray([{"TPU": 1, "GPU": 2, "host": 3}.get(k, 0) for k, _ in kinds] or [0], np.int8)
+    plane_kind = np.asarray([_KIND.get(k, 0) for k, _ in kinds] or [0], np.int8)
     plane_dev = np.asarray([d for _, d in kinds] or [-1], np.int32)
-    line = x.line
-    ev_plane = x.line_plane.astype(np.int32)[line] if len(x) else np.zeros(0, np.int32)
-    ev_kind, ev_dev = plane_kind[ev_plane], plane_dev[ev_plane]
-    lname = np.asarray(x.line_names + [""], dtype=object)
-    role = {"XLA Ops": 1, "XLA Modules": 2, "Steps": 3, "python": 4}
-    line_role = np.asarray([role.get(n, 0) for n in x.line_names] + [0], np.int8)
-    ev_role = line_role[line] if len(x) else np.zeros(0, np.int8)
-    event_start, start, dur = x.start_ps, x.start_ps, x.dur_ps
-    if device_time:  # XProf's rule (tsl GetDeviceEventTimespan): device events carrying both stats are timed by them
-        start, dur = device_span(start, dur, x.col("device_offset_ps"), x.col("device_duration_ps"),
-                                 ev_kind != 3, x.origin_ns)
-    meta = x.cols[W.COL_META]
-    hlo_op = x.col("hlo_op")
-    none = W.NONE
+    ev_plane = x.line_plane.astype(np.int32)[x.line] if len(x) else np.zeros(0, np.int32)
+    line_role = np.asarray([_ROLE.get(n, 0) for n in x.line_names] + [0], np.int8)
+    kind = plane_kind[ev_plane]
+    start, dur = x.start_ps, x.dur_ps
+    if device_time:
+        start, dur = device_span(start, dur, x.col("device_offset_ps"), x.col("device_duration_ps"), kind != 3,
+                                 x.origin_ns)
+    return _Events(ev_plane, kind, plane_dev[ev_plane], line_role[x.line] if len(x) else np.zeros(0, np.int8),
+                   x.start_ps, start, dur, kinds)
 
-    # steps: device Steps lines, and host step annotations (jax.profiler.StepTraceAnnotation)
+
+def _steps(x, ev: _Events) -> list[tuple[int, int, int]]:
+    """Device ``Steps`` lines, and host step annotations (``jax.profiler.StepTraceAnnotation``)."""
+    none = W.NONE
     steps: list[tuple[int, int, int]] = []
     step_num, step_id, group_id = x.col("step_num"), x.col("step_id"), x.col("group_id")
-    sel = np.flatnonzero(((ev_kind == 1) | (ev_kind == 2)) & (ev_role == 3))
-    host_step = np.flatnonzero((ev_kind == 3) & (step_num != none))
+    sel = np.flatnonzero(((ev.kind == 1) | (ev.kind == 2)) & (ev.role == 3))
+    host_step = np.flatnonzero((ev.kind == 3) & (step_num != none))
     for idx in (sel, host_step):
         a, b, c = step_num[idx], step_id[idx], group_id[idx]
         number = np.where(a != none, a, np.where(b != none, b, np.where(c != none, c, -1)))
-        steps += list(zip(number.tolist(), start[idx].tolist(), (start[idx] + dur[idx]).tolist()))
+        steps += list(zip(number.tolist(), ev.start[idx].tolist(), (ev.start[idx] + ev.dur[idx]).tolist()))
+    return steps
 
-    # the first device plane: what the device is, and its peaks
-    device_kind, platform, plane_stats = "", "unknown", {}
+
+def _device(x, kinds) -> tuple[str, str, dict]:
+    """(device kind, platform, plane stats) from the first device plane: what the device is, and its peaks."""
     for p, (k, _) in zip(x.planes, kinds):
         if k in ("TPU", "GPU"):
             plane_stats = {a: v for a, v in p.stats.items() if isinstance(v, int | float | str)}
-            device_kind = str(p.stats.get("device_type_string") or p.stats.get("device_vendor") or k)
-            break
+            return str(p.stats.get("device_type_string") or p.stats.get("device_vendor") or k), "unknown", plane_stats
+    return "", "unknown", {}
 
-    hlo_text: dict[tuple[str, str], str] = {}
-    op_meta: dict[tuple[str, str], dict] = {}
-    vocab = E.Vocab()  # op names and programs, coded together
-    words, code = vocab.words, vocab.code
 
-    # TPU: op events named by their metadata; programs from XLA Modules
-    tpu_ops = np.flatnonzero((ev_kind == 1) & (ev_role == 1))
-    tpu_mod = np.flatnonzero((ev_kind == 1) & (ev_role == 2))
-    parts = []  # (rows, device, name codes, program codes)
-    if len(tpu_ops):
-        platform = "tpu"
-        pm = ev_plane[tpu_mod].astype(np.int64) << 40 | meta[tpu_mod]
-        mod_key, mod_inv = np.unique(pm, return_inverse=True)
-        mod_names = [x.event_metadata(x.planes[int(k >> 40)], int(k & ((1 << 40) - 1)))[0] for k in mod_key]
-        by_id = {m.rsplit("(", 1)[1].rstrip(")"): m for m in mod_names if m.endswith(")") and "(" in m}
-        mod_code = np.asarray([code(m) for m in mod_names] or [0], np.int64)[mod_inv] if len(tpu_mod) else \
-            np.zeros(0, np.int64)
-        key = ev_plane[tpu_ops].astype(np.int64) << 40 | meta[tpu_ops]
-        uk, inv = np.unique(key, return_inverse=True)
-        name_c = np.empty(len(uk), np.int64)
-        prog_c = np.full(len(uk), -1, np.int64)
-        texts, metas = [], []
-        for k, kk in enumerate(uk):
-            text, _, st = x.event_metadata(x.planes[int(kk >> 40)], int(kk & ((1 << 40) - 1)))
-            name_c[k] = code(op_name(text))
-            pid = st.get("program_id")
-            program = by_id.get(str(uint64(pid))) if pid is not None else None
-            if program is not None:
-                prog_c[k] = code(program)
-            texts.append(text)
-            metas.append(trace_op_meta(st) if "hlo_category" in st or "tf_op" in st else None)
-        prog = prog_c[inv]
-        # ops whose metadata names no program: the XLA Modules event around them on their device
-        missing = np.flatnonzero(prog < 0)
-        for d in np.unique(ev_dev[tpu_ops[missing]]):
-            mine = np.flatnonzero(ev_dev[tpu_mod] == d)
-            rows = missing[ev_dev[tpu_ops[missing]] == d]
-            prog[rows] = containing(event_start[tpu_mod[mine]], event_start[tpu_mod[mine]] + x.dur_ps[tpu_mod[mine]],
-                                     mod_code[mine], event_start[tpu_ops[rows]], code(""))
-        for k, pc in E.unique_rows(inv.ravel(), prog)[0].tolist():
-            op_key = (words[pc], words[name_c[k]])
-            hlo_text.setdefault(op_key, texts[k])
-            if metas[k] is not None:
-                op_meta.setdefault(op_key, metas[k])
-        parts.append((tpu_ops, ev_dev[tpu_ops], name_c[inv.ravel()], prog))
+def _metadata_key(x, ev: _Events, rows: np.ndarray) -> np.ndarray:
+    """One int64 per event naming its (plane, event metadata): events of one op share it."""
+    return ev.plane[rows].astype(np.int64) << 40 | x.cols[W.COL_META][rows]
 
-    # GPU: kernels that name their HLO op
-    gpu_ops = np.flatnonzero((ev_kind == 2) & (hlo_op != none))
-    if len(gpu_ops):
-        platform = "gpu"
-        parts.append((gpu_ops, ev_dev[gpu_ops], *_string_codes(x, gpu_ops, code)))
 
-    # CPU: XLA:CPU ops on host threads, when no device plane had any
-    if not parts:
-        cpu_ops = np.flatnonzero((ev_kind == 3) & (hlo_op != none))
-        if len(cpu_ops):
-            platform, device_kind = "cpu", "cpu"
-            dev = x.col("device_ordinal")[cpu_ops].copy()
-            unknown = np.flatnonzero(dev == none)
-            if len(unknown):  # older jaxlibs: the device is the enclosing Execute's global_device_id
-                gdev = x.col("global_device_id")
-                execs = np.flatnonzero((ev_kind == 3) & (gdev != none))
-                rows = cpu_ops[unknown]
-                found = np.full(len(rows), -1, np.int64)
-                for ln in np.unique(line[rows]):
-                    mine = execs[line[execs] == ln]
-                    at = np.flatnonzero(line[rows] == ln)
-                    found[at] = containing(start[mine], start[mine] + dur[mine], gdev[mine], start[rows[at]])
-                dev[unknown] = found
-            parts.append((cpu_ops, dev, *_string_codes(x, cpu_ops, code)))
+def _metadata_of(x, key: int):
+    return x.event_metadata(x.planes[int(key >> 40)], int(key & ((1 << 40) - 1)))
 
-    rows = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.int64)
-    table = E.build(
-        host=np.zeros(len(rows), np.int32), device=np.concatenate([p[1] for p in parts]) if parts else rows,
-        line=line[rows], name=np.concatenate([p[2] for p in parts]) if parts else rows,
-        program=np.concatenate([p[3] for p in parts]) if parts else rows, start_ps=start[rows], dur_ps=dur[rows],
-        hosts=[host], lines=list(lname), names=words or [""], programs=words or [""], origin_ns=_absolute_origin(x),
-        hlo_text=hlo_text, op_meta=op_meta)
 
-    # the host's Python (JAX's Python tracer), for what the host did during idle gaps
-    py = np.flatnonzero((ev_kind == 3) & (ev_role == 4))
-    host_events = []
-    if len(py):
-        py_plane = ev_plane[py].astype(np.int64) << 40 | meta[py]
-        uk, inv = np.unique(py_plane, return_inverse=True)
-        names = [x.event_metadata(x.planes[int(k >> 40)], int(k & ((1 << 40) - 1)))[0] for k in uk]
-        ok = np.asarray([n.startswith("$") for n in names] + [False])[inv]
-        host_events = [(names[i], s, s + d) for i, s, d in
-                       zip(inv[ok].tolist(), start[py[ok]].tolist(), dur[py[ok]].tolist())]
+def _tpu_ops(x, ev: _Events, vocab, hlo_text: dict, op_meta: dict):
+    """TPU op events, named by their metadata (the HLO instruction text); their program from the
+    metadata's ``program_id``, else the ``XLA Modules`` event around them on their device."""
+    tpu_ops = np.flatnonzero((ev.kind == 1) & (ev.role == 1))
+    if not len(tpu_ops):
+        return None
+    code, words = vocab.code, vocab.words
+    tpu_mod = np.flatnonzero((ev.kind == 1) & (ev.role == 2))
+    mod_key, mod_inv = np.unique(_metadata_key(x, ev, tpu_mod), return_inverse=True)
+    mod_names = [_metadata_of(x, k)[0] for k in mod_key]
+    by_id = {m.rsplit("(", 1)[1].rstrip(")"): m for m in mod_names if m.endswith(")") and "(" in m}
+    mod_code = np.asarray([code(m) for m in mod_names] or [0], np.int64)[mod_inv] if len(tpu_mod) else \
+        np.zeros(0, np.int64)
+    uk, inv = np.unique(_metadata_key(x, ev, tpu_ops), return_inverse=True)
+    name_c = np.empty(len(uk), np.int64)
+    prog_c = np.full(len(uk), -1, np.int64)
+    texts, metas = [], []
+    for k, kk in enumerate(uk):
+        text, _, st = _metadata_of(x, kk)
+        name_c[k] = code(op_name(text))
+        pid = st.get("program_id")
+        program = by_id.get(str(uint64(pid))) if pid is not None else None
+        if program is not None:
+            prog_c[k] = code(program)
+        texts.append(text)
+        metas.append(trace_op_meta(st) if "hlo_category" in st or "tf_op" in st else None)
+    prog = prog_c[inv]
+    missing = np.flatnonzero(prog < 0)
+    starts = ev.event_start
+    for d in np.unique(ev.dev[tpu_ops[missing]]):
+        mine = np.flatnonzero(ev.dev[tpu_mod] == d)
+        rows = missing[ev.dev[tpu_ops[missing]] == d]
+        prog[rows] = containing(starts[tpu_mod[mine]], starts[tpu_mod[mine]] + x.dur_ps[tpu_mod[mine]],
+                                mod_code[mine], starts[tpu_ops[rows]], code(""))
+    for k, pc in E.unique_rows(inv.ravel(), prog)[0].tolist():
+        op_key = (words[pc], words[name_c[k]])
+        hlo_text.setdefault(op_key, texts[k])
+        if metas[k] is not None:
+            op_meta.setdefault(op_key, metas[k])
+    return tpu_ops, ev.dev[tpu_ops], name_c[inv.ravel()], prog
 
+
+def _cpu_ops(x, ev: _Events, vocab):
+    """XLA:CPU ops on host threads; the device from ``device_ordinal``, or (older jaxlibs) the
+    enclosing ``Execute`` event's ``global_device_id``."""
+    none = W.NONE
+    cpu_ops = np.flatnonzero((ev.kind == 3) & (x.col("hlo_op") != none))
+    if not len(cpu_ops):
+        return None
+    dev = x.col("device_ordinal")[cpu_ops].copy()
+    unknown = np.flatnonzero(dev == none)
+    if len(unknown):
+        gdev, line = x.col("global_device_id"), x.line
+        execs = np.flatnonzero((ev.kind == 3) & (gdev != none))
+        rows = cpu_ops[unknown]
+        found = np.full(len(rows), -1, np.int64)
+        for ln in np.unique(line[rows]):
+            mine = execs[line[execs] == ln]
+            at = np.flatnonzero(line[rows] == ln)
+            found[at] = containing(ev.start[mine], ev.start[mine] + ev.dur[mine], gdev[mine], ev.start[rows[at]])
+        dev[unknown] = found
+    return cpu_ops, dev, *_string_codes(x, cpu_ops, vocab.code)
+
+
+def _host_events(x, ev: _Events) -> list[tuple[str, int, int]]:
+    """The host's Python frames (JAX's Python tracer), for what the host did during idle gaps."""
+    py = np.flatnonzero((ev.kind == 3) & (ev.role == 4))
+    if not len(py):
+        return []
+    uk, inv = np.unique(_metadata_key(x, ev, py), return_inverse=True)
+    names = [_metadata_of(x, k)[0] for k in uk]
+    ok = np.asarray([n.startswith("$") for n in names] + [False])[inv]
+    return [(names[i], s, s + d) for i, s, d in zip(inv[ok].tolist(), ev.start[py[ok]].tolist(),
+                                                    ev.dur[py[ok]].tolist())]
+
+
+def _hlo_protos(x) -> dict[str, bytes]:
+    """Program → its serialized HloModuleProto, from the ``/host:metadata`` plane."""
     protos = {}
     for p in x.planes:
         if p.name == "/host:metadata":
@@ -180,10 +232,7 @@ def read_xspace(path: Path, progress: Progress = None, device_time: bool = True)
                     module = hlo_module_of(blob)
                     if module is not None:
                         protos[name] = module
-    x.close()
-    return RawTrace(host, table, sorted(steps), device_kind or ("cpu" if platform == "cpu" else "unknown"), platform,
-                    plane_stats=plane_stats, host_events=host_events, hlo_protos=protos,
-                    events_total=x.events_total)
+    return protos
 
 
 def _absolute_origin(x) -> int:

@@ -1,0 +1,62 @@
+"""The ``rooflens`` command: one module per verb, the plumbing they share in :mod:`.common`.
+
+Every verb takes ``--json``; bad input is one sentence on stderr and exit status 2 (:func:`main`).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from rooflens.cli import calibrate, check, chips, demo, diff, export, hlo, memory, predict, report, run
+from rooflens.cli.common import say
+from rooflens.errors import RooflensError
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="rooflens")
+def cli() -> None:
+    """rooflens: predict, measure and explain the performance of JAX programs."""
+
+
+#: the verbs, in the order ``rooflens --help`` lists them
+VERBS = (hlo.hlo, chips.chips, calibrate.calibrate, predict.predict, run.run, report.report, diff.diff, check.check,
+         export.export, memory.memory, demo.demo)
+for _verb in VERBS:
+    cli.add_command(_verb)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: user errors become one sentence on stderr and exit status 2."""
+    try:
+        cli.main(args=argv, prog_name="rooflens", standalone_mode=False)
+    except RooflensError as e:
+        say(f"rooflens: {e}")
+        sys.exit(2)
+    except click.exceptions.Abort:
+        click.echo("rooflens: interrupted.", err=True)
+        sys.exit(130)
+    except click.UsageError as e:  # a bad option or argument: one line too, with where to look
+        where = f" (see '{e.ctx.command_path} -h')" if e.ctx is not None else ""
+        say(f"rooflens: {e.format_message().rstrip('.')}{where}.")
+        sys.exit(e.exit_code)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        click.echo("rooflens: interrupted.", err=True)
+        sys.exit(130)
+    except BrokenPipeError:
+        sys.exit(0)
+    except OSError as e:  # a file the system refused (permissions, a full disk): the user's to fix, not a bug
+        if e.filename is None or os.environ.get("ROOFLENS_DEBUG"):
+            raise
+        say(f"rooflens: cannot use {e.filename}: {(e.strerror or str(e)).lower()}.")
+        sys.exit(2)
+    except Exception as e:  # a bug of ours: still one sentence, the traceback on request
+        if os.environ.get("ROOFLENS_DEBUG"):
+            raise
+        say(f"rooflens: internal error ({type(e).__name__}: {e}); set ROOFLENS_DEBUG=1 for the traceback.")
+        sys.exit(1)

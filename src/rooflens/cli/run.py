@@ -1,0 +1,27 @@
+"""``rooflens run``: profile an unmodified Python program (see :mod:`rooflens.capture.run`)."""
+
+from __future__ import annotations
+
+import click
+
+from rooflens.cli.common import UserError
+
+
+@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--logdir", default=None, metavar="DIR", help="Where to write the profile (default: ./rooflens-logs).")
+@click.option("-m", "module", default=None, metavar="MODULE", help="Run a module, as `python -m MODULE` does.")
+@click.argument("script", required=False)
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+def run(logdir: str | None, module: str | None, script: str | None, script_args: tuple[str, ...]) -> None:
+    """Profile an unmodified Python program: `rooflens run script.py ARGS` or `rooflens run -m MODULE ARGS`.
+
+    The program runs exactly as under `python` (its own __main__, argv, environment, exit status);
+    the profiler starts when its JAX backend comes up. Writes a TensorBoard/XProf logdir with the
+    HLO and memory data of every program, and prints where; `rooflens report` reads it.
+    """
+    from rooflens.capture.run import exec_run
+
+    if module is None and script is None:
+        raise UserError("give a script to run (rooflens run script.py ARGS) or a module (rooflens run -m MODULE).")
+    args = ([script] if module is not None and script is not None else []) + list(script_args)
+    exec_run(module or script, args, logdir, module=module is not None)
