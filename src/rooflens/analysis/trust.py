@@ -88,6 +88,9 @@ def check_roofline(c: OpComparison, kc: KernelCost | None) -> OpComparison:
     if not over:
         return c
     f, what = max(over)
+    if is_async(c):
+        return replace(c, roofline_reliable=False, ratio=None, flops_fraction_of_peak=None, bytes_fraction_of_peak=None,
+                       roofline_note="an async op's event is its issue or its wait, not the transfer it starts")
     why = (f"measured at {f:.0%} of the chip's {what}, which no kernel can reach: the cost model overcounts this "
            "op or the chip is not the one that ran it")
     return replace(c, roofline_reliable=False, roofline_note=why, ratio=None,
@@ -97,13 +100,18 @@ def check_roofline(c: OpComparison, kc: KernelCost | None) -> OpComparison:
 def chips_that_fit(comparison: list[OpComparison], kind: str) -> tuple[float, float, list[str]]:
     """(highest FLOP/s, highest bytes/s the ops achieved, catalogue chips of ``kind`` whose peaks reach both)."""
     flops = max((c.model_flops / c.measured_s for c in comparison if c.measured_s and c.model_flops
-                 and c.roofline_bound == "exact"), default=0.0)
+                 and c.roofline_bound == "exact" and not is_async(c)), default=0.0)
     nbytes = max((c.bytes / c.measured_s for c in comparison if c.measured_s and c.bytes
-                  and c.roofline_bound == "exact" and c.category not in ("collective", "host transfer")), default=0.0)
+                  and c.roofline_bound == "exact" and not is_async(c)
+                  and c.category not in ("collective", "host transfer")), default=0.0)
     fit = [ch.name for ch in catalog().values() if ch.kind == kind
            and max(ch.peak_flops_per_s.values(), default=0.0) >= flops and (ch.hbm_bytes_per_s or 0) >= nbytes]
     fit.sort(key=lambda n: max(catalog()[n].peak_flops_per_s.values(), default=0.0))
     return flops, nbytes, fit
+
+
+def is_async(c: OpComparison) -> bool:
+    return c.opcode.endswith(("-start", "-done", "-update"))
 
 
 @dataclass(frozen=True)
