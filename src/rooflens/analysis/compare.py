@@ -231,7 +231,7 @@ def join(profile: Profile, stats: OpStats, pricing: Pricing, roofs: Roofs | None
             unpriced_reason=why, explanation=p.explanation if p else (), model_flops=mflops,
             shape=_shape_of(pricing.modules.get(s.program), s.name),
         ))
-        out[-1] = check_roofline(out[-1], pricing.kernels.get(key))
+        out[-1] = check_roofline(out[-1], pricing.kernels.get(key), physical=profile.platform != "cpu")
     return out
 
 

@@ -79,10 +79,13 @@ def module_kernels(modules: dict[str, Module]) -> dict[tuple[str, str], KernelCo
     return out
 
 
-def check_roofline(c: OpComparison, kc: KernelCost | None) -> OpComparison:
-    """The comparison with its bound named, and marked unreliable where it achieves > 100 % of a roof."""
+def check_roofline(c: OpComparison, kc: KernelCost | None, physical: bool = True) -> OpComparison:
+    """The comparison with its bound named, and marked unreliable where it achieves > 100 % of a roof.
+    ``physical=False`` (a CPU's calibrated rates, measured and shared, not a hardware limit): only the bound."""
     if kc is not None and kc.bound != "exact":
         c = replace(c, roofline_bound=kc.bound, roofline_note=kc.note)
+    if not physical:
+        return c
     over = [(f, what) for f, what in ((c.flops_fraction_of_peak, "peak FLOP/s"),
                                       (c.bytes_fraction_of_peak, "HBM bandwidth")) if f and f > MAX_FRACTION]
     if not over:
