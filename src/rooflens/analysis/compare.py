@@ -14,7 +14,7 @@ memory summary is an argument (``rooflens.memory.read_run_memory``).
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -27,6 +27,13 @@ from rooflens.analysis.report import (
     Timeline,
     TimelineOp,
     group_of,
+)
+from rooflens.analysis.trust import (
+    check_roofline,
+    hbm_bytes_of_text,
+    module_kernels,
+    price_from_text,
+    program_executions,
 )
 from rooflens.cost.model import OpCost, OpPrediction, costs, price
 from rooflens.errors import RooflensError
@@ -132,6 +139,7 @@ class Pricing:
     preds: dict[tuple[str, str], OpPrediction]
     async_done: dict[tuple[str, str], str]  # an async start → its done (the trace shows the wait on the done)
     modules: dict[str, Module]
+    kernels: dict = field(default_factory=dict)  # (program, op) → KernelCost of the custom kernels priced
 
 
 def program_modules(profile: Profile, programs) -> dict[str, Module]:
@@ -143,13 +151,18 @@ def _cost_from_trace(profile: Profile, program: str, name: str, counts: TraceCou
     info = profile.op_info.get((program, name))
     category = info.category if info else "unknown"
     flops, nbytes = counts.flops, counts.bytes
+    hbm = hbm_bytes_of_text(profile.table.hlo_text.get((program, name)))
+    where = "XLA's bytes_accessed, from the trace"
+    if hbm is not None and hbm < nbytes:  # XLA counts on-chip (VMEM) bytes too: keep the HBM side
+        nbytes, where = hbm, f"HBM operands and result of its HLO line; XLA's bytes_accessed {counts.bytes:.4g} B " \
+                             "counts on-chip memory too"
     return OpCost(
         name=name, opcode=info.opcode if info else "", category=category, computation="", count=1.0, flops=flops,
         transcendentals=0.0, read_bytes=nbytes, written_bytes=0.0, dtype="bf16", precision="default",
         is_matmul=category in ("matmul", "convolution"), named_scope=info.named_scope if info else "",
         model_flops=flops if category in ("matmul", "convolution") else 0.0,
         flops_formula=f"{flops:.4g} (XLA's model_flops, from the trace)",
-        bytes_formula=f"{nbytes:.4g} B (XLA's bytes_accessed, from the trace)")
+        bytes_formula=f"{nbytes:.4g} B ({where})")
 
 
 def price_programs(profile: Profile, modules: dict[str, Module], chip: Chip) -> Pricing:
@@ -165,7 +178,9 @@ def price_programs(profile: Profile, modules: dict[str, Module], chip: Chip) -> 
     for (program, name), counts in trace_counts(profile).items():
         if (program, name) not in preds:
             preds[(program, name)] = price(_cost_from_trace(profile, program, name, counts), chip)
-    return Pricing(preds, async_done, modules)
+    text_preds, kernels = price_from_text(profile.table, set(preds), chip, modules)
+    preds.update(text_preds)
+    return Pricing(preds, async_done, modules, {**module_kernels(modules), **kernels})
 
 
 # -- the join -------------------------------------------------------------------------------------
@@ -216,21 +231,26 @@ def join(profile: Profile, stats: OpStats, pricing: Pricing, roofs: Roofs | None
             unpriced_reason=why, explanation=p.explanation if p else (), model_flops=mflops,
             shape=_shape_of(pricing.modules.get(s.program), s.name),
         ))
+        out[-1] = check_roofline(out[-1], pricing.kernels.get(key), physical=profile.platform != "cpu")
     return out
 
 
 # -- steps ----------------------------------------------------------------------------------------
 
 def step_breakdowns(stats: OpStats, comparison: list[OpComparison], roofs: Roofs | None, n_dev: int,
-                    serial: float = 1.0) -> list[StepBreakdown]:
-    """Every program's step per device, most time first (the first is the main program's)."""
+                    serial: float = 1.0, executions: dict | None = None) -> list[StepBreakdown]:
+    """Every program's step per device, most time first (the first is the main program's). With no
+    steps, ``executions`` (:func:`rooflens.analysis.trust.program_executions`) makes each program
+    judged per execution of its own, not over the capture window."""
     steps = stats.steps.count if stats.steps else 0
     return [b for p in stats.by_program_s
-            if (b := step_breakdown(stats, comparison, roofs, n_dev, steps, serial, program=p)) is not None]
+            if (b := step_breakdown(stats, comparison, roofs, n_dev, steps, serial, program=p,
+                                    executions=executions)) is not None]
 
 
 def step_breakdown(stats: OpStats, comparison: list[OpComparison], roofs: Roofs | None, n_dev: int,
-                   steps: int, serial: float = 1.0, program: str | None = None) -> StepBreakdown | None:
+                   steps: int, serial: float = 1.0, program: str | None = None,
+                   executions: dict | None = None) -> StepBreakdown | None:
     """One program's step per device (default: the program with the most time). ``serial`` > 1 when
     devices share one processor (forced CPU devices): the roofline step is then their work run
     ``n / serial`` at a time."""
@@ -239,19 +259,27 @@ def step_breakdown(stats: OpStats, comparison: list[OpComparison], roofs: Roofs 
     biggest = max(stats.by_program_s, key=stats.by_program_s.get)
     main = program or biggest
     ops = [c for c in comparison if c.program == main]
-    per_step = max(steps, 1) * n_dev  # executions of a once-per-step op
+    runs = (executions or {}).get(main) if not stats.steps else None
+    per_step = (runs.runs_per_device if runs else max(steps, 1)) * n_dev  # executions of a once-per-step op
     split = {"compute": 0.0, "communication": 0.0, "layout": 0.0, "host": 0.0, "other": 0.0}
-    predicted = flops = unpriced = 0.0
+    predicted = flops = unpriced = bound_excess = 0.0
     for c in ops:
         t = c.total_time_s / per_step
         split[group_of(c.category)] += t
-        runs = c.occurrences / per_step
-        if c.priced:
-            predicted += c.predicted_s * runs
-        else:
+        n = c.occurrences / per_step
+        if not c.priced:
             unpriced += t
-        flops += c.model_flops * runs  # MFU counts the matmul work only
-    if main != biggest:  # a side program: its own time per step, not the step's
+        elif not c.roofline_reliable:  # faster than its roofline: it took what it took
+            predicted += min(c.predicted_s, c.measured_s) * n
+        else:
+            predicted += c.predicted_s * n
+            if c.roofline_bound == "lower":
+                bound_excess += max(t - c.predicted_s * n, 0.0)
+        flops += c.model_flops * n  # MFU counts the matmul work only
+    basis = "executions" if runs else "steps" if stats.steps else "window"
+    if runs:
+        step_time = runs.median_span_s
+    elif main != biggest:  # a side program: its own time per step, not the step's
         step_time = sum(c.total_time_s for c in ops) / per_step
     elif stats.steps:
         step_time = stats.steps.mean_s
@@ -261,9 +289,10 @@ def step_breakdown(stats: OpStats, comparison: list[OpComparison], roofs: Roofs 
     peak = roofs.mfu_peak_flops_per_s if roofs else 0.0
     return StepBreakdown(
         program=main, steps=steps, step_time_s=step_time, predicted_s=predicted * serial, model_flops=flops,
-        mfu=flops / (step_time * peak) if step_time and peak else None, compute_s=split["compute"],
+        mfu=flops / (step_time * peak) if step_time and peak and flops else None, compute_s=split["compute"],
         communication_s=split["communication"], layout_s=split["layout"], host_s=split["host"],
-        other_s=split["other"], idle_s=max(step_time - busy, 0.0), unpriced_s=unpriced,
+        other_s=split["other"], idle_s=max(step_time - busy, 0.0), unpriced_s=unpriced, basis=basis,
+        bound_excess_s=bound_excess,
     )
 
 
@@ -375,7 +404,8 @@ def analyze(profile: Profile, chip: str | Chip | None = None, memory: MemorySumm
     pricing = price_programs(profile, modules, c) if c is not None else Pricing({}, {}, modules)
     comparison = join(profile, stats, pricing, roofs, no_roofline="" if c is not None else f"no roofline: {reason}")
     comparison = explain_ops(comparison, modules)
-    programs = step_breakdowns(stats, comparison, roofs, n_dev, serial)
+    programs = step_breakdowns(stats, comparison, roofs, n_dev, serial,
+                               executions=None if stats.steps else program_executions(profile.table))
     notes = list(stats.notes)
     if c is None:
         notes.append(f"no expected-vs-observed comparison: {reason}")

@@ -84,6 +84,9 @@ class OpComparison:
     model_flops: float = 0.0  # its dots' and convolutions' FLOPs (what MFU counts)
     hlo: tuple[str, ...] = ()  # the instruction explained (shape, layout, operands, body), for the ops that matter
     shape: str = ""  # its result shape as printed (matching ops across reports)
+    roofline_reliable: bool = True  # False: measured above 100 % of a roof, so the model or the chip is wrong
+    roofline_bound: str = "exact"  # "lower": lengths are runtime data, the roofline is the least time; "estimate"
+    roofline_note: str = ""  # why unreliable, or which bound
 
     @property
     def priced(self) -> bool:
@@ -99,7 +102,7 @@ class StepBreakdown:
     step_time_s: float  # measured mean step time (annotations), or busy+idle per step
     predicted_s: float  # roofline sum of the ops it ran per step
     model_flops: float  # per device per step: FLOPs of the dots and convolutions only (elementwise work excluded)
-    mfu: float | None  # model FLOPs / (step time × peak)
+    mfu: float | None  # model FLOPs / (step time × peak); None when the model FLOPs are unknown
     compute_s: float
     communication_s: float
     layout_s: float  # copies, transposes, data movement
@@ -107,6 +110,8 @@ class StepBreakdown:
     other_s: float
     idle_s: float  # device idle inside the step window
     unpriced_s: float
+    basis: str = "steps"  # "steps" (markers or inferred), "executions" (no steps: one program execution), "window"
+    bound_excess_s: float = 0.0  # time in kernels priced by a lower bound beyond that bound (inside kernels)
 
 
 @dataclass(frozen=True)

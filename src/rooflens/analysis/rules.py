@@ -221,9 +221,16 @@ def rule_copies(report) -> list[Finding]:
 
 
 def rule_tiny_ops(report) -> list[Finding]:
+    """Ops launched one by one (GPU kernels, CPU thunks) too short to pay for their launch. Inside a
+    TPU program the ops are not launched one by one (the program is), so a TPU trace is judged by
+    its program executions instead."""
     st = report.stats
     if not st.op_stats:
         return []
+    if report.platform == "tpu":
+        from rooflens.analysis.kernel_rules import tiny_programs
+
+        return tiny_programs(report)
     n_dev = max(report.num_devices, 1)
     ops = [s for s in st.op_stats if not s.name.split(".")[0].endswith("-start")]  # async starts only enqueue
     if report.steps and report.steps.steps:
@@ -464,13 +471,20 @@ def rule_overheads(report) -> list[Finding]:
         return []
     ratio = st.step_time_s / st.predicted_s
     slow = [c for c in report.comparison if c.priced and c.ratio and c.ratio > SLOW_RATIO
-            and c.total_time_s / _busy_total(report) >= MIN_SHARE]
-    slow_excess_s = sum(_per_step(report, c.total_time_s * (1 - 1 / c.ratio)) for c in slow)
-    between_s = st.step_time_s - slow_excess_s
+            and c.roofline_bound == "exact" and c.total_time_s / _busy_total(report) >= MIN_SHARE]
+    if st.basis == "executions":  # one execution of the program: its own ops, once each
+        slow = [c for c in slow if c.program == st.program]
+        slow_excess_s = sum(c.measured_s * (1 - 1 / c.ratio) for c in slow)
+    else:
+        slow_excess_s = sum(_per_step(report, c.total_time_s * (1 - 1 / c.ratio)) for c in slow)
+    # time inside kernels the model cannot price (or prices only by a lower bound) is not between ops
+    inside_s = st.unpriced_s + st.bound_excess_s
+    between_s = st.step_time_s - slow_excess_s - inside_s
     if between_s / st.predicted_s <= OVERHEAD_RATIO:
         return []
     evidence = [f"step {_ms(st.step_time_s)} vs roofline sum {_ms(st.predicted_s)}",
-                f"idle {_ms(st.idle_s)}, unpriced ops {_ms(st.unpriced_s)}"]
+                f"idle {_ms(st.idle_s)}, unpriced ops {_ms(st.unpriced_s)}, beyond lower-bound rooflines "
+                f"{_ms(st.bound_excess_s)} (inside kernels, not counted as overhead)"]
     if slow:
         evidence.append(f"ops slower than their roofline explain {_ms(slow_excess_s)} of it: "
                         + ", ".join(c.name for c in slow[:3]))
@@ -564,8 +578,15 @@ def rule_hosts(report) -> list[Finding]:
     return out
 
 
-RULES = (rule_memory_peak, rule_slow_ops, rule_slow_collectives, rule_communication_share, rule_copies,
-         rule_tiny_ops, rule_idle, rule_in_window, rule_variance, rule_overheads, rule_hosts)
+def rule_roofline_trust(report) -> list[Finding]:
+    """Ops measured above 100 % of a roof: the cost model overcounts them, or the chip is wrong."""
+    from rooflens.analysis.kernel_rules import roofline_trust
+
+    return roofline_trust(report)
+
+
+RULES = (rule_memory_peak, rule_roofline_trust, rule_slow_ops, rule_slow_collectives, rule_communication_share,
+         rule_copies, rule_tiny_ops, rule_idle, rule_in_window, rule_variance, rule_overheads, rule_hosts)
 
 
 def run_rules(report) -> list[Finding]:

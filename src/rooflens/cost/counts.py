@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from rooflens.cost.kernels import kernel_cost
 from rooflens.hlo import Instruction, Module, Shape
 from rooflens.hlo.opcodes import MATMUL, MODEL_FLOP_OPCODES
 
@@ -234,7 +235,8 @@ def custom_call_counts(module: Module, ins: Instruction) -> Counts:
         return Counts(flops, 0.0, f"GEMM: 2 × {out_dims} (output) × {k} (contracted) = {_fmt(flops)}")
     if "conv" in target and "dim_labels" in ins.attrs:  # cuDNN/MIOpen convolutions keep XLA's conv attributes
         return convolution_counts(module, ins)
-    return ZERO
+    kc = kernel_cost(module, ins)  # attention kernels, a Pallas kernel's own estimate (rooflens.cost.kernels)
+    return Counts(kc.flops, kc.transcendentals, kc.flops_formula) if kc is not None else ZERO
 
 
 MODEL_OPCODES = MODEL_FLOP_OPCODES
@@ -251,7 +253,8 @@ def model_flops(module: Module, ins: Instruction, _depth: int = 0) -> float:
     if op in MODEL_OPCODES:
         return instruction_counts(module, ins).flops
     if op == "custom-call":
-        return custom_call_counts(module, ins).flops
+        kc = kernel_cost(module, ins)
+        return kc.model_flops if kc is not None else custom_call_counts(module, ins).flops
     if op == "fusion" and _depth <= 8:  # a malformed module whose fusions call each other: stop
         return sum(model_flops(module, inner, _depth + 1) for comp in module.called(ins) for inner in comp.instructions)
     return 0.0

@@ -244,7 +244,7 @@ def _matmul_of(module: Module, ins: Instruction) -> Instruction | None:
         for inner in module.fusion_body(ins):
             if inner.opcode in MATMUL_OPCODES:
                 return inner
-    if ins.opcode == "custom-call" and ins.category in ("matmul", "convolution"):
+    if ins.opcode == "custom-call" and (ins.category in ("matmul", "convolution") or model_flops(module, ins)):
         return ins
     return None
 
@@ -252,7 +252,7 @@ def _matmul_of(module: Module, ins: Instruction) -> Instruction | None:
 def _math_dtype(module: Module, ins: Instruction, mm: Instruction | None) -> str:
     if mm is not None and mm.operands:
         s = module.operand_shape(mm.operands[0])
-        if s is not None and s.is_array:
+        if s is not None and s.is_array and s.dtype[0] in "fbc":  # (a kernel's int metadata is not its math)
             return s.dtype
     s = ins.shape
     while s is not None and s.is_tuple and s.tuple_shapes:

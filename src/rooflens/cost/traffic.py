@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rooflens.cost.kernels import kernel_cost
 from rooflens.hlo import Instruction, Module, Shape
 from rooflens.hlo.shape import HOST_MEMORY_SPACE, VMEM_MEMORY_SPACE
 from rooflens.units import fmt_bytes
@@ -116,6 +117,8 @@ def instruction_traffic(module: Module, ins: Instruction) -> Traffic:
         r = sum(hbm_bytes(module.operand_shape(o)) for o in operands)
         w = hbm_bytes(result_shape(ins))
         return Traffic(r, w, f"{fmt_bytes(r)} read + {fmt_bytes(w)} written")
+    if op == "custom-call" and (kc := kernel_cost(module, ins)) is not None:  # known kernels, no workspace
+        return Traffic(kc.read_bytes, kc.written_bytes, kc.bytes_formula)
     reads = [hbm_bytes(module.operand_shape(o)) for o in ins.operands]
     r = sum(reads)
     return Traffic(r, out, f"{fmt_bytes(r)} read ({len(reads)} operands) + {fmt_bytes(out)} written")

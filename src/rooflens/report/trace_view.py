@@ -77,7 +77,9 @@ def _render_comparison(console: Console, report, top: int) -> None:
     for col in ("op", "category", "scope", "runs", "measured", "roofline", "ratio", "bound", "achieved"):
         table.add_column(col, justify="left" if col in ("op", "category", "scope", "bound") else "right")
     for c in sorted(report.comparison, key=lambda c: -c.total_time_s)[:top]:
-        ratio = f"{c.ratio:.2f}×" if c.ratio is not None else "unpriced"
+        ratio = (f"{c.ratio:.2f}×" if c.ratio is not None else "unreliable" if not c.roofline_reliable
+                 else "unpriced")
+        ratio = ("≥ " if c.roofline_bound == "lower" and c.ratio is not None else "") + ratio
         achieved = ""
         if c.flops_fraction_of_peak is not None and c.bound == "compute":
             achieved = f"{c.flops_fraction_of_peak:.0%} of peak FLOP/s"
@@ -90,15 +92,27 @@ def _render_comparison(console: Console, report, top: int) -> None:
     unpriced = [c for c in report.comparison if not c.priced]
     if unpriced:
         console.print(f"unpriced ({len(unpriced)} ops, {ms(sum(c.total_time_s for c in unpriced))} in all): "
-                      + ", ".join(f"{e(c.name)} ({e(c.unpriced_reason)})" for c in unpriced[:5]))
+                      + ", ".join(f"{e(c.name)} ({e(c.unpriced_reason)})" for c in unpriced[:5])
+                      + _share_of_device(report, unpriced))
+    kernels = [c for c in report.comparison if c.priced and c.opcode == "custom-call"]
+    if kernels:
+        console.print(f"custom kernels priced ({len(kernels)} ops, {ms(sum(c.total_time_s for c in kernels))} in all"
+                      f"{_share_of_device(report, kernels)}); lower bounds: "
+                      f"{sum(1 for c in kernels if c.roofline_bound == 'lower')}")
+
+
+def _share_of_device(report, ops) -> str:
+    busy = sum(d.busy_s for d in report.stats.devices)
+    return f", {sum(c.total_time_s for c in ops) / busy:.0%} of device time" if busy else ""
 
 
 def _render_step_memory_findings(console: Console, report) -> None:
     s = report.steps
     if s:
-        mfu = f", MFU {s.mfu:.1%}" if s.mfu is not None else ""
+        mfu = f", MFU {s.mfu:.1%}" if s.mfu is not None else ", MFU unknown" if report.roofs is not None else ""
         roof = f", roofline sum {ms(s.predicted_s)}" if report.roofs is not None else ""
-        console.print(f"\n[bold]Step[/bold] ({e(s.program)}, per device): measured {ms(s.step_time_s)}{roof}{mfu}")
+        unit = {"executions": "per execution", "window": "the capture window"}.get(s.basis, "per device")
+        console.print(f"\n[bold]Step[/bold] ({e(s.program)}, {unit}): measured {ms(s.step_time_s)}{roof}{mfu}")
         console.print(f"  compute {ms(s.compute_s)} · communication {ms(s.communication_s)} · copies/layout "
                       f"{ms(s.layout_s)} · host transfers {ms(s.host_s)} · other {ms(s.other_s)} · idle {ms(s.idle_s)}"
                       + (f" · unpriced {ms(s.unpriced_s)}" if s.unpriced_s and report.roofs is not None else ""))

@@ -1,0 +1,75 @@
+"""Rules that know what the model does not: rooflines a measurement beats, and TPU programs
+(not their ops) as the unit of launch cost. Called by :mod:`rooflens.analysis.rules`.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from rooflens.analysis.rules import TINY_OP_S, TINY_OPS_PER_STEP, Finding
+from rooflens.analysis.trust import chips_that_fit, is_async
+from rooflens.units import fmt_seconds as _ms
+
+
+def _per_step(report, total_s: float) -> float:
+    steps = report.steps.steps if report.steps and report.steps.steps else 1
+    return total_s / max(report.num_devices, 1) / steps
+
+
+def tiny_programs(report) -> list[Finding]:
+    """TPU: many short program executions per step (each one dispatch from the host)."""
+    st = report.stats
+    n_dev = max(report.num_devices, 1)
+    steps = report.steps.steps if report.steps and report.steps.steps else 1
+    execs = [p for p in report.programs if p.basis == "executions"]
+    if not execs:
+        return []
+    per_step = sum(report.stats.by_program_s.get(p.program, 0.0) / max(p.step_time_s, 1e-12) for p in execs)
+    per_step = per_step / n_dev / steps
+    median = statistics.median([p.step_time_s for p in execs])
+    if median >= TINY_OP_S or per_step < TINY_OPS_PER_STEP:
+        return []
+    return [Finding(
+        "tiny-ops", "medium", f"Many tiny programs: {per_step:.0f} executions per device, median {_ms(median)}",
+        tuple(p.program for p in execs[:6]), 0.0,
+        (f"median program execution {_ms(median)} < {_ms(TINY_OP_S)}", f"{len(st.by_program_s)} program(s)"),
+        "each program execution is dispatched by the host; programs this short cannot amortise it",
+        "jit the loop into one program (lax.scan / fori_loop) or give each call more work")]
+
+
+def roofline_trust(report) -> list[Finding]:
+    """Ops measured above 100 % of a roof: the cost model overcounts them, or the chip is wrong."""
+    bad = [c for c in report.comparison if not c.roofline_reliable and not is_async(c)]
+    if not bad:
+        return []
+    total = sum(c.total_time_s for c in bad)
+    flops, nbytes, fit = chips_that_fit(report.comparison, report.roofs and _kind_of(report) or "")
+    evidence = [f"{len(bad)} op(s) faster than their roofline on {report.chip}; e.g. {c.name}: {c.roofline_note}"
+                for c in sorted(bad, key=lambda c: -c.total_time_s)[:1]]
+    evidence.append(f"fastest rates reached: {flops / 1e12:.4g} TFLOP/s (model FLOPs), {nbytes / 1e9:.4g} GB/s")
+    given = "given" in report.chip_reason
+    if given:
+        evidence.append("catalogue chips those rates fit: " + (", ".join(fit) if fit else "none"))
+    return [Finding(
+        "roofline-trust", "medium" if given else "low",
+        (f"The trace beats {report.chip}: {len(bad)} op(s) run faster than its roofline" if given else
+         f"{len(bad)} op(s) run faster than the cost model allows: their rooflines are marked unreliable"),
+        tuple(c.name for c in sorted(bad, key=lambda c: -c.total_time_s)[:6]), _per_step(report, total),
+        tuple(evidence),
+        ("the chip given is not the one that ran the trace (a faster generation), or the model counts bytes the "
+         "kernel never moves to HBM" if given else
+         "the model counts bytes or FLOPs these kernels do not spend (on-chip memory, aliased or sliced buffers, "
+         "async transfers timed at their issue), so their figures are not printed"),
+        ("give the chip that ran the trace (--chip) — one the rates fit" if given else
+         "read these ops' times as measured only; `rooflens hlo --op` shows what the model counted"))]
+
+
+def _kind_of(report) -> str:
+    from rooflens.hardware import chip as get_chip
+
+    try:
+        return get_chip(report.chip).kind
+    except Exception:  # a custom or shared chip not in the catalogue
+        return report.platform
+
+

@@ -1,0 +1,148 @@
+"""What the comparison can vouch for: custom kernels priced from the trace's own text, rooflines
+that a measurement proves wrong, and program executions as the unit where a trace has no steps.
+
+* A TPU trace (Chrome JSON ``long_name``, XSpace ``XLA Ops`` metadata) carries each op's HLO line
+  even when it carries no program HLO: a custom call is priced from that one line
+  (:func:`rooflens.cost.kernels.instruction_module`).
+* An op measured faster than its roofline (above 100 % of a peak) shows that the model or the
+  chip is wrong: the op's roofline is marked unreliable and its fractions are not printed
+  (:func:`check_roofline`); :func:`chips_that_fit` names the catalogue chips its rates fit.
+* Without step markers a program is judged per execution: :func:`program_executions` gives each
+  program's executions per device and their median span (first op start to last op end).
+
+Pure functions over loaded data: no files, no printing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from rooflens.analysis.report import OpComparison
+from rooflens.cost.kernels import KernelCost, instruction_module, kernel_cost
+from rooflens.cost.model import OpPrediction, costs, price
+from rooflens.hardware import Chip
+from rooflens.hardware.catalog import catalog
+from rooflens.hlo import Module
+from rooflens.trace.events import EventTable
+from rooflens.trace.warmup import execution_index
+
+#: an achieved fraction above this is impossible on the chip (1 % for timer rounding)
+MAX_FRACTION = 1.0
+
+
+def price_from_text(table: EventTable, priced: set[tuple[str, str]], chip: Chip,
+                    modules: dict[str, Module]) -> tuple[dict[tuple[str, str], OpPrediction], dict]:
+    """Custom calls the programs' HLO does not hold, priced from the instruction text the trace carries."""
+    preds: dict[tuple[str, str], OpPrediction] = {}
+    kernels: dict[tuple[str, str], KernelCost] = {}
+    for key, text in table.hlo_text.items():
+        if key in priced or key[0] in modules or " custom-call(" not in (text or ""):
+            continue
+        m = instruction_module(text)
+        if m is None:
+            continue
+        ins = m.instructions()[0]
+        kc = kernel_cost(m, ins)
+        if kc is None:
+            continue
+        oc = next((c for c in costs(m, emulate_fusion=False) if c.name == ins.name), None)
+        if oc is not None:
+            preds[key] = price(oc, chip)
+            kernels[key] = kc
+    return preds, kernels
+
+
+def hbm_bytes_of_text(text: str | None) -> float | None:
+    """HBM bytes of one op from its instruction text (operands and result, shapes printed inline):
+    arrays in on-chip memory (TPU ``S(1)`` VMEM) or host memory are not HBM traffic. XLA's
+    ``bytes_accessed`` counts every memory space, so a TPU op looks faster than HBM allows."""
+    from rooflens.cost.traffic import hbm_bytes
+
+    m = instruction_module(text or "")
+    if m is None:
+        return None
+    ins = m.instructions()[0]
+    if any(o.shape is None for o in ins.operands):
+        return None
+    return hbm_bytes(ins.shape) + sum(hbm_bytes(o.shape) for o in ins.operands)
+
+
+def module_kernels(modules: dict[str, Module]) -> dict[tuple[str, str], KernelCost]:
+    """The custom kernels of the programs' HLO that rooflens.cost.kernels prices, by (program, op)."""
+    out = {}
+    for program, m in modules.items():
+        for ins in m.instructions():
+            if ins.opcode == "custom-call" and (kc := kernel_cost(m, ins)) is not None:
+                out[(program, ins.name)] = kc
+    return out
+
+
+def check_roofline(c: OpComparison, kc: KernelCost | None, physical: bool = True) -> OpComparison:
+    """The comparison with its bound named, and marked unreliable where it achieves > 100 % of a roof.
+    ``physical=False`` (a CPU's calibrated rates, measured and shared, not a hardware limit): only the bound."""
+    if kc is not None and kc.bound != "exact":
+        c = replace(c, roofline_bound=kc.bound, roofline_note=kc.note)
+    if not physical:
+        return c
+    over = [(f, what) for f, what in ((c.flops_fraction_of_peak, "peak FLOP/s"),
+                                      (c.bytes_fraction_of_peak, "HBM bandwidth")) if f and f > MAX_FRACTION]
+    if not over:
+        return c
+    f, what = max(over)
+    if is_async(c):
+        return replace(c, roofline_reliable=False, ratio=None, flops_fraction_of_peak=None, bytes_fraction_of_peak=None,
+                       roofline_note="an async op's event is its issue or its wait, not the transfer it starts")
+    why = (f"measured at {f:.0%} of the chip's {what}, which no kernel can reach: the cost model overcounts this "
+           "op or the chip is not the one that ran it")
+    return replace(c, roofline_reliable=False, roofline_note=why, ratio=None,
+                   flops_fraction_of_peak=None, bytes_fraction_of_peak=None)
+
+
+def chips_that_fit(comparison: list[OpComparison], kind: str) -> tuple[float, float, list[str]]:
+    """(highest FLOP/s, highest bytes/s the ops achieved, catalogue chips of ``kind`` whose peaks reach both)."""
+    flops = max((c.model_flops / c.measured_s for c in comparison if c.measured_s and c.model_flops
+                 and c.roofline_bound == "exact" and not is_async(c)), default=0.0)
+    nbytes = max((c.bytes / c.measured_s for c in comparison if c.measured_s and c.bytes
+                  and c.roofline_bound == "exact" and not is_async(c)
+                  and c.category not in ("collective", "host transfer")), default=0.0)
+    fit = [ch.name for ch in catalog().values() if ch.kind == kind
+           and max(ch.peak_flops_per_s.values(), default=0.0) >= flops and (ch.hbm_bytes_per_s or 0) >= nbytes]
+    fit.sort(key=lambda n: max(catalog()[n].peak_flops_per_s.values(), default=0.0))
+    return flops, nbytes, fit
+
+
+def is_async(c: OpComparison) -> bool:
+    return c.opcode.endswith(("-start", "-done", "-update"))
+
+
+@dataclass(frozen=True)
+class Executions:
+    program: str
+    runs_per_device: float
+    median_span_s: float  # first op start to last op end, per execution on one device
+
+
+def program_executions(table: EventTable) -> dict[str, Executions]:
+    """Every program's executions per device and their median span (device time, gaps inside included)."""
+    if not len(table):
+        return {}
+    rows = np.stack([table.program.astype(np.int64), table.host.astype(np.int64), table.device.astype(np.int64),
+                     execution_index(table).astype(np.int64)], axis=1)
+    uniq, inv = np.unique(rows, axis=0, return_inverse=True)
+    inv = inv.reshape(-1)
+    starts = np.full(len(uniq), np.inf)
+    ends = np.full(len(uniq), -np.inf)
+    np.minimum.at(starts, inv, table.start_ns.astype(float))
+    np.maximum.at(ends, inv, table.end_ns.astype(float))
+    out: dict[str, Executions] = {}
+    spans: dict[int, list[float]] = {}
+    devices: dict[int, set] = {}
+    for (p, h, d, _), s, e in zip(uniq.tolist(), starts.tolist(), ends.tolist(), strict=True):
+        spans.setdefault(p, []).append((e - s) * 1e-9)
+        devices.setdefault(p, set()).add((h, d))
+    for p, sp in spans.items():
+        name = table.programs[p]
+        out[name] = Executions(name, len(sp) / max(len(devices[p]), 1), float(np.median(sp)))
+    return out
