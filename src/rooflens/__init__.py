@@ -5,6 +5,8 @@
 >>> pred = rl.predict(fn, *args, chip="tpu-v5e")        # per-op roofline, without the chip
 """
 
+import sys as _sys
+
 from rooflens import analysis, cost, hlo, memory, trace
 from rooflens import hardware as _hardware
 from rooflens.analysis import Finding, Report
@@ -24,9 +26,35 @@ def chips() -> list[str]:
     return _hardware.chips()
 
 
+def to_html(obj, path=None, overwrite: bool = False, prediction: Prediction | None = None, title: str = "") -> str:
+    """The single-file HTML page of a Report, Diff, Prediction, CheckResult or MemorySummary; with
+    ``path``, also written there (an existing file only with ``overwrite=True``). A Report may take
+    the ``prediction`` of the same step on another chip."""
+    from rooflens.report.pages import to_html as write
+
+    return write(obj, path, overwrite=overwrite, prediction=prediction, title=title)
+
+
+def load_ipython_extension(shell) -> None:
+    """``%load_ext rooflens``: results display as rich HTML in this IPython shell."""
+    from rooflens.report.notebook import register
+
+    register(shell)
+
+
+def _display_in_notebooks() -> None:
+    """In Jupyter, Colab or IPython already running: register the HTML display (cheap check first)."""
+    ipython = _sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None and hasattr(ipython, "get_ipython") else None
+    if shell is not None:
+        load_ipython_extension(shell)
+
+
+_display_in_notebooks()
+
+
 __all__ = [
     "Chip", "ChipError", "Finding", "OpCost", "OpPrediction", "Prediction", "Profile", "Report", "RooflensError",
     "__version__", "analysis", "analyze", "capture", "check", "chip", "chips", "cost", "diff", "hlo", "load", "memory",
-    "predict",
-    "trace",
+    "predict", "to_html", "trace",
 ]

@@ -21,7 +21,8 @@ def _embed(data: dict) -> str:
     return json.dumps(data, default=float).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
-def _fill(template: str, data: dict) -> str:
+def fill_template(template: str, data: dict) -> str:
+    """A template of report/templates filled with ``data``, embedded as JSON the page's script reads."""
     import jinja2
 
     text = (resources.files("rooflens.report") / "templates" / template).read_text()
@@ -127,7 +128,7 @@ def _memory_timeline(tl) -> dict:
 
 def render_html(report, prediction=None, title: str = "") -> str:
     """The whole page for ``report`` (and, optionally, a prediction of the same step on another chip)."""
-    return _fill("report.html.j2", page_data(report, prediction=prediction, title=title))
+    return fill_template("report.html.j2", page_data(report, prediction=prediction, title=title))
 
 
 def write_html(report, path, prediction=None, title: str = "") -> str:
@@ -138,5 +139,5 @@ def write_html(report, path, prediction=None, title: str = "") -> str:
 
 def render_diff_html(diff, title: str = "") -> str:
     """The page of a :class:`rooflens.analysis.diff.Diff`: steps, categories, ops, appeared/disappeared."""
-    return _fill("diff.html.j2", {"title": title or f"rooflens diff: {diff.label_a} → {diff.label_b}",
+    return fill_template("diff.html.j2", {"title": title or f"rooflens diff: {diff.label_a} → {diff.label_b}",
                                   **diff.to_json()})
