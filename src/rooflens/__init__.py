@@ -5,7 +5,7 @@
 >>> pred = rl.predict(fn, *args, chip="tpu-v5e")        # per-op roofline, without the chip
 """
 
-from rooflens import analysis, cost, hlo, memory, trace
+from rooflens import analysis, cost, hlo, memory, plan, trace
 from rooflens import hardware as _hardware
 from rooflens.analysis import Finding, Report
 from rooflens.api import analyze, check, diff
@@ -26,6 +26,6 @@ def chips() -> list[str]:
 __all__ = [
     "Chip", "ChipError", "Finding", "OpCost", "OpPrediction", "Prediction", "Profile", "Report", "RooflensError",
     "__version__", "analysis", "analyze", "capture", "check", "chip", "chips", "cost", "diff", "hlo", "load", "memory",
-    "predict",
+    "plan", "predict",
     "trace",
 ]

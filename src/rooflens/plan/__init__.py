@@ -6,10 +6,11 @@
 >>> rl.plan.decode(m, chip="tpu-v5e", chips=8, batch=240, context=8192).tokens_per_s
 """
 
+from rooflens.plan.check import PlanCheck, check_plan
 from rooflens.plan.decode import DecodePlan, decode
 from rooflens.plan.model import ParamCount, Transformer, dtype_bytes
 from rooflens.plan.presets import PRESETS, load_config, model, names, workload_transformer
 from rooflens.plan.train import StrategyPlan, TrainPlan, train
 
-__all__ = ["PRESETS", "DecodePlan", "ParamCount", "StrategyPlan", "TrainPlan", "Transformer", "decode", "dtype_bytes",
-           "load_config", "model", "names", "train", "workload_transformer"]
+__all__ = ["PRESETS", "DecodePlan", "ParamCount", "PlanCheck", "StrategyPlan", "TrainPlan", "Transformer",
+           "check_plan", "decode", "dtype_bytes", "load_config", "model", "names", "train", "workload_transformer"]
