@@ -440,9 +440,13 @@ def _calibrate_first_use() -> None:
                                                     "(a `rooflens run` profile leaves them out).")
 @click.option("--no-calibrate", is_flag=True, help="On a CPU trace with no calibration yet, do not measure this "
                                                   "machine (the report then has no roofline comparison).")
+@click.option("--plan-model", metavar="NAME|FILE.toml", help="Set this model's plan (rooflens plan) against the run.")
+@click.option("--plan-batch-tokens", type=FiniteFloat(min=0, min_open=True), metavar="N",
+              help="Tokens per step for --plan-model (default: inferred from the measured model FLOPs).")
 def report(logdirs: tuple[str, ...], hlo_dir: str | None, chip_name: str | None, workers: int | None, engine: str,
            ray_address: str | None, top: int, as_json: bool, html_path: str | None, json_path: str | None,
-           perfetto_path: str | None, force: bool, include_warmup: bool = False, no_calibrate: bool = False) -> None:
+           perfetto_path: str | None, force: bool, include_warmup: bool = False, no_calibrate: bool = False,
+           plan_model: str | None = None, plan_batch_tokens: float | None = None) -> None:
     """What ran, against its roofline: op stats, expected vs observed, the step, and findings.
 
     Reads TensorBoard/XProf logdirs, run directories, or *.xplane.pb / *.trace.json.gz files, from
@@ -455,6 +459,10 @@ def report(logdirs: tuple[str, ...], hlo_dir: str | None, chip_name: str | None,
         _need_dir(hlo_dir, "--hlo")
     rep = _load_report(list(logdirs), hlo_dir, chip_name, include_warmup, no_calibrate,
                        workers=workers or os.cpu_count() or 1, engine=engine, ray_address=ray_address)
+    if plan_model:
+        from rooflens.api import plan_check
+
+        rep.plan = plan_check(rep, plan_model, plan_batch_tokens)
     if html_path:
         from rooflens.report.html import write_html
 
@@ -480,6 +488,10 @@ def report(logdirs: tuple[str, ...], hlo_dir: str | None, chip_name: str | None,
     source = ", ".join(rep.sources)
     render_op_stats(console, rep, source=source, top=top)
     render_report(console, rep, source=source, top=top)
+    if rep.plan is not None:
+        from rooflens.report.plan_view import render_check
+
+        render_check(console, rep.plan)
 
 
 def _check_outputs(force: bool, *targets: tuple[str, str | None]) -> None:
@@ -878,6 +890,10 @@ def main(argv: list[str] | None = None) -> None:
         _say(f"rooflens: internal error ({type(e).__name__}: {e}); set ROOFLENS_DEBUG=1 for the traceback.")
         sys.exit(1)
 
+
+from rooflens.cli_plan import plan  # noqa: E402  (the `plan` verb lives in its own module)
+
+cli.add_command(plan)
 
 if __name__ == "__main__":
     main()
