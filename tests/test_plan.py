@@ -168,3 +168,32 @@ def test_builtin_transformer_matches_real_jax():
     pred = rl.predict(make_train_step(cfg), params, tokens, chip="tpu-v5e")
     planned = m.flops_per_token(training=True, seq_len=cfg.seq_len) * cfg.batch * cfg.seq_len
     assert pred.model_flops == planned
+
+
+def test_plan_against_a_captured_run(tmp_path):
+    """rl.analyze(plan=…) on a real capture of the built-in step (4×2 mesh on 8 CPU devices)."""
+    import jax
+    import jax.numpy as jnp
+
+    from rooflens.hardware import calibrate
+    from rooflens.lowering import make_mesh
+    from rooflens.workloads import TransformerConfig, sharded_train_step
+
+    calibrate.save(calibrate.measure(repeats=3, sizes=(256, 512), copy_bytes=16 << 20))
+    cfg = TransformerConfig()
+    step, (ap, at) = sharded_train_step(cfg, make_mesh("data=4,model=2"))
+    params = jax.tree.map(lambda s: jax.device_put(jnp.zeros(s.shape, s.dtype), s.sharding), ap)
+    tokens = jax.device_put(jnp.zeros(at.shape, at.dtype), at.sharding)
+    prof = rl.capture(step, params, tokens, steps=3, logdir=tmp_path, feed=lambda o, a: (o[0], a[1]))
+    rep = rl.analyze(prof, plan="rooflens-demo", plan_batch_tokens=cfg.batch * cfg.seq_len, plan_seq_len=cfg.seq_len)
+    c = rep.plan
+    assert c.chips == 8 and not c.batch_inferred
+    # every dot runs once over the 8 devices except the unembedding, replicated over the 2 model shards
+    # (param_specs: P(None, None)), which the devices compute twice: 14% of the step's dot FLOPs here
+    m = rl.plan.model("rooflens-demo")
+    redundant = 6 * m.vocab * m.d_model * cfg.batch * cfg.seq_len
+    assert c.measured_flops == pytest.approx(c.planned_flops + redundant, rel=1e-9)
+    assert c.measured_mfu == pytest.approx(c.planned_flops / (c.measured_step_s * 8 * c.peak_flops_per_s))
+    doc = rep.to_json()
+    assert doc["plan"]["model"] == "rooflens-demo"
+    assert "plan" not in rl.analyze(prof).to_json()
