@@ -7,7 +7,7 @@
 
 import sys as _sys
 
-from rooflens import analysis, cost, hlo, memory, trace
+from rooflens import analysis, cost, hlo, memory, plan, trace
 from rooflens import hardware as _hardware
 from rooflens.analysis import Finding, Report
 from rooflens.api import analyze, check, diff
@@ -56,5 +56,5 @@ _display_in_notebooks()
 __all__ = [
     "Chip", "ChipError", "Finding", "OpCost", "OpPrediction", "Prediction", "Profile", "Report", "RooflensError",
     "__version__", "analysis", "analyze", "capture", "check", "chip", "chips", "cost", "diff", "hlo", "load", "memory",
-    "predict", "to_html", "trace",
+    "plan", "predict", "to_html", "trace",
 ]

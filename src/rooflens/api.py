@@ -51,9 +51,31 @@ def saved_report(path: str):
                             f"{str(e).splitlines()[0] if str(e) else e}.") from None
 
 
-def analyze(profile: Profile, chip: str | Chip | None = None) -> Report:
-    """``rooflens.analysis.analyze`` with the run's memory data read from beside its trace."""
-    return analyze_profile(profile, chip=chip, memory=read_run_memory(profile))
+def analyze(profile: Profile, chip: str | Chip | None = None, plan=None, plan_batch_tokens: float | None = None,
+            plan_seq_len: int | None = None) -> Report:
+    """``rooflens.analysis.analyze`` with the run's memory data read from beside its trace.
+
+    ``plan`` (a ``rl.plan.Transformer`` or a preset name) sets the model's first-principles plan against the
+    run: ``rep.plan`` is a PlanCheck (tokens per step from ``plan_batch_tokens``, else inferred from the measured
+    model FLOPs; ``plan_seq_len`` adds attention FLOPs)."""
+    rep = analyze_profile(profile, chip=chip, memory=read_run_memory(profile))
+    if plan is not None:
+        rep.plan = plan_check(rep, plan, plan_batch_tokens, plan_seq_len)
+    return rep
+
+
+def plan_check(rep: Report, model, batch_tokens: float | None = None, seq_len: int | None = None, **kwargs):
+    """The PlanCheck of ``model`` (a Transformer or a preset name / TOML file) against an analysed run."""
+    from rooflens.errors import RooflensError
+    from rooflens.plan import check_plan
+    from rooflens.plan import model as preset
+
+    m = preset(model) if isinstance(model, str) else model
+    if rep.roofs is None or rep.steps is None:
+        raise RooflensError(f"the run has no roofline or no steps to set the plan against ({rep.chip_reason}).")
+    peak_bytes = rep.memory.peak_bytes if rep.memory else None
+    return check_plan(m, rep.chip, rep.num_devices, rep.roofs.mfu_peak_flops_per_s, rep.steps.step_time_s,
+                      rep.steps.model_flops, peak_bytes, batch_tokens, seq_len, **kwargs)
 
 
 def as_report(x, chip: str | Chip | None = None) -> Report:

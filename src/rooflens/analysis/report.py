@@ -196,6 +196,7 @@ class Report:
     modules: dict = field(default_factory=dict, repr=False)  # program → hlo.Module (for the rules and diff)
     profile: object = field(default=None, repr=False)  # the analysed Profile (for the rules; renderers never read it)
     events: object = field(default=None, repr=False)  # its EventTable: the op events the Perfetto view writes
+    plan: object = None  # a rooflens.plan.PlanCheck: the model's plan against this run (rl.analyze(plan=…))
 
     @property
     def chip_peaks(self) -> dict[str, float]:
@@ -221,4 +222,5 @@ class Report:
             "in_window": asdict(self.in_window),
             "memory": self.memory.to_dict() if self.memory else {}, "notes": list(self.notes),
             "graphs": {k: g.to_dict() for k, g in self.graphs.items()},
+            **({"plan": self.plan.to_dict()} if self.plan is not None else {}),
         }

@@ -7,7 +7,16 @@ from pathlib import Path
 
 import click
 
-from rooflens.cli.common import UserError, check_outputs, console, json_text, load_report, need_dir, writing
+from rooflens.cli.common import (
+    FiniteFloat,
+    UserError,
+    check_outputs,
+    console,
+    json_text,
+    load_report,
+    need_dir,
+    writing,
+)
 
 
 @click.command()
@@ -33,9 +42,13 @@ from rooflens.cli.common import UserError, check_outputs, console, json_text, lo
                                                     "(a `rooflens run` profile leaves them out).")
 @click.option("--no-calibrate", is_flag=True, help="On a CPU trace with no calibration yet, do not measure this "
                                                   "machine (the report then has no roofline comparison).")
+@click.option("--plan-model", metavar="NAME|FILE.toml", help="Set this model's plan (rooflens plan) against the run.")
+@click.option("--plan-batch-tokens", type=FiniteFloat(min=0, min_open=True), metavar="N",
+              help="Tokens per step for --plan-model (default: inferred from the measured model FLOPs).")
 def report(logdirs: tuple[str, ...], hlo_dir: str | None, chip_name: str | None, workers: int | None, engine: str,
            ray_address: str | None, top: int, as_json: bool, html_path: str | None, json_path: str | None,
-           perfetto_path: str | None, force: bool, include_warmup: bool = False, no_calibrate: bool = False) -> None:
+           perfetto_path: str | None, force: bool, include_warmup: bool = False, no_calibrate: bool = False,
+           plan_model: str | None = None, plan_batch_tokens: float | None = None) -> None:
     """What ran, against its roofline: op stats, expected vs observed, the step, and findings.
 
     Reads TensorBoard/XProf logdirs, run directories, or *.xplane.pb / *.trace.json.gz files, from
@@ -48,6 +61,10 @@ def report(logdirs: tuple[str, ...], hlo_dir: str | None, chip_name: str | None,
         need_dir(hlo_dir, "--hlo")
     rep = load_report(list(logdirs), hlo_dir, chip_name, include_warmup, no_calibrate,
                       workers=workers or os.cpu_count() or 1, engine=engine, ray_address=ray_address)
+    if plan_model:
+        from rooflens.api import plan_check
+
+        rep.plan = plan_check(rep, plan_model, plan_batch_tokens)
     if html_path:
         from rooflens.report.html import write_html
 
@@ -73,3 +90,7 @@ def report(logdirs: tuple[str, ...], hlo_dir: str | None, chip_name: str | None,
     source = ", ".join(rep.sources)
     render_op_stats(con, rep, source=source, top=top)
     render_report(con, rep, source=source, top=top)
+    if rep.plan is not None:
+        from rooflens.report.plan_view import render_check
+
+        render_check(con, rep.plan)

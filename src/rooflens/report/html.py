@@ -89,6 +89,7 @@ def page_data(report, prediction=None, title: str = "") -> dict:
         "ops": ops, "roofline": {"points": points, "peak": peak, "bandwidth": bw, "ridge": ridge or 1.0,
                                  "label": label},
         "expected": expected, "timeline": timeline, "findings": findings, "memory": memory, "prediction": pred,
+        "plan": report.plan.to_dict() if getattr(report, "plan", None) is not None else None,
         "graphs": {k: _graph(g) for k, g in report.graphs.items()},
         "hosts": _hosts(stats.host_steps),
         "footer": "Made by rooflens. Times are per device; ratios are measured ÷ roofline.",

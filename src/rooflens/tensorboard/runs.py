@@ -23,7 +23,7 @@ from pathlib import Path
 
 from rooflens.errors import RooflensError
 from rooflens.trace import fs
-from rooflens.trace.discover import is_trace_name
+from rooflens.trace.formats import is_trace_name
 from rooflens.userdirs import cache_dir
 
 #: how deep subdirectory runs are searched for ``plugins/profile`` (TensorBoard runs are usually 1–2 deep)
@@ -118,7 +118,7 @@ class Built:
 
 def build_report(run_dir: str, out: Path, timeout_s: float = BUILD_TIMEOUT_S) -> str:
     """Write the report page of ``run_dir`` to ``out`` with ``rooflens report``; "" or why it failed."""
-    env = {**os.environ, "ROOFLENS_NO_CACHE": "1"}  # no .rooflens-cache/ beside the traces
+    env = dict(os.environ)
     cmd = [sys.executable, "-m", "rooflens.cli", "report", run_dir, "--html", str(out), "--top", "0", "--force"]
     try:
         r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,

@@ -1,0 +1,73 @@
+"""The plan set against measurement: what the first-principles estimate said, and what the run did.
+
+The profiling chapter's advice (scaling book, profiling.md): predict from first principles, then measure to see
+whether reality agrees. A :class:`PlanCheck` holds both sides for one captured training step of a known model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from rooflens.errors import RooflensError
+from rooflens.plan.model import Transformer
+
+
+@dataclass(frozen=True)
+class PlanCheck:
+    model: str
+    chip: str
+    chips: int
+    batch_tokens: float
+    batch_inferred: bool  # tokens per step inferred from the measured model FLOPs
+    seq_len: int | None
+    peak_flops_per_s: float  # per chip, as the measured MFU uses it
+    planned_flops: float  # model (matmul) FLOPs of one step, all chips
+    measured_flops: float | None
+    planned_mfu: float  # the MFU the planned step assumes (1.0: the roofline's compute time)
+    planned_step_s: float
+    measured_step_s: float | None
+    measured_mfu: float | None  # planned FLOPs / (measured step × chips × peak)
+    planned_memory_per_chip_bytes: float  # model state + one checkpoint per layer, fully sharded
+    measured_memory_per_chip_bytes: float | None  # the compiled peak of the main program
+    explain: tuple[str, ...]
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "explain": list(self.explain)}
+
+
+def check_plan(model: Transformer, chip: str, chips: int, peak_flops_per_s: float, measured_step_s: float | None,
+               measured_flops_per_device: float | None, measured_memory_per_chip_bytes: float | None,
+               batch_tokens: float | None = None, seq_len: int | None = None, mfu: float = 1.0,
+               optimizer: str = "adam", param_dtype: str = "bf16", activation_dtype: str = "bf16") -> PlanCheck:
+    """Plan ``model``'s step with the run's chip and device count and compare (all numbers handed in: pure)."""
+    if chips < 1 or not peak_flops_per_s:
+        raise RooflensError("a plan check needs the run's device count and its chip's peak FLOP/s.")
+    fpt = model.flops_per_token(True, seq_len)
+    measured = measured_flops_per_device * chips if measured_flops_per_device else None
+    inferred = batch_tokens is None
+    if inferred:
+        if not measured:
+            raise RooflensError("the run has no measured model FLOPs to infer its tokens per step from; give "
+                                "the batch tokens of the plan.")
+        batch_tokens = measured / fpt
+    planned = fpt * batch_tokens
+    step = planned / (chips * peak_flops_per_s * mfu)
+    measured_mfu = planned / (measured_step_s * chips * peak_flops_per_s) if measured_step_s else None
+    state = model.state(optimizer, param_dtype).total_bytes
+    act = model.activation_bytes(batch_tokens, 1, activation_dtype)
+    mem = (state + act) / chips
+    lines = (
+        f"planned FLOPs = 6 × {model.matmul_params:,} matmul params"
+        + (f" + attention (T={seq_len})" if seq_len else "") + f" × {batch_tokens:,.0f} tokens = {planned:.4g}"
+        + (" (tokens inferred from the measured model FLOPs)" if inferred else "")
+        + (f"; measured {measured:.4g} (ratio {measured / planned:.4f})" if measured else ""),
+        f"planned step = FLOPs/(chips·C·MFU) = {planned:.4g}/({chips}·{peak_flops_per_s:.4g}·{mfu:g}) = {step:.4g} s"
+        + (f"; measured {measured_step_s:.4g} s → MFU {measured_mfu:.1%}" if measured_mfu is not None else ""),
+        f"planned memory per chip = ({state:.4g} B state ({optimizer}, {param_dtype}) + {act:.4g} B of one "
+        f"checkpoint per layer) / {chips} = {mem:.4g} B, fully sharded"
+        + (f"; measured compiled peak {measured_memory_per_chip_bytes:.4g} B" if measured_memory_per_chip_bytes
+           else ""),
+    )
+    return PlanCheck(model.name, chip, chips, float(batch_tokens), inferred, seq_len, peak_flops_per_s, planned,
+                     measured, mfu, step, measured_step_s, measured_mfu, mem, measured_memory_per_chip_bytes or None,
+                     lines)
