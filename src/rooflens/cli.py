@@ -886,5 +886,9 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(1)
 
 
+from rooflens.cli_capture import capture as _capture_verb  # noqa: E402 (the verb lives in its own module)
+
+cli.add_command(_capture_verb)
+
 if __name__ == "__main__":
     main()
