@@ -410,17 +410,21 @@ def _finish(target: dict, outcome: dict) -> None:
     old = signal.signal(signal.SIGINT, signal.SIG_IGN) if threading.current_thread() is threading.main_thread() \
         else None
     try:
+        said = ""
         if S.window is not None:
             S.window.close()
-            if S.window.shortfall():
-                _say(S.window.shortfall() + ".")
+            said = S.window.shortfall()
+            if said:
+                _say(said + ".")
         _stop_trace()
         transfers_open = S.tap is not None
         if transfers_open:
             S.tap.close()
             S.tap = None
         if not S.saved_dir:
-            if S.run_name and (S.window is None or S.window.tracing or S.window.done):
+            if said:
+                pass
+            elif S.run_name:
                 _say("the profiler wrote no trace.")
             else:
                 _say("the script started no JAX backend, so there is nothing to profile.")
