@@ -31,8 +31,23 @@ def _describe_args(args) -> list:
     return [jax.tree_util.tree_map(one, a) for a in args]
 
 
-def capture(fn, *args, steps: int = 5, warmup: int = 1, logdir: str | Path | None = None, feed=None, **kwargs):
+def step_range(steps: int | range, warmup: int) -> tuple[int, range]:
+    """``steps=5, warmup=1`` or ``steps=range(100, 105)`` (calls 100…104 traced, the 100 before them
+    untraced) → (warm-up calls, the traced steps' numbers)."""
+    if isinstance(steps, range):
+        if steps.step != 1 or len(steps) < 1 or steps.start < 0:
+            raise RooflensError(f"steps={steps!r}: give a range of consecutive steps, e.g. range(100, 105).")
+        return steps.start, steps
+    if steps < 1:
+        raise RooflensError("steps must be at least 1.")
+    return warmup, range(steps)
+
+
+def capture(fn, *args, steps: int | range = 5, warmup: int = 1, logdir: str | Path | None = None, feed=None,
+            **kwargs):
     """Trace ``steps`` steady-state calls of ``fn(*args)`` and return the loaded Profile.
+
+    ``steps=range(100, 105)``: the window is calls 100…104 (the 100 calls before run untraced).
 
     ``feed(out, args) -> args`` turns one step's output into the next step's arguments (for a
     training step that donates its parameters); by default the same arguments are reused.
@@ -44,8 +59,7 @@ def capture(fn, *args, steps: int = 5, warmup: int = 1, logdir: str | Path | Non
 
     from rooflens.trace.profile import load
 
-    if steps < 1:
-        raise RooflensError("steps must be at least 1.")
+    warmup, numbers = step_range(steps, warmup)
     jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
     logdir = Path(logdir) if logdir is not None else Path(tempfile.mkdtemp(prefix="rooflens-"))
     logdir.mkdir(parents=True, exist_ok=True)
@@ -66,14 +80,15 @@ def capture(fn, *args, steps: int = 5, warmup: int = 1, logdir: str | Path | Non
     module_name = hlo.split(None, 2)[1].rstrip(",") if hlo.startswith("HloModule") else "program"
     window = TraceWindow(logdir, "rooflens.capture").open()
     try:
-        for i in range(steps):
+        for i in numbers:
             with jax.profiler.StepTraceAnnotation(STEP_NAME, step_num=i):
                 out = jax.block_until_ready(jitted(*args, **kwargs))
             snapshots[f"step_{i}"] = jax.profiler.device_memory_profile()  # live device memory after the step
             if feed is not None:
                 args = tuple(feed(out, args))
     finally:
-        run = window.close(steps=steps, warmup=warmup, programs=[module_name], args=_describe_args(args),
+        run = window.close(steps=len(numbers), warmup=warmup, window={"steps": [numbers.start, numbers.stop]},
+                           programs=[module_name], args=_describe_args(args),
                            function=getattr(fn, "__name__", repr(fn)), memory={module_name: memory_stats})
         mem = run / "memory"
         mem.mkdir(exist_ok=True)

@@ -114,3 +114,19 @@ def transfer_line(line: str) -> str | None:
     if not m:
         return None
     return f"{m.group(1)}: {m.group(2).strip() or '(a repeat; JAX gives no details)'}"
+
+
+def device_memory_bytes(device) -> int | None:
+    """How much memory one JAX device has: its allocator's limit (``memory_stats()['bytes_limit']``
+    on GPU and TPU), or for a CPU device the machine's physical memory (``sysconf`` page count ×
+    page size, POSIX); None where neither is known."""
+    try:
+        stats = device.memory_stats() or {}
+    except Exception:  # a backend without memory stats
+        stats = {}
+    if stats.get("bytes_limit"):
+        return int(stats["bytes_limit"])
+    if getattr(device, "platform", "") == "cpu":
+        with contextlib.suppress(ValueError, OSError, AttributeError):
+            return int(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    return None

@@ -16,6 +16,12 @@ script does:
   the ``log`` transfer guard (its lines are taken out of stderr, everything else passes through
   as it comes) are switched on where the script has not set them itself.
 
+With a window (``--steps A:B``, ``--delay/--duration``) the backend coming up only arms the
+recorders; :mod:`rooflens.capture.stepwindow` starts and stops the profiler mid-run, and
+compilations, cache misses and transfers are still recorded over the whole run (recompilations
+anywhere are reported; transfers only inside the window). The stderr tap is :mod:`.tap`, the files
+saved after the script :mod:`.artifacts`, running the script as python would :mod:`.pyrun`.
+
 Whatever happens (normal end, ``sys.exit``, an exception, Ctrl-C, SIGTERM) the trace is stopped
 and written under an absolute path, then the script's own outcome is reproduced: its exit status,
 its exit message, its traceback (without our frames); Ctrl-C exits 130, SIGTERM kills as before.
@@ -57,10 +63,12 @@ def _sibling(name: str):
 
 
 common = _sibling("common")
+tap = _sibling("tap")
+artifacts = _sibling("artifacts")
+stepwindow = _sibling("stepwindow")
+pyrun = _sibling("pyrun")
 KV_KEY = "rooflens/run_name"
 KV_TIMEOUT_MS = 20_000
-_LOG_PREFIX = re.compile(rb"^[IWEF]\d{4} ")
-_LOG_TIME = re.compile(r"^[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{6}) ")
 _COMPILE_SPANS = ("/jax/core/compile/jaxpr_trace_duration", "/jax/core/compile/jaxpr_to_mlir_module_duration",
                   "/jax/core/compile/backend_compile_duration")
 
@@ -70,9 +78,11 @@ class _Terminated(BaseException):
 
 
 class _State:
-    def __init__(self, logdir: str, dump: bool) -> None:
+    def __init__(self, logdir: str, dump: bool, window: dict | None = None) -> None:
         self.logdir = logdir
         self.dump = dump
+        self.window = stepwindow.Window(window, _begin_trace, _stop_trace) if window else None
+        self.armed = False  # the script's backend is up: compilations are recorded from here on
         self.tmp = ""  # where jax writes the trace before it is moved into the run directory
         self.dump_dir = ""
         self.run_name = ""
@@ -89,7 +99,7 @@ class _State:
         self.transfers: list[str] = []
         self.transfer_times: list[float] = []
         self.explain_ours = False
-        self.tap: _StderrTap | None = None
+        self.tap = None  # tap.StderrTap, while the transfer guard logs
         self.warnings: list[str] = []
         self.snapshot: bytes = b""
         self.notes: list[str] = []
@@ -153,8 +163,8 @@ def _hook_xla_bridge(xb) -> None:
 
     def backends():
         result = original()
-        if S is not None and not S.tracing and not S.starting and not S.saved_dir:
-            _start_trace()
+        if S is not None and not S.armed and not S.starting:
+            _arm()
         return result
 
     backends.__wrapped__ = original
@@ -168,7 +178,7 @@ def _hook_compiler(compiler) -> None:
     def backend_compile_and_load(*args, **kwargs):
         options = kwargs.get("options", args[3] if len(args) > 3 else None)
         module = kwargs.get("module", args[1] if len(args) > 1 else None)
-        if S is not None and S.tracing and S.dump_dir and options is not None:
+        if S is not None and S.armed and S.dump_dir and options is not None:
             try:
                 debug = options.executable_build_options.debug_options
                 if not debug.xla_dump_to and "xla_dump_to" not in os.environ.get("XLA_FLAGS", ""):
@@ -178,7 +188,7 @@ def _hook_compiler(compiler) -> None:
         t0 = time.time()
         executable = original(*args, **kwargs)
         t1 = time.time()
-        if S is not None and S.tracing:
+        if S is not None and S.armed:
             rec = {"module": _module_name(module, executable), "start_unix_s": t0, "end_unix_s": t1,
                    "duration_s": t1 - t0, "where": common.user_frame(skip=(HERE,))}
             try:
@@ -200,7 +210,10 @@ def _hook_profiler(profiler) -> None:
     def start_trace(*args, **kwargs):
         if S is not None and S.tracing and not S.starting:
             S.notes.append("the script started its own profiler trace; rooflens's trace ends there")
-            _stop_trace()
+            if S.window is not None:
+                S.window.close()
+            else:
+                _stop_trace()
         return original(*args, **kwargs)
 
     start_trace.__wrapped__ = original
@@ -208,9 +221,20 @@ def _hook_profiler(profiler) -> None:
     profiler.start_trace = start_trace
 
 
+def _hook_pjit(pjit) -> None:
+    if S is not None and S.window is not None:
+        stepwindow.hook_pjit(pjit, S.window)
+
+
+def _hook_annotations(profiler) -> None:
+    _hook_profiler(profiler)
+    if S is not None and S.window is not None:
+        stepwindow.hook_step_annotation(profiler, S.window)
+
+
 def _hook_monitoring(monitoring) -> None:
     def on_span(event, start, end, **kw):
-        if S is not None and S.tracing and event in _COMPILE_SPANS:
+        if S is not None and S.armed and event in _COMPILE_SPANS:
             S.spans.append({"event": event.rsplit("/", 1)[-1], "fun_name": str(kw.get("fun_name", "")),
                             "start_unix_s": float(start), "end_unix_s": float(end)})
 
@@ -264,14 +288,14 @@ def _fresh_run_dir(base: str) -> str:
     raise OSError(f"no free run directory name under {base}")
 
 
-def _start_trace() -> None:
+def _arm() -> None:
+    """The script's JAX backend is up: the run directory, the recorders, and the trace (or its window)."""
     S.starting = True
     try:
         import tempfile
 
         import jax
         from jax._src import distributed
-        from jax._src import profiler as jprof
 
         gs = distributed.global_state
         client = getattr(gs, "client", None)
@@ -305,9 +329,31 @@ def _start_trace() -> None:
         guards = ("jax_transfer_guard_host_to_device", "jax_transfer_guard_device_to_host",
                   "jax_transfer_guard_device_to_device")
         if all(getattr(cfg, g, None) is None for g in guards):
-            S.tap = _StderrTap()
+            S.tap = tap.StderrTap(_on_transfer)
             for g in guards:
                 cfg.update(g, "log")
+        S.armed = True
+        if S.window is not None:
+            S.window.arm()
+        else:
+            _begin_trace()
+    except Exception as e:
+        _say(f"could not start the profiler ({type(e).__name__}: {e}); the script runs unprofiled")
+    finally:
+        S.starting = False
+
+
+def _on_transfer(line: str, at_unix_s: float) -> None:
+    S.transfers.append(line)
+    S.transfer_times.append(at_unix_s)
+
+
+def _begin_trace() -> bool:
+    """Start the profiler (the whole run's trace, or a window's); whether it started."""
+    from jax._src import profiler as jprof
+
+    S.starting = True
+    try:
         S.t0_unix_ns = time.time_ns()
         jprof.start_trace(S.tmp)
         S.tracing = True
@@ -315,13 +361,22 @@ def _start_trace() -> None:
         _say(f"could not start the profiler ({type(e).__name__}: {e}); the script runs unprofiled")
     finally:
         S.starting = False
+    return S.tracing
 
 
 def _stop_trace() -> None:
-    """Stop the trace and move it into the run directory (once; safe to call at any time)."""
-    if S is None or not S.tracing:
-        return
-    S.tracing = False
+    """Stop the trace and move it into the run directory (once; safe to call at any time, from any thread)."""
+    with _stop_lock:
+        if S is None or not S.tracing:
+            return
+        S.tracing = False
+        _write_trace()
+
+
+_stop_lock = threading.Lock()
+
+
+def _write_trace() -> None:
     import shutil
 
     from jax._src import profiler as jprof
@@ -347,198 +402,7 @@ def _stop_trace() -> None:
         S.saved_dir = run_dir
 
 
-# ---- stderr: transfer-guard lines out, everything else through, as it comes ---------------------
-
-
-def _logged_at(line: str, read_s: float) -> float:
-    """When a C++ log line was written (its own local-time stamp, to the µs), or when it was read.
-
-    The pipe is read in bursts (and late on a loaded machine), so a burst of lines would share
-    one reading time; the stamp is used when it is within a minute of that time."""
-    m = _LOG_TIME.match(line)
-    if not m:
-        return read_s
-    month, day, hour, minute, second, us = map(int, m.groups())
-    try:
-        at = time.mktime((time.localtime(read_s).tm_year, month, day, hour, minute, second, 0, 0, -1)) + us * 1e-6
-    except (OverflowError, ValueError):
-        return read_s
-    return at if abs(at - read_s) < 60 else read_s
-
-
-class _StderrTap:
-    def __init__(self) -> None:
-        with contextlib.suppress(Exception):
-            sys.stderr.flush()
-        self.saved = os.dup(2)
-        r, w = os.pipe()
-        os.dup2(w, 2)
-        os.close(w)
-        self.r = r
-        self.pending = b""
-        self.thread = threading.Thread(target=self._pump, name="rooflens-stderr", daemon=True)
-        self.thread.start()
-
-    def _emit(self, data: bytes) -> None:
-        while data:
-            try:
-                n = os.write(self.saved, data)
-            except InterruptedError:
-                continue
-            except OSError:
-                return
-            data = data[n:]
-
-    def _take(self, final: bool = False) -> None:
-        lines = self.pending.split(b"\n")
-        self.pending = lines.pop()
-        out = []
-        for raw in lines:
-            line = common.transfer_line(raw.decode("utf-8", "replace"))
-            if line and S is not None:
-                S.transfers.append(line)
-                S.transfer_times.append(_logged_at(raw.decode("utf-8", "replace"), time.time()))
-            else:
-                out.append(raw + b"\n")
-        # a partial line is passed on at once (progress bars redraw with \r), unless it may be a
-        # C++ log line still being written
-        if self.pending and (final or not _LOG_PREFIX.match(self.pending)):
-            out.append(self.pending)
-            self.pending = b""
-        if out:
-            self._emit(b"".join(out))
-
-    def _pump(self) -> None:
-        while True:
-            try:
-                chunk = os.read(self.r, 65536)
-            except InterruptedError:
-                continue
-            except OSError:
-                break
-            if not chunk:
-                break
-            self.pending += chunk
-            self._take()
-        self._take(final=True)
-
-    def close(self) -> None:
-        with contextlib.suppress(Exception):
-            sys.stderr.flush()
-        os.dup2(self.saved, 2)  # the pipe's last writer (in this process) goes: the pump sees EOF
-        self.thread.join(timeout=2.0)
-        if self.thread.is_alive():  # a child process still holds the pipe: leave the pump to it
-            return
-        os.close(self.r)
-        os.close(self.saved)
-
-
-# ---- after the script: what else a capture saves -------------------------------------------------
-
-
-def _classify_compiles(compiles: list[dict], misses: list[dict]) -> tuple[list[dict], list[dict]]:
-    """(first compilations, recompilations). A compilation is a recompilation when JAX explains
-    its cache miss by an earlier key of the same function, or when the same definition site was
-    compiled twice before as a 'never seen' function (a fresh jit/lambda each time)."""
-    first, again = [], []
-    miss_i = 0
-    sites: dict[str, int] = {}
-    for c in compiles:
-        reason = ""
-        text = ""
-        while miss_i < len(misses) and misses[miss_i]["t_unix_s"] <= c["start_unix_s"] + 1e-3:
-            text = misses[miss_i]["text"]
-            miss_i += 1
-        if text:
-            lines = [ln.strip() for ln in text.splitlines()]
-            site = next((ln.split(" defined at ", 1)[1] for ln in lines if " defined at " in ln), "")
-            if "never seen function" in text:
-                sites[site] = sites.get(site, 0) + 1
-                if site and sites[site] >= 3:
-                    reason = (f"a new function object for the code at {site} (jax.jit or a lambda created again), "
-                              f"compiled {sites[site]} times")
-            else:  # the last line says what differs: "* at x, now f32[16] and before f32[8]"
-                reason = next((ln.lstrip("* ") for ln in reversed(lines) if ln), "a cache miss")
-        c = {**c, "explanation": text}
-        if reason:
-            again.append({**c, "reason": reason})
-        else:
-            first.append(c)
-    return first, again
-
-
-def _dump_files(dump_dir: str) -> dict[str, dict[str, str]]:
-    """Module file stem (``module_0012.jit_step``) → {kind: path} for what a capture keeps."""
-    out: dict[str, dict[str, str]] = {}
-    if not dump_dir or not os.path.isdir(dump_dir):
-        return out
-    kinds = {"-buffer-assignment.txt": "buffer-assignment", "-live-range.txt": "live-range",
-             "-memory-usage-report.txt": "memory-usage-report", "after_optimizations.txt": "hlo"}
-    for f in sorted(os.listdir(dump_dir)):
-        m = re.match(r"^(module_\d+\.[^.]+)\..*?(after_optimizations(?:-buffer-assignment|-live-range|"
-                     r"-memory-usage-report)?\.txt)$", f)
-        if not m:
-            continue
-        for suffix, kind in kinds.items():
-            if m.group(2).endswith(suffix) and (kind != "hlo" or m.group(2) == "after_optimizations.txt"):
-                out.setdefault(m.group(1), {})[kind] = os.path.join(dump_dir, f)
-    return out
-
-
-def _save_artifacts(meta: dict) -> None:
-    """rooflens.json, hlo/ and memory/ in the run directory (process 0's, in a job)."""
-    import shutil
-
-    run_dir = S.saved_dir
-    memory: dict[str, dict] = {}
-    files = _dump_files(S.dump_dir)
-    user_dump = re.search(r"--xla_dump_to=(\S+)", os.environ.get("XLA_FLAGS", ""))
-    if not files and user_dump:
-        files = _dump_files(user_dump.group(1))
-    mem_dir = os.path.join(run_dir, "memory")
-    hlo_dir = os.path.join(run_dir, "hlo")
-    owner = S.process_index == 0
-    if owner:
-        os.makedirs(mem_dir, exist_ok=True)
-        os.makedirs(hlo_dir, exist_ok=True)
-    by_name: dict[str, list[str]] = {}
-    for stem in files:
-        by_name.setdefault(stem.split(".", 1)[1], []).append(stem)
-    stats_by_name: dict[str, list[dict]] = {}
-    for c in S.compiles:
-        if c.get("memory"):
-            stats_by_name.setdefault(c["module"], []).append(c["memory"])
-    for name, stems in by_name.items():
-        stems.sort()
-        # the program of this name with the largest compiled footprint stands for it
-        stats = stats_by_name.get(name, [])
-        pick = max(range(len(stems)), key=lambda i: _footprint(stats[i]) if i < len(stats) else -1)
-        if owner:
-            for kind, path in files[stems[pick]].items():
-                if kind == "hlo":
-                    for stem in stems:
-                        if "hlo" in files[stem]:
-                            shutil.copyfile(files[stem]["hlo"], os.path.join(hlo_dir, f"{stem}.txt"))
-                else:
-                    shutil.copyfile(path, os.path.join(mem_dir, f"{name}.{kind}.txt"))
-        memory[name] = stats[pick] if pick < len(stats) else {}
-    for name, stats in stats_by_name.items():  # compiled, but no dump (the script's own dump flags, …)
-        memory.setdefault(name, max(stats, key=_footprint))
-    meta["memory"] = memory
-    if S.snapshot and owner:
-        with open(os.path.join(mem_dir, "end.pb.gz"), "wb") as fh:
-            fh.write(S.snapshot)
-    name = "rooflens.json" if owner else f"{S.label}.rooflens.json"
-    tmp = os.path.join(run_dir, f".{name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as fh:
-        json.dump(meta, fh, indent=1, default=str)
-    os.replace(tmp, os.path.join(run_dir, name))
-    if S.dump_dir:
-        shutil.rmtree(S.dump_dir, ignore_errors=True)
-
-
-def _footprint(stats: dict) -> int:
-    return sum(v for k, v in stats.items() if not k.startswith("host_") and "generated_code" not in k)
+# ---- after the script -----------------------------------------------------------------------------
 
 
 def _finish(target: dict, outcome: dict) -> None:
@@ -546,27 +410,38 @@ def _finish(target: dict, outcome: dict) -> None:
     old = signal.signal(signal.SIGINT, signal.SIG_IGN) if threading.current_thread() is threading.main_thread() \
         else None
     try:
+        said = ""
+        if S.window is not None:
+            S.window.close()
+            said = S.window.shortfall()
+            if said:
+                _say(said + ".")
         _stop_trace()
         transfers_open = S.tap is not None
         if transfers_open:
             S.tap.close()
             S.tap = None
         if not S.saved_dir:
-            if S.run_name:
+            if said:
+                pass
+            elif S.run_name:
                 _say("the profiler wrote no trace.")
             else:
                 _say("the script started no JAX backend, so there is nothing to profile.")
             _cleanup_empty()
             return
-        first, again = _classify_compiles(S.compiles, S.misses)
+        first, again = artifacts.classify_compiles(S.compiles, S.misses)
+        if S.window is not None:  # only the window's transfers (recompilations count wherever they happen)
+            kept = [k for k, t in enumerate(S.transfer_times) if S.t0_unix_ns <= t * 1e9 <= S.t1_unix_ns]
+            S.transfers, S.transfer_times = [S.transfers[k] for k in kept], [S.transfer_times[k] for k in kept]
         meta = {
-            "captured_by": "rooflens run", "warmup_in_window": True, **target,
+            "captured_by": "rooflens run", "warmup_in_window": S.window is None, **target,
             "exit": outcome, "when_unix_s": S.t0_unix_ns / 1e9, "wall_s": (S.t1_unix_ns - S.t0_unix_ns) / 1e9,
             "trace_start_unix_ns": S.t0_unix_ns, "trace_stop_unix_ns": S.t1_unix_ns,
             "process_index": S.process_index, "process_count": S.process_count, "host_label": S.label,
             "python": sys.version.split()[0], "notes": S.notes,
             "in_window": {"compilations": again, "first_compilations": first,
-                          "cache_misses": [m["text"] for m in S.misses if m in _explained(again)],
+                          "cache_misses": [m["text"] for m in artifacts.explained(S.misses, again)],
                           "all_cache_misses": S.misses,
                           "transfers": S.transfers, "transfer_times_unix_s": S.transfer_times,
                           "compile_spans": S.spans,
@@ -580,10 +455,14 @@ def _finish(target: dict, outcome: dict) -> None:
                          "device_kind": devices[0].device_kind, "num_devices": len(devices),
                          "num_local_devices": jax.local_device_count(),
                          "devices": [{"id": d.id, "kind": d.device_kind, "platform": d.platform,
-                                      "process_index": d.process_index} for d in devices]})
+                                      "process_index": d.process_index} for d in devices],
+                         "device_memory_bytes": common.device_memory_bytes(devices[0])})
         except Exception as e:
             meta["devices_error"] = f"{type(e).__name__}: {e}"
-        _save_artifacts(meta)
+        if S.window is not None:
+            meta["window"] = S.window.describe()
+        artifacts.save(S, meta, set(_program_names(meta.get("window", {}).get("programs")))
+                       if S.window is not None else None)
         _say(f"profile written to {S.saved_dir}; read it with: rooflens report {S.saved_dir}")
     except Exception as e:
         _say(f"writing the profile failed ({type(e).__name__}: {e})")
@@ -592,9 +471,9 @@ def _finish(target: dict, outcome: dict) -> None:
             signal.signal(signal.SIGINT, old)
 
 
-def _explained(again: list[dict]) -> list[dict]:
-    texts = {c.get("explanation") for c in again}
-    return [m for m in (S.misses if S else []) if m["text"] in texts]
+def _program_names(functions: list[str] | None) -> list[str]:
+    """The module names JAX gives the programs of these jitted functions (``step`` → ``jit_step``)."""
+    return [f"jit_{re.sub(r'[^0-9A-Za-z_]', '_', f)}" for f in functions or []]
 
 
 def _cleanup_empty() -> None:
@@ -615,47 +494,10 @@ def _trim(tb):
     """The traceback from the script's first frame on (ours and runpy's left out)."""
     while tb is not None:
         f = tb.tb_frame.f_code.co_filename
-        if f != HERE and not f.endswith(("runpy.py", "<frozen runpy>")) and f != "<string>":
+        if f not in (HERE, pyrun.__file__) and not f.endswith(("runpy.py", "<frozen runpy>")) and f != "<string>":
             break
         tb = tb.tb_next
     return tb
-
-
-def _run(mode: str, target: str) -> None:
-    import builtins
-    import runpy
-
-    main = sys.modules["__main__"]
-    if mode == "module":
-        sys.path[0] = os.getcwd()
-        sys.argv[0] = "-m"
-        main.__dict__.clear()
-        main.__dict__.update({"__name__": "__main__", "__builtins__": builtins})
-        runpy._run_module_as_main(target, alter_argv=True)
-        return
-    path = os.path.abspath(target)
-    if os.path.isdir(path) or not path.endswith((".py", ".pyw")) and _is_zip(path):
-        del sys.path[0]
-        runpy.run_path(target, run_name="__main__")
-        return
-    sys.path[0] = os.path.dirname(os.path.realpath(path))
-    import importlib.machinery as m
-
-    with open(path, "rb") as fh:
-        source = fh.read()
-    code = compile(source, path, "exec", dont_inherit=True)
-    g = main.__dict__
-    g.clear()
-    g.update({"__name__": "__main__", "__doc__": None, "__package__": None, "__spec__": None,
-              "__loader__": m.SourceFileLoader("__main__", path), "__file__": path, "__cached__": None,
-              "__builtins__": builtins, "__annotations__": {}})
-    exec(code, g)
-
-
-def _is_zip(path: str) -> bool:
-    import zipfile
-
-    return os.path.isfile(path) and zipfile.is_zipfile(path)
 
 
 def main(argv: list[str]) -> None:
@@ -663,10 +505,11 @@ def main(argv: list[str]) -> None:
     global S
     opts, mode, target, *args = argv
     opts = json.loads(opts)
-    S = _State(opts["logdir"], opts.get("dump", True))
+    S = _State(opts["logdir"], opts.get("dump", True), opts.get("window"))
     sys.argv[:] = [target, *args]
     sys.meta_path.insert(0, _Finder({"jax._src.xla_bridge": _hook_xla_bridge, "jax._src.compiler": _hook_compiler,
-                                     "jax._src.profiler": _hook_profiler, "jax._src.monitoring": _hook_monitoring}))
+                                     "jax._src.profiler": _hook_annotations, "jax._src.monitoring": _hook_monitoring,
+                                     "jax._src.pjit": _hook_pjit}))
 
     def on_term(signum, frame):
         raise _Terminated()
@@ -676,7 +519,7 @@ def main(argv: list[str]) -> None:
                 "module": target if mode == "module" else None, "argv": list(args), "cwd": os.getcwd()}
     error: BaseException | None = None
     try:
-        _run(mode, target)
+        pyrun.run(mode, target)
         outcome = {"kind": "ok", "status": 0}
     except SystemExit as e:
         error = e
@@ -725,7 +568,9 @@ BOOT = (
 )
 
 
-def command(logdir: str, mode: str, target: str, args: list[str], dump: bool = True) -> list[str]:
-    """The ``argv`` that runs ``target`` under rooflens in a fresh interpreter."""
-    opts = json.dumps({"logdir": os.path.abspath(logdir), "dump": dump})
+def command(logdir: str, mode: str, target: str, args: list[str], dump: bool = True,
+            window: dict | None = None) -> list[str]:
+    """The ``argv`` that runs ``target`` under rooflens in a fresh interpreter; ``window``:
+    ``{"steps": [a, b]}`` or ``{"delay_s": d, "duration_s": t}`` (see :mod:`rooflens.capture.stepwindow`)."""
+    opts = json.dumps({"logdir": os.path.abspath(logdir), "dump": dump, "window": window})
     return [sys.executable, "-c", BOOT.format(path=HERE), opts, mode, target, *args]

@@ -12,16 +12,37 @@ import os
 import sys
 from pathlib import Path
 
-from rooflens.capture import launch
+from rooflens.capture import launch, stepwindow
 from rooflens.errors import RooflensError, existing
 
 DEFAULT_LOGDIR = "rooflens-logs"
 
 
+def window_spec(steps: str | None = None, delay_s: float | None = None, duration_s: float | None = None
+                ) -> dict | None:
+    """``--steps A:B`` or ``--delay S --duration S`` as the launcher's window (None: the whole run);
+    raises RooflensError for a window that cannot be."""
+    if steps is not None and (delay_s is not None or duration_s is not None):
+        raise RooflensError("give either --steps or --delay/--duration, not both.")
+    if steps is not None:
+        try:
+            return {"steps": list(stepwindow.parse_steps(steps))}
+        except ValueError as e:
+            raise RooflensError(str(e)) from None
+    if delay_s is None and duration_s is None:
+        return None
+    if duration_s is None or duration_s <= 0:
+        raise RooflensError("--duration SECONDS (more than 0) says how long the window lasts.")
+    if delay_s is not None and delay_s < 0:
+        raise RooflensError("--delay takes the seconds to wait (0 or more) before the window opens.")
+    return {"delay_s": float(delay_s or 0.0), "duration_s": float(duration_s)}
+
+
 def command(target: str, args: list[str], logdir: str | Path | None = None, module: bool = False,
-            dump: bool = True) -> list[str]:
+            dump: bool = True, window: dict | None = None) -> list[str]:
     """The interpreter command line that runs ``target`` under rooflens (a file, or a module with
-    ``module=True``); raises RooflensError when the target cannot be run."""
+    ``module=True``), over the whole run or a ``window`` (:func:`window_spec`); raises RooflensError
+    when the target cannot be run."""
     if module:
         import importlib.util
 
@@ -44,12 +65,13 @@ def command(target: str, args: list[str], logdir: str | Path | None = None, modu
         logdir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise RooflensError(f"cannot create the log directory {logdir} ({e.strerror or e}).") from None
-    return launch.command(str(logdir), "module" if module else "path", target, list(args), dump=dump)
+    return launch.command(str(logdir), "module" if module else "path", target, list(args), dump=dump, window=window)
 
 
-def exec_run(target: str, args: list[str], logdir: str | Path | None = None, module: bool = False) -> None:
+def exec_run(target: str, args: list[str], logdir: str | Path | None = None, module: bool = False,
+             window: dict | None = None) -> None:
     """Become the profiled program (never returns)."""
-    argv = command(target, args, logdir, module)
+    argv = command(target, args, logdir, module, window=window)
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
     os.execv(argv[0], argv)

@@ -23,7 +23,7 @@ import functools
 import tempfile
 from pathlib import Path
 
-from rooflens.capture.capture import STEP_NAME
+from rooflens.capture.capture import STEP_NAME, step_range
 from rooflens.capture.window import TraceWindow
 from rooflens.errors import RooflensError
 
@@ -49,8 +49,13 @@ class _Step:
 
 
 class Session:
-    def __init__(self, logdir: str | Path | None = None, warmup: int = 1, steps: int | None = 5):
+    def __init__(self, logdir: str | Path | None = None, warmup: int = 1, steps: int | range | None = 5):
+        """``steps=range(100, 105)``: steps 100…104 traced, the 100 before them untraced (the warm-up)."""
         self.logdir = Path(logdir) if logdir is not None else Path(tempfile.mkdtemp(prefix="rooflens-"))
+        self.first = 0  # the first traced step's number
+        if isinstance(steps, range):
+            warmup, numbers = step_range(steps, warmup)
+            self.first, steps = numbers.start, len(numbers)
         self.warmup, self.max_steps = warmup, steps
         self.count = 0  # steps seen
         self.traced = 0
@@ -64,7 +69,8 @@ class Session:
 
     def _stop(self) -> None:
         if self._tracing:
-            self.run_dir = self._window.close(steps=self.traced, warmup=self.warmup)
+            self.run_dir = self._window.close(steps=self.traced, warmup=self.warmup,
+                                              window={"steps": [self.first, self.first + self.traced]})
 
     def __enter__(self) -> Session:
         if self.warmup <= 0:
@@ -89,7 +95,7 @@ class Session:
             yield handle
             handle.wait()
             return
-        with jax.profiler.StepTraceAnnotation(STEP_NAME, step_num=self.traced):
+        with jax.profiler.StepTraceAnnotation(STEP_NAME, step_num=self.first + self.traced):
             yield handle
             handle.wait()
         self.count += 1

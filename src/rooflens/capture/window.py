@@ -12,6 +12,7 @@ import json
 import time
 from pathlib import Path
 
+from rooflens.capture.common import device_memory_bytes
 from rooflens.capture.recorder import Recorder, recording
 from rooflens.errors import RooflensError
 
@@ -75,6 +76,7 @@ class TraceWindow:
             "jax_version": jax.__version__, "jaxlib_version": getattr(jax.lib, "__version__", ""),
             "backend": jax.default_backend(), "device_kind": devices[0].device_kind, "num_devices": len(devices),
             "devices": [{"id": d.id, "kind": d.device_kind, "platform": d.platform} for d in devices],
+            "num_local_devices": jax.local_device_count(), "device_memory_bytes": device_memory_bytes(devices[0]),
             "in_window": self.rec.to_dict(), **metadata,
         }
         (self.run_dir / "rooflens.json").write_text(json.dumps(meta, indent=2, default=str))

@@ -4,24 +4,31 @@ from __future__ import annotations
 
 import click
 
-from rooflens.cli.common import UserError
+from rooflens.cli.common import FiniteFloat, UserError
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--logdir", default=None, metavar="DIR", help="Where to write the profile (default: ./rooflens-logs).")
 @click.option("-m", "module", default=None, metavar="MODULE", help="Run a module, as `python -m MODULE` does.")
+@click.option("--steps", default=None, metavar="START:STOP", help="Trace only executions START…STOP-1 of the step "
+              "program (the first jitted function called START times, or the script's StepTraceAnnotation steps).")
+@click.option("--delay", "delay_s", type=FiniteFloat(), default=None, metavar="SECONDS",
+              help="With --duration: open the window this long after JAX comes up.")
+@click.option("--duration", "duration_s", type=FiniteFloat(), default=None, metavar="SECONDS",
+              help="Trace this long only (after --delay), like nsys --delay/--duration.")
 @click.argument("script", required=False)
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
-def run(logdir: str | None, module: str | None, script: str | None, script_args: tuple[str, ...]) -> None:
+def run(logdir: str | None, module: str | None, steps: str | None, delay_s: float | None, duration_s: float | None,
+        script: str | None, script_args: tuple[str, ...]) -> None:
     """Profile an unmodified Python program: `rooflens run script.py ARGS` or `rooflens run -m MODULE ARGS`.
 
     The program runs exactly as under `python` (its own __main__, argv, environment, exit status);
     the profiler starts when its JAX backend comes up. Writes a TensorBoard/XProf logdir with the
     HLO and memory data of every program, and prints where; `rooflens report` reads it.
     """
-    from rooflens.capture.run import exec_run
+    from rooflens.capture.run import exec_run, window_spec
 
     if module is None and script is None:
         raise UserError("give a script to run (rooflens run script.py ARGS) or a module (rooflens run -m MODULE).")
     args = ([script] if module is not None and script is not None else []) + list(script_args)
-    exec_run(module or script, args, logdir, module=module is not None)
+    exec_run(module or script, args, logdir, module=module is not None, window=window_spec(steps, delay_s, duration_s))

@@ -32,6 +32,7 @@ def read_text_file(path: Path) -> str:
 
 
 PEAK_OVER_STATE = 1.3  # peak above the state held by this much: activations, temporaries or padding dominate
+GROWTH = 0.10  # live memory up this share over the captured steps, every step above the last: it grows
 TOP_SITES = 8
 
 
@@ -54,11 +55,28 @@ class SnapshotSummary:
 class MemorySummary:
     programs: list[CompiledMemory] = field(default_factory=list)
     snapshots: list[SnapshotSummary] = field(default_factory=list)
+    main_program: str = ""  # the program that holds the device (most device time in the trace), where known
+    device_bytes: float | None = None  # one device's memory, where the capture recorded it
 
     @property
     def main(self) -> CompiledMemory | None:
-        """The program with the highest compiled peak."""
-        return max(self.programs, key=lambda p: p.peak_bytes, default=None)
+        """The program that holds the device (a run's step, not its initialisation or RNG seeding),
+        else the one with the highest compiled peak."""
+        step = next((p for p in self.programs if p.program == self.main_program), None)
+        return step or max(self.programs, key=lambda p: p.peak_bytes, default=None)
+
+    @property
+    def peak_over_device(self) -> float | None:
+        """The main program's compiled peak as a share of one device's memory (None: unknown)."""
+        return self.peak_bytes / self.device_bytes if self.device_bytes and self.main else None
+
+    @property
+    def growing(self) -> bool:
+        """Live device memory grows from step to step (every step snapshot above the one before,
+        by GROWTH in all): state or caches that accumulate."""
+        live = [s.total_bytes for s in self.snapshots if s.label.startswith("step_")]
+        return (len(live) >= 3 and all(b > a for a, b in zip(live, live[1:]))
+                and live[-1] - live[0] > GROWTH * max(live[0], 1.0))
 
     @property
     def peak_bytes(self) -> float:
@@ -88,11 +106,14 @@ class MemorySummary:
         return {"programs": [p.to_dict() for p in self.programs], "snapshots": [s.to_dict() for s in self.snapshots],
                 "peak_bytes": self.peak_bytes, "state_bytes": self.state_bytes,
                 "peak_over_state": self.peak_over_state, "padding_waste_bytes": self.padding_waste_bytes,
-                "live_peak_bytes": self.live_peak_bytes}
+                "live_peak_bytes": self.live_peak_bytes, "main_program": self.main.program if self.main else "",
+                "device_bytes": self.device_bytes, "peak_over_device": self.peak_over_device,
+                "growing": self.growing}
 
 
-def summarize(programs: list[CompiledMemory], snapshots: list[SnapshotSummary] = ()) -> MemorySummary:
-    summary = MemorySummary(list(programs), list(snapshots))
+def summarize(programs: list[CompiledMemory], snapshots: list[SnapshotSummary] = (), main_program: str = "",
+              device_bytes: float | None = None) -> MemorySummary:
+    summary = MemorySummary(list(programs), list(snapshots), main_program, device_bytes)
     main = summary.main
     if main is not None and main.timeline is not None and snapshots:
         place_snapshots(main.timeline, snapshots)  # measured points beside the compiled curve
@@ -105,10 +126,38 @@ def read_run_memory(profile) -> MemorySummary | None:
     profile has no memory data."""
     if not profile.metadata.get("memory") or not profile.sources:
         return None
-    return read_memory_dir(Path(profile.sources[0]).parent / "memory", profile.metadata["memory"], profile.module_for)
+    return read_memory_dir(Path(profile.sources[0]).parent / "memory", profile.metadata["memory"], profile.module_for,
+                           main_program=busiest_program(profile), device_bytes=device_capacity_bytes(profile.metadata))
 
 
-def read_memory_dir(mem_dir: Path, stats_by_program: dict, module_for) -> MemorySummary:
+def busiest_program(profile) -> str:
+    """The program with the most device time in the trace (``jit_step``, without its id): the one that
+    holds the device, as against initialisation, RNG seeding and one-off conversions."""
+    import numpy as np
+
+    from rooflens.trace.warmup import base_name
+
+    t = profile.table
+    if not len(t):
+        return ""
+    busy = np.bincount(t.program, weights=t.dur_ns, minlength=len(t.programs))
+    return base_name(t.programs[int(np.argmax(busy))])
+
+
+def device_capacity_bytes(metadata: dict) -> float | None:
+    """One device's memory as the capture recorded it (``device_memory_bytes``). For CPU devices
+    that is the machine's memory, shared by the process's devices (forced host devices): each gets
+    its share."""
+    total = metadata.get("device_memory_bytes")
+    if not total:
+        return None
+    if metadata.get("backend") == "cpu":
+        return float(total) / max(int(metadata.get("num_local_devices") or metadata.get("num_devices") or 1), 1)
+    return float(total)
+
+
+def read_memory_dir(mem_dir: Path, stats_by_program: dict, module_for, main_program: str = "",
+                    device_bytes: float | None = None) -> MemorySummary:
     programs = []
     for program, stats in (stats_by_program or {}).items():
         def read(kind: str, program=program) -> str:
@@ -127,7 +176,7 @@ def read_memory_dir(mem_dir: Path, stats_by_program: dict, module_for) -> Memory
             s = parse_snapshot(p.read_bytes(), p.name.removesuffix(".pb.gz"))
             snapshots.append(SnapshotSummary(s.label, s.total_bytes, dict(s.by_device), dict(s.by_kind),
                                              dict(list(s.by_site.items())[:TOP_SITES])))
-    return summarize(programs, snapshots)
+    return summarize(programs, snapshots, main_program, device_bytes)
 
 
 def read_dump_memory(directory: Path) -> MemorySummary:

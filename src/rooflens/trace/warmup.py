@@ -265,6 +265,8 @@ def judge(profile):
     from rooflens.trace.formats.raw import assign_steps
 
     meta = profile.metadata or {}
+    if meta.get("window") and not meta.get("warmup_in_window") and not profile.steps:
+        return judge_window(profile)
     if not meta.get("warmup_in_window") or getattr(profile, _FULL, None) is not None:
         return profile
     t = profile.table
@@ -315,6 +317,32 @@ def judge(profile):
                                  metadata={**meta, "steady_state": info})
     object.__setattr__(judged, _FULL, profile)
     return judged
+
+
+def judge_window(profile):
+    """A window of a run (``rooflens run --steps/--delay``, ``rooflens capture``): no warm-up inside,
+    and, without step annotations, the steps are the main program's executions in the window.
+
+    A window of steps holds exactly those executions (numbered from the window's first step); a
+    window of time cuts the executions at its two edges, so the first and the last are left out."""
+    from rooflens.trace.readers import assign_steps
+
+    window = profile.metadata["window"]
+    main, steps = _infer_steps(profile.table, execution_index(profile.table))
+    if not steps:
+        return profile
+    first = 0
+    if "steps" in window:
+        first = int(window["steps"][0])
+    elif len(steps) >= 4:
+        steps = steps[1:-1]
+    steps = [(first + k, s, e) for k, (_, s, e) in enumerate(steps)]
+    assign_steps(profile.table, steps)
+    notes = [n for n in profile.notes if "no step annotations" not in n]
+    edges = "" if "steps" in window or len(steps) < 2 else ", the executions cut by the window's edges left out"
+    notes.append(f"no step annotations: the {len(steps)} steps are the executions of {main}, the main program, "
+                 f"in the window{edges}")
+    return dataclasses.replace(profile, steps=steps, notes=notes)
 
 
 def with_warmup(profile):
