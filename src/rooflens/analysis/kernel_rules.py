@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import statistics
 
+from rooflens.analysis.chip_rates import op_rates
 from rooflens.analysis.rules import TINY_OP_S, TINY_OPS_PER_STEP, Finding
-from rooflens.analysis.trust import chips_that_fit, is_async
+from rooflens.analysis.trust import is_async, rates_of_comparison
+from rooflens.hardware.infer import chips_fitting, describe_rates
 from rooflens.units import fmt_seconds as _ms
 
 
@@ -43,10 +45,12 @@ def roofline_trust(report) -> list[Finding]:
     if not bad:
         return []
     total = sum(c.total_time_s for c in bad)
-    flops, nbytes, fit = chips_that_fit(report.comparison, report.roofs and _kind_of(report) or "")
+    rates = op_rates(report.profile) if report.profile is not None else []
+    rates = rates or rates_of_comparison(report.comparison)
+    fit = [c.name for c in chips_fitting(rates, report.roofs and _kind_of(report) or "")]
     evidence = [f"{len(bad)} op(s) faster than their roofline on {report.chip}; e.g. {c.name}: {c.roofline_note}"
                 for c in sorted(bad, key=lambda c: -c.total_time_s)[:1]]
-    evidence.append(f"fastest rates reached: {flops / 1e12:.4g} TFLOP/s (model FLOPs), {nbytes / 1e9:.4g} GB/s")
+    evidence.append(f"fastest rates reached: {describe_rates(rates, [])}")
     given = "given" in report.chip_reason
     if given:
         evidence.append("catalogue chips those rates fit: " + (", ".join(fit) if fit else "none"))
