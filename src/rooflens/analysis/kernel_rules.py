@@ -77,3 +77,36 @@ def _kind_of(report) -> str:
         return report.platform
 
 
+
+
+#: XLA:GPU's CommandBufferScheduling pass moves runs of commands into computations named ``command_buffer``
+#: (``command_buffer.1``, …) called by a ``call``: each is recorded once as a CUDA (HIP) graph and launched as
+#: one (openxla/xla ``xla/service/gpu/transforms/command_buffer_scheduling.h``, its class comment).
+COMMAND_BUFFER = "command_buffer"
+
+
+def graph_launched(modules: dict) -> set[tuple[str, str]]:
+    """(program, op) of every op inside an XLA:GPU command buffer (and the computations it calls: a while
+    body inside one is in the graph too): launched with the graph, not one by one."""
+    out: set[tuple[str, str]] = set()
+    for program, m in modules.items():
+        todo = [c for name, c in m.computations.items()
+                if name == COMMAND_BUFFER or name.startswith(COMMAND_BUFFER + ".")]
+        seen = {c.name for c in todo}
+        while todo:
+            comp = todo.pop()
+            for ins in comp.instructions:
+                out.add((program, ins.name))
+                for sub in m.called(ins):
+                    if sub.name not in seen:
+                        seen.add(sub.name)
+                        todo.append(sub)
+    return out
+
+
+def launched_one_by_one(report) -> list:
+    """The op stats of ops that pay a launch each: not async starts (they only enqueue) and not the ops of
+    a command buffer (one graph launch for all of them)."""
+    in_graph = graph_launched(report.modules or {})
+    return [s for s in report.stats.op_stats if not s.name.split(".")[0].endswith("-start")
+            and (s.program, s.name) not in in_graph]
