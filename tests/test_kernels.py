@@ -117,9 +117,9 @@ def test_vllm_attention_priced_and_no_false_findings(vllm_report):
     assert all((c.flops_fraction_of_peak or 0) <= 1 and (c.bytes_fraction_of_peak or 0) <= 1 for c in rep.comparison)
     st = rep.steps
     assert st.basis == "executions" and st.bound_excess_s > 0.01  # 16 ms beyond the attention lower bounds
-    # the given chip is beaten by some ops: said, with the chips the rates fit
-    trust = [f for f in rep.findings if f.rule == "roofline-trust"]
-    assert trust and "tpu-v6e" in trust[0].title
+    # v6e (the chip the rates fit, tests/test_chip_rates.py) is beaten by no op once VMEM bytes are left out
+    assert "roofline-trust" not in rules and all(c.roofline_reliable for c in rep.comparison if c.priced
+                                                 and not c.opcode.endswith(("-start", "-done", "-update")))
 
 
 @pytest.mark.parametrize("name", ["tracelens_mi300x_jax08_gemm.xplane.pb",

@@ -30,10 +30,10 @@ from rooflens.analysis.report import (
 )
 from rooflens.analysis.trust import (
     check_roofline,
-    hbm_bytes_of_text,
     module_kernels,
     price_from_text,
     program_executions,
+    trace_hbm_bytes,
 )
 from rooflens.cost.model import OpCost, OpPrediction, costs, price
 from rooflens.errors import RooflensError
@@ -65,6 +65,10 @@ def infer_chip(profile: Profile) -> tuple[Chip, str]:
     try:  # by name (device_type_string, the CUDA/ROCm device name), else vendor + cores + memory + clock
         return infer_from_trace(kind, profile.plane_stats)
     except ChipError as e:
+        if profile.platform == "tpu":  # no generation named: what its ops achieved bounds the chip from below
+            from rooflens.analysis.chip_rates import infer_tpu_from_rates
+
+            return infer_tpu_from_rates(profile, str(e))
         raise RooflensError(str(e)) from None
 
 
@@ -151,11 +155,8 @@ def _cost_from_trace(profile: Profile, program: str, name: str, counts: TraceCou
     info = profile.op_info.get((program, name))
     category = info.category if info else "unknown"
     flops, nbytes = counts.flops, counts.bytes
-    hbm = hbm_bytes_of_text(profile.table.hlo_text.get((program, name)))
-    where = "XLA's bytes_accessed, from the trace"
-    if hbm is not None and hbm < nbytes:  # XLA counts on-chip (VMEM) bytes too: keep the HBM side
-        nbytes, where = hbm, f"HBM operands and result of its HLO line; XLA's bytes_accessed {counts.bytes:.4g} B " \
-                             "counts on-chip memory too"
+    # XLA counts on-chip (VMEM) bytes too: keep the HBM side
+    nbytes, where = trace_hbm_bytes(profile.table.hlo_text.get((program, name)), nbytes)
     return OpCost(
         name=name, opcode=info.opcode if info else "", category=category, computation="", count=1.0, flops=flops,
         transcendentals=0.0, read_bytes=nbytes, written_bytes=0.0, dtype="bf16", precision="default",

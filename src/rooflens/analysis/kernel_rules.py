@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import statistics
 
+from rooflens.analysis.chip_rates import op_rates
 from rooflens.analysis.rules import TINY_OP_S, TINY_OPS_PER_STEP, Finding
-from rooflens.analysis.trust import chips_that_fit, is_async
+from rooflens.analysis.trust import is_async, rates_of_comparison
+from rooflens.hardware.infer import chips_fitting, describe_rates
 from rooflens.units import fmt_seconds as _ms
 
 
@@ -43,10 +45,12 @@ def roofline_trust(report) -> list[Finding]:
     if not bad:
         return []
     total = sum(c.total_time_s for c in bad)
-    flops, nbytes, fit = chips_that_fit(report.comparison, report.roofs and _kind_of(report) or "")
+    rates = op_rates(report.profile) if report.profile is not None else []
+    rates = rates or rates_of_comparison(report.comparison)
+    fit = [c.name for c in chips_fitting(rates, report.roofs and _kind_of(report) or "")]
     evidence = [f"{len(bad)} op(s) faster than their roofline on {report.chip}; e.g. {c.name}: {c.roofline_note}"
                 for c in sorted(bad, key=lambda c: -c.total_time_s)[:1]]
-    evidence.append(f"fastest rates reached: {flops / 1e12:.4g} TFLOP/s (model FLOPs), {nbytes / 1e9:.4g} GB/s")
+    evidence.append(f"fastest rates reached: {describe_rates(rates, [])}")
     given = "given" in report.chip_reason
     if given:
         evidence.append("catalogue chips those rates fit: " + (", ".join(fit) if fit else "none"))
@@ -73,3 +77,36 @@ def _kind_of(report) -> str:
         return report.platform
 
 
+
+
+#: XLA:GPU's CommandBufferScheduling pass moves runs of commands into computations named ``command_buffer``
+#: (``command_buffer.1``, …) called by a ``call``: each is recorded once as a CUDA (HIP) graph and launched as
+#: one (openxla/xla ``xla/service/gpu/transforms/command_buffer_scheduling.h``, its class comment).
+COMMAND_BUFFER = "command_buffer"
+
+
+def graph_launched(modules: dict) -> set[tuple[str, str]]:
+    """(program, op) of every op inside an XLA:GPU command buffer (and the computations it calls: a while
+    body inside one is in the graph too): launched with the graph, not one by one."""
+    out: set[tuple[str, str]] = set()
+    for program, m in modules.items():
+        todo = [c for name, c in m.computations.items()
+                if name == COMMAND_BUFFER or name.startswith(COMMAND_BUFFER + ".")]
+        seen = {c.name for c in todo}
+        while todo:
+            comp = todo.pop()
+            for ins in comp.instructions:
+                out.add((program, ins.name))
+                for sub in m.called(ins):
+                    if sub.name not in seen:
+                        seen.add(sub.name)
+                        todo.append(sub)
+    return out
+
+
+def launched_one_by_one(report) -> list:
+    """The op stats of ops that pay a launch each: not async starts (they only enqueue) and not the ops of
+    a command buffer (one graph launch for all of them)."""
+    in_graph = graph_launched(report.modules or {})
+    return [s for s in report.stats.op_stats if not s.name.split(".")[0].endswith("-start")
+            and (s.program, s.name) not in in_graph]

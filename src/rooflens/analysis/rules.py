@@ -232,8 +232,11 @@ def rule_tiny_ops(report) -> list[Finding]:
         from rooflens.analysis.kernel_rules import tiny_programs
 
         return tiny_programs(report)
-    n_dev = max(report.num_devices, 1)
-    ops = [s for s in st.op_stats if not s.name.split(".")[0].endswith("-start")]  # async starts only enqueue
+    from rooflens.analysis.kernel_rules import launched_one_by_one
+
+    n_dev, ops = max(report.num_devices, 1), launched_one_by_one(report)  # not in a CUDA graph, not async starts
+    if not ops:
+        return []
     if report.steps and report.steps.steps:
         per_step = sum(s.occurrences for s in ops) / n_dev / report.steps.steps
     elif _warmup_info(report):  # a whole run with no step function (ops dispatched one by one): the run
@@ -251,12 +254,12 @@ def rule_tiny_ops(report) -> list[Finding]:
             break
     if median >= TINY_OP_S or per_step < TINY_OPS_PER_STEP:
         return []
-    total = sum(s.total_time_s for s in st.op_stats if s.avg_time_s < TINY_OP_S)
+    total = sum(s.total_time_s for s in ops if s.avg_time_s < TINY_OP_S)
     programs = len(st.by_program_s)
     return [Finding(
         "tiny-ops", "high" if per_step >= 10 * TINY_OPS_PER_STEP else "medium",
         f"Many tiny ops: {per_step:.0f} per step per device, median {_ms(median)}",
-        tuple(s.name for s in sorted((s for s in st.op_stats if s.avg_time_s < TINY_OP_S),
+        tuple(s.name for s in sorted((s for s in ops if s.avg_time_s < TINY_OP_S),
                                      key=lambda s: -s.occurrences)[:6]), _per_step(report, total),
         (f"median op time {_ms(median)} < {_ms(TINY_OP_S)} (about the cost of launching one)",
          f"{per_step:.0f} op executions per step per device across {programs} program(s)"),

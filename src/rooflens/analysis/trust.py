@@ -6,7 +6,7 @@ that a measurement proves wrong, and program executions as the unit where a trac
   (:func:`rooflens.cost.kernels.instruction_module`).
 * An op measured faster than its roofline (above 100 % of a peak) shows that the model or the
   chip is wrong: the op's roofline is marked unreliable and its fractions are not printed
-  (:func:`check_roofline`); :func:`chips_that_fit` names the catalogue chips its rates fit.
+  (:func:`check_roofline`); :mod:`rooflens.analysis.chip_rates` names the catalogue chips its rates fit.
 * Without step markers a program is judged per execution: :func:`program_executions` gives each
   program's executions per device and their median span (first op start to last op end).
 
@@ -23,7 +23,7 @@ from rooflens.analysis.report import OpComparison
 from rooflens.cost.kernels import KernelCost, instruction_module, kernel_cost
 from rooflens.cost.model import OpPrediction, costs, price
 from rooflens.hardware import Chip
-from rooflens.hardware.catalog import catalog
+from rooflens.hardware.infer import MeasuredRate
 from rooflens.hlo import Module
 from rooflens.trace.events import EventTable
 from rooflens.trace.warmup import execution_index
@@ -69,6 +69,33 @@ def hbm_bytes_of_text(text: str | None) -> float | None:
     return hbm_bytes(ins.shape) + sum(hbm_bytes(o.shape) for o in ins.operands)
 
 
+def trace_hbm_bytes(text: str | None, bytes_accessed: float) -> tuple[float, str]:
+    """HBM bytes of an op the trace counted (XLA's ``bytes_accessed``) and how they were had.
+
+    XLA counts an op's result whole and its operands as far as it reads them, in every memory space.
+    Two upper bounds on the HBM part follow from the op's own line: ``bytes_accessed`` less its result
+    arrays that live off HBM (VMEM ``S(1)``, host), and its HBM operands whole plus its HBM result
+    (:func:`hbm_bytes_of_text`). The smaller is kept: a slice fusion writing into VMEM (``fusion.1537``
+    of the vLLM trace: 2 MiB read from HBM, 2 MiB written to VMEM) is neither bound's overcount."""
+    from rooflens.cost.traffic import OFF_HBM
+
+    m = instruction_module(text or "")
+    if m is None:
+        return bytes_accessed, "XLA's bytes_accessed, from the trace"
+    ins = m.instructions()[0]
+    off_result = float(sum(s.padded_bytes for s in (ins.shape.leaves() if ins.shape else ())
+                           if s.is_array and s.memory_space in OFF_HBM))
+    best, how = bytes_accessed, "XLA's bytes_accessed, from the trace"
+    if 0 < off_result <= bytes_accessed:
+        best, how = bytes_accessed - off_result, (f"XLA's bytes_accessed {bytes_accessed:.4g} B less its result in "
+                                                  f"on-chip or host memory ({off_result:.4g} B)")
+    whole = hbm_bytes_of_text(text)
+    if whole is not None and whole < best:
+        best, how = whole, (f"HBM operands and result of its HLO line; XLA's bytes_accessed {bytes_accessed:.4g} B "
+                            "counts on-chip memory too")
+    return best, how
+
+
 def module_kernels(modules: dict[str, Module]) -> dict[tuple[str, str], KernelCost]:
     """The custom kernels of the programs' HLO that rooflens.cost.kernels prices, by (program, op)."""
     out = {}
@@ -100,17 +127,11 @@ def check_roofline(c: OpComparison, kc: KernelCost | None, physical: bool = True
                    flops_fraction_of_peak=None, bytes_fraction_of_peak=None)
 
 
-def chips_that_fit(comparison: list[OpComparison], kind: str) -> tuple[float, float, list[str]]:
-    """(highest FLOP/s, highest bytes/s the ops achieved, catalogue chips of ``kind`` whose peaks reach both)."""
-    flops = max((c.model_flops / c.measured_s for c in comparison if c.measured_s and c.model_flops
-                 and c.roofline_bound == "exact" and not is_async(c)), default=0.0)
-    nbytes = max((c.bytes / c.measured_s for c in comparison if c.measured_s and c.bytes
-                  and c.roofline_bound == "exact" and not is_async(c)
-                  and c.category not in ("collective", "host transfer")), default=0.0)
-    fit = [ch.name for ch in catalog().values() if ch.kind == kind
-           and max(ch.peak_flops_per_s.values(), default=0.0) >= flops and (ch.hbm_bytes_per_s or 0) >= nbytes]
-    fit.sort(key=lambda n: max(catalog()[n].peak_flops_per_s.values(), default=0.0))
-    return flops, nbytes, fit
+def rates_of_comparison(comparison: list[OpComparison]) -> list[MeasuredRate]:
+    """What the exactly-priced ops achieved, by the model's counts (any of the chip's peaks may apply)."""
+    return [MeasuredRate(c.name, c.model_flops / c.measured_s if c.model_flops else 0.0, (),
+                         c.bytes / c.measured_s if c.category not in ("collective", "host transfer") else 0.0)
+            for c in comparison if c.measured_s and c.roofline_bound == "exact" and not is_async(c)]
 
 
 def is_async(c: OpComparison) -> bool:

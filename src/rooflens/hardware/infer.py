@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from rooflens.hardware.catalog import Chip, ChipError, catalog
 
@@ -188,3 +189,83 @@ def infer_chip(device_kind: str, plane_stats: Mapping | None = None,
     shown = repr(device_kind) + (f" ({what})" if what else "")
     raise ChipError(f"the trace's devices are {shown}, which matches no catalogue chip; give --chip "
                     "(see `rooflens chips`).")
+
+
+# -- what a trace's ops achieved bounds its chip from below ------------------------------------------
+
+#: How far above a peak a measured rate may sit and still fit it: the 1 % that timer rounding and the
+#: catalogue's rounded figures (920 vs Google's 918 TFLOP/s for v6e) leave.
+RATE_TOLERANCE = 0.01
+
+
+@dataclass(frozen=True)
+class MeasuredRate:
+    """What one op achieved: model FLOPs per second at the best of ``peak_keys`` (the catalogue peaks its
+    operands' types may run at: ``bf16``, ``int8``, ``fp8``), and HBM bytes per second."""
+
+    op: str
+    flops_per_s: float
+    peak_keys: tuple[str, ...]
+    hbm_bytes_per_s: float
+
+
+def peak_for_rate(c: Chip, rate: MeasuredRate) -> float:
+    """The chip's fastest peak among the rate's types (all its peaks when it lists none of them)."""
+    peaks = c.peak_flops_per_s
+    return max((peaks[k] for k in rate.peak_keys if k in peaks), default=max(peaks.values(), default=0.0))
+
+
+def fits(c: Chip, rate: MeasuredRate) -> bool:
+    """Whether ``c`` could have run the op that fast (no roof of its own beaten)."""
+    slack = 1.0 + RATE_TOLERANCE
+    if rate.flops_per_s and rate.flops_per_s > peak_for_rate(c, rate) * slack:
+        return False
+    return not rate.hbm_bytes_per_s or rate.hbm_bytes_per_s <= (c.hbm_bytes_per_s or 0.0) * slack
+
+
+def chips_fitting(rates: list[MeasuredRate], kind: str, chips: Mapping[str, Chip] | None = None) -> list[Chip]:
+    """The catalogue chips of ``kind`` that every measured rate fits, slowest first."""
+    chips = catalog() if chips is None else chips
+    fit = [c for c in chips.values() if c.kind == kind and c.peak_flops_per_s and all(fits(c, r) for r in rates)]
+    return sorted(fit, key=lambda c: (max(c.peak_flops_per_s.values()), c.hbm_bytes_per_s or 0.0, c.name))
+
+
+def fastest_rates(rates: list[MeasuredRate]) -> tuple[MeasuredRate | None, MeasuredRate | None]:
+    """The op with the highest FLOP rate and the op with the highest HBM rate."""
+    by_flops = max((r for r in rates if r.flops_per_s), key=lambda r: r.flops_per_s, default=None)
+    by_bytes = max((r for r in rates if r.hbm_bytes_per_s), key=lambda r: r.hbm_bytes_per_s, default=None)
+    return by_flops, by_bytes
+
+
+def describe_rates(rates: list[MeasuredRate], chips: list[Chip]) -> str:
+    """The fastest rates, each as a share of every candidate's roof: '841 TFLOP/s bf16 (fusion.3: 91 % of
+    tpu-v6e, 73 % of tpu-v7), 1.57 TB/s HBM (…)'."""
+    by_flops, by_bytes = fastest_rates(rates)
+    parts = []
+    if by_flops is not None:
+        shares = ", ".join(f"{by_flops.flops_per_s / peak_for_rate(c, by_flops):.0%} of {c.name}" for c in chips)
+        parts.append(f"{by_flops.flops_per_s / 1e12:.4g} TFLOP/s {'/'.join(by_flops.peak_keys)} ({by_flops.op}"
+                     + (f": {shares})" if shares else ")"))
+    if by_bytes is not None:
+        shares = ", ".join(f"{by_bytes.hbm_bytes_per_s / c.hbm_bytes_per_s:.0%} of {c.name}"
+                           for c in chips if c.hbm_bytes_per_s)
+        parts.append(f"{by_bytes.hbm_bytes_per_s / 1e9:.4g} GB/s HBM ({by_bytes.op}"
+                     + (f": {shares})" if shares else ")"))
+    return " and ".join(parts) if parts else "no op with counted FLOPs or bytes"
+
+
+def infer_chip_from_rates(rates: list[MeasuredRate], kind: str,
+                          chips: Mapping[str, Chip] | None = None) -> tuple[Chip, str]:
+    """The one catalogue chip of ``kind`` fast enough for every op the trace measured, or a ChipError naming
+    the candidates (a chip slower than a measured op cannot have run it; a faster one always could)."""
+    fit = chips_fitting(rates, kind, chips)
+    how = describe_rates(rates, fit)
+    if len(fit) == 1:
+        return fit[0], (f"the trace names no {kind.upper()} generation; its ops' measured rates, {how}, fit only "
+                        f"{fit[0].name} of the catalogue")
+    if not fit:
+        raise ChipError(f"the trace names no {kind.upper()} generation and its ops' measured rates, {how}, fit no "
+                        "catalogue chip; give --chip (see `rooflens chips`).")
+    raise ChipError(f"the trace names no {kind.upper()} generation; its ops' measured rates, {how}, fit "
+                    f"{', '.join(c.name for c in fit)} (a slower chip could not have run them): give --chip, one of "
+                    "those.")
