@@ -1,4 +1,4 @@
-"""Shared test set-up: 8 virtual CPU devices, the shared fixtures, and a corpus of real HLO.
+"""Shared test set-up: 8 virtual CPU devices, the fixtures in tests/fixtures, and a corpus of real HLO.
 
 The environment must be set before jax is imported anywhere, hence at the top of conftest.
 """
@@ -21,19 +21,28 @@ from pathlib import Path  # noqa: E402
 import pytest  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-FIXTURES = Path(os.environ.get("ROOFLENS_FIXTURES", (REPO / "../shared/fixtures").resolve()))
+# The real traces and HLO the tests read travel with the repository (tests/fixtures/SOURCES.md says
+# where each comes from and under which licence); ROOFLENS_FIXTURES points elsewhere when asked.
+FIXTURES = Path(os.environ.get("ROOFLENS_FIXTURES", REPO / "tests" / "fixtures"))
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
 def fixture_path(*parts: str) -> Path:
+    """A fixture file; a missing one skips locally but fails under CI (CI=true), where every test must run."""
     p = FIXTURES.joinpath(*parts)
     if not p.exists():
-        pytest.skip(f"shared fixture {p} is not present (set ROOFLENS_FIXTURES)")
+        message = f"test fixture {p} is not present (the repository carries them in tests/fixtures)"
+        if IN_CI:
+            pytest.fail(message)
+        pytest.skip(message)
     return p
 
 
 def fixture_hlo_files() -> list[Path]:
     """Every HLO module text file among the shared fixtures (buffer assignments excluded)."""
     if not FIXTURES.exists():
+        if IN_CI:
+            raise RuntimeError(f"test fixtures are not present at {FIXTURES}")
         return []
     return sorted(
         p for p in FIXTURES.rglob("*.txt")

@@ -257,12 +257,19 @@ def test_second_read_comes_from_the_cache_and_a_changed_file_is_decoded_again(cp
 
 
 def test_a_read_only_trace_directory_gets_no_cache_files(tmp_path):
-    """The shared fixtures are read-only: nothing is added there, and the cache is the user's."""
-    v6e = fixture_path(*V6E)
-    before = _tree(v6e.parent)
-    read_cached(v6e)
-    assert _tree(v6e.parent) == before
-    assert location(identity(v6e)).is_file()
+    """A trace in a read-only directory: nothing is added there, and the cache is the user's."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    v6e = shared / V6E[-1]
+    v6e.write_bytes(fixture_path(*V6E).read_bytes())
+    shared.chmod(0o555)
+    try:
+        before = _tree(shared)
+        read_cached(v6e)
+        assert _tree(shared) == before
+        assert location(identity(v6e)).is_file()
+    finally:
+        shared.chmod(0o755)
 
 
 @pytest.mark.parametrize("damage", ["truncate", "flip", "junk", "other-key"])

@@ -81,8 +81,7 @@ def test_every_fixture_hlo_parses_and_round_trips(path):
 
 
 def test_fixture_dirs_hold_the_hlo_files():
-    if not FIXTURES.exists():
-        pytest.skip(f"shared fixtures not present at {FIXTURES}")
+    assert FIXTURES.is_dir(), f"test fixtures not present at {FIXTURES}"
     assert len(fixture_hlo_files()) >= 10
 
 

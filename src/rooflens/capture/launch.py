@@ -91,6 +91,7 @@ class _State:
         self.tracing = False
         self.starting = False
         self.saved_dir = ""  # set once the trace is written
+        self.write_failed = False  # the profiler could not write its trace (a full disk): nothing is kept
         self.t0_unix_ns = 0
         self.t1_unix_ns = 0
         self.compiles: list[dict] = []
@@ -385,8 +386,10 @@ def _write_trace() -> None:
         S.snapshot = jprof.device_memory_profile()
     try:
         jprof.stop_trace()
-    except Exception as e:
-        _say(f"the profiler failed to write its trace ({type(e).__name__}: {e})")
+    except Exception as e:  # a full disk, a file-size limit: what it wrote is partial, so none of it is kept
+        _say(f"the profiler failed to write its trace, so no profile was kept ({type(e).__name__}: {e}).")
+        S.write_failed = True
+        return
     S.t1_unix_ns = time.time_ns()
     run_dir = os.path.join(S.logdir, "plugins", "profile", S.run_name)
     os.makedirs(run_dir, exist_ok=True)
@@ -422,8 +425,8 @@ def _finish(target: dict, outcome: dict) -> None:
             S.tap.close()
             S.tap = None
         if not S.saved_dir:
-            if said:
-                pass
+            if said or S.write_failed:
+                pass  # said already (the window never reached, or the profiler could not write)
             elif S.run_name:
                 _say("the profiler wrote no trace.")
             else:

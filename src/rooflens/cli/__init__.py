@@ -12,6 +12,7 @@ import click
 
 from rooflens.cli import calibrate, capture, check, chips, demo, diff, export, hlo, memory, plan, predict, report, run
 from rooflens.cli.common import say
+from rooflens.cli.signals import Interrupts
 from rooflens.errors import RooflensError
 
 
@@ -31,7 +32,10 @@ for _verb in VERBS:
 def main(argv: list[str] | None = None) -> None:
     """Entry point: user errors become one sentence on stderr and exit status 2."""
     try:
-        cli.main(args=argv, prog_name="rooflens", standalone_mode=False)
+        with Interrupts() as interrupts:
+            cli.main(args=argv, prog_name="rooflens", standalone_mode=False)
+        if interrupts.any:  # a Ctrl-C that Python lost on the way (see cli.signals)
+            raise KeyboardInterrupt
     except RooflensError as e:
         say(f"rooflens: {e}")
         sys.exit(2)

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from rooflens.api import saved_report
-from rooflens.cli.common import check_outputs, console, json_text, load_report, writing
+from rooflens.cli.common import check_outputs, console, json_text, load_report
+from rooflens.cli.output import written_whole
 
 
 @click.command()
@@ -39,8 +38,8 @@ def diff(a: str, b: str, chip_name: str | None, chip_b: str | None, top: int, as
     if html_path:
         from rooflens.report.html import render_diff_html
 
-        with writing(html_path):
-            Path(html_path).write_text(render_diff_html(d), encoding="utf-8")
+        with written_whole(html_path) as tmp:
+            tmp.write_text(render_diff_html(d), encoding="utf-8")
         click.echo(f"rooflens: wrote {html_path}", err=True)
     if as_json:
         click.echo(json_text(d.to_json()))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import click
 
@@ -15,8 +14,8 @@ from rooflens.cli.common import (
     json_text,
     load_report,
     need_dir,
-    writing,
 )
+from rooflens.cli.output import written_whole
 
 
 @click.command()
@@ -68,20 +67,20 @@ def report(logdirs: tuple[str, ...], hlo_dir: str | None, chip_name: str | None,
     if html_path:
         from rooflens.report.html import write_html
 
-        with writing(html_path):
-            write_html(rep, html_path)
+        with written_whole(html_path) as tmp:
+            write_html(rep, tmp)
         click.echo(f"rooflens: wrote {html_path}", err=True)
     if perfetto_path:
         if rep.roofs is None:
             raise UserError(f"the Perfetto file carries roofline times and there is none: {rep.chip_reason}")
         from rooflens.report.perfetto import write_perfetto
 
-        with writing(perfetto_path):
-            write_perfetto(rep, perfetto_path)
+        with written_whole(perfetto_path) as tmp:
+            write_perfetto(rep, str(tmp))
         click.echo(f"rooflens: wrote {perfetto_path} (open it at ui.perfetto.dev)", err=True)
     if json_path:
-        with writing(json_path):
-            Path(json_path).write_text(json_text(rep.to_json()))
+        with written_whole(json_path) as tmp:
+            tmp.write_text(json_text(rep.to_json()), encoding="utf-8")
         click.echo(f"rooflens: wrote {json_path}", err=True)
     if as_json:
         click.echo(json_text(rep.to_json()))

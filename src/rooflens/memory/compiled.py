@@ -104,16 +104,22 @@ def compiled_memory(program: str, stats: dict, live_range: str = "", buffer_assi
         temp_bytes=float(stats.get("temp_size_in_bytes", 0)),
         generated_code_bytes=float(stats.get("generated_code_size_in_bytes", 0)),
     )
-    peak = parse_peak(live_range) or parse_peak(buffer_assignment)
-    for name, nbytes in sorted(peak, key=lambda p: -p[1])[:top]:
-        ins = module.find(name) if module is not None else None
+    if buffer_assignment:
+        cm.logical_bytes, cm.padded_bytes = value_sizes(buffer_assignment)
+        cm.timeline = memory_timeline(program, live_range, buffer_assignment, module, state_bytes=cm.state_bytes,
+                                      top=top)
+    # One source for the buffers at the peak: the timeline's, when the dumps give one (so the table and
+    # the JSON's timeline agree); XLA's own peak list only when there is no schedule to build it from.
+    if cm.timeline is not None:
+        peak = [(b.name, b.bytes) for b in cm.timeline.peak_buffers]
+    else:
+        peak = sorted(parse_peak(live_range) or parse_peak(buffer_assignment), key=lambda p: -p[1])[:top]
+    for name, nbytes in peak:
+        ins = module.find(name.split("{")[0]) if module is not None else None
         shape = ins.shape if ins is not None else None
         leaves = [s for s in shape.leaves() if s.is_array] if shape is not None else []
         cm.peak_buffers.append(PeakBuffer(
             name=name, bytes=nbytes, shape=shape.text if shape is not None else "",
             logical_bytes=float(sum(s.bytes for s in leaves)), padded_bytes=float(sum(s.padded_bytes for s in leaves)),
             named_scope=ins.named_scope if ins is not None else "", opcode=ins.opcode if ins is not None else ""))
-    if buffer_assignment:
-        cm.logical_bytes, cm.padded_bytes = value_sizes(buffer_assignment)
-        cm.timeline = memory_timeline(program, live_range, buffer_assignment, module, state_bytes=cm.state_bytes)
     return cm

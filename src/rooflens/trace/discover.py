@@ -15,6 +15,7 @@ apart by their directory.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from rooflens.errors import RooflensError
@@ -111,9 +112,15 @@ def _walk(root: str) -> dict[str, dict[str, str]]:
     """Directories under ``root`` (at most MAX_DEPTH deep) that hold trace files → their host files."""
     out: dict[str, dict[str, str]] = {}
     frontier, depth, visited = [root], 0, 0
+    seen: set[str] = set()  # local directories by their real path: a symlink loop or a second link is one visit
     while frontier and depth <= MAX_DEPTH:
         nxt = []
         for d in frontier:
+            if not fs.is_url(d):
+                real = os.path.realpath(d)
+                if real in seen:
+                    continue
+                seen.add(real)
             visited += 1
             if visited > MAX_DIRS:
                 raise RooflensError(f"{root} is too large a tree to search for profiles (over {MAX_DIRS:,} "
