@@ -35,6 +35,7 @@ from rooflens.analysis.trust import (
     program_executions,
     trace_hbm_bytes,
 )
+from rooflens.cost.cache import from_l2, l2_capacity_bytes, l2_resident_reads
 from rooflens.cost.model import OpCost, OpPrediction, costs, price
 from rooflens.errors import RooflensError
 from rooflens.hardware import Chip, ChipError, shared_by
@@ -144,6 +145,7 @@ class Pricing:
     async_done: dict[tuple[str, str], str]  # an async start → its done (the trace shows the wait on the done)
     modules: dict[str, Module]
     kernels: dict = field(default_factory=dict)  # (program, op) → KernelCost of the custom kernels priced
+    cached: dict = field(default_factory=dict)  # (program, op) → OpPrediction with the reads its L2 holds off HBM
 
 
 def program_modules(profile: Profile, programs) -> dict[str, Module]:
@@ -169,9 +171,15 @@ def _cost_from_trace(profile: Profile, program: str, name: str, counts: TraceCou
 def price_programs(profile: Profile, modules: dict[str, Module], chip: Chip) -> Pricing:
     preds: dict[tuple[str, str], OpPrediction] = {}
     async_done: dict[tuple[str, str], str] = {}
+    cached: dict[tuple[str, str], OpPrediction] = {}
+    l2 = l2_capacity_bytes(chip)
     for program, module in modules.items():
+        resident = l2_resident_reads(module, l2)
         for oc in costs(module, emulate_fusion=False):
             preds[(program, oc.name)] = price(oc, chip, num_devices=module.num_devices)
+            if resident.get(oc.name):
+                cached[(program, oc.name)] = price(from_l2(oc, resident[oc.name], l2), chip,
+                                                   num_devices=module.num_devices)
         for ins in module.instructions():
             if ins.opcode.endswith("-done") and ins.operands and (program, ins.operands[0].name) in preds:
                 preds[(program, ins.name)] = preds[(program, ins.operands[0].name)]  # the pair's cost, on the done
@@ -181,7 +189,7 @@ def price_programs(profile: Profile, modules: dict[str, Module], chip: Chip) -> 
             preds[(program, name)] = price(_cost_from_trace(profile, program, name, counts), chip)
     text_preds, kernels = price_from_text(profile.table, set(preds), chip, modules)
     preds.update(text_preds)
-    return Pricing(preds, async_done, modules, {**module_kernels(modules), **kernels})
+    return Pricing(preds, async_done, modules, {**module_kernels(modules), **kernels}, cached)
 
 
 # -- the join -------------------------------------------------------------------------------------
@@ -232,7 +240,8 @@ def join(profile: Profile, stats: OpStats, pricing: Pricing, roofs: Roofs | None
             unpriced_reason=why, explanation=p.explanation if p else (), model_flops=mflops,
             shape=_shape_of(pricing.modules.get(s.program), s.name),
         ))
-        out[-1] = check_roofline(out[-1], pricing.kernels.get(key), physical=profile.platform != "cpu")
+        out[-1] = check_roofline(out[-1], pricing.kernels.get(key), physical=profile.platform != "cpu",
+                                 cached=None if why else pricing.cached.get(key), hbm_bytes_per_s=hbm)
     return out
 
 

@@ -106,9 +106,13 @@ def module_kernels(modules: dict[str, Module]) -> dict[tuple[str, str], KernelCo
     return out
 
 
-def check_roofline(c: OpComparison, kc: KernelCost | None, physical: bool = True) -> OpComparison:
+def check_roofline(c: OpComparison, kc: KernelCost | None, physical: bool = True, *,
+                   cached: OpPrediction | None = None, hbm_bytes_per_s: float = 0.0) -> OpComparison:
     """The comparison with its bound named, and marked unreliable where it achieves > 100 % of a roof.
-    ``physical=False`` (a CPU's calibrated rates, measured and shared, not a hardware limit): only the bound."""
+    ``physical=False`` (a CPU's calibrated rates, measured and shared, not a hardware limit): only the bound.
+    ``cached``: the op priced with the reads a GPU's L2 still holds taken off HBM
+    (:func:`rooflens.cost.cache.l2_resident_reads`); where the HBM roofline is beaten and this one is not,
+    the comparison takes it (the op read those operands from L2)."""
     if kc is not None and kc.bound != "exact":
         c = replace(c, roofline_bound=kc.bound, roofline_note=kc.note)
     if not physical:
@@ -121,10 +125,27 @@ def check_roofline(c: OpComparison, kc: KernelCost | None, physical: bool = True
     if is_async(c):
         return replace(c, roofline_reliable=False, ratio=None, flops_fraction_of_peak=None, bytes_fraction_of_peak=None,
                        roofline_note="an async op's event is its issue or its wait, not the transfer it starts")
-    why = (f"measured at {f:.0%} of the chip's {what}, which no kernel can reach: the cost model overcounts this "
-           "op or the chip is not the one that ran it")
+    if cached is not None and (fixed := _from_cache(c, cached, f, what, hbm_bytes_per_s)) is not None:
+        return fixed
+    held = (" even with the reads the L2 holds off HBM" if cached is not None else "")
+    why = (f"measured at {f:.0%} of the chip's {what}{held}, which no kernel can reach: the cost model overcounts "
+           "this op or the chip is not the one that ran it")
     return replace(c, roofline_reliable=False, roofline_note=why, ratio=None,
                    flops_fraction_of_peak=None, bytes_fraction_of_peak=None)
+
+
+def _from_cache(c: OpComparison, cached: OpPrediction, over: float, what: str,
+                hbm_bytes_per_s: float) -> OpComparison | None:
+    """The comparison priced with its L2-held reads off HBM, when that roofline is not beaten too."""
+    per = c.measured_s
+    frac = cached.bytes / per / hbm_bytes_per_s if per and hbm_bytes_per_s and cached.bytes else None
+    if not per or (frac or 0.0) > MAX_FRACTION or (c.flops_fraction_of_peak or 0.0) > MAX_FRACTION:
+        return None
+    note = (f"{what} roofline beaten ({over:.0%}) with every operand from HBM: priced with "
+            f"{c.bytes - cached.bytes:.4g} B of its reads from the L2, written or read by the ops just before it")
+    return replace(c, predicted_s=cached.t_pred_s, ratio=per / cached.t_pred_s if cached.t_pred_s else None,
+                   bound=cached.bound, bytes=cached.bytes, achieved_bytes_per_s=cached.bytes / per,
+                   bytes_fraction_of_peak=frac, explanation=cached.explanation, roofline_note=note)
 
 
 def rates_of_comparison(comparison: list[OpComparison]) -> list[MeasuredRate]:

@@ -222,7 +222,7 @@ def custom_call_counts(module: Module, ins: Instruction) -> Counts:
     """FLOPs of library calls whose shape is known: cuBLAS/hipBLAS GEMMs (GPU HLO)."""
     target = (ins.custom_call_target or "").lower()
     cfg = ins.backend_config_json() or {}
-    if "gemm" in target or "matmul" in target:
+    if ("gemm" in target or "matmul" in target) and "grouped" not in target:  # grouped: rooflens.cost.kernels
         dnums = (cfg.get("gemm_backend_config") or cfg).get("dot_dimension_numbers") or {}
         lhs = module.operand_shape(ins.operands[0]) if ins.operands else None
         out = _first_array(ins.shape)

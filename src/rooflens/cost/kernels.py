@@ -9,9 +9,11 @@ otherwise be "unpriced". This module prices the ones it recognises, each with it
   (``te_fused_attn_{forward,backward}_ffi``), Pallas flash/splash attention, and ragged/paged
   attention, whose sequence lengths are runtime data: there the roofline is a *lower bound*
   (the least work and traffic the call's shapes allow) and says so;
-* GEMM-like library calls (cuBLAS/hipBLASLt ``__cublas$gemm``, ``__cublas$lt$matmul``, the
-  grouped ``__cublas$lt$groupedMatmul`` of ``ragged_dot``): their FLOPs are counted in
-  :mod:`rooflens.cost.counts`; here only their bytes, without the scratch workspace.
+* GEMM-like library calls (cuBLAS/hipBLASLt ``__cublas$gemm``, ``__cublas$lt$matmul``): their FLOPs
+  are counted in :mod:`rooflens.cost.counts`; here only their bytes, without the scratch workspace;
+* the grouped GEMM of MoE experts (``__cublas$lt$groupedMatmul``, XLA's lowering of ``ragged_dot`` on
+  CUDA and on ROCm, where hipBLASLt runs it under the same name): FLOPs here, exact when the
+  group sizes (runtime data) cover the ragged dimension, an upper bound otherwise.
 
 Bytes of every recognised kernel are what it reads and writes in device memory: its operands and
 its results, without the trailing ``u8``/``s8`` workspace buffer a library call returns (scratch,
@@ -242,6 +244,50 @@ def gemm_bytes(module: Module, ins: Instruction) -> KernelCost | None:
     return KernelCost("library gemm", c.flops, 0.0, r, w, c.flops, c.formula, bf)
 
 
+# -- grouped GEMM (MoE experts) -------------------------------------------------------------------
+
+_GROUPED_NOTE = ("group sizes are runtime data: the FLOPs are exact when they sum to the ragged dimension (every "
+                 "token row in one group), an upper bound otherwise; every group's weights are counted as read, "
+                 "an upper bound when groups are empty")
+
+
+def _grouped(module: Module, ins: Instruction, groups: int, k: float, ragged_contracting: bool,
+             what: str) -> KernelCost:
+    """A grouped GEMM from its shapes: rows of the ragged dimension each meet one group's weights.
+
+    Ragged in a non-contracting dimension (MoE forward, ``gmm``): ``out [M, N]``, FLOPs = 2·|out|·K, the
+    dense count of the tokens against their own expert. Ragged in the contracting dimension (the weight
+    gradient, ``tgmm``): ``out [G, K, N]`` sums over each group's rows only, FLOPs = 2·|out|·M / G
+    (XLA ``RaggedDotDimensionNumbers``, ``xla/xla_data.proto``; jax ``lax.ragged_dot_general``)."""
+    out = _outputs(ins)[0]
+    groups = max(groups, 1)
+    flops = 2.0 * out.num_elements * k / (groups if ragged_contracting else 1)
+    dims = "·".join(str(d) for d in out.dims)
+    formula = (f"grouped GEMM ({'ragged contracting' if ragged_contracting else 'ragged rows'}): 2 × {dims} "
+               f"(output) × {k:g} (contracted)" + (f" / {groups} groups" if ragged_contracting else "")
+               + f" = {_fmt(flops)}")
+    r, w, bf = io_bytes(module, ins)
+    return KernelCost(what, flops, 0.0, r, w, flops, formula, bf, "estimate", _GROUPED_NOTE)
+
+
+def cublas_grouped_gemm(module: Module, ins: Instruction) -> KernelCost | None:
+    """``__cublas$lt$groupedMatmul`` (cuBLASLt on CUDA, hipBLASLt on ROCm under the same name), XLA's lowering of
+    ``ragged-dot``: operands lhs, rhs ``[G, …]``, group sizes; result (out, workspace). Dimension numbers in
+    ``grouped_gemm_backend_config`` (``gemm_backend_config.dot_dimension_numbers`` and
+    ``ragged_dot_dimension_numbers``; openxla/xla ``xla/service/gpu/backend_configs.proto``)."""
+    cfg = (ins.backend_config_json() or {}).get("grouped_gemm_backend_config") or {}
+    dnums = ((cfg.get("gemm_backend_config") or {}).get("dot_dimension_numbers")
+             or (cfg.get("ragged_dot_dimension_numbers") or {}).get("dot_dimension_numbers") or {})
+    ops = _operand_shapes(module, ins)
+    contracting = [int(d) for d in dnums.get("lhs_contracting_dimensions", ())]
+    if len(ops) < 3 or not contracting or any(d >= len(ops[0].dims) for d in contracting):
+        return None
+    ragged = [int(d) for d in (cfg.get("ragged_dot_dimension_numbers") or {}).get("lhs_ragged_dimensions", ())]
+    k = math.prod(ops[0].dims[d] for d in contracting)
+    groups = ops[2].dims[-1] if ops[2].dims else 1  # group sizes: s32[G] (or [batch, G])
+    return _grouped(module, ins, groups, k, any(d in contracting for d in ragged), "grouped gemm")
+
+
 # -- the registry ---------------------------------------------------------------------------------
 
 def _t(*words: str) -> Callable[[Instruction], bool]:
@@ -257,6 +303,7 @@ REGISTRY: tuple[tuple[str, Callable[[Instruction], bool], Callable[[Module, Inst
      and bool(_PAGED_NAME.search(f"{ins.name} {ins.op_name}")), ragged_paged_attention),
     ("pallas flash attention", lambda ins: _target(ins) in ("tpu_custom_call", "mosaic_gpu", "__gpu$xla.gpu.triton")
      and _is_attention_name(ins), pallas_attention),
+    ("grouped gemm", _t("groupedmatmul"), cublas_grouped_gemm),
     ("library gemm", _t("gemm", "matmul"), gemm_bytes),
 )
 
