@@ -10,9 +10,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
-from rooflens.analysis.rules import Finding
+from rooflens.analysis.findings import Finding
 from rooflens.hlo.graph import OpGraph
 from rooflens.memory.summary import MemorySummary
+from rooflens.trace.idle import SteadyState
 from rooflens.trace.stats import OpStat, OpStats
 
 SCHEMA_VERSION = 1  # of Report.to_json(); see docs/report-schema.md
@@ -194,7 +195,7 @@ class Report:
     hosts: list[str] = field(default_factory=list)
     metadata: dict = field(default_factory=dict)
     modules: dict = field(default_factory=dict, repr=False)  # program → hlo.Module (for the rules and diff)
-    profile: object = field(default=None, repr=False)  # the analysed Profile (for the rules; renderers never read it)
+    steady: SteadyState = field(default_factory=SteadyState, repr=False)  # idle time over the steady state (rules)
     events: object = field(default=None, repr=False)  # its EventTable: the op events the Perfetto view writes
     plan: object = None  # a rooflens.plan.PlanCheck: the model's plan against this run (rl.analyze(plan=…))
 

@@ -207,7 +207,7 @@ def _self_times_sorted(start, end, group, order):
     return np.maximum(self_t, 0)
 
 
-def _busy(start: np.ndarray, end: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+def busy_union(start: np.ndarray, end: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
     """Union length of intervals, and the merged intervals (starts, ends), for sorted starts."""
     if not len(start):
         return 0.0, start, end
@@ -237,7 +237,7 @@ def _device_time(t, start, end, dur, sel: np.ndarray, dev: int, t0: float, n_gap
                  host_events: list | None = None) -> DeviceTime:
     """Busy (union of op intervals), idle and the largest gaps of the events ``sel`` (sorted by start)."""
     s, e = start[sel], end[sel]
-    busy, ms, me = _busy(s, e)
+    busy, ms, me = busy_union(s, e)
     window = float(e.max() - s.min())
     gaps = []
     if len(ms) > 1:
