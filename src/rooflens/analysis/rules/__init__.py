@@ -47,7 +47,7 @@ RULES: tuple[Rule, ...] = (
     Rule("copies", ("copies",), "copies and transposes take a large share of device time", device_time.rule_copies),
     Rule("tiny-ops", ("tiny-ops",), "many ops (TPU: program executions) per step, the median shorter than a launch",
          device_time.rule_tiny_ops),
-    Rule("idle", ("idle",), "devices idle between executions over the steady state, with where the gaps are",
+    Rule("idle", ("idle",), "device gaps between executions over the steady state, located",
          host.rule_idle),
     Rule("in-window", ("recompilation", "host-transfers"), "compilations and implicit host↔device transfers "
          "inside the window", host.rule_in_window),
