@@ -14,7 +14,7 @@ def severity_of(share: float) -> Severity:
     return "high" if share >= 0.2 else "medium" if share >= 0.05 else "low"
 
 
-def per_step(report, total_s: float) -> float:
+def per_device_step(report, total_s: float) -> float:
     """A time summed over devices and steps, per device per step (per device where there are no steps)."""
     steps = report.steps.steps if report.steps and report.steps.steps else 1
     return total_s / max(report.num_devices, 1) / steps

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rooflens.analysis.findings import Finding
-from rooflens.analysis.rules.common import busy_total, per_step, producer_chain, severity_of
+from rooflens.analysis.rules.common import busy_total, per_device_step, producer_chain, severity_of
 from rooflens.analysis.rules.device_time import MIN_SHARE
 from rooflens.hlo import Instruction, Module
 from rooflens.units import fmt_seconds as _ms
@@ -29,7 +29,7 @@ def rule_slow_collectives(report) -> list[Finding]:
     return [Finding(
         "slow-collective", severity_of(total / busy),
         f"{len(slow)} collective(s) take {min(c.ratio for c in slow):.0f}–{max(c.ratio for c in slow):.0f}× their "
-        "bandwidth prediction", tuple(c.name for c in slow[:8]), per_step(report, total),
+        "bandwidth prediction", tuple(c.name for c in slow[:8]), per_device_step(report, total),
         tuple(f"{c.name}: {_ms(c.measured_s)} vs {_ms(c.predicted_s)} for {c.comm_bytes / 1e6:.3g} MB sent per "
               "device" for c in slow[:4]),
         cause, "look at what runs just before it on the slowest device; check the mesh axes against the topology")]

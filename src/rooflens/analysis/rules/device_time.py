@@ -11,7 +11,7 @@ from rooflens.analysis.rules.common import (
     TINY_OPS_PER_STEP,
     busy_total,
     dot_of,
-    per_step,
+    per_device_step,
     producer_chain,
     severity_of,
 )
@@ -77,7 +77,7 @@ def rule_slow_ops(report) -> list[Finding]:
             fixes.append("check its fusion in the HLO (`rooflens hlo --op`) and whether it overlaps other work")
         out.append(Finding(
             "slow-op", severity_of(share), f"{c.name} is {c.ratio:.1f}× slower than its roofline", (c.name,),
-            per_step(report, c.total_time_s), tuple(evidence), "; ".join(causes), "; ".join(fixes)))
+            per_device_step(report, c.total_time_s), tuple(evidence), "; ".join(causes), "; ".join(fixes)))
     return out
 
 
@@ -91,7 +91,7 @@ def rule_copies(report) -> list[Finding]:
     copies.sort(key=lambda c: -c.total_time_s)
     return [Finding(
         "copies", severity_of(share), f"Copies and transposes take {share:.0%} of device time",
-        tuple(c.name for c in copies[:6]), per_step(report, total),
+        tuple(c.name for c in copies[:6]), per_device_step(report, total),
         tuple(f"{c.name}: {_ms(c.total_time_s)} in all" for c in copies[:4]),
         "arrays are retiled between ops whose preferred layouts differ (a transpose or layout change that XLA "
         "could not fold into its neighbours)",
@@ -133,7 +133,7 @@ def rule_tiny_ops(report) -> list[Finding]:
         "tiny-ops", "high" if per_step >= 10 * TINY_OPS_PER_STEP else "medium",
         f"Many tiny ops: {per_step:.0f} per step per device, median {_ms(median)}",
         tuple(s.name for s in sorted((s for s in st.op_stats if s.avg_time_s < TINY_OP_S),
-                                     key=lambda s: -s.occurrences)[:6]), per_step(report, total),
+                                     key=lambda s: -s.occurrences)[:6]), per_device_step(report, total),
         (f"median op time {_ms(median)} < {_ms(TINY_OP_S)} (about the cost of launching one)",
          f"{per_step:.0f} op executions per step per device across {programs} program(s)"),
         "the work is split into kernels too small to amortise their launch and synchronisation (a Python loop "
@@ -168,7 +168,7 @@ def rule_variance(report) -> list[Finding]:
         if slow.busy_s / fast.busy_s > limit:
             out.append(Finding(
                 "straggler", "medium", f"Device {slow.device} is busy {slow.busy_s / fast.busy_s:.1f}× longer than "
-                f"device {fast.device}", (), per_step(report, slow.busy_s - fast.busy_s),
+                f"device {fast.device}", (), per_device_step(report, slow.busy_s - fast.busy_s),
                 (f"busy {_ms(slow.busy_s)} vs {_ms(fast.busy_s)}",),
                 "uneven work across devices (an imbalanced sharding) or a slow device; collectives make everyone "
                 "wait for it", "balance the sharding (shapes divisible by the mesh), check the slow device's ops"))
@@ -190,7 +190,7 @@ def rule_overheads(report) -> list[Finding]:
         slow = [c for c in slow if c.program == st.program]
         slow_excess_s = sum(c.measured_s * (1 - 1 / c.ratio) for c in slow)
     else:
-        slow_excess_s = sum(per_step(report, c.total_time_s * (1 - 1 / c.ratio)) for c in slow)
+        slow_excess_s = sum(per_device_step(report, c.total_time_s * (1 - 1 / c.ratio)) for c in slow)
     # time inside kernels the model cannot price (or prices only by a lower bound) is not between ops
     inside_s = st.unpriced_s + st.bound_excess_s
     between_s = st.step_time_s - slow_excess_s - inside_s

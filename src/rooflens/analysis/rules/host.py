@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rooflens.analysis.findings import Finding
-from rooflens.analysis.rules.common import per_step, severity_of
+from rooflens.analysis.rules.common import per_device_step, severity_of
 from rooflens.trace.idle import IdleUnit
 from rooflens.units import fmt_seconds as _ms
 
@@ -52,7 +52,7 @@ def rule_idle(report) -> list[Finding]:
                             "(warm-up)")
         out.append(Finding(
             "idle", severity_of(share), f"{who} is idle {share:.0%} of the time", (),
-            per_step(report, idle_s) * max(report.num_devices, 1), tuple(evidence),
+            per_device_step(report, idle_s) * max(report.num_devices, 1), tuple(evidence),
             "the host does not feed the device fast enough: Python or data loading between steps, a "
             "synchronisation (print, device_get, block_until_ready) or a host-side stall",
             "prefetch the next batch while the device runs (async data loading), move host work off the critical "

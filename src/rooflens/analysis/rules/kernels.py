@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 
 from rooflens.analysis.findings import Finding
-from rooflens.analysis.rules.common import TINY_OP_S, TINY_OPS_PER_STEP, per_step
+from rooflens.analysis.rules.common import TINY_OP_S, TINY_OPS_PER_STEP, per_device_step
 from rooflens.analysis.trust import chips_that_fit, is_async
 from rooflens.units import fmt_seconds as _ms
 
@@ -48,7 +48,7 @@ def roofline_trust(report) -> list[Finding]:
         "roofline-trust", "medium" if given else "low",
         (f"The trace beats {report.chip}: {len(bad)} op(s) run faster than its roofline" if given else
          f"{len(bad)} op(s) run faster than the cost model allows: their rooflines are marked unreliable"),
-        tuple(c.name for c in sorted(bad, key=lambda c: -c.total_time_s)[:6]), per_step(report, total),
+        tuple(c.name for c in sorted(bad, key=lambda c: -c.total_time_s)[:6]), per_device_step(report, total),
         tuple(evidence),
         ("the chip given is not the one that ran the trace (a faster generation), or the model counts bytes the "
          "kernel never moves to HBM" if given else
