@@ -414,7 +414,7 @@ def analyze(profile: Profile, chip: str | Chip | None = None, memory: MemorySumm
         steps=programs[0] if programs else None, stats=stats, memory=memory or None, notes=notes,
         programs=programs, roofs=roofs, timeline=representative_timeline(profile),
         graphs=op_graphs(comparison, modules),
-        in_window=InWindow.from_metadata(stats.in_window), path=profile.path, sources=list(profile.sources),
+        in_window=InWindow.from_manifest(profile.manifest), path=profile.path, sources=list(profile.sources),
         hosts=list(profile.hosts), metadata=dict(profile.metadata), modules=modules,
         steady=measure_steady_state(profile, stats),
         events=profile.table,

@@ -14,6 +14,7 @@ from rooflens.analysis.findings import Finding
 from rooflens.hlo.graph import OpGraph
 from rooflens.memory.summary import MemorySummary
 from rooflens.trace.idle import SteadyState
+from rooflens.trace.manifest import Compilation, RunManifest
 from rooflens.trace.stats import OpStat, OpStats
 
 SCHEMA_VERSION = 1  # of Report.to_json(); see docs/report-schema.md
@@ -116,18 +117,10 @@ class StepBreakdown:
 
 
 @dataclass(frozen=True)
-class Compilation:
-    """One compilation during the measured window."""
-
-    duration_s: float
-    where: str = ""  # the user's frame that triggered it
-    module: str = ""
-    reason: str = ""  # why JAX missed its cache (a recompilation), when known
-
-
-@dataclass(frozen=True)
 class InWindow:
-    """What the capture recorded besides the trace: compilations, cache misses, implicit transfers."""
+    """What the capture recorded besides the trace: compilations, cache misses, implicit transfers.
+    Its compilations are the manifest's :class:`Compilation` records with every field the report
+    shows filled in (duration, where, module, reason)."""
 
     compilations: tuple[Compilation, ...] = ()  # whole_run: recompilations only; else every compilation in the window
     whole_run: bool = False  # a `rooflens run` profile (first compilations are warm-up, not listed above)
@@ -140,15 +133,22 @@ class InWindow:
         return sum(c.duration_s for c in self.compilations)
 
     @classmethod
-    def from_metadata(cls, w: dict | None) -> InWindow:
-        w = w or {}
-        comps = tuple(Compilation(float(c.get("duration_s") or 0.0), str(c.get("where") or ""),
-                                  str(c.get("module") or ""), str(c.get("reason") or ""))
-                      for c in (w.get("compilations") or []))
-        times = w.get("transfer_times_unix_s")
-        return cls(comps, "first_compilations" in w, tuple(str(m) for m in (w.get("cache_misses") or [])),
-                   tuple(str(x) for x in (w.get("transfers") or [])),
+    def from_manifest(cls, manifest: RunManifest) -> InWindow:
+        w = manifest.window
+        comps = tuple(Compilation(float(c.duration_s or 0.0), c.where or "", c.module or "", reason=c.reason or "")
+                      for c in w.compilations or [])
+        times = w.transfer_times_unix_s
+        whole_run = w.first_compilations is not None or "first_compilations" in w.order
+        return cls(comps, whole_run, tuple(str(m) for m in (w.cache_misses or [])),
+                   tuple(str(x) for x in (w.transfers or [])),
                    tuple(float(t) for t in times) if times is not None else None)
+
+    def to_json(self) -> dict:
+        return {"compilations": [{"duration_s": c.duration_s, "where": c.where, "module": c.module, "reason": c.reason}
+                                 for c in self.compilations],
+                "whole_run": self.whole_run, "cache_misses": list(self.cache_misses), "transfers": list(self.transfers),
+                "transfer_times_unix_s": list(self.transfer_times_unix_s) if self.transfer_times_unix_s is not None
+                else None}
 
 
 @dataclass(frozen=True)
@@ -220,7 +220,7 @@ class Report:
             "devices": [asdict(d) for d in self.stats.devices],
             "host_steps": asdict(self.stats.host_steps) if self.stats.host_steps else None,
             "by_category_s": dict(self.stats.by_category_s), "by_program_s": dict(self.stats.by_program_s),
-            "in_window": asdict(self.in_window),
+            "in_window": self.in_window.to_json(),
             "memory": self.memory.to_dict() if self.memory else {}, "notes": list(self.notes),
             "graphs": {k: g.to_dict() for k, g in self.graphs.items()},
             **({"plan": self.plan.to_dict()} if self.plan is not None else {}),

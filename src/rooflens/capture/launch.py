@@ -42,14 +42,19 @@ import time
 HERE = os.path.abspath(__file__)
 
 
-def _sibling(name: str):
-    """A stdlib-only module beside this file: imported normally inside rooflens, loaded by path in
-    the launched interpreter (where importing the rooflens package would import numpy and JAX)."""
+def _sibling(name: str, package: str = ""):
+    """A stdlib-only module beside this file (or in the sibling ``package``): imported normally inside
+    rooflens, loaded by path in the launched interpreter (where importing the rooflens package would
+    import numpy and JAX)."""
     if __package__:
-        return importlib.import_module(f"{__package__}.{name}")
-    key = f"_rooflens_{name}"
+        return importlib.import_module(f"{__package__.rsplit('.', 1)[0]}.{package}.{name}" if package
+                                       else f"{__package__}.{name}")
+    key = f"_rooflens_{package}_{name}" if package else f"_rooflens_{name}"
     if key not in sys.modules:
-        spec = importlib.util.spec_from_file_location(key, os.path.join(os.path.dirname(HERE), f"{name}.py"))
+        folder = os.path.dirname(HERE)
+        path = os.path.join(os.path.dirname(folder), package, f"{name}.py") if package else \
+            os.path.join(folder, f"{name}.py")
+        spec = importlib.util.spec_from_file_location(key, path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[key] = module
         spec.loader.exec_module(module)
@@ -57,6 +62,7 @@ def _sibling(name: str):
 
 
 common = _sibling("common")
+manifest = _sibling("manifest", "trace")
 KV_KEY = "rooflens/run_name"
 KV_TIMEOUT_MS = 20_000
 _LOG_PREFIX = re.compile(rb"^[IWEF]\d{4} ")
@@ -485,7 +491,7 @@ def _dump_files(dump_dir: str) -> dict[str, dict[str, str]]:
     return out
 
 
-def _save_artifacts(meta: dict) -> None:
+def _save_artifacts(meta) -> None:
     """rooflens.json, hlo/ and memory/ in the run directory (process 0's, in a job)."""
     import shutil
 
@@ -524,14 +530,14 @@ def _save_artifacts(meta: dict) -> None:
         memory[name] = stats[pick] if pick < len(stats) else {}
     for name, stats in stats_by_name.items():  # compiled, but no dump (the script's own dump flags, …)
         memory.setdefault(name, max(stats, key=_footprint))
-    meta["memory"] = memory
+    meta.memory = memory
     if S.snapshot and owner:
         with open(os.path.join(mem_dir, "end.pb.gz"), "wb") as fh:
             fh.write(S.snapshot)
     name = "rooflens.json" if owner else f"{S.label}.rooflens.json"
     tmp = os.path.join(run_dir, f".{name}.{os.getpid()}.tmp")
     with open(tmp, "w") as fh:
-        json.dump(meta, fh, indent=1, default=str)
+        json.dump(meta.to_dict(), fh, indent=1, default=str)
     os.replace(tmp, os.path.join(run_dir, name))
     if S.dump_dir:
         shutil.rmtree(S.dump_dir, ignore_errors=True)
@@ -559,30 +565,31 @@ def _finish(target: dict, outcome: dict) -> None:
             _cleanup_empty()
             return
         first, again = _classify_compiles(S.compiles, S.misses)
-        meta = {
-            "captured_by": "rooflens run", "warmup_in_window": True, **target,
-            "exit": outcome, "when_unix_s": S.t0_unix_ns / 1e9, "wall_s": (S.t1_unix_ns - S.t0_unix_ns) / 1e9,
-            "trace_start_unix_ns": S.t0_unix_ns, "trace_stop_unix_ns": S.t1_unix_ns,
-            "process_index": S.process_index, "process_count": S.process_count, "host_label": S.label,
-            "python": sys.version.split()[0], "notes": S.notes,
-            "in_window": {"compilations": again, "first_compilations": first,
-                          "cache_misses": [m["text"] for m in S.misses if m in _explained(again)],
-                          "all_cache_misses": S.misses,
-                          "transfers": S.transfers, "transfer_times_unix_s": S.transfer_times,
-                          "compile_spans": S.spans,
-                          "transfer_guard": "log" if transfers_open else "the script's own (transfers not counted)"},
-        }
+        meta = manifest.RunManifest.of(
+            captured_by="rooflens run", warmup_in_window=True, **target,
+            exit=outcome, when_unix_s=S.t0_unix_ns / 1e9, wall_s=(S.t1_unix_ns - S.t0_unix_ns) / 1e9,
+            trace_start_unix_ns=S.t0_unix_ns, trace_stop_unix_ns=S.t1_unix_ns,
+            process_index=S.process_index, process_count=S.process_count, host_label=S.label,
+            python=sys.version.split()[0], notes=S.notes,
+            in_window=manifest.InWindowRecord(
+                compilations=[manifest.Compilation.from_dict(c) for c in again],
+                first_compilations=[manifest.Compilation.from_dict(c) for c in first],
+                cache_misses=[m["text"] for m in S.misses if m in _explained(again)],
+                all_cache_misses=S.misses, transfers=S.transfers, transfer_times_unix_s=S.transfer_times,
+                compile_spans=S.spans,
+                transfer_guard="log" if transfers_open else "the script's own (transfers not counted)"),
+        )
         try:
             import jax
 
             devices = jax.devices()
-            meta.update({"jax_version": jax.__version__, "backend": jax.default_backend(),
-                         "device_kind": devices[0].device_kind, "num_devices": len(devices),
-                         "num_local_devices": jax.local_device_count(),
-                         "devices": [{"id": d.id, "kind": d.device_kind, "platform": d.platform,
-                                      "process_index": d.process_index} for d in devices]})
+            meta.jax_version, meta.backend = jax.__version__, jax.default_backend()
+            meta.device_kind, meta.num_devices = devices[0].device_kind, len(devices)
+            meta.num_local_devices = jax.local_device_count()
+            meta.devices = [{"id": d.id, "kind": d.device_kind, "platform": d.platform,
+                             "process_index": d.process_index} for d in devices]
         except Exception as e:
-            meta["devices_error"] = f"{type(e).__name__}: {e}"
+            meta.devices_error = f"{type(e).__name__}: {e}"
         _save_artifacts(meta)
         _say(f"profile written to {S.saved_dir}; read it with: rooflens report {S.saved_dir}")
     except Exception as e:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from rooflens.capture.recorder import Recorder, recording
 from rooflens.errors import RooflensError
+from rooflens.trace.manifest import RunManifest
 
 
 def wait_for_fresh_run_name(logdir: Path) -> None:
@@ -70,12 +71,12 @@ class TraceWindow:
             raise RooflensError(f"the profiler wrote no run under {self.logdir}/plugins/profile.")
         self.run_dir = new[-1]
         devices = jax.devices()
-        meta = {
-            "captured_by": self.captured_by, "when_unix_s": self._t0, "wall_s": time.time() - self._t0,
-            "jax_version": jax.__version__, "jaxlib_version": getattr(jax.lib, "__version__", ""),
-            "backend": jax.default_backend(), "device_kind": devices[0].device_kind, "num_devices": len(devices),
-            "devices": [{"id": d.id, "kind": d.device_kind, "platform": d.platform} for d in devices],
-            "in_window": self.rec.to_dict(), **metadata,
-        }
-        (self.run_dir / "rooflens.json").write_text(json.dumps(meta, indent=2, default=str))
+        manifest = RunManifest.of(
+            captured_by=self.captured_by, when_unix_s=self._t0, wall_s=time.time() - self._t0,
+            jax_version=jax.__version__, jaxlib_version=getattr(jax.lib, "__version__", ""),
+            backend=jax.default_backend(), device_kind=devices[0].device_kind, num_devices=len(devices),
+            devices=[{"id": d.id, "kind": d.device_kind, "platform": d.platform} for d in devices],
+            in_window=self.rec.record(), **metadata,
+        )
+        (self.run_dir / "rooflens.json").write_text(json.dumps(manifest.to_dict(), indent=2, default=str))
         return self.run_dir

@@ -326,7 +326,7 @@ def op_stats(profile: Profile, gaps_per_device: int = 5) -> OpStats:
         by_scope_prefix_s=dict(sorted(prefix.items(), key=lambda kv: -kv[1])),
         by_category_s=totals(lambda s: s.category), devices=devices, steps=step_summary(profile),
         platform=profile.platform, device_kind=profile.device_kind, notes=list(profile.notes),
-        in_window=dict(profile.metadata.get("in_window") or {}), hosts=hosts,
+        in_window=profile.manifest.window.to_dict(), hosts=hosts,
     )
 
 
