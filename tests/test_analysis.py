@@ -188,7 +188,7 @@ def test_one_device_doing_all_the_work_is_a_straggler(tmp_path):
 
     f = jax.jit(shard_map(body, mesh=mesh, in_specs=P("data"), out_specs=P("data")))
     names, _ = fired(cap(f, jnp.ones((8 * 256, 256)), tmp=tmp_path))
-    assert "straggler" in names
+    assert "device-straggler" in names
 
 
 # -- the report itself ----------------------------------------------------------------------------

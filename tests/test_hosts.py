@@ -56,7 +56,7 @@ def test_four_processes_read_as_four_hosts_and_the_slow_one_is_the_straggler(job
     host = socket.gethostname()
     data = _report(tmp, str(run))
     assert sorted(data["hosts"]) == [f"{host}.process{i}" for i in range(4)]
-    stragglers = [f for f in data["findings"] if f["rule"] == "host-straggler"]
+    stragglers = [f for f in data["findings"] if f["rule"] == "straggler"]
     assert len(stragglers) == 1 and f"{host}.process2" in stragglers[0]["title"], (data["host_steps"],
                                                                                   data["findings"])
     assert stragglers[0]["severity"] in ("medium", "high")

@@ -33,7 +33,7 @@ def _words(s: str) -> set[str]:
 def test_ids_are_declared_once():
     assert len({r.id for r in RULES}) == len(RULES)
     assert len(set(FINDING_IDS)) == len(FINDING_IDS)  # "straggler" no longer means two things
-    assert {"straggler", "host-straggler"} <= set(FINDING_IDS)
+    assert {"straggler", "device-straggler"} <= set(FINDING_IDS)
     assert all(r.summary and "\n" not in r.summary for r in RULES)
 
 

@@ -51,11 +51,11 @@ RULES: tuple[Rule, ...] = (
          host.rule_idle),
     Rule("in-window", ("recompilation", "host-transfers"), "compilations and implicit host↔device transfers "
          "inside the window", host.rule_in_window),
-    Rule("variance", ("step-variance", "straggler"), "uneven step times, or one device busy far longer than "
+    Rule("variance", ("step-variance", "device-straggler"), "uneven step times, or one device busy far longer than "
          "another", device_time.rule_variance),
     Rule("overheads", ("overheads",), "the step far above its roofline sum, beyond what its slow ops explain",
          device_time.rule_overheads),
-    Rule("hosts", ("host-straggler", "host-outlier"), "several hosts: the host the others wait for, and ops slow "
+    Rule("hosts", ("straggler", "host-outlier"), "several hosts: the host the others wait for, and ops slow "
          "on one host only", hosts.rule_hosts),
 )
 

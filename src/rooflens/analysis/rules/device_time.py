@@ -167,8 +167,9 @@ def rule_variance(report) -> list[Finding]:
         fast, slow = min(devs, key=lambda d: d.busy_s), max(devs, key=lambda d: d.busy_s)
         if slow.busy_s / fast.busy_s > limit:
             out.append(Finding(
-                "straggler", "medium", f"Device {slow.device} is busy {slow.busy_s / fast.busy_s:.1f}× longer than "
-                f"device {fast.device}", (), per_device_step(report, slow.busy_s - fast.busy_s),
+                "device-straggler", "medium",
+                f"Device {slow.device} is busy {slow.busy_s / fast.busy_s:.1f}× longer than device {fast.device}", (),
+                per_device_step(report, slow.busy_s - fast.busy_s),
                 (f"busy {_ms(slow.busy_s)} vs {_ms(fast.busy_s)}",),
                 "uneven work across devices (an imbalanced sharding) or a slow device; collectives make everyone "
                 "wait for it", "balance the sharding (shapes divisible by the mesh), check the slow device's ops"))

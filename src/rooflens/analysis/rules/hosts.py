@@ -31,7 +31,7 @@ def rule_hosts(report) -> list[Finding]:
         host = hs.hosts[k]
         mine = [x for x in hs.times_s[k] if x is not None]
         out.append(Finding(
-            "host-straggler", severity_of(wait / step_s), f"Host {host} is the straggler: the other hosts wait for it "
+            "straggler", severity_of(wait / step_s), f"Host {host} is the straggler: the other hosts wait for it "
             f"{_ms(wait)} per step inside collectives", (), wait * len(mine) * (len(hs.hosts) - 1),
             (f"time inside collectives per step: {host} {_ms(coll[k])}, the other {len(others)} hosts "
              f"{_ms(min(others))}–{_ms(max(others))} (step {_ms(step_s)})",
