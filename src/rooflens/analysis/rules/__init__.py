@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from rooflens.analysis.findings import Finding, Severity
+from rooflens.analysis.report import Report
 from rooflens.analysis.rules import communication, device_time, host, hosts, kernels, memory
 
 
@@ -22,7 +23,7 @@ class Rule:
     id: str
     finding_ids: tuple[str, ...]  # the ``Finding.rule`` values it may produce
     summary: str  # one line: what it finds
-    fn: Callable[..., list[Finding]]  # fn(report) -> findings
+    fn: Callable[[Report], list[Finding]]
 
     def __call__(self, report) -> list[Finding]:
         found = self.fn(report)
@@ -63,7 +64,7 @@ RULES: tuple[Rule, ...] = (
 FINDING_IDS: tuple[str, ...] = tuple(i for r in RULES for i in r.finding_ids)
 
 
-def run_rules(report) -> list[Finding]:
+def run_rules(report: Report) -> list[Finding]:
     found = [f for rule in RULES for f in rule(report)]
     rank: dict[Severity, int] = {"high": 0, "medium": 1, "low": 2}
     return sorted(found, key=lambda f: (rank.get(f.severity, 3), -f.time_s))

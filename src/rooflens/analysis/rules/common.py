@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rooflens.analysis.findings import Severity
+from rooflens.analysis.report import Report
 from rooflens.hlo import Instruction, Module
 from rooflens.hlo.opcodes import MODEL_FLOP_OPCODES
 
@@ -14,13 +15,13 @@ def severity_of(share: float) -> Severity:
     return "high" if share >= 0.2 else "medium" if share >= 0.05 else "low"
 
 
-def per_device_step(report, total_s: float) -> float:
+def per_device_step(report: Report, total_s: float) -> float:
     """A time summed over devices and steps, per device per step (per device where there are no steps)."""
     steps = report.steps.steps if report.steps and report.steps.steps else 1
     return total_s / max(report.num_devices, 1) / steps
 
 
-def busy_total(report) -> float:
+def busy_total(report: Report) -> float:
     return sum(d.busy_s for d in report.stats.devices) or 1.0
 
 

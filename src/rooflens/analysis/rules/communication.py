@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rooflens.analysis.findings import Finding
+from rooflens.analysis.report import Report
 from rooflens.analysis.rules.common import busy_total, per_device_step, producer_chain, severity_of
 from rooflens.analysis.rules.device_time import MIN_SHARE
 from rooflens.hlo import Instruction, Module
@@ -12,7 +13,7 @@ SLOW_COLLECTIVE_RATIO = 3.0
 COMM_SHARE = 0.25  # collectives above a quarter of the step
 
 
-def rule_slow_collectives(report) -> list[Finding]:
+def rule_slow_collectives(report: Report) -> list[Finding]:
     """Collectives much slower than their bandwidth prediction (one finding for all of them)."""
     busy = busy_total(report)
     slow = [c for c in report.comparison if c.category == "collective" and c.priced and c.ratio is not None
@@ -46,7 +47,7 @@ def _gathers_weights(module: Module, ins: Instruction) -> bool:
     return False
 
 
-def rule_communication_share(report) -> list[Finding]:
+def rule_communication_share(report: Report) -> list[Finding]:
     if not report.steps or report.steps.step_time_s <= 0:
         return []
     st = report.steps

@@ -6,6 +6,7 @@ from __future__ import annotations
 import statistics
 
 from rooflens.analysis.findings import Finding
+from rooflens.analysis.report import Report
 from rooflens.analysis.rules.common import (
     TINY_OP_S,
     TINY_OPS_PER_STEP,
@@ -33,7 +34,7 @@ OVERHEAD_RATIO = 2.0
 SMALL_DIM = 128  # MXU / tensor-core tile edge: smaller dims pad
 
 
-def rule_slow_ops(report) -> list[Finding]:
+def rule_slow_ops(report: Report) -> list[Finding]:
     """A dot/convolution/fusion more than 2× slower than its roofline, with the next check done."""
     out = []
     busy = busy_total(report)
@@ -81,7 +82,7 @@ def rule_slow_ops(report) -> list[Finding]:
     return out
 
 
-def rule_copies(report) -> list[Finding]:
+def rule_copies(report: Report) -> list[Finding]:
     copies = [c for c in report.comparison if c.category == "copy/transpose"]
     busy = busy_total(report)
     total = sum(c.total_time_s for c in copies)
@@ -99,7 +100,7 @@ def rule_copies(report) -> list[Finding]:
         "change the einsum so the contraction order matches the stored layout")]
 
 
-def rule_tiny_ops(report) -> list[Finding]:
+def rule_tiny_ops(report: Report) -> list[Finding]:
     """Ops launched one by one (GPU kernels, CPU thunks) too short to pay for their launch. Inside a
     TPU program the ops are not launched one by one (the program is), so a TPU trace is judged by
     its program executions instead."""
@@ -142,7 +143,7 @@ def rule_tiny_ops(report) -> list[Finding]:
         "(larger batch)")]
 
 
-def rule_variance(report) -> list[Finding]:
+def rule_variance(report: Report) -> list[Finding]:
     out = []
     st = report.stats.steps
     if st is not None and st.count >= 4 and st.mean_s > 0:
@@ -176,7 +177,7 @@ def rule_variance(report) -> list[Finding]:
     return out
 
 
-def rule_overheads(report) -> list[Finding]:
+def rule_overheads(report: Report) -> list[Finding]:
     """The step far above its roofline sum once the slow ops' own excess is taken out.
 
     A slow op explains its excess over its roofline (the slow-op finding's business); what the

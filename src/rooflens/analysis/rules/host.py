@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rooflens.analysis.findings import Finding
+from rooflens.analysis.report import Report
 from rooflens.analysis.rules.common import per_device_step, severity_of
 from rooflens.trace.idle import IdleUnit
 from rooflens.units import fmt_seconds as _ms
@@ -32,7 +33,7 @@ def _where(unit: IdleUnit) -> tuple[list, list[str]]:
     return big, where
 
 
-def rule_idle(report) -> list[Finding]:
+def rule_idle(report: Report) -> list[Finding]:
     """Devices idle a large share of the steady state (Report.steady.idle measures it)."""
     out = []
     # forced CPU devices are threads time-sliced on shared cores: one waits while another runs, so
@@ -64,7 +65,7 @@ def rule_idle(report) -> list[Finding]:
     return out
 
 
-def rule_in_window(report) -> list[Finding]:
+def rule_in_window(report: Report) -> list[Finding]:
     out = []
     w = report.in_window
     comps = w.compilations

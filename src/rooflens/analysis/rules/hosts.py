@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 
 from rooflens.analysis.findings import Finding
+from rooflens.analysis.report import Report
 from rooflens.analysis.rules.common import severity_of
 from rooflens.units import fmt_seconds as _ms
 
@@ -12,7 +13,7 @@ STRAGGLER_WAIT = 0.10  # the others wait in collectives at least this share of t
 OUTLIER_SHARE = 0.05  # a per-host op outlier costs at least this share of that host's busy time
 
 
-def rule_hosts(report) -> list[Finding]:
+def rule_hosts(report: Report) -> list[Finding]:
     """Several hosts: the straggler (the host the others wait for) and ops slow on one host only.
 
     A host that reaches each collective late spends the least time inside it, while the others sit

@@ -5,12 +5,13 @@ from __future__ import annotations
 import statistics
 
 from rooflens.analysis.findings import Finding
+from rooflens.analysis.report import Report
 from rooflens.analysis.rules.common import TINY_OP_S, TINY_OPS_PER_STEP, per_device_step
 from rooflens.analysis.trust import chips_that_fit, is_async
 from rooflens.units import fmt_seconds as _ms
 
 
-def tiny_programs(report) -> list[Finding]:
+def tiny_programs(report: Report) -> list[Finding]:
     """TPU: many short program executions per step (each one dispatch from the host)."""
     st = report.stats
     n_dev = max(report.num_devices, 1)
@@ -31,7 +32,7 @@ def tiny_programs(report) -> list[Finding]:
         "jit the loop into one program (lax.scan / fori_loop) or give each call more work")]
 
 
-def roofline_trust(report) -> list[Finding]:
+def roofline_trust(report: Report) -> list[Finding]:
     """Ops measured above 100 % of a roof: the cost model overcounts them, or the chip is wrong."""
     bad = [c for c in report.comparison if not c.roofline_reliable and not is_async(c)]
     if not bad:
@@ -58,7 +59,7 @@ def roofline_trust(report) -> list[Finding]:
          "read these ops' times as measured only; `rooflens hlo --op` shows what the model counted"))]
 
 
-def _kind_of(report) -> str:
+def _kind_of(report: Report) -> str:
     from rooflens.hardware import chip as get_chip
 
     try:

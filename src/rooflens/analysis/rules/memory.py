@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from rooflens.analysis.findings import Finding
+from rooflens.analysis.report import Report
 from rooflens.memory.summary import PEAK_OVER_STATE
 
 
-def rule_memory_peak(report) -> list[Finding]:
+def rule_memory_peak(report: Report) -> list[Finding]:
     """The compiled peak far above the state the program holds (inputs and outputs)."""
     mem = report.memory
     ratio = mem.peak_over_state if mem else None
