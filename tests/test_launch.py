@@ -9,7 +9,7 @@ fusions.
 from __future__ import annotations
 
 import rooflens as rl
-from rooflens.analysis.kernel_rules import graph_launched
+from rooflens.analysis.rules.kernels import graph_launched
 
 COMMAND_BUFFER_HLO = """HloModule m
 

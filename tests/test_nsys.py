@@ -93,14 +93,13 @@ def test_steps_autotuner_chip_and_hosts(proc0, report0):
     assert proc0.hosts == ["pax_fsdp4_4proc_proc0"]
 
 
-def test_a_whole_process_capture_is_judged_over_its_steps(report0):
+def test_a_whole_process_capture_is_judged_over_its_steps(proc0, report0):
     """nsys captured the whole process: 78 s of XLA compilation and the set-up before the first step
     are not the device waiting to be fed; over the 5 steps the device is busy."""
-    from rooflens.analysis.rules import _idle_units
-
     assert "idle" not in {f.rule for f in report0.findings}
-    ((dev, idle_s, left_out_s, _),) = list(_idle_units(report0))
-    steps = report0.profile.steps
+    (unit,) = report0.steady.idle
+    dev, idle_s, left_out_s = unit.unit, unit.idle_s, unit.warmup_s
+    steps = proc0.steps
     span_s = (max(e for _, _, e in steps) - min(s for _, s, _ in steps)) * 1e-9
     assert left_out_s > 60 and dev.window_s <= span_s + 1e-9 and idle_s < 0.1 * dev.window_s
 

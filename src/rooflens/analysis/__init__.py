@@ -7,6 +7,7 @@
 """
 
 from rooflens.analysis.compare import analyze, infer_chip
+from rooflens.analysis.findings import Finding, Severity
 from rooflens.analysis.report import (
     Bound,
     Category,
@@ -19,7 +20,8 @@ from rooflens.analysis.report import (
     Timeline,
     TimelineOp,
 )
-from rooflens.analysis.rules import RULES, Finding, Severity, run_rules
+from rooflens.analysis.rules import FINDING_IDS, RULES, Rule, run_rules
 
-__all__ = ["RULES", "Bound", "Category", "Compilation", "Finding", "InWindow", "OpComparison", "Report", "Roofs",
-           "Severity", "StepBreakdown", "Timeline", "TimelineOp", "analyze", "infer_chip", "run_rules"]
+__all__ = ["FINDING_IDS", "RULES", "Bound", "Category", "Compilation", "Finding", "InWindow", "OpComparison",
+           "Report", "Roofs", "Rule", "Severity", "StepBreakdown", "Timeline", "TimelineOp", "analyze", "infer_chip",
+           "run_rules"]

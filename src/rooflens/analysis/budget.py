@@ -173,9 +173,7 @@ def _program_matches(name: str, program: str) -> bool:
 def idle_fraction(report: Report) -> float | None:
     """The largest idle share of the measured time over the units the idle rule judges (each device,
     or a CPU's forced devices together), warm-up and compilation left out as the rule leaves them."""
-    from rooflens.analysis.rules import _idle_units
-
-    fractions = [idle / d.window_s for d, idle, _warm, _gaps in _idle_units(report) if d.window_s > 0]
+    fractions = [u.idle_s / u.unit.window_s for u in report.steady.idle if u.unit.window_s > 0]
     return max(fractions, default=None)
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from rooflens.analysis.chip_rates import op_rates
 from rooflens.analysis.report import (
     InWindow,
     OpComparison,
@@ -44,8 +45,9 @@ from rooflens.hardware import infer_chip as infer_from_trace
 from rooflens.hlo import Module
 from rooflens.hlo.graph import OpGraph, op_graph
 from rooflens.memory.summary import MemorySummary
+from rooflens.trace.idle import measure_steady_state
 from rooflens.trace.profile import Profile
-from rooflens.trace.stats import OpStats, op_stats
+from rooflens.trace.stats import OpStats, busy_union, op_stats
 
 MAX_HLO_EXPLAINED = 150  # ops (by total time) whose instruction is explained in the report
 MAX_GRAPHS = 30  # ops (by total time) whose HLO graph the report holds (each ~40 nodes laid out)
@@ -86,8 +88,6 @@ def compute_concurrency(profile: Profile, n_dev: int) -> float:
     Collectives are left out: on forced CPU devices a device "in" an all-reduce mostly waits for
     the others, which would count as running at once.
     """
-    from rooflens.trace.stats import _busy
-
     t = profile.table
     info = profile.op_info
     prog_code = {p: i for i, p in enumerate(t.programs)}
@@ -99,8 +99,8 @@ def compute_concurrency(profile: Profile, n_dev: int) -> float:
     keep = ~comm[t.program.astype(np.int64) * (len(t.names) + 1) + t.name]
     start, end = t.start_ns[keep], t.end_ns[keep]
     dev = t.device[keep]
-    per_device = sum(_busy(start[dev == d], end[dev == d])[0] for d in np.unique(dev))
-    union = _busy(start, end)[0]
+    per_device = sum(busy_union(start[dev == d], end[dev == d])[0] for d in np.unique(dev))
+    union = busy_union(start, end)[0]
     return max(1.0, min(float(n_dev), per_device / union)) if union else 1.0
 
 
@@ -425,8 +425,9 @@ def analyze(profile: Profile, chip: str | Chip | None = None, memory: MemorySumm
         steps=programs[0] if programs else None, stats=stats, memory=memory or None, notes=notes,
         programs=programs, roofs=roofs, timeline=representative_timeline(profile),
         graphs=op_graphs(comparison, modules),
-        in_window=InWindow.from_metadata(stats.in_window), path=profile.path, sources=list(profile.sources),
-        hosts=list(profile.hosts), metadata=dict(profile.metadata), modules=modules, profile=profile,
+        in_window=InWindow.from_manifest(profile.manifest), path=profile.path, sources=list(profile.sources),
+        hosts=list(profile.hosts), metadata=dict(profile.metadata), modules=modules,
+        steady=measure_steady_state(profile, stats), trace_rates=tuple(op_rates(profile)),
         events=profile.table,
     )
     report.findings = run_rules(report)

@@ -10,9 +10,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
-from rooflens.analysis.rules import Finding
+from rooflens.analysis.findings import Finding
 from rooflens.hlo.graph import OpGraph
 from rooflens.memory.summary import MemorySummary
+from rooflens.trace.idle import SteadyState
+from rooflens.trace.manifest import Compilation, RunManifest
 from rooflens.trace.stats import OpStat, OpStats
 
 SCHEMA_VERSION = 1  # of Report.to_json(); see docs/report-schema.md
@@ -115,18 +117,10 @@ class StepBreakdown:
 
 
 @dataclass(frozen=True)
-class Compilation:
-    """One compilation during the measured window."""
-
-    duration_s: float
-    where: str = ""  # the user's frame that triggered it
-    module: str = ""
-    reason: str = ""  # why JAX missed its cache (a recompilation), when known
-
-
-@dataclass(frozen=True)
 class InWindow:
-    """What the capture recorded besides the trace: compilations, cache misses, implicit transfers."""
+    """What the capture recorded besides the trace: compilations, cache misses, implicit transfers.
+    Its compilations are the manifest's :class:`Compilation` records with every field the report
+    shows filled in (duration, where, module, reason)."""
 
     compilations: tuple[Compilation, ...] = ()  # whole_run: recompilations only; else every compilation in the window
     whole_run: bool = False  # a `rooflens run` profile (first compilations are warm-up, not listed above)
@@ -139,15 +133,22 @@ class InWindow:
         return sum(c.duration_s for c in self.compilations)
 
     @classmethod
-    def from_metadata(cls, w: dict | None) -> InWindow:
-        w = w or {}
-        comps = tuple(Compilation(float(c.get("duration_s") or 0.0), str(c.get("where") or ""),
-                                  str(c.get("module") or ""), str(c.get("reason") or ""))
-                      for c in (w.get("compilations") or []))
-        times = w.get("transfer_times_unix_s")
-        return cls(comps, "first_compilations" in w, tuple(str(m) for m in (w.get("cache_misses") or [])),
-                   tuple(str(x) for x in (w.get("transfers") or [])),
+    def from_manifest(cls, manifest: RunManifest) -> InWindow:
+        w = manifest.window
+        comps = tuple(Compilation(float(c.duration_s or 0.0), c.where or "", c.module or "", reason=c.reason or "")
+                      for c in w.compilations or [])
+        times = w.transfer_times_unix_s
+        whole_run = w.first_compilations is not None or "first_compilations" in w.order
+        return cls(comps, whole_run, tuple(str(m) for m in (w.cache_misses or [])),
+                   tuple(str(x) for x in (w.transfers or [])),
                    tuple(float(t) for t in times) if times is not None else None)
+
+    def to_json(self) -> dict:
+        return {"compilations": [{"duration_s": c.duration_s, "where": c.where, "module": c.module, "reason": c.reason}
+                                 for c in self.compilations],
+                "whole_run": self.whole_run, "cache_misses": list(self.cache_misses), "transfers": list(self.transfers),
+                "transfer_times_unix_s": list(self.transfer_times_unix_s) if self.transfer_times_unix_s is not None
+                else None}
 
 
 @dataclass(frozen=True)
@@ -194,7 +195,8 @@ class Report:
     hosts: list[str] = field(default_factory=list)
     metadata: dict = field(default_factory=dict)
     modules: dict = field(default_factory=dict, repr=False)  # program → hlo.Module (for the rules and diff)
-    profile: object = field(default=None, repr=False)  # the analysed Profile (for the rules; renderers never read it)
+    steady: SteadyState = field(default_factory=SteadyState, repr=False)  # idle time over the steady state (rules)
+    trace_rates: tuple = field(default=(), repr=False)  # per-op rates from the trace's own counts (roofline-trust)
     events: object = field(default=None, repr=False)  # its EventTable: the op events the Perfetto view writes
     plan: object = None  # a rooflens.plan.PlanCheck: the model's plan against this run (rl.analyze(plan=…))
 
@@ -219,7 +221,7 @@ class Report:
             "devices": [asdict(d) for d in self.stats.devices],
             "host_steps": asdict(self.stats.host_steps) if self.stats.host_steps else None,
             "by_category_s": dict(self.stats.by_category_s), "by_program_s": dict(self.stats.by_program_s),
-            "in_window": asdict(self.in_window),
+            "in_window": self.in_window.to_json(),
             "memory": self.memory.to_dict() if self.memory else {}, "notes": list(self.notes),
             "graphs": {k: g.to_dict() for k, g in self.graphs.items()},
             **({"plan": self.plan.to_dict()} if self.plan is not None else {}),

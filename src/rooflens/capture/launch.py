@@ -48,14 +48,19 @@ import time
 HERE = os.path.abspath(__file__)
 
 
-def _sibling(name: str):
-    """A stdlib-only module beside this file: imported normally inside rooflens, loaded by path in
-    the launched interpreter (where importing the rooflens package would import numpy and JAX)."""
+def _sibling(name: str, package: str = ""):
+    """A stdlib-only module beside this file (or in the sibling ``package``): imported normally inside
+    rooflens, loaded by path in the launched interpreter (where importing the rooflens package would
+    import numpy and JAX)."""
     if __package__:
-        return importlib.import_module(f"{__package__}.{name}")
-    key = f"_rooflens_{name}"
+        return importlib.import_module(f"{__package__.rsplit('.', 1)[0]}.{package}.{name}" if package
+                                       else f"{__package__}.{name}")
+    key = f"_rooflens_{package}_{name}" if package else f"_rooflens_{name}"
     if key not in sys.modules:
-        spec = importlib.util.spec_from_file_location(key, os.path.join(os.path.dirname(HERE), f"{name}.py"))
+        folder = os.path.dirname(HERE)
+        path = os.path.join(os.path.dirname(folder), package, f"{name}.py") if package else \
+            os.path.join(folder, f"{name}.py")
+        spec = importlib.util.spec_from_file_location(key, path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[key] = module
         spec.loader.exec_module(module)
@@ -67,6 +72,7 @@ tap = _sibling("tap")
 artifacts = _sibling("artifacts")
 stepwindow = _sibling("stepwindow")
 pyrun = _sibling("pyrun")
+manifest = _sibling("manifest", "trace")
 KV_KEY = "rooflens/run_name"
 KV_TIMEOUT_MS = 20_000
 _COMPILE_SPANS = ("/jax/core/compile/jaxpr_trace_duration", "/jax/core/compile/jaxpr_to_mlir_module_duration",
@@ -464,6 +470,7 @@ def _finish(target: dict, outcome: dict) -> None:
             meta["devices_error"] = f"{type(e).__name__}: {e}"
         if S.window is not None:
             meta["window"] = S.window.describe()
+        meta = manifest.RunManifest.from_dict(meta).to_dict()  # the typed manifest's document
         artifacts.save(S, meta, set(_program_names(meta.get("window", {}).get("programs")))
                        if S.window is not None else None)
         _say(f"profile written to {S.saved_dir}; read it with: rooflens report {S.saved_dir}")

@@ -17,9 +17,10 @@ import os
 import sys
 import tempfile
 import threading
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from rooflens.capture.common import transfer_line, user_frame
+from rooflens.trace.manifest import Compilation, InWindowRecord
 
 _COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 _lock = threading.Lock()
@@ -28,20 +29,15 @@ _installed = False
 
 
 @dataclass
-class Compilation:
-    duration_s: float
-    where: str  # the first frame outside jax and rooflens
-
-
-@dataclass
 class Recorder:
     compilations: list[Compilation] = field(default_factory=list)
     cache_misses: list[str] = field(default_factory=list)
     transfers: list[str] = field(default_factory=list)  # "host-to-device transfer: aval=…" lines
 
-    def to_dict(self) -> dict:
-        return {"compilations": [asdict(c) for c in self.compilations], "cache_misses": list(self.cache_misses),
-                "transfers": list(self.transfers)}
+    def record(self) -> InWindowRecord:
+        """The manifest's in-window record of what was seen (compilations: duration and where)."""
+        return InWindowRecord(compilations=list(self.compilations), cache_misses=list(self.cache_misses),
+                              transfers=list(self.transfers))
 
 
 def _on_duration(name: str, duration: float, **_) -> None:

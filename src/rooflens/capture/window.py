@@ -15,6 +15,7 @@ from pathlib import Path
 from rooflens.capture.common import device_memory_bytes
 from rooflens.capture.recorder import Recorder, recording
 from rooflens.errors import RooflensError
+from rooflens.trace.manifest import RunManifest
 
 
 def wait_for_fresh_run_name(logdir: Path) -> None:
@@ -71,13 +72,13 @@ class TraceWindow:
             raise RooflensError(f"the profiler wrote no run under {self.logdir}/plugins/profile.")
         self.run_dir = new[-1]
         devices = jax.devices()
-        meta = {
-            "captured_by": self.captured_by, "when_unix_s": self._t0, "wall_s": time.time() - self._t0,
-            "jax_version": jax.__version__, "jaxlib_version": getattr(jax.lib, "__version__", ""),
-            "backend": jax.default_backend(), "device_kind": devices[0].device_kind, "num_devices": len(devices),
-            "devices": [{"id": d.id, "kind": d.device_kind, "platform": d.platform} for d in devices],
-            "num_local_devices": jax.local_device_count(), "device_memory_bytes": device_memory_bytes(devices[0]),
-            "in_window": self.rec.to_dict(), **metadata,
-        }
-        (self.run_dir / "rooflens.json").write_text(json.dumps(meta, indent=2, default=str))
+        manifest = RunManifest.of(
+            captured_by=self.captured_by, when_unix_s=self._t0, wall_s=time.time() - self._t0,
+            jax_version=jax.__version__, jaxlib_version=getattr(jax.lib, "__version__", ""),
+            backend=jax.default_backend(), device_kind=devices[0].device_kind, num_devices=len(devices),
+            devices=[{"id": d.id, "kind": d.device_kind, "platform": d.platform} for d in devices],
+            num_local_devices=jax.local_device_count(), device_memory_bytes=device_memory_bytes(devices[0]),
+            in_window=self.rec.record(), **metadata,
+        )
+        (self.run_dir / "rooflens.json").write_text(json.dumps(manifest.to_dict(), indent=2, default=str))
         return self.run_dir

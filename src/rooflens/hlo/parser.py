@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import gc
 import re
-from collections.abc import Callable
 from typing import Any
 
 from rooflens.hlo import attrs as A
 from rooflens.hlo.errors import HloParseError, HloTooDeepError, HloWarning
-from rooflens.hlo.module import CALLED_KEY_KINDS, CALLED_KEYS, Computation, Instruction, Module, Operand, SourceFrame
+from rooflens.hlo.keys import ATTR_PARSERS, GENERIC_KEYS, KNOWN_HEADER_KEYS
+from rooflens.hlo.module import CALLED_KEY_KINDS, Computation, Instruction, Module, Operand, SourceFrame
 from rooflens.hlo.opcodes import COLLECTIVE_KINDS, KNOWN_OPCODES, opcode_category
 from rooflens.hlo.shape import ARRAY_SHAPE_PATTERN, COMMENT_RE, Shape, parse_shape
 
@@ -24,70 +24,6 @@ _INSTR_HEAD_RE = re.compile(r"\s*(ROOT\s+)?%?([^\s=%(){}\[\],]+)\s*=\s*")
 _OPCODE_RE = re.compile(r"\s*([a-z][a-z0-9\-_]*)\(")
 _SECTION_NAMES = frozenset(["FileNames", "FunctionNames", "FileLocations", "StackFrames"])
 _SECTION_LINE_RE = re.compile(r"(\d+)\s+(.*)$")
-
-_ATTR_PARSERS: dict[str, Callable[[str], Any]] = {
-    "replica_groups": A.parse_replica_groups,
-    "source_target_pairs": A.parse_pairs,
-    "sharding": A.parse_sharding,
-    "metadata": A.parse_key_values,
-    "frontend_attributes": A.parse_key_values,
-    "window": A.parse_window,
-    "slice": A.parse_slice,
-    "padding": A.parse_padding,
-    "dim_labels": A.parse_dim_labels,
-    "backend_config": str,  # kept raw (JSON on TPU/GPU); see Instruction.backend_config_json
-    "origin": str,
-    "original_value": str,
-    "statistics": str,
-    "operand_layout_constraints": str,
-    "output_to_operand_aliasing": str,
-    "control-predecessors": A.parse_computation_list,
-    "custom_call_target": A.unquote,
-    "custom_call_schedule": str,
-    "api_version": str,
-    "kind": str,
-    "direction": str,
-    "type": str,
-    "distribution": str,
-    "fft_type": str,
-    "algorithm": str,
-    "operand_precision": str,
-    "precision_config": str,
-    "result_accuracy": str,
-    "execution_thread": A.unquote,
-    "async_execution_thread": A.unquote,
-    "schedule": str,
-    "infeed_config": A.unquote,
-    "outfeed_config": A.unquote,
-    "outfeed_shape": str,
-    "mode": str,
-    "sparsity": str,
-    "split_config": str,
-}
-for _k in CALLED_KEYS:
-    _ATTR_PARSERS[_k] = A.parse_computation_list
-
-# Keys with plain values (ints, bools, int lists) that XLA prints; parsed generically.
-_GENERIC_KEYS = frozenset("""
-channel_id use_global_device_ids constrain_layout dimensions index iota_dimension
-lhs_contracting_dims rhs_contracting_dims lhs_batch_dims rhs_batch_dims lhs_ragged_dims
-rhs_group_dims feature_group_count batch_group_count dynamic_slice_sizes offset_dims
-collapsed_slice_dims start_index_map index_vector_dim slice_sizes indices_are_sorted
-update_window_dims inserted_window_dims scatter_dims_to_operand_dims unique_indices
-operand_batching_dims start_indices_batching_dims input_batching_dims
-scatter_indices_batching_dims is_stable k largest exponent_bits mantissa_bits fft_length
-is_host_transfer custom_call_has_side_effect split_dimension split_count concat_dimension
-left_side lower transpose_a unit_diagonal epsilon feature_index cross_program_prefetch_index
-is_cross_program_prefetch async_group_id wait_on_operation_queues known_trip_count
-rng_algorithm
-""".split())
-
-_KNOWN_HEADER_KEYS = frozenset("""
-is_scheduled entry_computation_layout input_output_alias buffer_donor alias_passthrough_params
-allow_spmd_sharding_propagation_to_parameters allow_spmd_sharding_propagation_to_output
-num_partitions replica_count frontend_attributes spmd_output_sharding spmd_parameters_shardings
-use_auto_spmd_partitioning launch_bounds cross_program_prefetches static_device_assignment
-""".split())
 
 _NO_OPERANDS = frozenset(["parameter", "constant"])
 
@@ -175,10 +111,10 @@ def parse_attributes(text: str, start: int, ctx: _Ctx | None, lineno: int,
             pairs.append((key, value))
     for key, value in pairs:
         raw[key] = value
-        parser = _ATTR_PARSERS.get(key)
+        parser = ATTR_PARSERS.get(key)
         if parser is None:
             values[key] = A.parse_generic(value)
-            if key not in _GENERIC_KEYS and ctx:
+            if key not in GENERIC_KEYS and ctx:
                 ctx.warn(lineno, "unknown-attribute", key,
                          f"kept unknown attribute '{key}' verbatim", f"{key}={value}")
             continue
@@ -306,7 +242,7 @@ def _parse_header(line: str, lineno: int, ctx: _Ctx) -> tuple[str, dict, dict]:
         raise HloParseError("the HloModule line names no module", lineno, 10)
     values, raw, _ = parse_attributes(rest, 0, None, lineno) if comma else ({}, {}, {})
     for k in raw:
-        if k not in _KNOWN_HEADER_KEYS:
+        if k not in KNOWN_HEADER_KEYS:
             ctx.warn(lineno, "unknown-header-attribute", k, f"kept unknown module attribute '{k}' verbatim")
     return name, values, raw
 
@@ -369,6 +305,17 @@ def parse(text: str | bytes) -> Module:
 
 
 def _parse(text: str | bytes) -> Module:
+    text = _as_text(text)
+    ctx = _Ctx()
+    lines = text.split("\n")
+    st = _State()
+    for i, line in enumerate(lines):
+        _read_line(st, line, i + 1, ctx)
+    return _assemble(st, len(lines), ctx)
+
+
+def _as_text(text: str | bytes) -> str:
+    """The module's text: decoded, checked for binary data, comments removed."""
     if isinstance(text, (bytes, bytearray)):
         try:
             text = bytes(text).decode("utf-8")
@@ -382,110 +329,124 @@ def _parse(text: str | bytes) -> Module:
         raise HloParseError("binary data (NUL byte) in HLO text", ln, i - text.rfind("\n", 0, i))
     if "/*" in text:
         text = COMMENT_RE.sub("", text)
+    return text
 
-    ctx = _Ctx()
-    lines = text.split("\n")
-    name = None
-    header_vals: dict = {}
-    header_raw: dict = {}
-    comps: dict[str, Computation] = {}
-    entry = None
-    cur: Computation | None = None
-    section: str | None = None
-    sections: dict[str, dict[int, str]] = {k: {} for k in _SECTION_NAMES}
-    seen_any = False
-    by_name: dict[str, Instruction] = {}
 
-    for i, line in enumerate(lines):
-        lineno = i + 1
-        s = line.strip()
-        if not s:
-            section = None
-            continue
-        if s.startswith("//") or s.startswith("#"):
-            continue
-        if cur is not None:
-            if s == "}":
-                _close_computation(cur, comps, ctx)
-                if cur.is_entry:
-                    entry = cur
-                cur = None
-                continue
-            try:
-                ins = parse_instruction(line, lineno, ctx)
-            except HloTooDeepError:
-                raise
-            except HloParseError as e:
-                if _parse_computation_header(s, lineno) is not None:
-                    ctx.warn(lineno, "unclosed-computation", cur.name,
-                             f"computation '{cur.name}' has no closing brace", s)
-                    _close_computation(cur, comps, ctx)
-                    if cur.is_entry:
-                        entry = cur
-                    cur = None
-                else:
-                    ctx.warn(lineno, "unparsed-line", str(lineno),
-                             f"kept a line that is not an instruction: '{s[:80]}' ({e.message})", s)
-                    continue
-            else:
-                ins.computation = cur
-                cur.instructions.append(ins)
-                if ins.name in by_name:
-                    ctx.warn(lineno, "duplicate-name", ins.name, f"instruction name '{ins.name}' is used twice")
-                else:
-                    by_name[ins.name] = ins
-                continue
-        if s.startswith("HloModule"):
-            if name is not None:
-                ctx.warn(lineno, "second-module", "HloModule", "a second HloModule header; read as one module", s)
-                continue
-            name, header_vals, header_raw = _parse_header(s, lineno, ctx)
-            seen_any = True
-            continue
-        if s in _SECTION_NAMES:
-            section = s
-            seen_any = True
-            continue
-        if section is not None:
-            m = _SECTION_LINE_RE.match(s)
-            if m:
-                sections[section][int(m.group(1))] = m.group(2)
-            else:
-                ctx.warn(lineno, "unparsed-line", str(lineno),
-                         f"kept a line of {section} not understood: '{s[:80]}'", s)
-            continue
-        comp = _parse_computation_header(s, lineno)
-        if comp is not None:
-            seen_any = True
-            cur = comp
-            continue
-        if not seen_any:
-            col = len(line) - len(line.lstrip()) + 1
-            raise HloParseError(f"not HLO: expected 'HloModule' or a computation, found {s[:40]!r}", lineno, col)
-        ctx.warn(lineno, "unparsed-line", str(lineno), f"kept a line outside any computation: '{s[:80]}'", s)
+class _State:
+    """What the line reader has gathered so far."""
 
-    if cur is not None:
-        ctx.warn(len(lines), "unclosed-computation", cur.name,
-                 f"computation '{cur.name}' has no closing brace (truncated text?)")
-        _close_computation(cur, comps, ctx)
-        if cur.is_entry:
-            entry = cur
-    if not comps:
-        if not seen_any:
+    def __init__(self) -> None:
+        self.name: str | None = None
+        self.header_vals: dict = {}
+        self.header_raw: dict = {}
+        self.comps: dict[str, Computation] = {}
+        self.entry: Computation | None = None
+        self.cur: Computation | None = None  # the computation being read
+        self.section: str | None = None  # the trailing section being read (stack frames)
+        self.sections: dict[str, dict[int, str]] = {k: {} for k in _SECTION_NAMES}
+        self.seen_any = False
+        self.by_name: dict[str, Instruction] = {}
+
+    def close(self, ctx: _Ctx) -> None:
+        _close_computation(self.cur, self.comps, ctx)
+        if self.cur.is_entry:
+            self.entry = self.cur
+        self.cur = None
+
+
+def _read_line(st: _State, line: str, lineno: int, ctx: _Ctx) -> None:
+    """One line: an instruction of the open computation, the module header, a section line, or a
+    computation header; anything else is kept with a warning (or, before any HLO, refused)."""
+    s = line.strip()
+    if not s:
+        st.section = None
+        return
+    if s.startswith("//") or s.startswith("#"):
+        return
+    if st.cur is not None and _read_instruction(st, line, s, lineno, ctx):
+        return
+    if s.startswith("HloModule"):
+        if st.name is not None:
+            ctx.warn(lineno, "second-module", "HloModule", "a second HloModule header; read as one module", s)
+            return
+        st.name, st.header_vals, st.header_raw = _parse_header(s, lineno, ctx)
+        st.seen_any = True
+        return
+    if s in _SECTION_NAMES:
+        st.section = s
+        st.seen_any = True
+        return
+    if st.section is not None:
+        m = _SECTION_LINE_RE.match(s)
+        if m:
+            st.sections[st.section][int(m.group(1))] = m.group(2)
+        else:
+            ctx.warn(lineno, "unparsed-line", str(lineno), f"kept a line of {st.section} not understood: '{s[:80]}'",
+                     s)
+        return
+    comp = _parse_computation_header(s, lineno)
+    if comp is not None:
+        st.seen_any = True
+        st.cur = comp
+        return
+    if not st.seen_any:
+        col = len(line) - len(line.lstrip()) + 1
+        raise HloParseError(f"not HLO: expected 'HloModule' or a computation, found {s[:40]!r}", lineno, col)
+    ctx.warn(lineno, "unparsed-line", str(lineno), f"kept a line outside any computation: '{s[:80]}'", s)
+
+
+def _read_instruction(st: _State, line: str, s: str, lineno: int, ctx: _Ctx) -> bool:
+    """A line inside the open computation. True: consumed (an instruction, the closing brace, a line
+    kept with a warning); False: a computation header after an unclosed one, closed now, to be read
+    as a header."""
+    if s == "}":
+        st.close(ctx)
+        return True
+    try:
+        ins = parse_instruction(line, lineno, ctx)
+    except HloTooDeepError:
+        raise
+    except HloParseError as e:
+        if _parse_computation_header(s, lineno) is not None:
+            ctx.warn(lineno, "unclosed-computation", st.cur.name,
+                     f"computation '{st.cur.name}' has no closing brace", s)
+            st.close(ctx)
+            return False
+        ctx.warn(lineno, "unparsed-line", str(lineno),
+                 f"kept a line that is not an instruction: '{s[:80]}' ({e.message})", s)
+        return True
+    ins.computation = st.cur
+    st.cur.instructions.append(ins)
+    if ins.name in st.by_name:
+        ctx.warn(lineno, "duplicate-name", ins.name, f"instruction name '{ins.name}' is used twice")
+    else:
+        st.by_name[ins.name] = ins
+    return True
+
+
+def _assemble(st: _State, n_lines: int, ctx: _Ctx) -> Module:
+    """The module from what was read: the last computation closed, the entry found, frames attached."""
+    if st.cur is not None:
+        ctx.warn(n_lines, "unclosed-computation", st.cur.name,
+                 f"computation '{st.cur.name}' has no closing brace (truncated text?)")
+        st.close(ctx)
+    if not st.comps:
+        if not st.seen_any:
             raise HloParseError("not HLO: the text is empty", 1, 1)
-        raise HloParseError("the module has no computations (truncated text?)", len(lines), 1)
+        raise HloParseError("the module has no computations (truncated text?)", n_lines, 1)
+    entry = st.entry
     if entry is None:
-        entry = list(comps.values())[-1]
+        entry = list(st.comps.values())[-1]
         ctx.warn(0, "no-entry", "ENTRY", f"no ENTRY computation; taking the last one, '{entry.name}'")
         entry.is_entry = True
 
     module = Module(
-        name=name or entry.name, attrs=header_vals, raw_attrs=header_raw, computations=comps,
-        entry=entry, _by_name=by_name,
+        name=st.name or entry.name, attrs=st.header_vals, raw_attrs=st.header_raw, computations=st.comps,
+        entry=entry, _by_name=st.by_name,
     )
-    if name is None:
+    if st.name is None:
         ctx.warn(0, "no-header", "HloModule", "no HloModule header line")
-    _read_stack_frames(module, sections, ctx)
+    _read_stack_frames(module, st.sections, ctx)
     _finalize(module, ctx)
     module.warnings = ctx.finish()
     return module

@@ -124,9 +124,10 @@ def read_run_memory(profile) -> MemorySummary | None:
     """What ``rl.capture`` / ``rooflens run`` saved beside a profile (``memory/`` of its run
     directory): memory_analysis per program, XLA's memory dumps, device snapshots. None when the
     profile has no memory data."""
-    if not profile.metadata.get("memory") or not profile.sources:
+    memory = profile.manifest.memory
+    if not memory or not profile.sources:
         return None
-    return read_memory_dir(Path(profile.sources[0]).parent / "memory", profile.metadata["memory"], profile.module_for,
+    return read_memory_dir(Path(profile.sources[0]).parent / "memory", memory, profile.module_for,
                            main_program=busiest_program(profile), device_bytes=device_capacity_bytes(profile.metadata))
 
 

@@ -25,6 +25,7 @@ from rooflens.hlo.shape import HOST_MEMORY_SPACE
 from rooflens.trace import discover, formats, fs
 from rooflens.trace.events import EventTable, concat
 from rooflens.trace.formats.raw import RawTrace, assign_steps
+from rooflens.trace.manifest import RunManifest
 from rooflens.trace.progress import ingest_progress
 
 XSPACE = formats.by_name("xspace").suffixes[0]
@@ -55,6 +56,7 @@ class Profile:
     host_events: list[tuple[str, float, float]] = field(default_factory=list)  # Python frames: name, start, end
     host_events_of: dict[str, list[tuple[str, float, float]]] = field(default_factory=dict)  # the same, per host
     events_total: int = 0  # every event of the files read, kept or not
+    manifest: RunManifest = field(default_factory=RunManifest)  # rooflens.json, typed (metadata is its document)
 
     @cached_property
     def modules(self) -> dict[str, H.Module]:
@@ -284,13 +286,14 @@ def load(path: str | Path | list[str | Path], hlo_dir: str | Path | None = None,
         raise RooflensError(f"{path} has no device op events (no XLA ops on any device or CPU thread): "
                             "was anything running on the devices while it was traced?")
     platform = next((r.platform for r in raws if r.platform != "unknown"), "unknown")
-    meta: dict = {}
+    manifest = RunManifest()
     for run in runs:
         text = fs.read_text(fs.join(run, "rooflens.json"))
         if text is None:
             continue
         try:
-            meta = json.loads(text)
+            manifest = RunManifest.from_dict(json.loads(text), fs.join(run, "rooflens.json"))
+            notes.extend(manifest.problems)
         except ValueError:
             notes.append(f"{fs.join(run, 'rooflens.json')} is not valid JSON; ignored")
         break
@@ -311,7 +314,7 @@ def load(path: str | Path | list[str | Path], hlo_dir: str | Path | None = None,
     profile = Profile(
         path=", ".join(paths), table=table, steps=steps, platform=platform,
         device_kind=next((r.device_kind for r in raws if r.device_kind != "unknown"), "unknown"),
-        hosts=[r.host for r in raws], sources=files, notes=notes, metadata=meta,
+        hosts=[r.host for r in raws], sources=files, notes=notes, metadata=manifest.to_dict(), manifest=manifest,
         hlo_texts=hlo_texts, plane_stats=next((r.plane_stats for r in raws if r.plane_stats), {}),
         host_events=host_events, host_events_of=host_events_of, events_total=sum(r.events_total for r in raws),
     )

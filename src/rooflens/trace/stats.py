@@ -207,7 +207,7 @@ def _self_times_sorted(start, end, group, order):
     return np.maximum(self_t, 0)
 
 
-def _busy(start: np.ndarray, end: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+def busy_union(start: np.ndarray, end: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
     """Union length of intervals, and the merged intervals (starts, ends), for sorted starts."""
     if not len(start):
         return 0.0, start, end
@@ -237,7 +237,7 @@ def _device_time(t, start, end, dur, sel: np.ndarray, dev: int, t0: float, n_gap
                  host_events: list | None = None) -> DeviceTime:
     """Busy (union of op intervals), idle and the largest gaps of the events ``sel`` (sorted by start)."""
     s, e = start[sel], end[sel]
-    busy, ms, me = _busy(s, e)
+    busy, ms, me = busy_union(s, e)
     window = float(e.max() - s.min())
     gaps = []
     if len(ms) > 1:
@@ -326,7 +326,7 @@ def op_stats(profile: Profile, gaps_per_device: int = 5) -> OpStats:
         by_scope_prefix_s=dict(sorted(prefix.items(), key=lambda kv: -kv[1])),
         by_category_s=totals(lambda s: s.category), devices=devices, steps=step_summary(profile),
         platform=profile.platform, device_kind=profile.device_kind, notes=list(profile.notes),
-        in_window=dict(profile.metadata.get("in_window") or {}), hosts=hosts,
+        in_window=profile.manifest.window.to_dict(), hosts=hosts,
     )
 
 

@@ -24,6 +24,7 @@ import re
 import numpy as np
 
 from rooflens.trace.events import EventTable
+from rooflens.trace.manifest import RunManifest
 
 _ID = re.compile(r"\(\d+\)$")
 _FULL = "_rooflens_full"  # where the run as traced (warm-up included) is kept on a judged Profile
@@ -72,24 +73,24 @@ def _take(t: EventTable, keep: np.ndarray) -> EventTable:
     return EventTable(**cols)
 
 
-def compile_spans_unix_s(metadata: dict) -> list[tuple[float, float, str]]:
+def compile_spans_unix_s(manifest: RunManifest) -> list[tuple[float, float, str]]:
     """(start, end, function) of every host-side compilation step the run recorded (wall clock)."""
-    w = metadata.get("in_window") or {}
-    spans = [(s["start_unix_s"], s["end_unix_s"], s.get("fun_name", "")) for s in w.get("compile_spans") or []]
-    for c in (w.get("first_compilations") or []) + (w.get("compilations") or []):
-        if "start_unix_s" in c:
-            spans.append((c["start_unix_s"], c["end_unix_s"], c.get("module", "")))
+    w = manifest.window
+    spans = [(s["start_unix_s"], s["end_unix_s"], s.get("fun_name", "")) for s in w.compile_spans or []]
+    for c in w.every_compilation:
+        if c.start_unix_s is not None:
+            spans.append((c.start_unix_s, c.end_unix_s, c.module or ""))
     return sorted(spans)
 
 
-def table_offset_ns(t: EventTable, metadata: dict, exec_idx: np.ndarray | None = None) -> float:
+def table_offset_ns(t: EventTable, manifest: RunManifest, exec_idx: np.ndarray | None = None) -> float:
     """``table time = unix time (ns) + offset``: each program's first op runs just after its
     compilation ends, so the smallest (first op − compilation end) over programs is the offset
     (to within a dispatch); without compilations, the trace start recorded by the run."""
-    comps = [c for c in ((metadata.get("in_window") or {}).get("first_compilations") or []) if "end_unix_s" in c]
+    comps = [c for c in manifest.window.first_compilations or [] if c.end_unix_s is not None]
     first_end: dict[str, float] = {}
     for c in comps:
-        first_end.setdefault(c["module"], c["end_unix_s"] * 1e9)
+        first_end.setdefault(c.module, c.end_unix_s * 1e9)
     best = np.inf
     for code, program in enumerate(t.programs):
         end = first_end.get(base_name(program))
@@ -99,7 +100,7 @@ def table_offset_ns(t: EventTable, metadata: dict, exec_idx: np.ndarray | None =
         best = min(best, float(t.start_ns[sel].min()) - end)
     if np.isfinite(best):
         return best
-    start = metadata.get("trace_start_unix_ns")
+    start = manifest.trace_start_unix_ns
     return -float(start) if start else 0.0
 
 
@@ -114,12 +115,12 @@ def host_compile_intervals_ns(host_events: list[tuple[str, float, float]]) -> np
     return merge_intervals(np.asarray(rows, dtype=float).reshape(-1, 2))
 
 
-def compile_intervals_ns(t: EventTable, metadata: dict) -> np.ndarray:
+def compile_intervals_ns(t: EventTable, manifest: RunManifest) -> np.ndarray:
     """Host compilation (tracing, lowering, XLA) as merged ``[start, end)`` rows in table time."""
-    spans = compile_spans_unix_s(metadata)
+    spans = compile_spans_unix_s(manifest)
     if not spans or not len(t):
         return np.zeros((0, 2))
-    off = table_offset_ns(t, metadata)
+    off = table_offset_ns(t, manifest)
     return merge_intervals(np.asarray([(s * 1e9 + off, e * 1e9 + off) for s, e, _ in spans]))
 
 
@@ -167,12 +168,11 @@ def overlap_ns(a: np.ndarray, b: np.ndarray) -> float:
     return float((_covered(a[:, 1], b) - _covered(a[:, 0], b)).sum())
 
 
-def _warmup_programs(t: EventTable, exec_idx: np.ndarray, metadata: dict) -> list[dict]:
+def _warmup_programs(t: EventTable, exec_idx: np.ndarray, manifest: RunManifest) -> list[dict]:
     """Per program name: its compilations and its first execution, for the warm-up summary."""
-    w = metadata.get("in_window") or {}
     compiles: dict[str, list[float]] = {}
-    for c in (w.get("first_compilations") or []) + (w.get("compilations") or []):
-        compiles.setdefault(c.get("module", ""), []).append(float(c.get("duration_s", 0.0)))
+    for c in manifest.window.every_compilation:
+        compiles.setdefault(c.module or "", []).append(float(c.duration_s or 0.0))
     out = []
     for code, program in enumerate(t.programs):
         sel = (t.program == code) & (exec_idx == 0)
@@ -221,7 +221,7 @@ def _infer_steps(t: EventTable, exec_idx: np.ndarray) -> tuple[str, list[tuple[i
     return t.programs[best], steps
 
 
-def _host_steady_start(t: EventTable, exec_idx: np.ndarray, code: int, meta: dict, offset_ns: float,
+def _host_steady_start(t: EventTable, exec_idx: np.ndarray, code: int, meta: RunManifest, offset_ns: float,
                        steady_start_ns: float) -> dict:
     """Where the host's steady state begins when the steps are the main program's executions.
 
@@ -264,22 +264,24 @@ def judge(profile):
     """
     from rooflens.trace.formats.raw import assign_steps
 
-    meta = profile.metadata or {}
-    if meta.get("window") and not meta.get("warmup_in_window") and not profile.steps:
+    manifest = profile.manifest
+    if manifest.extra.get("window") and not manifest.warmup_in_window and not profile.steps:
         return judge_window(profile)
-    if not meta.get("warmup_in_window") or getattr(profile, _FULL, None) is not None:
+    if not manifest.warmup_in_window or getattr(profile, _FULL, None) is not None:
         return profile
+    meta = profile.metadata or {}
     t = profile.table
     exec_idx = execution_index(t)
     warm = exec_idx == 0
-    programs = _warmup_programs(t, exec_idx, meta)
+    programs = _warmup_programs(t, exec_idx, manifest)
     notes = list(profile.notes)
     info = {"programs": programs, "events": int(warm.sum()), "excluded": True,
             "compile_s": sum(p.get("compile_s") or 0.0 for p in programs),
-            "offset_ns": table_offset_ns(t, meta), "compile_intervals_ns": compile_intervals_ns(t, meta).tolist(),
+            "offset_ns": table_offset_ns(t, manifest),
+            "compile_intervals_ns": compile_intervals_ns(t, manifest).tolist(),
             # host compilation and first runs, in table time: device idle inside them is warm-up
             "intervals_ns": merge_intervals(np.concatenate([
-                compile_intervals_ns(t, meta),
+                compile_intervals_ns(t, manifest),
                 np.stack([t.start_ns[warm], t.end_ns[warm]], axis=1) if warm.any() else np.zeros((0, 2))])).tolist()}
     steps = list(profile.steps)
     kept = ~warm
@@ -305,7 +307,8 @@ def judge(profile):
             first = warm & (t.program == code)
             if first.any():
                 info["steady_start_ns"] = float(t.end_ns[first].max())
-                info.update(_host_steady_start(t, exec_idx, code, meta, info["offset_ns"], info["steady_start_ns"]))
+                info.update(_host_steady_start(t, exec_idx, code, manifest, info["offset_ns"],
+                                               info["steady_start_ns"]))
         if steps:
             assign_steps(steady, steps)
             info["inferred_steps_from"] = main

@@ -181,11 +181,31 @@ def read_nsys(path: Path, progress: Progress = None) -> RawTrace:
         archive.close()
 
 
-def _read(archive: Archive, path: Path, progress: Progress) -> RawTrace:
+@dataclass
+class _Ranges:
+    """The trace's NVTX ranges decoded: names coded per distinct name, GPU-projected times, and where
+    each range sits (its nearest XlaModule range above it, whether compilation holds it)."""
+
+    n: int
+    names: int  # distinct names, plus one code for a null name
+    name_code: np.ndarray
+    kinds: _Kinds
+    start_ns: np.ndarray
+    dur_ns: np.ndarray
+    timed: np.ndarray  # bool: it has a GPU projection
+    is_module: np.ndarray
+    is_thunk: np.ndarray
+    module_row: np.ndarray  # the nearest XlaModule range at or above it (-1: none)
+    compiling: np.ndarray  # bool: under a compilation range
+    rank: np.ndarray
+    pid: np.ndarray
+
+
+def _ranges(t, path: Path, progress: Progress) -> _Ranges:
+    """Read the ranges table: names coded, times, parent links resolved."""
     import pyarrow.compute as pc
 
     cols = ["Name", "Projected Start", "Projected Duration", "RangeId", "ParentId", "PID", "Rank"]
-    t = parquet(archive, TRACE)
     missing = [c for c in cols if c not in t.column_names]
     if missing:
         raise RooflensError(f"{path} is not an nsys-jax archive this reader knows: {TRACE} lacks "
@@ -210,41 +230,41 @@ def _read(archive: Archive, path: Path, progress: Progress) -> RawTrace:
     parent = np.where((parent_id >= 0) & (range_id[order][k] == parent_id), order[k], -1) if n else parent_id
     is_module, is_thunk = kinds.module[name_code], kinds.thunk[name_code]
     module_row, compiling = _ancestors(parent, is_module, kinds.compile[name_code])
+    return _Ranges(n, len(words) + 1, name_code, kinds, start_ns, dur_ns, timed, is_module, is_thunk, module_row,
+                   compiling, t.column("Rank").to_numpy(zero_copy_only=False).astype(np.int64),
+                   t.column("PID").to_numpy(zero_copy_only=False).astype(np.int64))
 
-    # ops: thunks of a program execution (a module range outside compilation)
-    of_program = (module_row >= 0) & ~compiling
-    ops = np.flatnonzero(is_thunk & of_program & timed)
-    tuning = np.flatnonzero(is_thunk & compiling & timed)
-    runs = np.flatnonzero(is_module & ~compiling & timed)
+
+def _select(r: _Ranges) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
+    """(ops, autotuner op ranges, program executions, notes): the ops are the thunks of a program
+    execution (a module range outside compilation)."""
+    of_program = (r.module_row >= 0) & ~r.compiling
+    ops = np.flatnonzero(r.is_thunk & of_program & r.timed)
+    tuning = np.flatnonzero(r.is_thunk & r.compiling & r.timed)
+    runs = np.flatnonzero(r.is_module & ~r.compiling & r.timed)
     notes: list[str] = []
-    lost = int((is_thunk & ~timed).sum())
+    lost = int((r.is_thunk & ~r.timed).sum())
     if lost:
         notes.append(f"{lost} op ranges have no GPU projection (no kernel ran for them): left out")
-    orphans = int((is_thunk & (module_row < 0) & ~compiling).sum())
+    orphans = int((r.is_thunk & (r.module_row < 0) & ~r.compiling).sum())
     if orphans:
         notes.append(f"{orphans} op ranges are outside any XlaModule range: left out (no program to give them)")
+    return ops, tuning, runs, notes
 
-    gpu, gpu_notes = gpu_info(archive)
-    notes += gpu_notes
-    host_name = hostname(archive)
-    rank = t.column("Rank").to_numpy(zero_copy_only=False).astype(np.int64)
-    pid = t.column("PID").to_numpy(zero_copy_only=False).astype(np.int64)
-    procs, host_code = E.unique_rows(rank[ops], pid[ops]) if len(ops) else (np.zeros((0, 2), np.int64), ops)
-    base = host_name or path.name.removesuffix(".zip")
+
+def _hosts(r: _Ranges, ops: np.ndarray, base: str, process: int) -> tuple[list[str], np.ndarray]:
+    """The host names (one per process in the archive) and each op's host code."""
+    procs, host_code = E.unique_rows(r.rank[ops], r.pid[ops]) if len(ops) else (np.zeros((0, 2), np.int64), ops)
     if len(procs) <= 1:
-        index = gpu.process if gpu.process >= 0 else int(procs[0][0]) if len(procs) else 0
-        hosts = [f"{base}/rank{index}"]
-    else:  # an archive combining several processes (nsys-jax-combine): told apart by rank and PID
-        hosts = [f"{base}/rank{r}/pid{p}" for r, p in procs.tolist()]
+        index = process if process >= 0 else int(procs[0][0]) if len(procs) else 0
+        return [f"{base}/rank{index}"], host_code
+    # an archive combining several processes (nsys-jax-combine): told apart by rank and PID
+    return [f"{base}/rank{rk}/pid{p}" for rk, p in procs.tolist()], host_code
 
-    # programs and op names, coded (per distinct range name, then gathered)
-    programs = sorted({kinds.program[c] for c in np.unique(name_code[is_module & ~compiling]).tolist()})
-    prog_code_of = {p: c for c, p in enumerate(programs)}
-    prog_of_name = np.asarray([prog_code_of.get(kinds.program[c], -1) for c in range(len(words) + 1)], np.int64)
-    run_prog = prog_of_name[name_code[runs]]
-    op_prog = prog_of_name[name_code[module_row[ops]]]
-    op_names = [kinds.op[c] for c in range(len(words) + 1)]
-    # HLO of every program that ran, and each op's opcode (collectives run on streams of their own)
+
+def _program_hlo(archive: Archive, programs: list[str]) -> tuple[dict, dict, dict, list[str]]:
+    """The HLO of every program that ran, each op's opcode (collectives run on streams of their own)
+    and the collectives wrapped in an async-start: (protos, opcodes, wrapped, notes)."""
     protos, opcodes, wrapped = {}, {}, {}
     dump = dump_files(archive)
     for program in programs:
@@ -254,11 +274,17 @@ def _read(archive: Archive, path: Path, progress: Progress) -> RawTrace:
             protos[program] = proto
             opcodes[program], wrapped[program] = _opcodes(proto)
     no_hlo = [p for p in programs if p not in protos]
-    if no_hlo and dump:
-        notes.append(f"the archive's HLO dump lacks (or cannot read) {', '.join(no_hlo[:5])}")
+    notes = [f"the archive's HLO dump lacks (or cannot read) {', '.join(no_hlo[:5])}"] if no_hlo and dump else []
+    return protos, opcodes, wrapped, notes
 
+
+def _op_table(r: _Ranges, ops: np.ndarray, op_prog: np.ndarray, programs: list[str], opcodes: dict,
+              wrapped: dict, hosts: list[str], host_code: np.ndarray, device: int) -> tuple[E.EventTable, list[str]]:
+    """The op events: named as the HLO shows them, collectives on a line of their own."""
+    op_names = [r.kinds.op[c] for c in range(r.names)]
+    notes = []
     # ops the HLO text shows under another name (a collective wrapped in an async-start): that name
-    pairs, pair_inv = E.unique_rows(op_prog, name_code[ops]) if len(ops) else (np.zeros((0, 2), np.int64), ops)
+    pairs, pair_inv = E.unique_rows(op_prog, r.name_code[ops]) if len(ops) else (np.zeros((0, 2), np.int64), ops)
     shown = [wrapped.get(programs[p], {}).get(op_names[c], op_names[c]) for p, c in pairs.tolist()]
     renamed = sum(1 for (_, c), w in zip(pairs.tolist(), shown) if w != op_names[c])
     if renamed:
@@ -270,26 +296,51 @@ def _read(archive: Archive, path: Path, progress: Progress) -> RawTrace:
     line = collective[pair_inv].astype(np.int64) if len(ops) else ops
     op_meta = {}
     for (p, c), w in zip(pairs.tolist(), shown):
-        if kinds.scope[c]:  # the name stack: the named scope when the HLO has none
-            op_meta[(programs[p], w)] = {"hlo_category": "", "op_name": kinds.scope[c], "flops": None, "bytes": None}
-    names = op_names + shown
+        if r.kinds.scope[c]:  # the name stack: the named scope when the HLO has none
+            op_meta[(programs[p], w)] = {"hlo_category": "", "op_name": r.kinds.scope[c], "flops": None,
+                                         "bytes": None}
     name_col = (len(op_names) + np.arange(len(pairs)))[pair_inv] if len(ops) else ops
     table = E.build(
-        host=host_code.astype(np.int32), device=np.full(len(ops), gpu.global_id, np.int32), line=line,
-        name=name_col, program=op_prog, start_ps=start_ns[ops] * 1000, dur_ps=dur_ns[ops] * 1000,
-        hosts=hosts, lines=[COMPUTE_LINE, COLLECTIVE_LINE], names=names, programs=programs or [""],
+        host=host_code.astype(np.int32), device=np.full(len(ops), device, np.int32), line=line,
+        name=name_col, program=op_prog, start_ps=r.start_ns[ops] * 1000, dur_ps=r.dur_ns[ops] * 1000,
+        hosts=hosts, lines=[COMPUTE_LINE, COLLECTIVE_LINE], names=op_names + shown, programs=programs or [""],
         origin_ns=0, op_meta=op_meta)
+    return table, notes
 
-    steps, main = _steps(runs, run_prog, programs, start_ns, dur_ns)
+
+def _tuning_note(r: _Ranges, tuning: np.ndarray) -> list[str]:
+    """The GPU autotuner's measurements: compilation, not the program."""
+    if not len(tuning):
+        return []
+    modules = sorted({r.kinds.program[c] for c in r.name_code[r.module_row[tuning]]})
+    shown = ", ".join(_plain(m) for m in modules[:4]) + (", …" if len(modules) > 4 else "")
+    return [f"compilation, not the program: the GPU autotuner ran {int(r.kinds.autotune[r.name_code].sum())} "
+            f"measurements ({len(tuning)} op ranges, {r.dur_ns[tuning].sum() * 1e-9:.3g} s on the GPU, "
+            f"{len(modules)} candidate modules: {shown}); left out of the op stats"]
+
+
+def _read(archive: Archive, path: Path, progress: Progress) -> RawTrace:
+    r = _ranges(parquet(archive, TRACE), path, progress)
+    ops, tuning, runs, notes = _select(r)
+    gpu, gpu_notes = gpu_info(archive)
+    notes += gpu_notes
+    hosts, host_code = _hosts(r, ops, hostname(archive) or path.name.removesuffix(".zip"), gpu.process)
+
+    # programs and op names, coded (per distinct range name, then gathered)
+    programs = sorted({r.kinds.program[c] for c in np.unique(r.name_code[r.is_module & ~r.compiling]).tolist()})
+    prog_code_of = {p: c for c, p in enumerate(programs)}
+    prog_of_name = np.asarray([prog_code_of.get(r.kinds.program[c], -1) for c in range(r.names)], np.int64)
+    run_prog = prog_of_name[r.name_code[runs]]
+    op_prog = prog_of_name[r.name_code[r.module_row[ops]]]
+    protos, opcodes, wrapped, hlo_notes = _program_hlo(archive, programs)
+    table, table_notes = _op_table(r, ops, op_prog, programs, opcodes, wrapped, hosts, host_code, gpu.global_id)
+    notes += hlo_notes + table_notes
+
+    steps, main = _steps(runs, run_prog, programs, r.start_ns, r.dur_ns)
     if main:
         notes.append(f"steps: the {len(steps)} executions of {_plain(main)}, the main program "
                      "(the trace has no step annotations): each from one execution's start to the next's")
-    if len(tuning):
-        modules = sorted({kinds.program[c] for c in name_code[module_row[tuning]]})
-        shown = ", ".join(_plain(m) for m in modules[:4]) + (", …" if len(modules) > 4 else "")
-        notes.append(f"compilation, not the program: the GPU autotuner ran {int(kinds.autotune[name_code].sum())} "
-                     f"measurements ({len(tuning)} op ranges, {dur_ns[tuning].sum() * 1e-9:.3g} s on the GPU, "
-                     f"{len(modules)} candidate modules: {shown}); left out of the op stats")
+    notes += _tuning_note(r, tuning)
     if gpu.name:
         notes.append(f"the GPU, from the archive's {DEVICE_METADATA}: {gpu.name}")
     host_events = _compilations(archive)
@@ -298,9 +349,9 @@ def _read(archive: Archive, path: Path, progress: Progress) -> RawTrace:
         notes.append(f"the host compiled {len(host_events)} XLA modules in {compile_s:.3g} s (XlaCompile ranges): "
                      "the device idles meanwhile")
     if progress:
-        progress(n, max(n, 1))
+        progress(r.n, max(r.n, 1))
     return RawTrace(hosts[0], table, steps, gpu.name or "GPU", "gpu", notes=notes, plane_stats=gpu.plane_stats,
-                    host_events=host_events, hlo_protos=protos, events_total=n)
+                    host_events=host_events, hlo_protos=protos, events_total=r.n)
 
 
 def _compilations(archive: Archive) -> list[tuple[str, int, int]]:

@@ -1,24 +1,18 @@
-"""Rules that know what the model does not: rooflines a measurement beats, and TPU programs
-(not their ops) as the unit of launch cost. Called by :mod:`rooflens.analysis.rules`.
-"""
+"""Kernels: rooflines a measurement beats, and TPU programs (not their ops) as the unit of launch cost."""
 
 from __future__ import annotations
 
 import statistics
 
-from rooflens.analysis.chip_rates import op_rates
-from rooflens.analysis.rules import TINY_OP_S, TINY_OPS_PER_STEP, Finding
+from rooflens.analysis.findings import Finding
+from rooflens.analysis.report import Report
+from rooflens.analysis.rules.common import TINY_OP_S, TINY_OPS_PER_STEP, per_device_step
 from rooflens.analysis.trust import is_async, rates_of_comparison
 from rooflens.hardware.infer import chips_fitting, describe_rates
 from rooflens.units import fmt_seconds as _ms
 
 
-def _per_step(report, total_s: float) -> float:
-    steps = report.steps.steps if report.steps and report.steps.steps else 1
-    return total_s / max(report.num_devices, 1) / steps
-
-
-def tiny_programs(report) -> list[Finding]:
+def tiny_programs(report: Report) -> list[Finding]:
     """TPU: many short program executions per step (each one dispatch from the host)."""
     st = report.stats
     n_dev = max(report.num_devices, 1)
@@ -39,14 +33,13 @@ def tiny_programs(report) -> list[Finding]:
         "jit the loop into one program (lax.scan / fori_loop) or give each call more work")]
 
 
-def roofline_trust(report) -> list[Finding]:
+def roofline_trust(report: Report) -> list[Finding]:
     """Ops measured above 100 % of a roof: the cost model overcounts them, or the chip is wrong."""
     bad = [c for c in report.comparison if not c.roofline_reliable and not is_async(c)]
     if not bad:
         return []
     total = sum(c.total_time_s for c in bad)
-    rates = op_rates(report.profile) if report.profile is not None else []
-    rates = rates or rates_of_comparison(report.comparison)
+    rates = list(report.trace_rates) or rates_of_comparison(report.comparison)
     fit = [c.name for c in chips_fitting(rates, report.roofs and _kind_of(report) or "")]
     evidence = [f"{len(bad)} op(s) faster than their roofline on {report.chip}; e.g. {c.name}: {c.roofline_note}"
                 for c in sorted(bad, key=lambda c: -c.total_time_s)[:1]]
@@ -58,7 +51,7 @@ def roofline_trust(report) -> list[Finding]:
         "roofline-trust", "medium" if given else "low",
         (f"The trace beats {report.chip}: {len(bad)} op(s) run faster than its roofline" if given else
          f"{len(bad)} op(s) run faster than the cost model allows: their rooflines are marked unreliable"),
-        tuple(c.name for c in sorted(bad, key=lambda c: -c.total_time_s)[:6]), _per_step(report, total),
+        tuple(c.name for c in sorted(bad, key=lambda c: -c.total_time_s)[:6]), per_device_step(report, total),
         tuple(evidence),
         ("the chip given is not the one that ran the trace (a faster generation), or the model counts bytes the "
          "kernel never moves to HBM" if given else
@@ -68,15 +61,13 @@ def roofline_trust(report) -> list[Finding]:
          "read these ops' times as measured only; `rooflens hlo --op` shows what the model counted"))]
 
 
-def _kind_of(report) -> str:
+def _kind_of(report: Report) -> str:
     from rooflens.hardware import chip as get_chip
 
     try:
         return get_chip(report.chip).kind
     except Exception:  # a custom or shared chip not in the catalogue
         return report.platform
-
-
 
 
 #: XLA:GPU's CommandBufferScheduling pass moves runs of commands into computations named ``command_buffer``
@@ -104,7 +95,7 @@ def graph_launched(modules: dict) -> set[tuple[str, str]]:
     return out
 
 
-def launched_one_by_one(report) -> list:
+def launched_one_by_one(report: Report) -> list:
     """The op stats of ops that pay a launch each: not async starts (they only enqueue) and not the ops of
     a command buffer (one graph launch for all of them)."""
     in_graph = graph_launched(report.modules or {})

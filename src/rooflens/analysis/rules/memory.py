@@ -1,18 +1,15 @@
-"""The memory finding: the program that holds the device, judged against the device's memory.
+"""Memory: the program that holds the device, judged against the device's memory and the state it holds.
 
-A rule like those of :mod:`rooflens.analysis.rules` (listed in its ``RULES``): ``rule(report) ->
-list[Finding]``. The main program is the one with the most device time (the step), so the
-initialisation, RNG seeding and one-off conversions around it are context, not findings; its
-compiled peak is weighed against one device's memory (recorded by the capture), not only against
-the state it holds.
+The main program is the one with the most device time (the step), so the initialisation, RNG seeding
+and one-off conversions around it are context, not findings; its compiled peak is weighed against one
+device's memory (recorded by the capture), not only against the state it holds.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from rooflens.analysis.rules import Finding
+from rooflens.analysis.findings import Finding
+from rooflens.analysis.report import Report
+from rooflens.memory.summary import PEAK_OVER_STATE
 
 MEMORY_NEAR_FULL = 0.90  # the main program's peak above this share of the device: near an out-of-memory error
 MEMORY_HALF = 0.50  # above half the device, a peak far over the state is worth a look
@@ -29,13 +26,10 @@ def _memory_severity(mem, ratio: float) -> str:
     return "medium" if share >= MEMORY_HALF and ratio > 2 else "low"
 
 
-def rule_memory_peak(report) -> list[Finding]:
+def rule_memory_peak(report: Report) -> list[Finding]:
     """The main program's compiled peak far above the state it holds, near the device's memory, or
     live memory growing from step to step. The main program is the one holding the device (the
     step), not the initialisation, RNG seeding or one-off conversions around it."""
-    from rooflens.analysis.rules import Finding
-    from rooflens.memory.summary import PEAK_OVER_STATE
-
     mem = report.memory
     ratio = mem.peak_over_state if mem else None
     share = mem.peak_over_device if mem else None

@@ -1,0 +1,73 @@
+"""Findings: small rules over a typed Report, each naming the ops, the evidence, the cause and the fix.
+
+Every rule is declared once in ``RULES``: its id, the finding ids it may produce, a one-line
+summary (README.md's findings list says the same) and its function ``fn(report) -> list[Finding]``.
+One module per family: device time, communication, the host, memory, several hosts, kernels.
+Thresholds are module constants there, so a finding can quote the line it crossed.
+``run_rules`` runs them all, most costly finding first. A rule reads the Report only (the
+measurements it judges, such as idle time over the steady state, are computed into it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from rooflens.analysis.findings import Finding, Severity
+from rooflens.analysis.report import Report
+from rooflens.analysis.rules import communication, device_time, host, hosts, kernels, memory
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    finding_ids: tuple[str, ...]  # the ``Finding.rule`` values it may produce
+    summary: str  # one line: what it finds
+    fn: Callable[[Report], list[Finding]]
+
+    def __call__(self, report) -> list[Finding]:
+        found = self.fn(report)
+        for f in found:
+            if f.rule not in self.finding_ids:  # a programming error, caught by every test that analyses a run
+                raise RuntimeError(f"rule {self.id} produced finding {f.rule!r}, which it does not declare")
+        return found
+
+
+#: in the order they run (ties in cost keep this order)
+RULES: tuple[Rule, ...] = (
+    Rule("memory-peak", ("memory-peak",), "the compiled memory peak far above the state the program holds",
+         memory.rule_memory_peak),
+    Rule("roofline-trust", ("roofline-trust",), "ops measured faster than their roofline: the cost model or the "
+         "chip is wrong", kernels.roofline_trust),
+    Rule("slow-op", ("slow-op",), "a dot, convolution or fusion more than 2× off its roofline, with its cause",
+         device_time.rule_slow_ops),
+    Rule("slow-collective", ("slow-collective",), "collectives far slower than their bandwidth prediction",
+         communication.rule_slow_collectives),
+    Rule("communication", ("communication-share", "weights-all-gathered"), "collectives take a large share of "
+         "the step, or parameters are gathered every step", communication.rule_communication_share),
+    Rule("copies", ("copies",), "copies and transposes take a large share of device time", device_time.rule_copies),
+    Rule("tiny-ops", ("tiny-ops",), "many ops (TPU: program executions) per step, the median shorter than a launch",
+         device_time.rule_tiny_ops),
+    Rule("idle", ("idle",), "device gaps between executions over the steady state, located",
+         host.rule_idle),
+    Rule("in-window", ("recompilation", "host-transfers"), "compilations and implicit host↔device transfers "
+         "inside the window", host.rule_in_window),
+    Rule("variance", ("step-variance", "device-straggler"), "uneven step times, or one device busy far longer than "
+         "another", device_time.rule_variance),
+    Rule("overheads", ("overheads",), "the step far above its roofline sum, beyond what its slow ops explain",
+         device_time.rule_overheads),
+    Rule("hosts", ("straggler", "host-outlier"), "several hosts: the host the others wait for, and ops slow "
+         "on one host only", hosts.rule_hosts),
+)
+
+#: every finding id a report can carry
+FINDING_IDS: tuple[str, ...] = tuple(i for r in RULES for i in r.finding_ids)
+
+
+def run_rules(report: Report) -> list[Finding]:
+    found = [f for rule in RULES for f in rule(report)]
+    rank: dict[Severity, int] = {"high": 0, "medium": 1, "low": 2}
+    return sorted(found, key=lambda f: (rank.get(f.severity, 3), -f.time_s))
+
+
+__all__ = ["FINDING_IDS", "RULES", "Finding", "Rule", "Severity", "run_rules"]

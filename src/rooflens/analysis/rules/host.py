@@ -1,0 +1,117 @@
+"""The host: devices left idle between executions, compilations and implicit transfers inside the window."""
+
+from __future__ import annotations
+
+from rooflens.analysis.findings import Finding
+from rooflens.analysis.report import Report
+from rooflens.analysis.rules.common import per_device_step, severity_of
+from rooflens.trace.idle import IdleUnit
+from rooflens.units import fmt_seconds as _ms
+
+IDLE_SHARE = 0.40
+MIN_GAP_S = 1e-3
+RECOMPILE_MANY = 3  # this many recompilations in a run traced from its start: high
+TRANSFERS_PER_STEP = 0.75  # implicit transfers in (nearly) every step: medium
+
+
+def _where(unit: IdleUnit) -> tuple[list, list[str]]:
+    """The unit's largest gaps (≥ MIN_GAP_S, at most 3) and where each one is."""
+    d = unit.unit
+    if unit.gaps is None:
+        gaps = [g for g in d.largest_gaps if g.duration_s >= MIN_GAP_S]
+        return gaps, [f"gap of {_ms(g.duration_s)} at {_ms(g.start_s)} between {g.before} and {g.after}"
+                      + (f"; the host was in {g.host}" if g.host else "") for g in gaps[:3]]
+    # gaps left once warm-up is taken out; the stats' own gap names where one matches
+    big = [g for g in sorted(unit.gaps, key=lambda g: -g.duration_s) if g.duration_s >= MIN_GAP_S][:3]
+    named = {round(g.start_s, 6): g for g in d.largest_gaps}
+    where = []
+    for gap in big:
+        g = named.get(round(gap.start_s, 6))
+        where.append(f"gap of {_ms(gap.duration_s)} at {_ms(gap.start_s)}"
+                     + (f" between {g.before} and {g.after}" + (f"; the host was in {g.host}" if g.host else "")
+                        if g else ""))
+    return big, where
+
+
+def rule_idle(report: Report) -> list[Finding]:
+    """Devices idle a large share of the steady state (Report.steady.idle measures it)."""
+    out = []
+    # forced CPU devices are threads time-sliced on shared cores: one waits while another runs, so
+    # idleness is judged for the CPU as a whole (all devices of the host together)
+    for unit in report.steady.idle:
+        d, idle_s, warm_s = unit.unit, unit.idle_s, unit.warmup_s
+        if d.window_s <= 0:
+            continue
+        share = idle_s / d.window_s
+        gaps, where = _where(unit)
+        if share < IDLE_SHARE or not gaps:
+            continue
+        who = f"The CPU ({report.num_devices} devices together)" if d.device < 0 else f"Device {d.device}"
+        evidence = [f"idle {_ms(idle_s)} of {_ms(d.window_s)}"] + where
+        if warm_s > 0:
+            evidence.append(f"not counted: {_ms(warm_s)} of idle time while the host compiled or around first runs "
+                            "(warm-up)")
+        out.append(Finding(
+            "idle", severity_of(share), f"{who} is idle {share:.0%} of the time", (),
+            per_device_step(report, idle_s) * max(report.num_devices, 1), tuple(evidence),
+            "the host does not feed the device fast enough: Python or data loading between steps, a "
+            "synchronisation (print, device_get, block_until_ready) or a host-side stall",
+            "prefetch the next batch while the device runs (async data loading), move host work off the critical "
+            "path, and drop per-step synchronisations"))
+    if len(out) > 1:  # one finding for all devices, with the worst one's numbers
+        worst = max(out, key=lambda f: f.time_s)
+        return [Finding(worst.rule, worst.severity, worst.title.replace("Device", f"{len(out)} devices idle; device"),
+                        worst.ops, worst.time_s, worst.evidence, worst.cause, worst.fix)]
+    return out
+
+
+def rule_in_window(report: Report) -> list[Finding]:
+    out = []
+    w = report.in_window
+    comps = w.compilations
+    if comps:
+        where = sorted({c.where for c in comps if c.where})
+        total = w.compile_s
+        if w.whole_run:  # rooflens run: `compilations` holds recompilations only
+            reasons = list(dict.fromkeys(f"{c.module or '?'}: {c.reason}" for c in comps if c.reason))
+            title = f"{len(comps)} recompilation(s) of already-compiled functions"
+            # one recompilation (a second call whose input types differ once: weak types, a committed
+            # array) is a second warm-up; churn is a function compiled again and again
+            severity = "high" if len(comps) >= RECOMPILE_MANY else "medium" if len(comps) > 1 else "low"
+        else:
+            reasons = [m.splitlines()[-1].strip() for m in w.cache_misses]
+            title = f"{len(comps)} compilation(s) inside the measured window"
+            severity = "high"
+        out.append(Finding(
+            "recompilation", severity, title, (), total,
+            tuple([f"{_ms(total)} compiling, from {', '.join(where[:3]) or 'an unknown place'}"] + reasons[:3]),
+            "a jitted function sees new shapes or dtypes (or a new Python function object) during the steady "
+            "state, so XLA compiles again",
+            "keep shapes static (pad batches to fixed sizes, bucket sequence lengths), keep dtypes stable, and "
+            "jit once outside the loop"))
+    transfers = list(w.transfers)
+    times = list(w.transfer_times_unix_s or ())
+    steps = report.steps.steps if report.steps and report.steps.steps else 1
+    # a Python scalar turned into a device constant (jnp.ones(n), x * 2.0) is not a data transfer
+    # (JAX details only the first of repeated transfers: a repeat is like the detailed one before it)
+    data, scalar = [], False
+    for x in transfers:
+        if "(a repeat" not in x:
+            scalar = x.startswith("host-to-device") and "[]" in x.split("dst_sharding")[0]
+        data.append(not scalar)
+    steady = report.steady
+    if transfers and len(times) == len(transfers) and steady.transfers_from_unix_s is not None:
+        # only the transfers of the steady state (set-up uploads are not per step)
+        steps = steady.transfer_steps or steps
+        data = [d and at >= steady.transfers_from_unix_s for d, at in zip(data, times)]
+    transfers = [x for x, d in zip(transfers, data) if d]
+    if transfers:
+        out.append(Finding(
+            "host-transfers", "medium" if len(transfers) >= TRANSFERS_PER_STEP * steps else "low",
+            f"{len(transfers)} implicit host↔device transfer(s) inside the window", (), 0.0,
+            tuple([f"{len(transfers) / steps:.1f} per step"] + transfers[:2]),
+            "NumPy arrays or Python scalars cross to the device each step (or device values are read back), "
+            "which serialises host and device",
+            "device_put inputs ahead of time (prefetch), keep the loop state on the device, and read values back "
+            "only when needed"))
+    return out

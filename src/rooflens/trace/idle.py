@@ -1,0 +1,131 @@
+"""Idle time over the steady state: how long each device (or a CPU's forced devices together) waits
+between program executions, with warm-up and set-up left out. Measured once per analysis into
+``Report.steady``; the idle finding and the idle budget judge it.
+
+Only the time between program executions is the host's to fill: inside one execution XLA runs the
+ops by itself (a gap there is the runtime's own scheduling, e.g. a CPU matmul finishing on worker
+threads the trace does not show). Idle time while the host compiles, or around a program's first
+run, is warm-up, not a feeding problem; with steps, set-up before them and teardown after are not
+idleness either.
+
+Pure functions of a :class:`Profile` and its op stats: no files, no printing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+from rooflens.trace.profile import Profile
+from rooflens.trace.stats import DeviceTime, OpStats
+from rooflens.trace.warmup import execution_index, host_compile_intervals_ns, idle_outside, merge_intervals
+
+
+@dataclass(frozen=True)
+class IdleGap:
+    """A gap left once warm-up and set-up are taken out."""
+
+    start_s: float  # from the start of the event table
+    duration_s: float
+
+
+@dataclass(frozen=True)
+class IdleUnit:
+    """One unit judged for idleness: a device, or a host's CPU as a whole (``unit.device`` < 0)."""
+
+    unit: DeviceTime  # its ``window_s`` is the window judged (first execution to last, less what is left out)
+    idle_s: float  # idle time left
+    warmup_s: float  # idle time left out (host compiling, around first runs)
+    gaps: tuple[IdleGap, ...] | None  # in time order; None: no events measured (the stats' own gaps stand)
+
+
+@dataclass(frozen=True)
+class SteadyState:
+    """What the rules need from the run's steady state, measured from the profile."""
+
+    idle: tuple[IdleUnit, ...] = ()
+    warmup_judged: bool = False  # traced from its start (``rooflens run``): its warm-up was marked
+    transfers_from_unix_s: float | None = None  # transfers before this are set-up (None: every one counts)
+    transfer_steps: int | None = None  # the steps those transfers are spread over, when not the report's own
+
+
+def steady_info(metadata: dict) -> dict:
+    """The warm-up judgement ``rooflens.trace.warmup.judge`` stored in the metadata ({} when none)."""
+    info = (metadata or {}).get("steady_state")
+    return info if isinstance(info, dict) else {}
+
+
+def measure_steady_state(profile: Profile, stats: OpStats) -> SteadyState:
+    """Idle units and the steady state's transfer window of one analysed profile."""
+    info = steady_info(profile.metadata)
+    begin, steps = None, None
+    if "offset_ns" in info and "steady_start_ns" in info:
+        # steps inferred from device runs: the host's own boundary, over the runs dispatched after it
+        host = "host_steady_start_ns" in info
+        begin = (info["host_steady_start_ns" if host else "steady_start_ns"] - info["offset_ns"]) * 1e-9
+        if host:
+            steps = max(info["host_steady_runs"], 1)
+    return SteadyState(tuple(idle_units(profile, stats)), bool(info), begin, steps)
+
+
+def idle_units(profile: Profile, stats: OpStats) -> list[IdleUnit]:
+    """Each device's idle time (each host's CPU as a whole for forced CPU devices: they are threads
+    time-sliced on shared cores, so one waits while another runs)."""
+    shared = profile.platform == "cpu" and max(len(stats.devices), 1) > 1
+    units = stats.hosts if shared else stats.devices
+    t = profile.table
+    if not len(t):
+        return [IdleUnit(d, d.idle_s, 0.0, None) for d in units]
+    excluded = _left_out_ns(profile)
+    # a trace not judged for warm-up (nsys-jax, a trace of one's own) still shows its host compiling
+    compiling = {h: host_compile_intervals_ns(evs) for h, evs in (profile.host_events_of or {}).items()}
+    runs = execution_index(t)
+    t0 = float(t.start_ns.min())
+    out = []
+    for d in units:
+        host = t.hosts.index(d.host) if d.host in t.hosts else -1
+        sel = np.flatnonzero(t.host == host if d.device < 0 else (t.host == host) & (t.device == d.device))
+        if not len(sel):
+            out.append(IdleUnit(d, d.idle_s, 0.0, None))
+            continue
+        s0, e0 = _executions(t, runs, sel)
+        own = compiling.get(d.host)
+        left_out = merge_intervals(np.concatenate([excluded, own]) if own is not None else excluded)
+        out.append(_judge_unit(d, s0, e0, left_out, t0))
+    return out
+
+
+def _left_out_ns(profile: Profile) -> np.ndarray:
+    """Warm-up intervals, and with steps the set-up before the first and the teardown after the last."""
+    t = profile.table
+    excluded = np.asarray(steady_info(profile.metadata).get("intervals_ns") or [], dtype=float).reshape(-1, 2)
+    if profile.steps:
+        first, last = min(s for _, s, _ in profile.steps), max(e for _, _, e in profile.steps)
+        t0, t1 = float(t.start_ns.min()), float(t.end_ns.max())
+        excluded = np.concatenate([excluded, [[min(t0, first), first], [last, max(t1, last)]]])
+    return excluded
+
+
+def _executions(t, runs: np.ndarray, sel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end (ns) of every program execution among the events ``sel``."""
+    key = ((t.device[sel].astype(np.int64) + 1) << 42) + (t.program[sel].astype(np.int64) << 21) + runs[sel]
+    _, inv = np.unique(key, return_inverse=True)
+    s0 = np.full(inv.max() + 1, np.inf)
+    e0 = np.full(inv.max() + 1, -np.inf)
+    np.minimum.at(s0, inv, t.start_ns[sel])
+    np.maximum.at(e0, inv, t.end_ns[sel])
+    return s0, e0
+
+
+def _judge_unit(d: DeviceTime, s0: np.ndarray, e0: np.ndarray, left_out: np.ndarray, t0: float) -> IdleUnit:
+    idle, inside, gaps = idle_outside(s0, e0, left_out)
+    # the window judged: from the first execution to the last, less what is left out (warm-up, set-up)
+    w0, w1 = float(s0.min()), float(e0.max())
+    cut = (float((np.minimum(left_out[:, 1], w1) - np.maximum(left_out[:, 0], w0)).clip(min=0).sum())
+           if len(left_out) else 0.0)
+    window_ns = max(w1 - w0 - cut, 0.0)
+    unit = dataclasses.replace(d, window_s=window_ns * 1e-9) if window_ns > 0 else d
+    rest = tuple(IdleGap(float((g0 - t0) * 1e-9), float((g1 - g0) * 1e-9)) for g0, g1 in gaps)
+    return IdleUnit(unit, idle * 1e-9, inside * 1e-9, rest)

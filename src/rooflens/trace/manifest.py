@@ -1,0 +1,207 @@
+"""The run manifest: ``rooflens.json``, what a capture records beside its trace.
+
+Written by the trace window (``rl.capture``, ``Session``: versions, devices, the in-window
+records, the steps and function) and by ``rooflens run``'s launcher (the script, its exit, the
+trace's wall-clock span, every compilation with its span and memory, cache misses, transfers);
+read by ``rooflens.trace.load`` into ``Profile.manifest``. ``Profile.metadata`` (and the report
+JSON's ``metadata``) is ``manifest.to_dict()``: the same document, keys in the order they were read.
+
+Reading is tolerant: a key this module does not know is kept in ``extra``; a known key whose value
+has the wrong type is kept there too (so the document is unchanged) while its field stays at its
+default, and ``problems`` says so in one sentence. Standard library only: the launcher runs in the
+script's interpreter before JAX and loads this file by path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar
+
+_META = ("extra", "order", "problems")
+
+
+def _fits(value: Any, kind: type) -> bool:
+    if kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, kind)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, _Record):
+        return value.to_dict()
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+class _Record:
+    """Known keys as typed fields (None: absent), the rest in ``extra``, the order read in ``order``."""
+
+    KINDS: ClassVar[dict[str, type]] = {}  # field → the JSON type it holds
+    RECORDS: ClassVar[dict[str, type]] = {}  # field → the record type it holds (or a list of)
+
+    @classmethod
+    def of(cls, **values: Any):
+        """A record written by a capture: known keys as fields, any other key kept in ``extra``."""
+        known = {f.name for f in fields(cls)} - set(_META)
+        return cls(**{k: v for k, v in values.items() if k in known},
+                   extra={k: v for k, v in values.items() if k not in known})
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str = "rooflens.json"):
+        if not isinstance(d, dict):
+            return cls(problems=[f"{where} is not an object ({type(d).__name__}); ignored"])
+        known = {f.name for f in fields(cls)} - set(_META)
+        values: dict[str, Any] = {}
+        extra: dict[str, Any] = {}
+        problems: list[str] = []
+        for key, value in d.items():
+            if key not in known:
+                extra[key] = value
+            elif value is None:
+                values[key] = None
+            elif key in cls.RECORDS:
+                values[key] = cls._record(key, value, f"{where}: {key}", problems, extra)
+            elif _fits(value, cls.KINDS[key]):
+                values[key] = value
+            else:
+                extra[key] = value
+                problems.append(f"{where}: {key} is {type(value).__name__}, not {cls.KINDS[key].__name__}; "
+                                "ignored")
+        values = {k: v for k, v in values.items() if k not in extra}
+        return cls(**values, extra=extra, order=tuple(d), problems=problems)
+
+    @classmethod
+    def _record(cls, key: str, value: Any, where: str, problems: list[str], extra: dict) -> Any:
+        kind = cls.RECORDS[key]
+        if cls.KINDS.get(key) is list:
+            if not isinstance(value, list):
+                extra[key] = value
+                problems.append(f"{where} is {type(value).__name__}, not a list; ignored")
+                return None
+            out = [kind.from_dict(v, f"{where}[{i}]") for i, v in enumerate(value)]
+        elif not isinstance(value, dict):
+            extra[key] = value
+            problems.append(f"{where} is {type(value).__name__}, not an object; ignored")
+            return None
+        else:
+            out = kind.from_dict(value, where)
+        for r in out if isinstance(out, list) else [out]:
+            problems.extend(r.problems)
+        return out
+
+    def to_dict(self) -> dict:
+        """The document: the keys read, in their order, then any field set since and the extra keys."""
+        names = [f.name for f in fields(self) if f.name not in _META]
+        keys = list(self.order) + [k for k in names + list(self.extra) if k not in self.order]
+        out = {}
+        for k in keys:
+            if k in self.extra:
+                out[k] = self.extra[k]
+            elif k in names and (getattr(self, k) is not None or k in self.order):
+                out[k] = _plain(getattr(self, k))
+        return out
+
+
+@dataclass
+class Compilation(_Record):
+    """One XLA compilation a capture saw: the recorder's (duration, the user's line) or the launcher's
+    (also its module, wall-clock span and compiled memory; for a recompilation, JAX's cache-miss
+    explanation and the reason drawn from it)."""
+
+    duration_s: float | None = None
+    where: str | None = None  # the user's frame that triggered it
+    module: str | None = None
+    start_unix_s: float | None = None
+    end_unix_s: float | None = None
+    memory: dict | None = None  # the executable's compiled memory stats (…_in_bytes)
+    explanation: str | None = None  # JAX's cache-miss text
+    reason: str | None = None  # why it is a recompilation
+    extra: dict = field(default_factory=dict)
+    order: tuple[str, ...] = ()
+    problems: list[str] = field(default_factory=list)
+
+    KINDS: ClassVar[dict[str, type]] = {"duration_s": float, "where": str, "module": str, "start_unix_s": float,
+                                        "end_unix_s": float, "memory": dict, "explanation": str, "reason": str}
+
+
+@dataclass
+class InWindowRecord(_Record):
+    """What the capture recorded inside the window besides the trace."""
+
+    compilations: list[Compilation] | None = None  # rooflens run: recompilations only
+    first_compilations: list[Compilation] | None = None  # rooflens run: each function's first compilation
+    cache_misses: list[str] | None = None
+    all_cache_misses: list[dict] | None = None  # rooflens run: every miss with its time
+    transfers: list[str] | None = None
+    transfer_times_unix_s: list[float] | None = None
+    compile_spans: list[dict] | None = None  # rooflens run: tracing/lowering/compile spans (wall clock)
+    transfer_guard: str | None = None
+    extra: dict = field(default_factory=dict)
+    order: tuple[str, ...] = ()
+    problems: list[str] = field(default_factory=list)
+
+    KINDS: ClassVar[dict[str, type]] = {
+        "compilations": list, "first_compilations": list, "cache_misses": list, "all_cache_misses": list,
+        "transfers": list, "transfer_times_unix_s": list, "compile_spans": list, "transfer_guard": str}
+    RECORDS: ClassVar[dict[str, type]] = {"compilations": Compilation, "first_compilations": Compilation}
+
+    @property
+    def every_compilation(self) -> list[Compilation]:
+        return list(self.first_compilations or []) + list(self.compilations or [])
+
+
+@dataclass
+class RunManifest(_Record):
+    """``rooflens.json``."""
+
+    captured_by: str | None = None  # "rooflens.capture", "rooflens.Session", "rooflens run"
+    warmup_in_window: bool | None = None  # traced from its start (rooflens run): warm-up is in the trace
+    script: str | None = None
+    module: str | None = None
+    argv: list | None = None
+    cwd: str | None = None
+    exit: dict | None = None
+    when_unix_s: float | None = None
+    wall_s: float | None = None
+    trace_start_unix_ns: int | None = None
+    trace_stop_unix_ns: int | None = None
+    process_index: int | None = None
+    process_count: int | None = None
+    host_label: str | None = None
+    python: str | None = None
+    notes: list | None = None  # what the launcher noticed (the script started its own trace, …)
+    jax_version: str | None = None
+    jaxlib_version: str | None = None
+    backend: str | None = None
+    device_kind: str | None = None
+    num_devices: int | None = None
+    num_local_devices: int | None = None
+    devices: list | None = None
+    devices_error: str | None = None
+    in_window: InWindowRecord | None = None
+    steps: int | None = None  # rl.capture / Session: steps traced
+    warmup: int | None = None
+    programs: list | None = None
+    args: list | None = None
+    function: str | None = None
+    memory: dict | None = None  # program → compiled memory stats
+    extra: dict = field(default_factory=dict)
+    order: tuple[str, ...] = ()
+    problems: list[str] = field(default_factory=list)  # what could not be read (not written back)
+
+    KINDS: ClassVar[dict[str, type]] = {
+        "captured_by": str, "warmup_in_window": bool, "script": str, "module": str, "argv": list, "cwd": str,
+        "exit": dict, "when_unix_s": float, "wall_s": float, "trace_start_unix_ns": int, "trace_stop_unix_ns": int,
+        "process_index": int, "process_count": int, "host_label": str, "python": str, "notes": list,
+        "jax_version": str, "jaxlib_version": str, "backend": str, "device_kind": str, "num_devices": int,
+        "num_local_devices": int, "devices": list, "devices_error": str, "in_window": dict, "steps": int,
+        "warmup": int, "programs": list, "args": list, "function": str, "memory": dict}
+    RECORDS: ClassVar[dict[str, type]] = {"in_window": InWindowRecord}
+
+    @property
+    def window(self) -> InWindowRecord:
+        """The in-window records (empty when the capture wrote none)."""
+        return self.in_window if self.in_window is not None else InWindowRecord()
