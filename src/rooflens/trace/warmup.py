@@ -328,7 +328,7 @@ def judge_window(profile):
 
     A window of steps holds exactly those executions (numbered from the window's first step); a
     window of time cuts the executions at its two edges, so the first and the last are left out."""
-    from rooflens.trace.readers import assign_steps
+    from rooflens.trace.formats.raw import assign_steps
 
     window = profile.metadata["window"]
     main, steps = _infer_steps(profile.table, execution_index(profile.table))
