@@ -225,48 +225,6 @@ def _plane_stats(sm_ids, sm_col, sm_name, lo: int, hi: int) -> tuple[dict, dict]
     return cols, names
 
 
-def _stat(w: _Wire, pos: int, st_end: int, cols: dict) -> tuple[int, int, int, int, int, int]:
-    """One XStat → (error code, offset, metadata id, value field, value or start, end); a stat whose
-    metadata id comes first and names no kept column is skipped unread (metadata id -1)."""
-    val, aft = w.value, w.after
-    if pos < st_end and w.b[pos] == 8 and aft[pos + 1] <= st_end and val[pos + 1] not in cols:
-        return 0, 0, -1, 0, 0, 0
-    sid, vt, vs, ve = -1, 0, 0, 0
-    while pos < st_end:
-        a2 = pos
-        p2 = aft[pos]
-        if p2 > st_end:
-            return W.TRUNCATED, a2, 0, 0, 0, 0
-        t2, pos = val[pos], p2
-        f2, w2 = t2 >> 3, t2 & 7
-        if w2 == 0:
-            p2 = aft[pos]
-            if p2 > st_end:
-                return W.TRUNCATED, a2, 0, 0, 0, 0
-            if f2 == 1:
-                sid = val[pos]
-            else:
-                vs, vt = val[pos], f2
-            pos = p2
-        elif w2 == 1:
-            if pos + 8 > st_end:
-                return W.TRUNCATED, a2, 0, 0, 0, 0
-            vs = int.from_bytes(w.b[pos:pos + 8], "little", signed=True)
-            vt = f2
-            pos += 8
-        elif w2 == 2:
-            l2, pos = _varint(w, pos, st_end)
-            if pos < 0 or l2 < 0 or l2 > st_end - pos:
-                return W.BAD_LENGTH, a2, 0, 0, 0, 0
-            vs, ve, vt = pos, pos + l2, f2
-            pos += l2
-        else:
-            pos = _skip(w, pos, st_end, w2)
-            if pos < 0:
-                return (W.TRUNCATED if pos == -1 else W.BAD_WIRE_TYPE), a2, 0, 0, 0, 0
-    return 0, 0, sid, vt, vs, ve
-
-
 def _double_as_int(bits: int) -> int:
     """``np.int64(x)`` of the double whose bits are ``bits``, as numba's conversion gives it."""
     x = struct.unpack("<d", struct.pack("<q", bits))[0]
@@ -275,23 +233,29 @@ def _double_as_int(bits: int) -> int:
     return int(x)
 
 
+_TRUNCATED, _BAD_LENGTH, _BAD_WIRE_TYPE = W.TRUNCATED, W.BAD_LENGTH, W.BAD_WIRE_TYPE
+_STRING_COLS = frozenset((W.S_HLO_OP, W.S_HLO_MODULE))
+_N_STATS = len(W.STAT_NAMES)
+
+
 def _event(w: _Wire, pos: int, ev_end: int, cols: dict, names: dict, interner) -> tuple:
     """One XEvent → (error code, offset, metadata id, offset_ps, duration_ps, stat values or None when
-    the interning table is full)."""
-    val, aft = w.value, w.after
+    the interning table is full). A stat whose metadata id comes first and names no kept column is
+    skipped unread, as the compiled walk does."""
+    val, aft, b = w.value, w.after, w.b
     meta = off = dur = 0
-    vals = [_NONE] * len(W.STAT_NAMES)
+    vals = [_NONE] * _N_STATS
     full = False
     while pos < ev_end:
         at = pos
         p2 = aft[pos]
         if p2 > ev_end:
-            return W.TRUNCATED, at, 0, 0, 0, None
+            return _TRUNCATED, at, 0, 0, 0, None
         t, pos = val[pos], p2
         if t == 8 or t == 16 or t == 24:
             p2 = aft[pos]
             if p2 > ev_end:
-                return W.TRUNCATED, at, 0, 0, 0, None
+                return _TRUNCATED, at, 0, 0, 0, None
             if t == 8:
                 meta = val[pos]
             elif t == 16:
@@ -299,36 +263,68 @@ def _event(w: _Wire, pos: int, ev_end: int, cols: dict, names: dict, interner) -
             else:
                 dur = val[pos]
             pos = p2
-        elif t == 34:
-            p2 = aft[pos]
-            sl = val[pos]
-            if p2 > ev_end or sl < 0 or sl > ev_end - p2:
-                return W.BAD_LENGTH, at, 0, 0, 0, None
-            pos, st_end = p2, p2 + sl
-            code, where, sid, vt, vs, ve = _stat(w, pos, st_end, cols)
-            if code:
-                return code, where, 0, 0, 0, None
-            pos = st_end
-            col = cols.get(sid, -1)
-            if col < 0:
-                continue
-            if col == W.S_HLO_OP or col == W.S_HLO_MODULE:
-                if vt == 5:
-                    c = interner.code(vs, ve)
-                elif vt == 7 and vs in names:
-                    c = interner.code(*names[vs])
-                else:
-                    continue
-                full = full or c < 0
-                vals[col] = c
-            elif vt == 3 or vt == 4:
-                vals[col] = vs
-            elif vt == 2:
-                vals[col] = _double_as_int(vs)
-        else:
+            continue
+        if t != 34:
             pos = _skip(w, pos, ev_end, t & 7)
             if pos < 0:
-                return (W.TRUNCATED if pos == -1 else W.BAD_WIRE_TYPE), at, 0, 0, 0, None
+                return (_TRUNCATED if pos == -1 else _BAD_WIRE_TYPE), at, 0, 0, 0, None
+            continue
+        p2 = aft[pos]
+        sl = val[pos]
+        if p2 > ev_end or sl < 0 or sl > ev_end - p2:
+            return _BAD_LENGTH, at, 0, 0, 0, None
+        pos, st_end = p2, p2 + sl
+        if pos < st_end and b[pos] == 8 and aft[pos + 1] <= st_end and val[pos + 1] not in cols:
+            pos = st_end  # a stat no column wants
+            continue
+        sid, vt, vs, ve = -1, 0, 0, 0
+        while pos < st_end:
+            a2 = pos
+            p2 = aft[pos]
+            if p2 > st_end:
+                return _TRUNCATED, a2, 0, 0, 0, None
+            t2, pos = val[pos], p2
+            f2, w2 = t2 >> 3, t2 & 7
+            if w2 == 0:
+                p2 = aft[pos]
+                if p2 > st_end:
+                    return _TRUNCATED, a2, 0, 0, 0, None
+                if f2 == 1:
+                    sid = val[pos]
+                else:
+                    vs, vt = val[pos], f2
+                pos = p2
+            elif w2 == 1:
+                if pos + 8 > st_end:
+                    return _TRUNCATED, a2, 0, 0, 0, None
+                vs, vt = int.from_bytes(b[pos:pos + 8], "little", signed=True), f2
+                pos += 8
+            elif w2 == 2:
+                l2, pos = _varint(w, pos, st_end)
+                if pos < 0 or l2 < 0 or l2 > st_end - pos:
+                    return _BAD_LENGTH, a2, 0, 0, 0, None
+                vs, ve, vt = pos, pos + l2, f2
+                pos += l2
+            else:
+                pos = _skip(w, pos, st_end, w2)
+                if pos < 0:
+                    return (_TRUNCATED if pos == -1 else _BAD_WIRE_TYPE), a2, 0, 0, 0, None
+        col = cols.get(sid, -1)
+        if col < 0:
+            continue
+        if col in _STRING_COLS:
+            if vt == 5:
+                c = interner.code(vs, ve)
+            elif vt == 7 and vs in names:
+                c = interner.code(*names[vs])
+            else:
+                continue
+            full = full or c < 0
+            vals[col] = c
+        elif vt == 3 or vt == 4:
+            vals[col] = vs
+        elif vt == 2:
+            vals[col] = _double_as_int(vs)
     return 0, 0, meta, off, dur, (None if full else vals)
 
 
@@ -344,7 +340,6 @@ def decode_events(buf, lines, state, budget_bytes, long_ps, sm_ids, sm_col, sm_n
     spent = 0
     planes: dict[int, tuple[dict, dict]] = {}
     line_rows = lines.tolist()
-    no_step, no_dev = W.S_STEP_NUM, W.S_GLOBAL_DEVICE_ID
     status = W.DONE
 
     def stop(code: int, pos: int) -> int:
@@ -355,48 +350,49 @@ def decode_events(buf, lines, state, budget_bytes, long_ps, sm_ids, sm_col, sm_n
         state[0], state[1], state[2], state[3] = li, pos, first + len(kept), seen
         return code
 
+    val, aft = w.value, w.after
+    keyed = (W.S_HLO_OP, W.S_STEP_NUM, W.S_STEP_ID, W.S_GLOBAL_DEVICE_ID)
     while li < len(line_rows):
         start, end, plane, flags, base_ps = line_rows[li]
         if plane not in planes:
             planes[plane] = _plane_stats(sm_ids, sm_col, sm_name, *plane_sm[plane].tolist())
         cols, names = planes[plane]
+        keep_all, keep_keyed, keep_long = flags & W.KEEP_ALL, flags & W.KEEP_KEYED, flags & W.KEEP_LONG
         pos = int(state[1]) if state[1] > 0 and li == int(state[0]) else start
         seg = pos
+        budget_at = seg + budget_bytes - spent  # the position where this call's byte budget runs out
         while pos < end:
-            if spent + (pos - seg) >= budget_bytes:
+            if pos >= budget_at:
                 return stop(W.BUDGET, pos)
             if first + len(kept) >= cap:
                 return stop(W.OUT_FULL, pos)
             resume = pos
-            tag, pos = _varint(w, pos, end)
-            if pos < 0:
-                err[0], err[1] = W.TRUNCATED, resume
+            p2 = aft[pos]
+            if p2 > end:
+                err[0], err[1] = _TRUNCATED, resume
                 return stop(W.FAILED, resume)
+            tag, pos = val[pos], p2
             if tag != 34:
                 pos = _skip(w, pos, end, tag & 7)
                 if pos < 0:
-                    err[0], err[1] = (W.TRUNCATED if pos == -1 else W.BAD_WIRE_TYPE), resume
+                    err[0], err[1] = (_TRUNCATED if pos == -1 else _BAD_WIRE_TYPE), resume
                     return stop(W.FAILED, resume)
                 continue
-            ln, pos = _varint(w, pos, end)
-            if pos < 0 or ln < 0 or ln > end - pos:
-                err[0], err[1] = W.BAD_LENGTH, resume
+            p2 = aft[pos]
+            ln = val[pos]
+            if p2 > end or ln < 0 or ln > end - p2:
+                err[0], err[1] = _BAD_LENGTH, resume
                 return stop(W.FAILED, resume)
-            code, at, meta, off, dur, vals = _event(w, pos, pos + ln, cols, names, interner)
-            pos += ln
+            code, at, meta, off, dur, vals = _event(w, p2, p2 + ln, cols, names, interner)
+            pos = p2 + ln
             if code:
                 err[0], err[1] = code, at
                 return stop(W.FAILED, resume)
             if vals is None:
                 return stop(W.TABLE_FULL, resume)
             seen += 1
-            keep = (flags & W.KEEP_ALL) != 0
-            if not keep and flags & W.KEEP_KEYED:
-                keep = (vals[W.S_HLO_OP] != _NONE or vals[no_step] != _NONE or vals[W.S_STEP_ID] != _NONE
-                        or vals[no_dev] != _NONE)
-            if not keep and flags & W.KEEP_LONG:
-                keep = dur >= long_ps
-            if keep:
+            if (keep_all or (keep_keyed and any(vals[k] != _NONE for k in keyed))
+                    or (keep_long and dur >= long_ps)):
                 kept.append([li, meta, base_ps + off, dur, *vals])
         spent += end - seg
         state[1] = 0
