@@ -33,11 +33,17 @@ class _Wire:
     def __init__(self, buf):
         self.b = buf.tobytes()
         n = len(buf)
-        cont = np.asarray(buf) >= 128
-        nxt = np.where(cont, n, np.arange(n, dtype=np.int64))
-        after = np.minimum.accumulate(nxt[::-1])[::-1] + 1
-        low = (np.asarray(buf) & 0x7F).astype(np.int64)
-        value = low.copy()
+        data = np.frombuffer(self.b, np.uint8)
+        cont = data >= 128
+        index = np.int32 if n < (1 << 31) - 2 else np.int64
+        # after[i]: one past the first byte at or after i that ends a varint; one more slot, past the end
+        after = np.full(n + 1, n + 2, index)
+        after[:n] = np.where(cont, n + 1, np.arange(1, n + 1, dtype=index))
+        after[:n] = np.minimum.accumulate(after[n - 1::-1])[::-1] if n else after[:n]
+        value = np.zeros(n + 1, np.int64)
+        low = value[:n]
+        np.bitwise_and(data, 0x7F, out=low, casting="unsafe")
+        low = low.copy()
         idx = np.flatnonzero(cont)
         for k in range(1, 10):  # bits of the k-th byte (shifts of 64 and more are dropped, as there)
             idx = idx[idx + k < n]
@@ -45,9 +51,7 @@ class _Wire:
                 break
             value[idx] |= low[idx + k] << (7 * k)
             idx = idx[cont[idx + k]]
-        # one more position, past the end: a varint read there always runs past its message
-        self.value = memoryview(np.append(value, 0))
-        self.after = memoryview(np.append(after, n + 2))
+        self.value, self.after = memoryview(value), memoryview(after)
 
 
 def _wire(buf) -> _Wire:
