@@ -172,14 +172,15 @@ def test_plain_interning_fills_the_compiled_table():
     assert a[0] == b[0] and len(set(a[0])) == len({bytes(w) for w in words})
     for x, y in zip(a[1], b[1]):  # tkeys, tcodes, the strings' positions, their count
         np.testing.assert_array_equal(x, y)
-    assert compiled.plain_hash(b"fusion.7") == compiled.hash_bytes(buf, *spans[7])
+    for k in (7, 1000, 1001, 1002):  # 16 bytes; empty; exactly one word; one word and a byte
+        assert compiled.plain_hash(words[k]) == compiled.hash_bytes(buf, *spans[k])
 
 
 def test_self_times_twin_matches_the_compiled_walk():
     from rooflens.trace import load
     from rooflens.trace.stats import _self_times_plain, _self_times_sorted, line_groups
 
-    t = load(fixture_path(*V6E)).table
+    t = load(fixture_path("tpu", "vllm_tpu_qwen3_2026_01_11_21_26_41.trace.json.gz")).table  # ops nest there
     group = line_groups(t)
     start, end = t.start_ps, t.start_ps + t.dur_ps
     order = np.lexsort((-(end - start), start, group))
