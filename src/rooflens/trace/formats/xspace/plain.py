@@ -1,7 +1,7 @@
 """The walks of :mod:`rooflens.trace.formats.xspace.wire` written for CPython, for small files.
 
 numba costs about a second to import and load before its first compiled call; a trace of a few
-megabytes is walked here in less (see ``bench/fixed_cost.py``). Each function takes the arguments of
+megabytes is walked here in less (see PLAIN_MAX_BYTES and ``bench/fixed_cost.py``). Each function takes the arguments of
 its compiled twin and gives the same results, row for row and code for code (the interning table is
 filled as :func:`rooflens.trace.formats.compiled.intern` fills it), so the decoder may switch between
 the two at any call. ``tests/test_fixed_cost.py`` compares both on every fixture.
@@ -17,9 +17,11 @@ import numpy as np
 from rooflens.trace.formats import compiled
 from rooflens.trace.formats.xspace import wire as W
 
-#: files up to this size are walked here while numba is not loaded (measured on a 2-core machine: the
-#: plain walk decodes ~0.1 M events/s, so 16 MB is about as long as numba's start; bench/fixed_cost.py)
-PLAIN_MAX_BYTES = 16 << 20
+#: files up to this size are walked here while numba is not loaded. Measured on a 2-core machine (CPU
+#: seconds of a fresh process, decode alone, numba's cache warm): copies of the 0.86 MB TPU fixture
+#: took 0.60-0.66 plain vs 0.67-0.85 compiled at 1.7 MB, 0.93 vs 0.84 at 2.6 MB, 1.39 vs 1.03 at 3.4 MB:
+#: the plain walk (~0.1 M events/s) pays off below ~2 MB. With numba's cache cold, compiling costs ~40 s.
+PLAIN_MAX_BYTES = 2 << 20
 
 _NONE = int(W.NONE)
 _last: list = [None, None]  # (weak reference to the last buffer, its tables): made once per file, not per call
