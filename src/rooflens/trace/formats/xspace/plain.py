@@ -1,7 +1,7 @@
 """The walks of :mod:`rooflens.trace.formats.xspace.wire` written for CPython, for small files.
 
-numba costs about a second to import and load before its first compiled call; a trace of a few
-megabytes is walked here in less (see PLAIN_MAX_BYTES and ``bench/fixed_cost.py``). Each function takes the arguments of
+numba costs most of a second to import and load before its first compiled call; a trace of up to a
+couple of megabytes is walked here in less (see PLAIN_MAX_BYTES). Each function takes the arguments of
 its compiled twin and gives the same results, row for row and code for code (the interning table is
 filled as :func:`rooflens.trace.formats.compiled.intern` fills it), so the decoder may switch between
 the two at any call. ``tests/test_fixed_cost.py`` compares both on every fixture.
