@@ -8,6 +8,7 @@ byte-for-byte check on every hit, so two strings never share a code.
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Callable
 
 import numpy as np
@@ -15,6 +16,7 @@ import numpy as np
 #: kernels declared so far (compiled all together, on the first call that needs numba)
 _KERNELS: list[Kernel] = []
 _compiled = False
+_compiling = threading.Lock()  # threads of one process (the TensorBoard plugin's) may all ask at once
 
 
 class Kernel:
@@ -79,17 +81,18 @@ def compile_kernels() -> None:
     global _compiled
     import numba
 
-    if not _compiled:
-        numba_ready()
-    for k in _KERNELS:
-        if k.dispatcher is None:
-            k.dispatcher = numba.njit(**k.options)(k.py_func)
-    for k in _KERNELS:
-        names = k.py_func.__globals__
-        for name, v in list(names.items()):
-            if isinstance(v, Kernel) and v.dispatcher is not None:
-                names[name] = v.dispatcher
-    _compiled = True
+    with _compiling:
+        if not _compiled:
+            numba_ready()
+        for k in _KERNELS:
+            if k.dispatcher is None:
+                k.dispatcher = numba.njit(**k.options)(k.py_func)
+        for k in _KERNELS:
+            names = k.py_func.__globals__
+            for name, v in list(names.items()):
+                if isinstance(v, Kernel) and v.dispatcher is not None:
+                    names[name] = v.dispatcher
+        _compiled = True
 
 
 def numba_ready() -> None:

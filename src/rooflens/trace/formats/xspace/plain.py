@@ -24,8 +24,7 @@ from rooflens.trace.formats.xspace import wire as W
 PLAIN_MAX_BYTES = 2 << 20
 
 _NONE = int(W.NONE)
-_last: list = [None, None]  # (weak reference to the last buffer, its tables): made once per file, not per call
-
+_last: tuple = (None, None)  # (weak reference to the last buffer, its tables): made once per file, not per call
 
 class _Wire:
     """A buffer's bytes, and the varint starting at each position, precomputed with numpy: ``value[i]``
@@ -57,10 +56,12 @@ class _Wire:
 
 
 def _wire(buf) -> _Wire:
-    ref = _last[0]
+    global _last
+    ref, w = _last  # one read: another thread may replace it meanwhile, with another file's tables
     if ref is None or ref() is not buf:
-        _last[0], _last[1] = weakref.ref(buf), _Wire(buf)
-    return _last[1]
+        w = _Wire(buf)
+        _last = (weakref.ref(buf), w)
+    return w
 
 
 def _varint(w: _Wire, pos: int, end: int) -> tuple[int, int]:
