@@ -24,6 +24,7 @@ from rooflens.trace.formats.xspace import wire as W
 PLAIN_MAX_BYTES = 2 << 20
 
 _NONE = int(W.NONE)
+_TRUNCATED, _BAD_LENGTH, _BAD_WIRE_TYPE = W.TRUNCATED, W.BAD_LENGTH, W.BAD_WIRE_TYPE
 _last: tuple = (None, None)  # (weak reference to the last buffer, its tables): made once per file, not per call
 
 class _Wire:
@@ -127,43 +128,33 @@ def fields(buf, start, end, out, err):
     return n
 
 
-def _message(w: _Wire, pos: int, end: int, out_row: list, on_varint: dict, on_bytes: dict, count: dict | None
-             ) -> tuple[int, int]:
+def _message(w: _Wire, pos: int, end: int, out_row: list, on_varint: dict, on_bytes: dict) -> tuple[int, int]:
     """Walk one message: varint fields in ``on_varint`` (number → column) and length-delimited ones in
-    ``on_bytes`` (number → first of two columns) go to ``out_row``; ``count`` (number → 0) counts
-    others. A bad length is BAD_LENGTH for the fields read, TRUNCATED for those skipped (as the compiled
-    walks say it: where ``count`` is given, every length-delimited field is read). Returns (0, 0), or
-    (error code, offset)."""
+    ``on_bytes`` (number → first of two columns) go to ``out_row``, the rest are skipped. A bad length
+    is BAD_LENGTH for the fields read, TRUNCATED for those skipped, as the compiled walks say it.
+    Returns (0, 0), or (error code, offset)."""
     while pos < end:
         at = pos
         tag, pos = _varint(w, pos, end)
         if pos < 0:
-            return W.TRUNCATED, at
+            return _TRUNCATED, at
         wt, num = tag & 7, tag >> 3
         if wt == 0:
             v, pos = _varint(w, pos, end)
             col = on_varint.get(num)
             if col is not None and pos >= 0:
                 out_row[col] = v
-        elif wt == 2:
-            col = on_bytes.get(num)
-            if col is None and count is None:
-                pos = _skip(w, pos, end, 2)
-                if pos < 0:
-                    return W.TRUNCATED, at
-                continue
+        elif wt == 2 and num in on_bytes:
             ln, pos = _varint(w, pos, end)
             if pos < 0 or ln < 0 or ln > end - pos:
-                return W.BAD_LENGTH, at
-            if col is not None:
-                out_row[col], out_row[col + 1] = pos, pos + ln
-            elif count is not None and num in count:
-                count[num] += 1
+                return _BAD_LENGTH, at
+            col = on_bytes[num]
+            out_row[col], out_row[col + 1] = pos, pos + ln
             pos += ln
         else:
             pos = _skip(w, pos, end, wt)
         if pos < 0:
-            return (W.TRUNCATED if pos == -1 else W.BAD_WIRE_TYPE), at
+            return (_TRUNCATED if pos == -1 else _BAD_WIRE_TYPE), at
     return 0, 0
 
 
@@ -179,7 +170,7 @@ def metadata_entries(buf, spans, out, err):
         key, vs, ve = entry
         row = [key, key, -1, -1, -1, -1, vs, ve]
         if vs >= 0:
-            code, at = _message(w, vs, ve, row, {1: 1}, {2: 2, 4: 4}, None)
+            code, at = _message(w, vs, ve, row, {1: 1}, {2: 2, 4: 4})
             if code:
                 err[0], err[1] = code, at
                 return -1
@@ -212,14 +203,42 @@ def _entry(w: _Wire, pos: int, end: int, entry: list) -> tuple[int, int]:
 @compiled.plain_twin(W.line_headers, PLAIN_MAX_BYTES)
 def line_headers(buf, spans, out, err):
     w = _wire(buf)
+    val, aft = w.value, w.after
     for k, (start, end) in enumerate(spans.tolist()):
         row = [0, -1, -1, -1, -1, 0, 0, 0]
-        count = {4: 0}
-        code, at = _message(w, start, end, row, {1: 0, 3: 5, 9: 6}, {2: 1, 11: 3}, count)
-        if code:
-            err[0], err[1] = code, at
-            return -1
-        row[7] = count[4]
+        pos = start
+        while pos < end:
+            at = pos
+            p2 = aft[pos]
+            if p2 > end:
+                err[0], err[1] = _TRUNCATED, at
+                return -1
+            tag, pos = val[pos], p2
+            wt, num = tag & 7, tag >> 3
+            if wt == 2:
+                p2, ln = aft[pos], val[pos]
+                if p2 > end or ln < 0 or ln > end - p2:
+                    err[0], err[1] = _BAD_LENGTH, at
+                    return -1
+                if num == 4:  # an event: counted, skipped by its length
+                    row[7] += 1
+                elif num == 2 or num == 11:
+                    c = 1 if num == 2 else 3
+                    row[c], row[c + 1] = p2, p2 + ln
+                pos = p2 + ln
+            elif wt == 0:
+                p2 = aft[pos]
+                if p2 > end:
+                    err[0], err[1] = _TRUNCATED, at
+                    return -1
+                if num == 1 or num == 3 or num == 9:
+                    row[0 if num == 1 else 5 if num == 3 else 6] = val[pos]
+                pos = p2
+            else:
+                pos = _skip(w, pos, end, wt)
+                if pos < 0:
+                    err[0], err[1] = (_TRUNCATED if pos == -1 else _BAD_WIRE_TYPE), at
+                    return -1
         out[k] = row
     return len(spans)
 
@@ -240,7 +259,6 @@ def _double_as_int(bits: int) -> int:
     return int(x)
 
 
-_TRUNCATED, _BAD_LENGTH, _BAD_WIRE_TYPE = W.TRUNCATED, W.BAD_LENGTH, W.BAD_WIRE_TYPE
 _STRING_COLS = frozenset((W.S_HLO_OP, W.S_HLO_MODULE))
 _N_STATS = len(W.STAT_NAMES)
 
