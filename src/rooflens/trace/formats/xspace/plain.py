@@ -376,7 +376,7 @@ def decode_events(buf, lines, state, budget_bytes, long_ps, sm_ids, sm_col, sm_n
         return code
 
     val, aft = w.value, w.after
-    keyed = (W.S_HLO_OP, W.S_STEP_NUM, W.S_STEP_ID, W.S_GLOBAL_DEVICE_ID)
+    k_op, k_step, k_step_id, k_dev = W.S_HLO_OP, W.S_STEP_NUM, W.S_STEP_ID, W.S_GLOBAL_DEVICE_ID
     while li < len(line_rows):
         start, end, plane, flags, base_ps = line_rows[li]
         if plane not in planes:
@@ -416,7 +416,8 @@ def decode_events(buf, lines, state, budget_bytes, long_ps, sm_ids, sm_col, sm_n
             if vals is None:
                 return stop(W.TABLE_FULL, resume)
             seen += 1
-            if (keep_all or (keep_keyed and any(vals[k] != _NONE for k in keyed))
+            if (keep_all or (keep_keyed and (vals[k_op] != _NONE or vals[k_step] != _NONE
+                                             or vals[k_step_id] != _NONE or vals[k_dev] != _NONE))
                     or (keep_long and dur >= long_ps)):
                 kept.append([li, meta, base_ps + off, dur, *vals])
         spent += end - seg
