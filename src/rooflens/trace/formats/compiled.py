@@ -36,12 +36,12 @@ class Kernel:
         self.plain_max = 0
         self.__name__, self.__doc__, self.__wrapped__ = fn.__name__, fn.__doc__, fn
 
-    def __call__(self, *args):
+    def __call__(self, *args, **kwargs):
         if self.dispatcher is None:
-            if self.plain is not None and len(args[0]) <= self.plain_max:
-                return self.plain(*args)
+            if self.plain is not None and args and len(args[0]) <= self.plain_max:
+                return self.plain(*args, **kwargs)
             compile_kernels()
-        return self.dispatcher(*args)
+        return self.dispatcher(*args, **kwargs)
 
     def __repr__(self) -> str:
         return f"<kernel {self.py_func.__module__}.{self.__name__}>"
