@@ -323,18 +323,18 @@ def representative_timeline(profile: Profile, limit: int = MAX_TIMELINE_OPS) -> 
         note = "the whole capture (no step annotations)"
     start = t.start_ns
     sel = np.flatnonzero((start >= s0) & (start <= s1))[:limit]
-    keys = sorted({(int(t.host[i]), int(t.device[i])) for i in sel})
+    hosts, devices = t.host[sel].tolist(), t.device[sel].tolist()  # Python numbers: no numpy scalar per op
+    keys = sorted(set(zip(hosts, devices)))
     lane = {k: n for n, k in enumerate(keys)}
     info = profile.op_info
     ops, cats = [], set()
-    dur = t.dur_ns
-    for i in sel:
-        program, name = t.programs[t.program[i]], t.names[t.name[i]]
+    for h, d, p, n, s, du in zip(hosts, devices, t.program[sel].tolist(), t.name[sel].tolist(),
+                                 start[sel].tolist(), t.dur_ns[sel].tolist()):
+        program, name = t.programs[p], t.names[n]
         oi = info.get((program, name))
         cat = oi.category if oi else "unknown"
         cats.add(cat)
-        ops.append(TimelineOp(lane[(int(t.host[i]), int(t.device[i]))], float(start[i] - s0) * 1e-9,
-                              float(dur[i]) * 1e-9, name, cat))
+        ops.append(TimelineOp(lane[(h, d)], float(s - s0) * 1e-9, float(du) * 1e-9, name, cat))
     if len(sel) == limit:
         note += f"; first {limit:,} events"
     one_host = len({h for h, _ in keys}) == 1

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import click
 
-from rooflens.api import saved_report
 from rooflens.cli.common import check_outputs, console, json_text, load_report
 from rooflens.cli.output import written_whole
 
@@ -30,6 +29,7 @@ def diff(a: str, b: str, chip_name: str | None, chip_b: str | None, top: int, as
     `rooflens report --out FILE.json` (those keep the chip they were priced on).
     """
     from rooflens.analysis.diff import diff as diff_reports
+    from rooflens.api import saved_report
 
     check_outputs(force, ("--html", html_path))
     ra = saved_report(a) or load_report(a, chip_name=chip_name, no_calibrate=no_calibrate)

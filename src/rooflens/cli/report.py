@@ -53,8 +53,6 @@ def report(logdirs: tuple[str, ...], hlo_dir: str | None, chip_name: str | None,
     Reads TensorBoard/XProf logdirs, run directories, or *.xplane.pb / *.trace.json.gz files, from
     CPU, GPU or TPU, local or in a bucket (gs://, s3://): every host of the run, in one report.
     """
-    from rooflens.report.trace_view import render_op_stats, render_report
-
     check_outputs(force, ("--html", html_path), ("--out", json_path), ("--perfetto", perfetto_path))
     if hlo_dir:
         need_dir(hlo_dir, "--hlo")
@@ -85,6 +83,8 @@ def report(logdirs: tuple[str, ...], hlo_dir: str | None, chip_name: str | None,
     if as_json:
         click.echo(json_text(rep.to_json()))
         return
+    from rooflens.report.trace_view import render_op_stats, render_report  # rich: for the terminal only
+
     con = console()
     source = ", ".join(rep.sources)
     render_op_stats(con, rep, source=source, top=top)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import math
 
-from rich.markup import escape
-
 from rooflens.units import fmt_bytes
 
 
@@ -56,6 +54,8 @@ def json_text(doc, indent: bool = True) -> str:
 def e(value) -> str:
     """A string from data (an op, scope, program or file name) for rich terminal output: control
     characters escaped, and rich's own markup characters escaped. Every view uses this one."""
+    from rich.markup import escape  # here: a JSON report needs none of rich
+
     return escape(escape_controls(str(value)))
 
 

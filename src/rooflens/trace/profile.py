@@ -247,9 +247,11 @@ def _has_saved_hlo(run: str) -> bool:
 
 
 def _import_hlo_printer() -> None:
-    """jaxlib's HLO printer (it imports jax, a second or so), loaded while the traces are read."""
+    """jaxlib's HLO printer (half a second or so), loaded while the traces are read."""
+    from rooflens.trace.formats.xspace.hlo_protos import hlo_printer
+
     with contextlib.suppress(Exception):  # printing will say what went wrong, on the main thread
-        import jax._src.lib  # noqa: F401
+        hlo_printer()
 
 
 def load(path: str | Path | list[str | Path], hlo_dir: str | Path | None = None, progress: bool | None = None,

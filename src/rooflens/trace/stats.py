@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
-from numba import njit
 
 from rooflens.trace.events import unique_rows
+from rooflens.trace.formats.compiled import njit, plain_twin
 from rooflens.trace.profile import Profile
 
 
@@ -182,9 +182,6 @@ def line_groups(t) -> np.ndarray:
 def self_times_ps(t, group: np.ndarray) -> np.ndarray:
     """Each event's duration minus its direct children's (XProf's self time), in ps: children are the
     events nested in it on the same timeline (``group``)."""
-    from rooflens.trace.formats.compiled import numba_ready
-
-    numba_ready()
     start, end = t.start_ps, t.start_ps + t.dur_ps
     order = np.lexsort((-(end - start), start, group))
     return _self_times_sorted(start, end, group, order)
@@ -205,6 +202,20 @@ def _self_times_sorted(start, end, group, order):
         stack[depth] = i
         depth += 1
     return np.maximum(self_t, 0)
+
+
+@plain_twin(_self_times_sorted, 200_000)  # a small trace's events: walked before numba would have started
+def _self_times_plain(start, end, group, order):
+    s, e, g = start.tolist(), end.tolist(), group.tolist()
+    self_t = [b - a for a, b in zip(s, e)]
+    stack: list[int] = []
+    for i in order.tolist():
+        while stack and (g[stack[-1]] != g[i] or e[stack[-1]] <= s[i]):
+            stack.pop()
+        if stack:
+            self_t[stack[-1]] -= e[i] - s[i]
+        stack.append(i)
+    return np.maximum(np.asarray(self_t, np.int64), 0)
 
 
 def busy_union(start: np.ndarray, end: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:

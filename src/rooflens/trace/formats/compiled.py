@@ -8,9 +8,91 @@ byte-for-byte check on every hit, so two strings never share a code.
 from __future__ import annotations
 
 import sys
+import threading
+from collections.abc import Callable
 
 import numpy as np
-from numba import njit
+
+#: kernels declared so far (compiled all together, on the first call that needs numba)
+_KERNELS: list[Kernel] = []
+_compiled = False
+_compiling = threading.Lock()  # threads of one process (the TensorBoard plugin's) may all ask at once
+
+
+class Kernel:
+    """A function numba compiles the first time a call needs it: numba (about a second to import and
+    load on a 2-core machine) is imported then, not when the module declaring the kernel is.
+
+    A kernel may have a *plain* twin, the same function written for CPython: while numba is not
+    loaded in this process, calls whose first argument holds at most ``plain_max`` items (a small
+    file's bytes, a small trace's events) run the twin, which finishes before numba would have
+    started. Once numba is loaded, every call is compiled."""
+
+    def __init__(self, fn: Callable, options: dict):
+        self.py_func = fn
+        self.options = options
+        self.dispatcher = None
+        self.plain: Callable | None = None
+        self.plain_max = 0
+        self.__name__, self.__doc__, self.__wrapped__ = fn.__name__, fn.__doc__, fn
+
+    def __call__(self, *args, **kwargs):
+        if self.dispatcher is None:
+            if self.plain is not None and args and len(args[0]) <= self.plain_max:
+                return self.plain(*args, **kwargs)
+            compile_kernels()
+        return self.dispatcher(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<kernel {self.py_func.__module__}.{self.__name__}>"
+
+
+def njit(fn: Callable | None = None, **options):
+    """``numba.njit`` declared now, compiled (or loaded from numba's cache) on first use: see :class:`Kernel`."""
+    def declare(f: Callable) -> Kernel:
+        k = Kernel(f, options)
+        _KERNELS.append(k)
+        if _compiled:
+            compile_kernels()
+        return k
+
+    return declare(fn) if fn is not None else declare
+
+
+def plain_twin(kernel: Kernel, max_items: int) -> Callable[[Callable], Callable]:
+    """Declare the decorated function the plain-Python twin of ``kernel`` (same arguments, same results),
+    run instead of it for first arguments of at most ``max_items`` items while numba is not loaded."""
+    def register(fn: Callable) -> Callable:
+        kernel.plain, kernel.plain_max = fn, max_items
+        return fn
+
+    return register
+
+
+def numba_loaded() -> bool:
+    """Whether this process has loaded the compiled kernels (every call is compiled from then on)."""
+    return _compiled
+
+
+def compile_kernels() -> None:
+    """Import numba and make every declared kernel a numba dispatcher (compiled or loaded from numba's
+    cache on its first call, as ``numba.njit`` does). A kernel calls others by their module-level names,
+    and numba resolves those when it compiles: each such name is rebound to its dispatcher. Idempotent."""
+    global _compiled
+    import numba
+
+    with _compiling:
+        if not _compiled:
+            numba_ready()
+        for k in _KERNELS:
+            if k.dispatcher is None:
+                k.dispatcher = numba.njit(**k.options)(k.py_func)
+        for k in _KERNELS:
+            names = k.py_func.__globals__
+            for name, v in list(names.items()):
+                if isinstance(v, Kernel) and v.dispatcher is not None:
+                    names[name] = v.dispatcher
+        _compiled = True
 
 
 def numba_ready() -> None:
@@ -118,4 +200,64 @@ def rehash(tkeys, tcodes, new_size):
             slot = (slot + 1) & mask
         nk[slot] = h
         nc[slot] = tcodes[i]
+    return nk, nc
+
+
+def _wrap64(x: int) -> int:
+    x &= (1 << 64) - 1
+    return x - (1 << 64) if x >> 63 else x
+
+
+def plain_hash(b: bytes) -> int:
+    """:func:`hash_bytes` of ``b``, computed by CPython (the same 64-bit value)."""
+    h = _wrap64(len(b) * -7046029254386353131)
+    for i in range(0, len(b), 8):
+        chunk = b[i:i + 8]
+        w = int.from_bytes(chunk, "little", signed=len(chunk) == 8)
+        h = _wrap64((h ^ w) * -4658895280553007687)
+        h ^= (h >> 29) & 0x7FFFFFFFF
+    return h if h != 0 else 1
+
+
+class PlainInterner:
+    """:func:`intern` for CPython: the same codes, and the same table (``tkeys``, ``tcodes``, ``strs``,
+    ``nstr``), so compiled and plain calls may take turns on one table. Known strings are found in a dict."""
+
+    def __init__(self, b: bytes, tkeys, tcodes, strs, nstr):
+        self.b, self.tkeys, self.tcodes, self.strs, self.nstr = b, tkeys, tcodes, strs, nstr
+        self.codes = {b[s:e]: c for c, (s, e) in enumerate(strs[:int(nstr[0])].tolist())}
+
+    def code(self, s: int, e: int) -> int:
+        """The dense code of ``b[s:e]``; -1 when the table is full."""
+        key = self.b[s:e]
+        c = self.codes.get(key)
+        if c is not None:
+            return c
+        h = plain_hash(key)
+        mask = len(self.tkeys) - 1
+        slot = h & mask
+        while self.tkeys[slot] != 0:
+            slot = (slot + 1) & mask
+        c = int(self.nstr[0])
+        if c >= len(self.strs) or 2 * (c + 1) > len(self.tkeys):
+            return -1
+        self.tkeys[slot], self.tcodes[slot] = h, c
+        self.strs[c, 0], self.strs[c, 1] = s, e
+        self.nstr[0] = c + 1
+        self.codes[key] = c
+        return c
+
+
+@plain_twin(rehash, 1 << 22)
+def plain_rehash(tkeys, tcodes, new_size):
+    nk = np.zeros(new_size, np.int64)
+    nc = np.zeros(new_size, np.int32)
+    mask = new_size - 1
+    for h, c in zip(tkeys.tolist(), tcodes.tolist()):
+        if h == 0:
+            continue
+        slot = h & mask
+        while nk[slot] != 0:
+            slot = (slot + 1) & mask
+        nk[slot], nc[slot] = h, c
     return nk, nc

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import numpy as np
 import orjson
-from numba import njit
 
 from rooflens.errors import RooflensError
 from rooflens.trace.formats.chrome import scan as J
+from rooflens.trace.formats.compiled import njit
 
 READ_BYTES = 1 << 20  # compressed bytes per read (~10-20 MB of text)
 
@@ -247,9 +247,9 @@ def _chunks(path: Path):
 
 def read_events(path: Path, progress=None) -> _Columns:
     """Stream the trace's events into columns. ``progress(bytes_done, bytes_total)`` (compressed)."""
-    from rooflens.trace.formats.compiled import numba_ready
+    from rooflens.trace.formats.compiled import compile_kernels
 
-    numba_ready()
+    compile_kernels()
     cols = _Columns()
     state = np.array([0, 0, 0, -1, -1], np.int64)
     out = np.empty((1 << 16, 2), np.int64)

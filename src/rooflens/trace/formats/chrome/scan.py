@@ -11,9 +11,8 @@ made per event.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
-from rooflens.trace.formats.compiled import hash_bytes
+from rooflens.trace.formats.compiled import hash_bytes, njit
 
 #: the keys read: level 1 of an event, then level 2 inside its "args"
 KEYS = ("ph", "pid", "tid", "ts", "dur", "name", "args",

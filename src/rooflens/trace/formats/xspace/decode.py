@@ -24,7 +24,7 @@ import numpy as np
 
 from rooflens.errors import RooflensError
 from rooflens.trace.formats import protowire
-from rooflens.trace.formats.compiled import numba_ready, rehash
+from rooflens.trace.formats.compiled import compile_kernels, rehash
 from rooflens.trace.formats.raw import HOST_EVENT_MIN_PS
 from rooflens.trace.formats.xspace import wire as W
 
@@ -161,7 +161,6 @@ def line_flags(plane_name: str, line_name: str) -> int:
 
 def decode(path: str | Path, progress: Callable[[int, int], None] | None = None) -> XSpaceColumns:
     """Decode an ``.xplane.pb``. ``progress(bytes_done, bytes_total)`` is called between chunks."""
-    numba_ready()
     path = Path(path)
     try:
         fh = path.open("rb")
@@ -279,7 +278,7 @@ def decode(path: str | Path, progress: Callable[[int, int], None] | None = None)
 def warm_up() -> None:
     """Load the compiled walks once in this process (a forked worker then starts with them loaded,
     instead of each paying numba's start-up)."""
-    numba_ready()
+    compile_kernels()
     err = np.zeros(2, np.int64)
     buf = np.zeros(2, np.uint8)
     W.fields(buf, 0, 0, np.empty((0, 4), np.int64), err)

@@ -73,10 +73,24 @@ def hlo_protos(xspace) -> dict[str, bytes]:
     return out
 
 
+def hlo_printer():
+    """jaxlib's HLO module bindings (``HloModule.from_serialized_hlo_module_proto``, ``to_string``).
+
+    Recent jaxlibs ship them as their own extension, ``jaxlib._hlo``: loading it alone takes about a third
+    of ``import jax`` (which imports it too, with everything else). Older ones have them only in the
+    extension behind ``jax._src.lib``."""
+    try:
+        from jaxlib import _hlo as hlo
+    except ImportError:
+        from jax._src.lib import hlo
+    return hlo
+
+
 def print_modules(protos: dict[str, bytes]) -> dict[str, str]:
     """Program name → HLO text of serialized HloModuleProtos, printed by jaxlib."""
-    from jax._src.lib import hlo
-
+    if not protos:
+        return {}
+    hlo = hlo_printer()
     out = {}
     for name, proto in protos.items():
         try:

@@ -25,9 +25,8 @@ byte offset where it broke, never an out-of-bounds read.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
-from rooflens.trace.formats.compiled import intern
+from rooflens.trace.formats.compiled import intern, njit
 
 # error codes (``err[0]``); ``err[1]`` is the byte offset where the walk broke
 OK, TRUNCATED, BAD_WIRE_TYPE, BAD_LENGTH = 0, 1, 2, 3
@@ -423,3 +422,7 @@ def decode_events(buf, lines, state, budget_bytes, long_ps, sm_ids, sm_col, sm_n
         li += 1
     state[0], state[1], state[2], state[3] = li, 0, n, seen
     return DONE
+
+
+# the plain-Python twins of these walks, for small files (registered on the kernels above)
+from rooflens.trace.formats.xspace import plain as _plain  # noqa: E402, F401

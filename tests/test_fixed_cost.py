@@ -1,0 +1,210 @@
+"""Fixed cost: what a command imports, and the plain-Python walks that spare a small trace numba.
+
+The plain walks must give what the compiled ones give, column for column and byte offset for byte
+offset, on every real XSpace fixture (and on damaged copies of one); the commands that read no trace
+must not import jax.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rooflens.errors import RooflensError
+from rooflens.trace.formats import compiled
+from rooflens.trace.formats.xspace import decode as D
+from rooflens.trace.formats.xspace import plain
+from rooflens.trace.formats.xspace import wire as W
+from tests.conftest import FIXTURES, fixture_path
+
+REPO = Path(__file__).resolve().parents[1]
+WALKS = ("fields", "metadata_entries", "line_headers", "decode_events")
+V6E = ("tpu", "xprof_tpu_inference_2.v6e-4.xplane.pb")
+
+
+def _modules_after(code: str, tmp_path: Path) -> set[str]:
+    """The top-level packages a fresh interpreter has imported after running ``code``."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)]),
+           "ROOFLENS_CACHE_DIR": str(tmp_path / "cache")}
+    probe = (f"import sys, json\n{code}\n"
+             "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})), file=sys.stderr)")
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=tmp_path,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    return set(json.loads(r.stderr.strip().splitlines()[-1]))
+
+
+def _cli(*args: str) -> str:
+    return f"from rooflens.cli import main\ntry:\n    main({list(args)!r})\nexcept SystemExit as e:\n    assert not e.code\n"
+
+
+@pytest.mark.parametrize("args", [("--help",), ("chips",), ("chips", "tpu-v5e"), ("report", "--help")])
+def test_commands_that_read_no_trace_import_no_jax(args, tmp_path):
+    mods = _modules_after(_cli(*args), tmp_path)
+    assert "rooflens" in mods and not mods & {"jax", "jaxlib", "numba", "llvmlite", "pyarrow", "numpy"}, sorted(mods)
+
+
+def test_import_rooflens_is_light_and_every_public_name_resolves(tmp_path):
+    mods = _modules_after("import rooflens as rl", tmp_path)
+    assert not mods & {"jax", "jaxlib", "numba", "numpy"}, sorted(mods)
+    import rooflens as rl
+
+    for name in rl.__all__:
+        assert getattr(rl, name) is not None, name
+    assert callable(rl.capture) and rl.capture.__module__ == "rooflens.capture.capture"
+    assert rl.chip("tpu-v5e").name == "tpu-v5e" and "tpu-v5e" in rl.chips()
+    with pytest.raises(AttributeError):
+        rl.no_such_name  # noqa: B018
+
+
+def test_a_small_trace_is_reported_without_numba_or_jax(tmp_path):
+    trace = fixture_path(*V6E)
+    mods = _modules_after(_cli("report", str(trace), "--json"), tmp_path)
+    assert not mods & {"numba", "llvmlite", "jax"}, sorted(mods)
+    assert "jaxlib" in mods  # its HLO printer, for the programs the trace carries
+
+
+def _decode(path: Path, walks: dict) -> object:
+    """``decode.decode`` with the given walks in the kernels' places."""
+    saved = {name: getattr(W, name) for name in WALKS}
+    saved_rehash = D.rehash
+    try:
+        for name in WALKS:
+            setattr(W, name, walks[name])
+        D.rehash = walks["rehash"]
+        return D.decode(path)
+    finally:
+        for name, fn in saved.items():
+            setattr(W, name, fn)
+        D.rehash = saved_rehash
+
+
+def _walks() -> tuple[dict, dict]:
+    """(the compiled walks, their plain twins)."""
+    compiled.compile_kernels()
+    fast = {name: getattr(W, name) for name in WALKS} | {"rehash": compiled.rehash}
+    slow = {name: getattr(plain, name) for name in WALKS} | {"rehash": compiled.plain_rehash}
+    return fast, slow
+
+
+def _same_columns(a, b) -> None:
+    assert len(a.cols) == len(b.cols)
+    for k, (x, y) in enumerate(zip(a.cols, b.cols)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y), err_msg=f"column {k}")
+    assert a.strings == b.strings and a.line_names == b.line_names
+    assert (a.origin_ns, a.events_total) == (b.origin_ns, b.events_total)
+    for p, q in zip(a.planes, b.planes, strict=True):
+        assert (p.name, p.stats, p.stat_names) == (q.name, q.stats, q.stat_names)
+        np.testing.assert_array_equal(p.meta_rows, q.meta_rows)
+        np.testing.assert_array_equal(p.stat_rows, q.stat_rows)
+
+
+def test_plain_and_compiled_walks_decode_every_fixture_alike():
+    files = sorted(p for p in FIXTURES.rglob("*.xplane.pb") if "corrupt" not in p.parts)
+    if not files:
+        pytest.skip("no XSpace fixtures (set ROOFLENS_FIXTURES)")
+    fast, slow = _walks()
+    for f in files:
+        a, b = _decode(f, fast), _decode(f, slow)
+        assert len(a) > 0, f
+        _same_columns(a, b)
+
+
+def test_plain_and_compiled_walks_break_at_the_same_byte(tmp_path):
+    data = fixture_path(*V6E).read_bytes()
+    fast, slow = _walks()
+    cuts = [data[:n] for n in (len(data) // 5, len(data) // 3, len(data) // 2, len(data) - 7)]
+    flipped = bytearray(data)
+    flipped[len(data) // 4] ^= 0x80  # one varint's continuation bit: lengths and tags shift from there
+    for k, blob in enumerate([*cuts, bytes(flipped)]):
+        p = tmp_path / f"damaged{k}.xplane.pb"
+        p.write_bytes(blob)
+        said = []
+        for walks in (fast, slow):
+            try:
+                said.append(_decode(p, walks))
+            except RooflensError as e:
+                said.append(str(e))
+        if isinstance(said[0], str):
+            assert said[0] == said[1]
+        else:
+            _same_columns(*said)
+
+
+def test_plain_interning_fills_the_compiled_table():
+    words = [f"fusion.{k % 300}".encode() * (1 + k % 3) for k in range(1000)] + [b"", b"x" * 8, b"x" * 9]
+    buf = np.frombuffer(b"".join(words), np.uint8)
+    spans, at = [], 0
+    for w in words:
+        spans.append((at, at + len(w)))
+        at += len(w)
+    compiled.compile_kernels()
+
+    def table():
+        return np.zeros(16, np.int64), np.zeros(16, np.int32), np.empty((8, 2), np.int64), np.zeros(1, np.int64)
+
+    def run(code_of) -> tuple[list[int], tuple]:
+        tk, tc, strs, nstr = table()
+        codes = []
+        for s, e in spans:
+            while True:
+                c = code_of(s, e, tk, tc, strs, nstr)
+                if c >= 0:
+                    break
+                if 2 * (nstr[0] + 1) > len(tk):  # full: grown as the decoder grows it
+                    tk, tc = compiled.rehash(tk, tc, len(tk) * 2)
+                if nstr[0] >= len(strs):
+                    strs = np.concatenate([strs, np.empty_like(strs)])
+            codes.append(c)
+        return codes, (tk, tc, strs[:nstr[0]], nstr)
+
+    def plain_code(s, e, tk, tc, strs, nstr):
+        return compiled.PlainInterner(buf.tobytes(), tk, tc, strs, nstr).code(s, e)
+
+    a = run(lambda s, e, *t: compiled.intern(buf, s, e, *t))
+    b = run(plain_code)
+    assert a[0] == b[0] and len(set(a[0])) == len({bytes(w) for w in words})
+    for x, y in zip(a[1], b[1]):  # tkeys, tcodes, the strings' positions, their count
+        np.testing.assert_array_equal(x, y)
+    for k in (7, 1000, 1001, 1002):  # 16 bytes; empty; exactly one word; one word and a byte
+        assert compiled.plain_hash(words[k]) == compiled.hash_bytes(buf, *spans[k])
+
+
+def test_self_times_twin_matches_the_compiled_walk():
+    from rooflens.trace import load
+    from rooflens.trace.stats import _self_times_plain, _self_times_sorted, line_groups
+
+    t = load(fixture_path("tpu", "vllm_tpu_qwen3_2026_01_11_21_26_41.trace.json.gz")).table  # ops nest there
+    group = line_groups(t)
+    start, end = t.start_ps, t.start_ps + t.dur_ps
+    order = np.lexsort((-(end - start), start, group))
+    compiled.compile_kernels()
+    got = _self_times_plain(start, end, group, order)
+    np.testing.assert_array_equal(got, _self_times_sorted(start, end, group, order))
+    assert (got < t.dur_ps).any() and (got == t.dur_ps).any()  # nested ops lose their children's time
+
+
+def test_a_kernel_runs_its_twin_for_small_inputs_until_numba_is_loaded(monkeypatch):
+    monkeypatch.setattr(compiled, "_KERNELS", [])
+    monkeypatch.setattr(compiled, "_compiled", False)
+    calls = []
+
+    @compiled.njit(cache=False)
+    def total(xs):
+        s = 0
+        for x in xs:
+            s += x
+        return s
+
+    @compiled.plain_twin(total, 4)
+    def total_plain(xs):
+        calls.append(len(xs))
+        return int(sum(xs))
+
+    assert total(np.arange(4)) == 6 and calls == [4] and total.dispatcher is None
+    assert total(np.arange(5)) == 10 and calls == [4] and total.dispatcher is not None
+    assert total(np.arange(3)) == 3 and calls == [4]  # once compiled, always compiled
