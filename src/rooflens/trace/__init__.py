@@ -5,18 +5,24 @@
 >>> stats = rl.trace.op_stats(prof)
 """
 
-from rooflens.trace.events import EventTable
-from rooflens.trace.profile import OpInfo, Profile, load
-from rooflens.trace.stats import DeviceTime, Gap, OpStat, OpStats, StepSummary, op_stats
+import importlib as _importlib
+
+#: public names served on first use, so that the stdlib-only modules here (the run manifest) import
+#: without numpy; ``rl.trace.Session`` and ``rl.trace.capture`` live in :mod:`rooflens.capture`
+_LAZY = {"EventTable": "rooflens.trace.events", "OpInfo": "rooflens.trace.profile",
+         "Profile": "rooflens.trace.profile", "load": "rooflens.trace.profile",
+         **{n: "rooflens.trace.stats" for n in ("DeviceTime", "Gap", "OpStat", "OpStats", "StepSummary", "op_stats")},
+         "Session": "rooflens.capture", "capture": "rooflens.capture"}
 
 
 def __getattr__(name: str):
-    """``rl.trace.Session`` and ``rl.trace.capture``: the capture side lives in :mod:`rooflens.capture`."""
-    if name in ("Session", "capture"):
-        import importlib
+    if name not in _LAZY:
+        raise AttributeError(f"module 'rooflens.trace' has no attribute {name!r}")
+    value = getattr(_importlib.import_module(_LAZY[name]), name)
+    if not _LAZY[name].startswith("rooflens.capture"):
+        globals()[name] = value
+    return value
 
-        return getattr(importlib.import_module("rooflens.capture"), name)
-    raise AttributeError(f"module 'rooflens.trace' has no attribute {name!r}")
 
 __all__ = ["DeviceTime", "EventTable", "Gap", "OpInfo", "OpStat", "OpStats", "Profile", "Session", "StepSummary",
            "capture", "load", "op_stats"]
