@@ -11,7 +11,7 @@ Inputs (made once, cached under bench/.cache/):
   four times over, shifted in time);
 * a ≥ 1 GB XSpace, the same way (``--gb``; ``--no-gb`` skips it).
 
-Each measurement runs in a fresh process (wall time and peak RSS are its own, from ``wait4``):
+Each measurement runs in a fresh process (wall time and peak RSS are its own: see ``LAUNCH``):
 
 * ``report --json``: the whole ``rooflens report FILE --json`` command, imports included, no cache;
 * ``report, cached``: the same command again, reading the columnar cache the first one wrote;
@@ -36,7 +36,6 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 from pathlib import Path
 
 CACHE = Path(__file__).resolve().parent / ".cache"
@@ -97,36 +96,50 @@ XPROF = textwrap.dedent("""
 """)
 
 
-def child(argv: list[str], env: dict | None = None) -> dict | None:
-    """Run a process; its wall time, peak RSS (from wait4) and the JSON it printed last, if any."""
+# Runs the measured command as its own child and reports that child's peak RSS. Two levels, because
+# Linux carries a process's memory high-water mark across fork and exec: a command forked straight from
+# this (large) bench process would report our peak as its own. This launcher is small when it forks.
+LAUNCH = textwrap.dedent("""
+    import json, resource, subprocess, sys, time
     t0 = time.perf_counter()
-    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env={**os.environ, **(env or {})})
-    out = p.stdout.read()
-    _, status, usage = os.wait4(p.pid, 0)
+    rc = subprocess.call(sys.argv[1:])
     wall = time.perf_counter() - t0
-    p.returncode = os.waitstatus_to_exitcode(status)
-    if p.returncode != 0:
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+    print("ROOFLENS-BENCH-RSS " + json.dumps({"rc": rc, "rss": peak, "wall": wall}), file=sys.stderr)
+""")
+
+
+def child(argv: list[str], env: dict | None = None) -> dict | None:
+    """Run a process; its own wall time and peak RSS (see LAUNCH) and the JSON it printed last, if any."""
+    p = subprocess.run([sys.executable, "-c", LAUNCH, *argv], capture_output=True,
+                       env={**os.environ, **(env or {})})
+    mark = [ln for ln in p.stderr.decode(errors="replace").splitlines() if ln.startswith("ROOFLENS-BENCH-RSS ")]
+    if p.returncode != 0 or not mark:
+        return None
+    own = json.loads(mark[-1].split(" ", 1)[1])
+    if own["rc"] != 0:
         return None
     inner = {}
-    lines = out.decode(errors="replace").strip().splitlines()
+    lines = p.stdout.decode(errors="replace").strip().splitlines()
     if lines and lines[-1].startswith("{") and lines[-1].endswith("}"):
         try:
             inner = json.loads(lines[-1])
         except ValueError:
             inner = {}
-    return {"wall": wall, "rss": usage.ru_maxrss * 1024, **inner}
+    return {"wall": own["wall"], "rss": own["rss"], **inner}
 
 
 def best(argv: list[str], repeat: int, env: dict | None = None, before=None) -> dict | None:
-    out = None
+    """The run of median wall time of ``repeat`` (a shared machine: the median, not the luckiest run)."""
+    runs = []
     for _ in range(repeat):
         if before:
             before()
         r = child(argv, env)
         if r is None:
             return None
-        out = r if out is None or r["wall"] < out["wall"] else out
-    return out
+        runs.append(r)
+    return sorted(runs, key=lambda r: r["wall"])[(len(runs) - 1) // 2]
 
 
 def make_inputs(args) -> dict[str, Path]:
@@ -202,8 +215,8 @@ def main() -> int:
         rows = {}
         rows["report --json"] = best([*rooflens, str(path), "--json", "--no-calibrate"], args.repeat, nocache)
 
-        def fresh_cache(p=path):
-            shutil.rmtree(p.parent / ".rooflens-cache", ignore_errors=True)
+        def fresh_cache():
+            shutil.rmtree(Path(os.environ["ROOFLENS_CACHE_DIR"]) / "traces", ignore_errors=True)
 
         fresh_cache()
         child([*rooflens, str(path), "--json", "--no-calibrate"])  # writes the cache
