@@ -281,6 +281,7 @@ def _idle_units(report):
     program's first run, is warm-up, not a feeding problem."""
     import numpy as np
 
+    from rooflens.trace.groupby import unique_inverse
     from rooflens.trace.warmup import execution_index, host_compile_intervals_ns, idle_outside, merge_intervals
 
     shared = report.platform == "cpu" and report.num_devices > 1
@@ -307,7 +308,7 @@ def _idle_units(report):
             yield d, d.idle_s, 0.0, None
             continue
         key = ((t.device[sel].astype(np.int64) + 1) << 42) + (t.program[sel].astype(np.int64) << 21) + runs[sel]
-        _, inv = np.unique(key, return_inverse=True)
+        _, inv = unique_inverse(key)
         s0 = np.full(inv.max() + 1, np.inf)
         e0 = np.full(inv.max() + 1, -np.inf)
         np.minimum.at(s0, inv, start[sel])

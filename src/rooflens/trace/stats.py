@@ -12,6 +12,7 @@ import numpy as np
 from numba import njit
 
 from rooflens.trace.events import unique_rows
+from rooflens.trace.groupby import unique_inverse
 from rooflens.trace.profile import Profile
 
 
@@ -278,7 +279,7 @@ def op_stats(profile: Profile, gaps_per_device: int = 5) -> OpStats:
     # per (program, op)
 
     key = t.program.astype(np.int64) * (len(t.names) + 1) + t.name
-    uniq, inv = np.unique(key, return_inverse=True)
+    uniq, inv = unique_inverse(key)
     tot = np.bincount(inv, weights=dur)
     selft = np.bincount(inv, weights=self_ns)
     cnt = np.bincount(inv)

@@ -23,7 +23,7 @@ import re
 
 import numpy as np
 
-from rooflens.trace.events import EventTable
+from rooflens.trace.events import EventTable, unique_rows
 
 _ID = re.compile(r"\(\d+\)$")
 _FULL = "_rooflens_full"  # where the run as traced (warm-up included) is kept on a judged Profile
@@ -40,8 +40,7 @@ def execution_index(t: EventTable) -> np.ndarray:
     out = np.zeros(n, dtype=np.int32)
     if not n:
         return out
-    key = (t.host.astype(np.int64) << 40) + ((t.device.astype(np.int64) + 1) << 20) + t.program
-    _, inv = np.unique(key, return_inverse=True)
+    _, inv = unique_rows(t.host, t.device, t.program)  # one group per (host, device, program)
     order = np.lexsort((t.start_ns, inv))  # grouped, each group in time order
     bounds = np.flatnonzero(np.diff(inv[order])) + 1
     for idx in np.split(order, bounds):

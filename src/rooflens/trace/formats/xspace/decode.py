@@ -217,9 +217,9 @@ def planes_of(buf: np.ndarray, path: Path) -> tuple[list[Plane], np.ndarray, np.
 def lines_of(buf, planes: list[Plane], spans: np.ndarray, line_plane: np.ndarray, path: Path):
     """Line headers and names, and the lines to walk: rows (start, end, plane, flags, base_ps) of the
     lines an analysis uses, their indices among all lines, and the trace's origin (ns)."""
-    err = np.zeros(2, np.int64)
-    heads = np.empty((len(spans), 8), np.int64)
-    _check(W.line_headers(buf, spans, heads, err), err, path, "the line headers")
+    heads = walk.line_headers(buf, spans, walk.threads_for(int((spans[:, 1] - spans[:, 0]).sum())))
+    if isinstance(heads, tuple):
+        _check(-1, heads[1], path, "the line headers")
     text = lambda s, e: bytes(buf[s:e]).decode("utf-8", "replace") if s >= 0 else ""  # noqa: E731
     line_names = [text(h[1], h[2]) or text(h[3], h[4]) for h in heads]
     flags = np.asarray([line_flags(planes[p].name, n) for p, n in zip(line_plane.tolist(), line_names)], np.int64)

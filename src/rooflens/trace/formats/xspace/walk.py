@@ -68,6 +68,31 @@ def split_lines(lines: np.ndarray, n: int) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
 
 
+def line_headers(buf, spans: np.ndarray, n_threads: int) -> np.ndarray | tuple[None, np.ndarray]:
+    """:func:`wire.line_headers` of every line, the lines shared out among ``n_threads`` threads (a line's
+    header holds its event count, and counting reads every event's tag: the whole file). On a damaged
+    line: ``(None, err)`` of the first one that broke."""
+    heads = np.empty((len(spans), 8), np.int64)
+    ranges = split_lines(spans, n_threads)
+    errs = [np.zeros(2, np.int64) for _ in ranges]
+    status = [0] * len(ranges)
+
+    def run(i: int, lo: int, hi: int) -> None:
+        status[i] = W.line_headers(buf, spans[lo:hi], heads[lo:hi], errs[i])
+
+    threads = [threading.Thread(target=run, args=(i, lo, hi), daemon=True) for i, (lo, hi) in enumerate(ranges[1:], 1)]
+    for t in threads:
+        t.start()
+    if ranges:
+        run(0, *ranges[0])
+    for t in threads:
+        t.join()
+    for st, err in zip(status, errs):
+        if st < 0:
+            return None, err
+    return heads
+
+
 def walk_part(buf, lines: np.ndarray, first: int, tables: tuple, block_rows: int,
               on_chunk: Callable[[int, int], None]) -> Part:
     """Decode the events of ``lines`` (rows: start, end, plane, flags, base_ps) into column blocks.
