@@ -222,9 +222,10 @@ def _read(src, key: dict | None) -> RawTrace | None:
         return None
     n = len(cols["start_ps"])
     table = EventTable(
-        host=cols["host"].astype(np.int32), device=cols["device"].astype(np.int32), line=cols["line"].astype(np.int32),
-        name=cols["name"].astype(np.int32), program=cols["program"].astype(np.int32),
-        start_ps=cols["start_ps"].astype(np.int64), dur_ps=cols["dur_ps"].astype(np.int64),
+        host=cols["host"].astype(np.int32, copy=False), device=cols["device"].astype(np.int32, copy=False),
+        line=cols["line"].astype(np.int32, copy=False), name=cols["name"].astype(np.int32, copy=False),
+        program=cols["program"].astype(np.int32, copy=False), start_ps=cols["start_ps"].astype(np.int64, copy=False),
+        dur_ps=cols["dur_ps"].astype(np.int64, copy=False),
         step=np.full(n, -1, np.int32), hosts=meta["hosts"], lines=meta["lines"], names=meta["names"],
         programs=meta["programs"], hlo_text={(p, k): v for p, k, v in meta["hlo_text"]},
         op_meta={(p, k): v for p, k, v in meta["op_meta"]}, program_keys=meta["program_keys"],

@@ -257,6 +257,19 @@ def _device_time(t, start, end, dur, sel: np.ndarray, dev: int, t0: float, n_gap
 
 
 def op_stats(profile: Profile, gaps_per_device: int = 5) -> OpStats:
+    """Per-op stats, device times and gaps, steps, the host × step table of a profile; remembered for the
+    same table and inputs (:mod:`rooflens.trace.memo`), so a second report of a large trace skips them."""
+    from rooflens.trace import memo
+
+    t = profile.table
+    key = (memo.table_digest(t), gaps_per_device, memo.digest_of(
+        profile.steps, profile.platform, profile.device_kind, profile.notes, profile.metadata.get("in_window"),
+        sorted(profile.hlo_texts.items()), sorted(t.hlo_text.items()), sorted(t.op_meta.items(), key=repr),
+        profile.host_events, sorted(profile.host_events_of.items())))
+    return memo.remembered("op_stats", key, len(t), lambda: _op_stats(profile, gaps_per_device))
+
+
+def _op_stats(profile: Profile, gaps_per_device: int) -> OpStats:
     t = profile.table
     info = profile.op_info
     start, dur = t.start_ns, t.dur_ns

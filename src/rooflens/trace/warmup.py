@@ -35,7 +35,19 @@ def base_name(program: str) -> str:
 
 
 def execution_index(t: EventTable) -> np.ndarray:
-    """For every event, which execution (0, 1, …) of its program on its device it belongs to."""
+    """For every event, which execution (0, 1, …) of its program on its device it belongs to (remembered
+    for the same table: :mod:`rooflens.trace.memo`)."""
+    from rooflens.trace import memo
+
+    def compute() -> np.ndarray:
+        out = _execution_index(t)
+        out.setflags(write=False)  # one array for every caller: none may change it
+        return out
+
+    return memo.remembered("execution_index", (memo.table_digest(t),), len(t), compute, in_memory=True)
+
+
+def _execution_index(t: EventTable) -> np.ndarray:
     n = len(t)
     out = np.zeros(n, dtype=np.int32)
     if not n:
