@@ -1,6 +1,6 @@
 """How fast, and in how much memory, does rooflens read large traces? Against jax's ProfileData.
 
-    python bench/ingest.py [--repeat 3] [--gb 1.0] [--no-gb] [--floor-on-gb] [--xprof-python PY]
+    python bench/ingest.py [--repeat 3] [--gb 1.0] [--no-gb] [--floor-on-gb] [--xprof-python PY] [--xprof-on-gb]
 
 Inputs (made once, cached under bench/.cache/):
 
@@ -19,8 +19,10 @@ Each measurement runs in a fresh process (wall time and peak RSS are its own: se
 * ``ProfileData walk``: a bare Python loop over jax's ``ProfileData`` events and stats, the floor of
   any reader built on it (whole process, and the loop alone); skipped on the 1 GB file unless
   ``--floor-on-gb`` (it needs ~11 bytes of RAM per byte of file);
-* ``xprof hlo_stats``: XProf's own converter, when ``--xprof-python`` names a Python with xprof
-  (never a dependency of rooflens).
+* ``xprof hlo_stats``: XProf's own converter on the same file, when ``--xprof-python`` names a Python
+  with xprof (never a dependency of rooflens: ``python -m venv /tmp/xp && /tmp/xp/bin/pip install
+  xprof``); on the 1 GB file only with ``--xprof-on-gb`` (tensorboard#6132: 20–30 GB of RAM). A
+  skipped row says why.
 
 Prints seconds, events/s, peak RSS, and each row's time against the ProfileData walk's.
 """
@@ -204,6 +206,7 @@ def main() -> int:
     ap.add_argument("--no-gb", action="store_true", help="skip the large XSpace")
     ap.add_argument("--floor-on-gb", action="store_true", help="also walk the large XSpace with ProfileData")
     ap.add_argument("--xprof-python", help="a Python that has xprof installed (e.g. a separate venv)")
+    ap.add_argument("--xprof-on-gb", action="store_true", help="also run XProf on the large XSpace (20-30 GB of RAM)")
     args = ap.parse_args()
     inputs = make_inputs(args)
     rooflens = [sys.executable, "-m", "rooflens.cli", "report"]
@@ -224,10 +227,18 @@ def main() -> int:
         rows["decode alone"] = best([sys.executable, "-c", DECODE, str(path)], args.repeat)
         if path.name.endswith(".xplane.pb") and (not gb or args.floor_on_gb):
             rows["ProfileData walk"] = best([sys.executable, "-c", WALK, str(path)], args.repeat)
-        if args.xprof_python and path.name.endswith(".xplane.pb") and not gb:
-            rows["xprof hlo_stats"] = best([args.xprof_python, "-c", XPROF, str(path)], 1)
+        skipped = {}
+        if path.name.endswith(".xplane.pb"):
+            if not args.xprof_python:
+                skipped["xprof hlo_stats"] = "skipped: no --xprof-python given"
+            elif gb and not args.xprof_on_gb:
+                skipped["xprof hlo_stats"] = "skipped on the large file: --xprof-on-gb (needs 20-30 GB of RAM)"
+            else:
+                rows["xprof hlo_stats"] = best([args.xprof_python, "-c", XPROF, str(path)], 1)
         walk = rows.get("ProfileData walk")
         print(f"{label}: {path.stat().st_size / 1e6:,.0f} MB, {n:,} events")
+        for what, why in skipped.items():
+            print(f"{'':26} {what:22} {why}")
         for what, r in rows.items():
             if r is None:
                 print(f"{'':26} {what:22} {'failed / not available':>30}")

@@ -116,3 +116,51 @@ def test_a_damaged_event_is_named_the_same_on_every_thread(tmp_path, monkeypatch
         errors.add(str(e.value))
     assert len(errors) == 1
     assert "invalid protobuf wire type" in (msg := errors.pop()) and "line " in msg
+
+
+def test_report_aggregates_from_the_cache_equal_fresh_ones(cpu_trace, tmp_path, monkeypatch):
+    """A second report of the same trace reads its op stats and execution index from the user cache and
+    gives the same report, field for field; a damaged entry is computed again."""
+    from rooflens.api import load_report
+    from rooflens.trace import memo, op_stats
+    from rooflens.trace.warmup import execution_index
+
+    monkeypatch.setenv("ROOFLENS_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("ROOFLENS_NO_CACHE", raising=False)
+    monkeypatch.setattr(memo, "DISK_MIN_EVENTS", 0)
+    calls = {"op_stats": 0}
+    real = memo.remembered
+
+    def counting(kind, key, n, compute, in_memory=False):
+        def counted():
+            calls[kind] = calls.get(kind, 0) + 1
+            return compute()
+        return real(kind, key, n, counted, in_memory)
+
+    monkeypatch.setattr(memo, "remembered", counting)
+    memo._memory.clear()
+    fresh = load_report(str(cpu_trace)).to_json()
+    assert calls["op_stats"] == 1 and calls["execution_index"] == 1  # asked for 3 times, computed once
+    files = sorted(memo.memo_dir().glob("*.memo"))
+    assert len(files) >= 2
+    memo._memory.clear()
+    again = load_report(str(cpu_trace)).to_json()
+    assert calls["op_stats"] == 1 and calls["execution_index"] == 1  # served from disk
+    assert again == fresh
+    # the same table with other steps is another table: computed again
+    prof = rl.load(str(cpu_trace))
+    op_stats(prof)
+    assert calls["op_stats"] == 1  # the same table as the report's: served
+    prof.table.step[:] = -1
+    op_stats(prof)
+    assert calls["op_stats"] == 2
+    with pytest.raises(ValueError):
+        execution_index(prof.table)[0] = 7  # one array for every caller: read-only
+    # a damaged entry is never trusted
+    memo._memory.clear()
+    for f in memo.memo_dir().glob("*.memo"):
+        data = bytearray(f.read_bytes())
+        data[-3] ^= 0xFF
+        f.write_bytes(bytes(data))
+    n = calls["op_stats"]
+    assert load_report(str(cpu_trace)).to_json() == fresh and calls["op_stats"] == n + 1

@@ -281,7 +281,7 @@ def _idle_units(report):
     program's first run, is warm-up, not a feeding problem."""
     import numpy as np
 
-    from rooflens.trace.groupby import unique_inverse
+    from rooflens.trace.events import unique_rows
     from rooflens.trace.warmup import execution_index, host_compile_intervals_ns, idle_outside, merge_intervals
 
     shared = report.platform == "cpu" and report.num_devices > 1
@@ -307,8 +307,7 @@ def _idle_units(report):
         if not len(sel):
             yield d, d.idle_s, 0.0, None
             continue
-        key = ((t.device[sel].astype(np.int64) + 1) << 42) + (t.program[sel].astype(np.int64) << 21) + runs[sel]
-        _, inv = unique_inverse(key)
+        _, inv = unique_rows(t.device[sel], t.program[sel], runs[sel])  # one group per (device, program, run)
         s0 = np.full(inv.max() + 1, np.inf)
         e0 = np.full(inv.max() + 1, -np.inf)
         np.minimum.at(s0, inv, start[sel])

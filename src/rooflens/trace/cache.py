@@ -209,6 +209,14 @@ def _load(loc: Path, key: dict) -> RawTrace | None:
         return None
 
 
+def _column(chunked) -> np.ndarray:
+    """An Arrow column as numpy, read-only and without a copy where it is one chunk: a view of the mapped
+    cache file (the mapping lives as long as the array), paged in as the analysis reads it."""
+    if chunked.num_chunks == 1 and chunked.null_count == 0:
+        return chunked.chunk(0).to_numpy(zero_copy_only=True)
+    return chunked.to_numpy().copy()
+
+
 def _read(src, key: dict | None) -> RawTrace | None:
     import pyarrow as pa
 
@@ -217,7 +225,7 @@ def _read(src, key: dict | None) -> RawTrace | None:
     if key is not None and meta.get("key") != key:
         return None
     batch = reader.read_all()
-    cols = {c: batch.column(c).to_numpy().copy() for c in COLUMNS}
+    cols = {c: _column(batch.column(c)) for c in COLUMNS}
     if meta.get("crc32") is not None and _checksums(cols) != meta["crc32"]:
         return None
     n = len(cols["start_ps"])
