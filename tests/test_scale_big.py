@@ -164,3 +164,19 @@ def test_report_aggregates_from_the_cache_equal_fresh_ones(cpu_trace, tmp_path, 
         f.write_bytes(bytes(data))
     n = calls["op_stats"]
     assert load_report(str(cpu_trace)).to_json() == fresh and calls["op_stats"] == n + 1
+
+
+@pytest.mark.parametrize("make", [
+    lambda r, n: r.integers(0, 3000, n),  # dense codes: the table of their range
+    lambda r, n: r.integers(0, 3000, n).astype(np.int32) - 5,  # negative, int32
+    lambda r, n: np.where(r.random(n) < 0.3, np.iinfo(np.int64).min, r.integers(1, 1 << 62, 40)[r.integers(0, 40, n)]),
+    lambda r, n: r.integers(-(1 << 62), 1 << 62, n),  # all distinct, wide: the hash table grows
+])
+def test_group_by_codes_equals_np_unique(make, monkeypatch):
+    from rooflens.trace import groupby
+
+    monkeypatch.setattr(groupby, "HASH_MIN_KEYS", 1000)
+    key = make(np.random.default_rng(7), 200_000)
+    u, inv = groupby.unique_inverse(key)
+    eu, einv = np.unique(key, return_inverse=True)
+    assert u.dtype == eu.dtype and np.array_equal(u, eu) and np.array_equal(inv, einv.ravel())
