@@ -180,3 +180,30 @@ def test_group_by_codes_equals_np_unique(make, monkeypatch):
     u, inv = groupby.unique_inverse(key)
     eu, einv = np.unique(key, return_inverse=True)
     assert u.dtype == eu.dtype and np.array_equal(u, eu) and np.array_equal(inv, einv.ravel())
+
+
+def test_a_memo_entry_rebuilds_nothing_but_stats_and_arrays(tmp_path, monkeypatch):
+    """A memo file holding any other callable (here os.system, with a valid CRC) is not used: the value
+    is computed again and nothing is called."""
+    import os
+    import pickle
+    import struct
+    import zlib
+
+    from rooflens.trace import memo
+
+    monkeypatch.setenv("ROOFLENS_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("ROOFLENS_NO_CACHE", raising=False)
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return np.arange(10)
+
+    assert np.array_equal(memo.remembered("test", ("k",), 10**6, compute), np.arange(10)) and len(calls) == 1
+    assert np.array_equal(memo.remembered("test", ("k",), 10**6, compute), np.arange(10)) and len(calls) == 1
+    evil = pickle.dumps(type("X", (), {"__reduce__": lambda self: (os.system, ("touch " + str(tmp_path / "pwned"),))})())
+    for f in memo.memo_dir().glob("*.memo"):
+        f.write_bytes(struct.pack("<I", zlib.crc32(evil)) + evil)
+    assert np.array_equal(memo.remembered("test", ("k",), 10**6, compute), np.arange(10)) and len(calls) == 2
+    assert not (tmp_path / "pwned").exists()

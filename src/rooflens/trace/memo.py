@@ -6,8 +6,9 @@ An entry's key is a digest of everything the aggregate is computed from (the eve
 its vocabularies and the other inputs the caller names) and of the code that computes it, never of a
 file name: a changed trace, changed HLO beside it or newer rooflens code computes again. Files are
 ``<key>.memo`` under ``analysis/`` in the user cache directory (``rooflens.userdirs``): a CRC-32 of the
-payload, then the payload (a pickle, written whole under a temporary name and renamed); one whose CRC
-does not match is never used. Only tables of at least :data:`DISK_MIN_EVENTS` events go to disk (a
+payload, then the payload (a pickle of the stats dataclasses and numpy arrays, read back by an unpickler that rebuilds
+nothing else; written whole under a temporary name and renamed); one whose CRC does not match, or
+that names anything else, is never used. Only tables of at least :data:`DISK_MIN_EVENTS` events go to disk (a
 small one is computed faster than read); ``ROOFLENS_NO_CACHE=1`` keeps everything off the disk; past
 :data:`DISK_MAX_FILES` entries the least recently used go.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import io
 import os
 import pickle
 import struct
@@ -100,13 +102,25 @@ def _load(key: str):
     if len(data) < _HEADER.size or _HEADER.unpack_from(data)[0] != zlib.crc32(memoryview(data)[_HEADER.size:]):
         return None  # damaged: computed again
     try:
-        value = pickle.loads(memoryview(data)[_HEADER.size:])
+        value = _Unpickler(io.BytesIO(memoryview(data)[_HEADER.size:])).load()
     except Exception:  # noqa: BLE001 - an entry from other code or damaged past its CRC: compute again
         return None
     now = time.time_ns()
     with contextlib.suppress(OSError):
         os.utime(path, ns=(now, now))
     return value
+
+
+class _Unpickler(pickle.Unpickler):
+    """Only what an entry holds is rebuilt: the stats dataclasses and numpy arrays, never any other
+    callable (a cache file is data, even if someone else wrote it)."""
+
+    _NUMPY = {"_reconstruct", "ndarray", "dtype", "_frombuffer", "scalar"}
+
+    def find_class(self, module: str, name: str):
+        if module == "rooflens.trace.stats" or (module.split(".")[0] == "numpy" and name in self._NUMPY):
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"{module}.{name} is not allowed in a memo entry")
 
 
 def _save(key: str, value) -> None:
