@@ -1,6 +1,6 @@
 """How fast, and in how much memory, does rooflens read large traces? Against jax's ProfileData.
 
-    python bench/ingest.py [--repeat 3] [--gb 1.0] [--no-gb] [--floor-on-gb] [--xprof-python PY]
+    python bench/ingest.py [--repeat 3] [--gb 1.0] [--no-gb] [--floor-on-gb] [--xprof-python PY] [--xprof-on-gb]
 
 Inputs (made once, cached under bench/.cache/):
 
@@ -11,7 +11,7 @@ Inputs (made once, cached under bench/.cache/):
   four times over, shifted in time);
 * a ≥ 1 GB XSpace, the same way (``--gb``; ``--no-gb`` skips it).
 
-Each measurement runs in a fresh process (wall time and peak RSS are its own, from ``wait4``):
+Each measurement runs in a fresh process (wall time and peak RSS are its own: see ``LAUNCH``):
 
 * ``report --json``: the whole ``rooflens report FILE --json`` command, imports included, no cache;
 * ``report, cached``: the same command again, reading the columnar cache the first one wrote;
@@ -19,8 +19,10 @@ Each measurement runs in a fresh process (wall time and peak RSS are its own, fr
 * ``ProfileData walk``: a bare Python loop over jax's ``ProfileData`` events and stats, the floor of
   any reader built on it (whole process, and the loop alone); skipped on the 1 GB file unless
   ``--floor-on-gb`` (it needs ~11 bytes of RAM per byte of file);
-* ``xprof hlo_stats``: XProf's own converter, when ``--xprof-python`` names a Python with xprof
-  (never a dependency of rooflens).
+* ``xprof hlo_stats``: XProf's own converter on the same file, when ``--xprof-python`` names a Python
+  with xprof (never a dependency of rooflens: ``python -m venv /tmp/xp && /tmp/xp/bin/pip install
+  xprof``); on the 1 GB file only with ``--xprof-on-gb`` (tensorboard#6132: 20–30 GB of RAM). A
+  skipped row says why.
 
 Prints seconds, events/s, peak RSS, and each row's time against the ProfileData walk's.
 """
@@ -36,7 +38,6 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 from pathlib import Path
 
 CACHE = Path(__file__).resolve().parent / ".cache"
@@ -97,36 +98,50 @@ XPROF = textwrap.dedent("""
 """)
 
 
-def child(argv: list[str], env: dict | None = None) -> dict | None:
-    """Run a process; its wall time, peak RSS (from wait4) and the JSON it printed last, if any."""
+# Runs the measured command as its own child and reports that child's peak RSS. Two levels, because
+# Linux carries a process's memory high-water mark across fork and exec: a command forked straight from
+# this (large) bench process would report our peak as its own. This launcher is small when it forks.
+LAUNCH = textwrap.dedent("""
+    import json, resource, subprocess, sys, time
     t0 = time.perf_counter()
-    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env={**os.environ, **(env or {})})
-    out = p.stdout.read()
-    _, status, usage = os.wait4(p.pid, 0)
+    rc = subprocess.call(sys.argv[1:])
     wall = time.perf_counter() - t0
-    p.returncode = os.waitstatus_to_exitcode(status)
-    if p.returncode != 0:
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+    print("ROOFLENS-BENCH-RSS " + json.dumps({"rc": rc, "rss": peak, "wall": wall}), file=sys.stderr)
+""")
+
+
+def child(argv: list[str], env: dict | None = None) -> dict | None:
+    """Run a process; its own wall time and peak RSS (see LAUNCH) and the JSON it printed last, if any."""
+    p = subprocess.run([sys.executable, "-c", LAUNCH, *argv], capture_output=True,
+                       env={**os.environ, **(env or {})})
+    mark = [ln for ln in p.stderr.decode(errors="replace").splitlines() if ln.startswith("ROOFLENS-BENCH-RSS ")]
+    if p.returncode != 0 or not mark:
+        return None
+    own = json.loads(mark[-1].split(" ", 1)[1])
+    if own["rc"] != 0:
         return None
     inner = {}
-    lines = out.decode(errors="replace").strip().splitlines()
+    lines = p.stdout.decode(errors="replace").strip().splitlines()
     if lines and lines[-1].startswith("{") and lines[-1].endswith("}"):
         try:
             inner = json.loads(lines[-1])
         except ValueError:
             inner = {}
-    return {"wall": wall, "rss": usage.ru_maxrss * 1024, **inner}
+    return {"wall": own["wall"], "rss": own["rss"], **inner}
 
 
 def best(argv: list[str], repeat: int, env: dict | None = None, before=None) -> dict | None:
-    out = None
+    """The run of median wall time of ``repeat`` (a shared machine: the median, not the luckiest run)."""
+    runs = []
     for _ in range(repeat):
         if before:
             before()
         r = child(argv, env)
         if r is None:
             return None
-        out = r if out is None or r["wall"] < out["wall"] else out
-    return out
+        runs.append(r)
+    return sorted(runs, key=lambda r: r["wall"])[(len(runs) - 1) // 2]
 
 
 def make_inputs(args) -> dict[str, Path]:
@@ -191,6 +206,7 @@ def main() -> int:
     ap.add_argument("--no-gb", action="store_true", help="skip the large XSpace")
     ap.add_argument("--floor-on-gb", action="store_true", help="also walk the large XSpace with ProfileData")
     ap.add_argument("--xprof-python", help="a Python that has xprof installed (e.g. a separate venv)")
+    ap.add_argument("--xprof-on-gb", action="store_true", help="also run XProf on the large XSpace (20-30 GB of RAM)")
     args = ap.parse_args()
     inputs = make_inputs(args)
     rooflens = [sys.executable, "-m", "rooflens.cli", "report"]
@@ -202,8 +218,8 @@ def main() -> int:
         rows = {}
         rows["report --json"] = best([*rooflens, str(path), "--json", "--no-calibrate"], args.repeat, nocache)
 
-        def fresh_cache(p=path):
-            shutil.rmtree(p.parent / ".rooflens-cache", ignore_errors=True)
+        def fresh_cache():
+            shutil.rmtree(Path(os.environ["ROOFLENS_CACHE_DIR"]) / "traces", ignore_errors=True)
 
         fresh_cache()
         child([*rooflens, str(path), "--json", "--no-calibrate"])  # writes the cache
@@ -211,10 +227,18 @@ def main() -> int:
         rows["decode alone"] = best([sys.executable, "-c", DECODE, str(path)], args.repeat)
         if path.name.endswith(".xplane.pb") and (not gb or args.floor_on_gb):
             rows["ProfileData walk"] = best([sys.executable, "-c", WALK, str(path)], args.repeat)
-        if args.xprof_python and path.name.endswith(".xplane.pb") and not gb:
-            rows["xprof hlo_stats"] = best([args.xprof_python, "-c", XPROF, str(path)], 1)
+        skipped = {}
+        if path.name.endswith(".xplane.pb"):
+            if not args.xprof_python:
+                skipped["xprof hlo_stats"] = "skipped: no --xprof-python given"
+            elif gb and not args.xprof_on_gb:
+                skipped["xprof hlo_stats"] = "skipped on the large file: --xprof-on-gb (needs 20-30 GB of RAM)"
+            else:
+                rows["xprof hlo_stats"] = best([args.xprof_python, "-c", XPROF, str(path)], 1)
         walk = rows.get("ProfileData walk")
         print(f"{label}: {path.stat().st_size / 1e6:,.0f} MB, {n:,} events")
+        for what, why in skipped.items():
+            print(f"{'':26} {what:22} {why}")
         for what, r in rows.items():
             if r is None:
                 print(f"{'':26} {what:22} {'failed / not available':>30}")

@@ -1,6 +1,6 @@
 """A pod's trace set on one machine: wall time against workers, peak memory per worker.
 
-    python bench/pod.py [--hosts 64] [--steps 5] [--layers 2] [--repeat 2] [--ray]
+    python bench/pod.py [--hosts 64] [--steps 5] [--layers 2] [--repeat 2] [--ray] [--driver-hosts 256]
 
 Builds (once, under bench/.cache/) a real per-process trace (a transformer training step on 8
 virtual CPU devices, captured with ``rl.capture``) and an N-host run directory of it replicated,
@@ -11,7 +11,8 @@ one ``hostNN.xplane.pb`` per host. Then, each in a fresh process with the trace 
 * ``rl.load`` alone with 1 and 2 workers (the map and the merge, no analysis).
 
 Prints the times, their ratio to one worker, and the per-host cost that docs/pod-scale.md projects
-from.
+from. ``--driver-hosts N`` then builds an N-host run of the same trace and gives the driver's own peak
+RSS for ``rl.load`` on 2 workers (the budget of issue 24: 256 hosts within 1.5 GB).
 """
 
 from __future__ import annotations
@@ -81,6 +82,7 @@ def main() -> int:
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--ray", action="store_true", help="also time --engine ray on a local Ray cluster")
+    ap.add_argument("--driver-hosts", type=int, default=0, help="also measure the driver's peak RSS on this many hosts")
     args = ap.parse_args()
     run_dir = build(args)
     size = sum(f.stat().st_size for f in run_dir.glob("*.xplane.pb"))
@@ -115,6 +117,15 @@ def main() -> int:
     if one:
         print(f"\nper host: {one['seconds'] / args.hosts * 1e3:.0f} ms to read and merge "
               f"{size / args.hosts / 1e6:.1f} MB ({one['events'] / args.hosts:,.0f} op events) on one worker")
+    if args.driver_hosts:
+        big = build(argparse.Namespace(**{**vars(args), "hosts": args.driver_hosts}))
+        r = run([sys.executable, "-c", LOAD, str(big), "2", "local"], env)
+        if r is None:
+            print(f"\n{args.driver_hosts} hosts: rl.load failed")
+        else:
+            print(f"\n{args.driver_hosts} hosts, rl.load on 2 workers: {r['wall']:.1f} s, {r['events']:,} op events, "
+                  f"driver peak RSS {r['driver_rss'] / 1e6:,.0f} MB (budget 1,500 MB), "
+                  f"largest worker {r['worker_rss'] / 1e6:,.0f} MB")
     return 0
 
 

@@ -209,6 +209,14 @@ def _load(loc: Path, key: dict) -> RawTrace | None:
         return None
 
 
+def _column(chunked) -> np.ndarray:
+    """An Arrow column as numpy, read-only and without a copy where it is one chunk: a view of the mapped
+    cache file (the mapping lives as long as the array), paged in as the analysis reads it."""
+    if chunked.num_chunks == 1 and chunked.null_count == 0:
+        return chunked.chunk(0).to_numpy(zero_copy_only=True)
+    return chunked.to_numpy().copy()
+
+
 def _read(src, key: dict | None) -> RawTrace | None:
     import pyarrow as pa
 
@@ -217,14 +225,15 @@ def _read(src, key: dict | None) -> RawTrace | None:
     if key is not None and meta.get("key") != key:
         return None
     batch = reader.read_all()
-    cols = {c: batch.column(c).to_numpy().copy() for c in COLUMNS}
+    cols = {c: _column(batch.column(c)) for c in COLUMNS}
     if meta.get("crc32") is not None and _checksums(cols) != meta["crc32"]:
         return None
     n = len(cols["start_ps"])
     table = EventTable(
-        host=cols["host"].astype(np.int32), device=cols["device"].astype(np.int32), line=cols["line"].astype(np.int32),
-        name=cols["name"].astype(np.int32), program=cols["program"].astype(np.int32),
-        start_ps=cols["start_ps"].astype(np.int64), dur_ps=cols["dur_ps"].astype(np.int64),
+        host=cols["host"].astype(np.int32, copy=False), device=cols["device"].astype(np.int32, copy=False),
+        line=cols["line"].astype(np.int32, copy=False), name=cols["name"].astype(np.int32, copy=False),
+        program=cols["program"].astype(np.int32, copy=False), start_ps=cols["start_ps"].astype(np.int64, copy=False),
+        dur_ps=cols["dur_ps"].astype(np.int64, copy=False),
         step=np.full(n, -1, np.int32), hosts=meta["hosts"], lines=meta["lines"], names=meta["names"],
         programs=meta["programs"], hlo_text={(p, k): v for p, k, v in meta["hlo_text"]},
         op_meta={(p, k): v for p, k, v in meta["op_meta"]}, program_keys=meta["program_keys"],

@@ -83,7 +83,9 @@ class EventTable:
         """The distinct (program code, name code) pairs, as rows."""
         if not len(self):
             return np.zeros((0, 2), np.int64)
-        key = np.unique(self.program.astype(np.int64) * (len(self.names) + 1) + self.name)
+        from rooflens.trace.groupby import unique_inverse
+
+        key = unique_inverse(self.program.astype(np.int64) * (len(self.names) + 1) + self.name)[0]
         return np.stack([key // (len(self.names) + 1), key % (len(self.names) + 1)], axis=1)
 
 
@@ -93,12 +95,15 @@ def unique_rows(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     n = len(cols[0])
     if not n:
         return np.zeros((0, len(cols)), np.int64), np.zeros(0, np.int64)
+    from rooflens.trace.groupby import any_index, unique_inverse
+
     key = np.zeros(n, np.int64)
     for c in cols:
-        u, inv = np.unique(c, return_inverse=True)
-        key = key * len(u) + inv.ravel()
-    _, first, inv = np.unique(key, return_index=True, return_inverse=True)
-    return np.stack([np.asarray(c)[first] for c in cols], axis=1).astype(np.int64), inv.ravel()
+        u, inv = unique_inverse(c)
+        key = key * len(u) + inv
+    u, inv = unique_inverse(key)
+    first = any_index(inv, len(u))  # any row of a group holds its values
+    return np.stack([np.asarray(c)[first] for c in cols], axis=1).astype(np.int64), inv
 
 
 def vocab(codes: np.ndarray, words: list[str]) -> tuple[np.ndarray, list[str]]:

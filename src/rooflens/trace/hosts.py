@@ -87,7 +87,9 @@ def _read_hosts(files, workers, engine, ray_address, progress, overlap) -> list[
     # send each program's HLO once
     per = max(1, len(files) // (4 * n))
     batches = [list(range(k, min(k + per, len(files)))) for k in range(0, len(files), per)]
-    with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context(method)) as pool:
+    share = str(max(1, (os.cpu_count() or 1) // n))  # each worker decodes on its share of the cores
+    with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context(method),
+                             initializer=_decode_threads, initargs=(share,)) as pool:
         futures = {pool.submit(_read_batch, [files[i] for i in b]): b for b in batches}
         overlap()  # every worker is forked by now
         for fut in as_completed(futures):
@@ -96,6 +98,11 @@ def _read_hosts(files, workers, engine, ray_address, progress, overlap) -> list[
                 if progress:
                     progress(i)(1, 1)
     return out
+
+
+def _decode_threads(n: str) -> None:
+    """A worker's decode threads (:func:`rooflens.trace.formats.xspace.walk.threads_for`), unless the user set them."""
+    os.environ.setdefault("ROOFLENS_DECODE_THREADS", n)
 
 
 def _jax_running() -> bool:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rooflens.trace.events import unique_rows
 from rooflens.trace.profile import Profile
 from rooflens.trace.stats import DeviceTime, OpStats
 from rooflens.trace.warmup import execution_index, host_compile_intervals_ns, idle_outside, merge_intervals
@@ -110,8 +111,7 @@ def _left_out_ns(profile: Profile) -> np.ndarray:
 
 def _executions(t, runs: np.ndarray, sel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Start and end (ns) of every program execution among the events ``sel``."""
-    key = ((t.device[sel].astype(np.int64) + 1) << 42) + (t.program[sel].astype(np.int64) << 21) + runs[sel]
-    _, inv = np.unique(key, return_inverse=True)
+    _, inv = unique_rows(t.device[sel], t.program[sel], runs[sel])  # one group per (device, program, run)
     s0 = np.full(inv.max() + 1, np.inf)
     e0 = np.full(inv.max() + 1, -np.inf)
     np.minimum.at(s0, inv, t.start_ns[sel])

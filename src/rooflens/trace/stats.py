@@ -12,6 +12,7 @@ import numpy as np
 
 from rooflens.trace.events import unique_rows
 from rooflens.trace.formats.compiled import njit, plain_twin
+from rooflens.trace.groupby import unique_inverse
 from rooflens.trace.profile import Profile
 
 
@@ -267,6 +268,19 @@ def _device_time(t, start, end, dur, sel: np.ndarray, dev: int, t0: float, n_gap
 
 
 def op_stats(profile: Profile, gaps_per_device: int = 5) -> OpStats:
+    """Per-op stats, device times and gaps, steps, the host × step table of a profile; remembered for the
+    same table and inputs (:mod:`rooflens.trace.memo`), so a second report of a large trace skips them."""
+    from rooflens.trace import memo
+
+    t = profile.table
+    key = (memo.table_digest(t), gaps_per_device, memo.digest_of(
+        profile.steps, profile.platform, profile.device_kind, profile.notes, profile.metadata.get("in_window"),
+        sorted(profile.hlo_texts.items()), sorted(t.hlo_text.items()), sorted(t.op_meta.items(), key=repr),
+        profile.host_events, sorted(profile.host_events_of.items())))
+    return memo.remembered("op_stats", key, len(t), lambda: _op_stats(profile, gaps_per_device))
+
+
+def _op_stats(profile: Profile, gaps_per_device: int) -> OpStats:
     t = profile.table
     info = profile.op_info
     start, dur = t.start_ns, t.dur_ns
@@ -289,7 +303,7 @@ def op_stats(profile: Profile, gaps_per_device: int = 5) -> OpStats:
     # per (program, op)
 
     key = t.program.astype(np.int64) * (len(t.names) + 1) + t.name
-    uniq, inv = np.unique(key, return_inverse=True)
+    uniq, inv = unique_inverse(key)
     tot = np.bincount(inv, weights=dur)
     selft = np.bincount(inv, weights=self_ns)
     cnt = np.bincount(inv)

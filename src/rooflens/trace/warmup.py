@@ -23,7 +23,7 @@ import re
 
 import numpy as np
 
-from rooflens.trace.events import EventTable
+from rooflens.trace.events import EventTable, unique_rows
 from rooflens.trace.manifest import RunManifest
 
 _ID = re.compile(r"\(\d+\)$")
@@ -36,13 +36,24 @@ def base_name(program: str) -> str:
 
 
 def execution_index(t: EventTable) -> np.ndarray:
-    """For every event, which execution (0, 1, …) of its program on its device it belongs to."""
+    """For every event, which execution (0, 1, …) of its program on its device it belongs to (remembered
+    for the same table: :mod:`rooflens.trace.memo`)."""
+    from rooflens.trace import memo
+
+    def compute() -> np.ndarray:
+        out = _execution_index(t)
+        out.setflags(write=False)  # one array for every caller: none may change it
+        return out
+
+    return memo.remembered("execution_index", (memo.table_digest(t),), len(t), compute, in_memory=True)
+
+
+def _execution_index(t: EventTable) -> np.ndarray:
     n = len(t)
     out = np.zeros(n, dtype=np.int32)
     if not n:
         return out
-    key = (t.host.astype(np.int64) << 40) + ((t.device.astype(np.int64) + 1) << 20) + t.program
-    _, inv = np.unique(key, return_inverse=True)
+    _, inv = unique_rows(t.host, t.device, t.program)  # one group per (host, device, program)
     order = np.lexsort((t.start_ns, inv))  # grouped, each group in time order
     bounds = np.flatnonzero(np.diff(inv[order])) + 1
     for idx in np.split(order, bounds):

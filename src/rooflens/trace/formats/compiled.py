@@ -261,3 +261,30 @@ def plain_rehash(tkeys, tcodes, new_size):
             slot = (slot + 1) & mask
         nk[slot], nc[slot] = h, c
     return nk, nc
+
+
+@njit(cache=True, nogil=True)
+def factorize(key, codes, first, size):
+    """Each key's code (first-seen order) into ``codes``, distinct values into ``first``; -1 when more
+    than ``size // 2`` distinct values (call again with a larger ``size``)."""
+    table = np.full(size, -1, np.int64)
+    mask = size - 1
+    m = 0
+    for i in range(len(key)):
+        v = key[i]
+        h = (v * np.int64(-7046029254386353131)) & mask  # Fibonacci hashing of the key's bits
+        while True:
+            c = table[h]
+            if c < 0:
+                if 2 * (m + 1) > size:
+                    return -1
+                table[h] = m
+                first[m] = v
+                codes[i] = m
+                m += 1
+                break
+            if first[c] == v:
+                codes[i] = c
+                break
+            h = (h + 1) & mask
+    return m

@@ -24,15 +24,9 @@ import numpy as np
 
 from rooflens.errors import RooflensError
 from rooflens.trace.formats import protowire
-from rooflens.trace.formats.compiled import compile_kernels, rehash
-from rooflens.trace.formats.raw import HOST_EVENT_MIN_PS
+from rooflens.trace.formats.compiled import compile_kernels
+from rooflens.trace.formats.xspace import walk
 from rooflens.trace.formats.xspace import wire as W
-
-#: bytes decoded between two progress updates (and page releases)
-CHUNK_BYTES = 64 << 20
-#: kept events decoded between two moves into the columns (~120 MB of rows)
-BLOCK_ROWS = 1 << 20
-#: Python tracer frames shorter than this are not kept (they explain idle gaps, which are longer)
 
 
 @dataclass
@@ -160,8 +154,19 @@ def line_flags(plane_name: str, line_name: str) -> int:
 
 
 def decode(path: str | Path, progress: Callable[[int, int], None] | None = None) -> XSpaceColumns:
-    """Decode an ``.xplane.pb``. ``progress(bytes_done, bytes_total)`` is called between chunks."""
+    """Decode an ``.xplane.pb``. ``progress(bytes_done, bytes_total)`` is called between chunks. The events
+    are walked on every core (:mod:`rooflens.trace.formats.xspace.walk`), with the same result as one walk."""
     path = Path(path)
+    mm, buf = map_file(path)
+    planes, spans, line_plane = planes_of(buf, path)
+    heads, line_names, lines, line_index, origin_ns = lines_of(buf, planes, spans, line_plane, path)
+    cols, strings = _events(buf, mm, lines, planes, line_index, line_names, path, progress)
+    return XSpaceColumns(str(path), planes, line_plane, line_names, cols, strings, origin_ns,
+                         int(heads[:, 7].sum()), buf)
+
+
+def map_file(path: Path) -> tuple[mmap.mmap, np.ndarray]:
+    """The file, mapped, as bytes; a clear error when it is missing, empty or not an XSpace."""
     try:
         fh = path.open("rb")
     except OSError as e:
@@ -174,10 +179,14 @@ def decode(path: str | Path, progress: Callable[[int, int], None] | None = None)
     buf = np.frombuffer(mm, np.uint8)
     if buf[0] != 0x0A:
         raise RooflensError(f"{path} is not an XSpace profile (.xplane.pb); it does not start like one.")
-    space = _fields(buf, 0, size, path, "the list of planes")
+    return mm, buf
+
+
+def planes_of(buf: np.ndarray, path: Path) -> tuple[list[Plane], np.ndarray, np.ndarray]:
+    """Every plane (name, stats, metadata tables), and every line's (start, end) and plane index."""
+    space = _fields(buf, 0, len(buf), path, "the list of planes")
     planes: list[Plane] = []
     line_spans, line_plane = [], []
-    err = np.zeros(2, np.int64)
     for pi, (_, _, ps, pe) in enumerate(space[(space[:, 0] == 1) & (space[:, 1] == 2)]):
         rows = _fields(buf, int(ps), int(pe), path, f"plane {pi}")
         name_rows = rows[(rows[:, 0] == 2) & (rows[:, 1] == 2)]
@@ -201,13 +210,18 @@ def decode(path: str | Path, progress: Callable[[int, int], None] | None = None)
         for r in rows[(rows[:, 0] == 3) & (rows[:, 1] == 2)]:
             line_spans.append((r[2], r[3]))
             line_plane.append(pi)
-    spans = np.asarray(line_spans, np.int64).reshape(-1, 2)
-    heads = np.empty((len(spans), 8), np.int64)
-    _check(W.line_headers(buf, spans, heads, err), err, path, "the line headers")
+    return planes, np.asarray(line_spans, np.int64).reshape(-1, 2), np.asarray(line_plane, np.int64)
+
+
+def lines_of(buf, planes: list[Plane], spans: np.ndarray, line_plane: np.ndarray, path: Path):
+    """Line headers and names, and the lines to walk: rows (start, end, plane, flags, base_ps) of the
+    lines an analysis uses, their indices among all lines, and the trace's origin (ns)."""
+    heads = walk.line_headers(buf, spans, walk.threads_for(int((spans[:, 1] - spans[:, 0]).sum())))
+    if isinstance(heads, tuple):
+        _check(-1, heads[1], path, "the line headers")
     text = lambda s, e: bytes(buf[s:e]).decode("utf-8", "replace") if s >= 0 else ""  # noqa: E731
     line_names = [text(h[1], h[2]) or text(h[3], h[4]) for h in heads]
-    line_plane_a = np.asarray(line_plane, np.int64)
-    flags = np.asarray([line_flags(planes[p].name, n) for p, n in zip(line_plane, line_names)], np.int64)
+    flags = np.asarray([line_flags(planes[p].name, n) for p, n in zip(line_plane.tolist(), line_names)], np.int64)
     # origin: the earliest line timestamp; lines stamped 0 (TPU device lines) count their offsets from it
     ts = heads[:, 5]
     used = (heads[:, 7] > 0) & (flags > 0)
@@ -215,64 +229,36 @@ def decode(path: str | Path, progress: Callable[[int, int], None] | None = None)
     origin_ns = int(nonzero.min()) if len(nonzero) else 0
     base_ps = np.where(ts > 0, (ts - origin_ns) * 1000, 0)
     keep = np.flatnonzero(flags > 0)
-    lines = np.stack([spans[:, 0], spans[:, 1], line_plane_a, flags, base_ps], axis=1)[keep] if len(spans) else \
+    lines = np.stack([spans[:, 0], spans[:, 1], line_plane, flags, base_ps], axis=1)[keep] if len(spans) else \
         np.zeros((0, 5), np.int64)
-    line_index = keep  # decoded row → file line index
-    sm_ids, sm_col, sm_name, plane_sm = _stat_tables(planes)
+    return heads, line_names, np.ascontiguousarray(lines), keep, origin_ns
+
+
+def _events(buf, mm: mmap.mmap, lines: np.ndarray, planes: list[Plane], line_index: np.ndarray,
+            line_names: list[str], path: Path, progress) -> tuple[list[np.ndarray], list[str]]:
+    """The kept events as columns, walked on as many threads as the file is worth; file pages already
+    decoded go back to the kernel as each thread goes."""
     total = max(int((lines[:, 1] - lines[:, 0]).sum()) if len(lines) else 0, 1)
-    # a first guess at the kept events, grown on demand; never more than the file could hold
-    # kept events go to a block of rows, moved into per-column parts whenever it fills and reused:
-    # memory is the columns plus one block, never a copy of everything
-    cap = max(1024, min(int(heads[keep, 7].sum()) if len(keep) else 0, size // 16, BLOCK_ROWS))
-    rows = np.empty((cap, W.N_COLS), np.int64)
-    parts: list[list[np.ndarray]] = [[] for _ in range(W.N_COLS)]
+    n_threads = walk.threads_for(total)
+    ranges = walk.split_lines(lines, n_threads)
+    done_by = [0] * len(ranges)
 
-    def flush(block: np.ndarray) -> None:
-        m = int(state[2])
-        for k in range(W.N_COLS):
-            parts[k].append(block[:m, k].copy())
-        state[2] = 0
+    def on_chunk(i: int, done: int, reached: int) -> None:
+        done_by[i] = done
+        _release(mm, int(lines[ranges[i][0], 0]), reached)
+        if progress is not None:
+            progress(min(sum(done_by), total), total)
 
-    tkeys, tcodes = np.zeros(1 << 12, np.int64), np.zeros(1 << 12, np.int32)
-    strs = np.empty((1 << 11, 2), np.int64)
-    nstr = np.zeros(1, np.int64)
-    state = np.zeros(4, np.int64)
-    while True:
-        status = W.decode_events(buf, lines, state, CHUNK_BYTES, HOST_EVENT_MIN_PS, sm_ids, sm_col, sm_name,
-                                 plane_sm, rows, tkeys, tcodes, strs, nstr, err)
-        if status == W.FAILED:
-            li = int(state[0])
+    parts = walk.walk(buf, lines, _stat_tables(planes), ranges, on_chunk)
+    for p in parts:
+        if p.err is not None:  # the line that holds the byte where the walk broke
+            li = int(np.searchsorted(lines[:, 0], p.err[1], side="right")) - 1 if len(lines) else 0
             where = (f"line {line_names[line_index[li]]!r} of plane {planes[int(lines[li, 2])].name!r}"
                      if li < len(lines) else "an event")
-            _check(-1, err, path, where)
-        if status == W.OUT_FULL:
-            flush(rows)
-        elif status == W.TABLE_FULL:
-            if 2 * (nstr[0] + 1) > len(tkeys):
-                tkeys, tcodes = rehash(tkeys, tcodes, len(tkeys) * 2)
-            if nstr[0] >= len(strs):
-                strs = np.concatenate([strs, np.empty_like(strs)])
-        elif status in (W.BUDGET, W.DONE):
-            done, reached = _position(lines, state)
-            _release(mm, int(lines[0, 0]) if len(lines) else 0, reached)
-            if progress is not None:
-                progress(min(done, total), total)
-            if status == W.DONE:
-                break
-    flush(rows)
-    del rows
-    cols = []
-    n = sum(len(p) for p in parts[0])
-    for k in range(W.N_COLS):  # one column at a time: its parts go as it is made
-        if k >= W.STAT_BASE and all((p == W.NONE).all() for p in parts[k]):
-            cols.append(np.broadcast_to(np.int64(W.NONE), (n,)))  # a stat no kept event has: no memory
-        else:
-            cols.append(np.concatenate(parts[k]) if parts[k] else np.zeros(0, np.int64))
-        parts[k] = []
+            _check(-1, p.err, path, where)
+    cols, strings = walk.join(buf, parts)
     cols[W.COL_LINE] = line_index[cols[W.COL_LINE]] if len(cols[W.COL_LINE]) else cols[W.COL_LINE]
-    strings = [bytes(buf[s:e]).decode("utf-8", "replace") for s, e in strs[:int(nstr[0])]]
-    return XSpaceColumns(str(path), planes, line_plane_a, line_names, cols, strings, origin_ns,
-                         int(heads[:, 7].sum()), buf)
+    return cols, strings
 
 
 def warm_up() -> None:
@@ -314,16 +300,6 @@ def _stat_tables(planes: list[Plane]) -> tuple[np.ndarray, np.ndarray, np.ndarra
     return (np.concatenate(ids) if ids else np.zeros(0, np.int64), np.concatenate(cols) if cols else
             np.zeros(0, np.int64), np.ascontiguousarray(np.concatenate(names)) if names else
             np.zeros((0, 2), np.int64), np.asarray(bounds, np.int64).reshape(-1, 2))
-
-
-def _position(lines: np.ndarray, state: np.ndarray) -> tuple[int, int]:
-    """(bytes of line data decoded so far, file offset reached) after a decode call."""
-    li = int(state[0])
-    done = int((lines[:li, 1] - lines[:li, 0]).sum())
-    if li < len(lines):
-        at = int(state[1]) if state[1] > 0 else int(lines[li, 0])
-        return done + at - int(lines[li, 0]), at
-    return done, int(lines[-1, 1]) if len(lines) else 0
 
 
 def _release(mm: mmap.mmap, start: int, end: int) -> None:

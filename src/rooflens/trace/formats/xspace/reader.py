@@ -27,6 +27,7 @@ from rooflens.trace.formats.raw import (
     uint64,
 )
 from rooflens.trace.formats.xspace import wire as W
+from rooflens.trace.groupby import unique_inverse
 
 
 @dataclass
@@ -250,7 +251,7 @@ def _string_codes(x, rows: np.ndarray, code) -> tuple[np.ndarray, np.ndarray]:
     op = x.col("hlo_op")[rows]
     mod = x.col("hlo_module")[rows]
     pid = x.col("program_id")[rows]
-    u_op, inv_op = np.unique(op, return_inverse=True)
+    u_op, inv_op = unique_inverse(op)
     names = np.asarray([code(x.strings[int(c)]) for c in u_op], np.int64)[inv_op]
     pairs, inv_p = E.unique_rows(mod, pid)
     progs = np.asarray([code(program_name(x.strings[int(m)] if m != W.NONE else "", None if p == W.NONE else int(p)))

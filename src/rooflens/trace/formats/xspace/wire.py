@@ -188,7 +188,7 @@ def metadata_entries(buf, spans, out, err):
     return spans.shape[0]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)  # threads read the headers of different lines side by side
 def line_headers(buf, spans, out, err):
     """XLine messages (rows of ``spans``) → rows of (id, name start, name end, display name start,
     display name end, timestamp_ns, duration_ps, events): event bodies are skipped, not read."""

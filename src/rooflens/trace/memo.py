@@ -1,0 +1,153 @@
+"""The analysis's expensive aggregates, remembered: per-op stats and the execution index of a large
+event table are computed once per table and served again from memory (the same report asks for the
+execution index three times) and from the user cache directory (a second report of the same trace).
+
+An entry's key is a digest of everything the aggregate is computed from (the event table's columns,
+its vocabularies and the other inputs the caller names) and of the code that computes it, never of a
+file name: a changed trace, changed HLO beside it or newer rooflens code computes again. Files are
+``<key>.memo`` under ``analysis/`` in the user cache directory (``rooflens.userdirs``): a CRC-32 of the
+payload, then the payload (a pickle of the stats dataclasses and numpy arrays, read back by an unpickler that rebuilds
+nothing else; written whole under a temporary name and renamed); one whose CRC does not match, or
+that names anything else, is never used. Only tables of at least :data:`DISK_MIN_EVENTS` events go to disk (a
+small one is computed faster than read); ``ROOFLENS_NO_CACHE=1`` keeps everything off the disk; past
+:data:`DISK_MAX_FILES` entries the least recently used go.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import io
+import os
+import pickle
+import struct
+import tempfile
+import time
+import zlib
+from collections import OrderedDict
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from rooflens.userdirs import cache_dir
+
+DISK_MIN_EVENTS = 500_000
+DISK_MAX_FILES = 64
+MEMORY_ENTRIES = 8
+#: the modules whose code computes what is remembered
+_CODE = ("memo.py", "stats.py", "warmup.py", "groupby.py", "events.py", "profile.py")
+_HEADER = struct.Struct("<I")
+_memory: OrderedDict[str, object] = OrderedDict()
+
+
+@functools.cache
+def code_digest() -> str:
+    h = hashlib.sha1()
+    here = Path(__file__).parent
+    for name in _CODE:
+        h.update((here / name).read_bytes())
+    return h.hexdigest()[:16]
+
+
+def table_digest(t) -> str:
+    """A digest of an event table's content: its columns and vocabularies (a table changed in place,
+    e.g. its steps assigned, digests differently)."""
+    h = hashlib.sha1(str(len(t)).encode())
+    for col in (t.host, t.device, t.line, t.name, t.program, t.start_ps, t.dur_ps, t.step):
+        h.update(struct.pack("<Iq", zlib.crc32(np.ascontiguousarray(col).view(np.uint8)), col.dtype.itemsize))
+    h.update(repr((t.hosts, t.lines, t.names, t.programs, t.origin_ns)).encode())
+    return h.hexdigest()
+
+
+def digest_of(*parts) -> str:
+    """A digest of plain Python values (strings, numbers, lists, dicts): their ``repr``."""
+    return hashlib.sha1(repr(parts).encode()).hexdigest()
+
+
+def remembered(kind: str, key_parts: tuple, n_events: int, compute: Callable[[], object], in_memory: bool = False):
+    """``compute()``, or what it gave before for the same ``kind`` and ``key_parts``. ``in_memory``: also kept
+    in this process, the same object handed to every caller (so only for values no caller changes, such as
+    read-only arrays)."""
+    key = hashlib.sha1(repr((code_digest(), kind, key_parts)).encode()).hexdigest()[:32]
+    if in_memory and key in _memory:
+        _memory.move_to_end(key)
+        return _memory[key]
+    disk = n_events >= DISK_MIN_EVENTS and os.environ.get("ROOFLENS_NO_CACHE") != "1"
+    value = _load(key) if disk else None
+    if value is None:
+        value = compute()
+        if disk:
+            _save(key, value)
+    if isinstance(value, np.ndarray):
+        value.setflags(write=False)  # handed to several callers: none may change it
+    if in_memory:
+        _memory[key] = value
+        while len(_memory) > MEMORY_ENTRIES:
+            _memory.popitem(last=False)
+    return value
+
+
+def memo_dir() -> Path:
+    return cache_dir() / "analysis"
+
+
+def _load(key: str):
+    path = memo_dir() / f"{key}.memo"
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    if len(data) < _HEADER.size or _HEADER.unpack_from(data)[0] != zlib.crc32(memoryview(data)[_HEADER.size:]):
+        return None  # damaged: computed again
+    try:
+        value = _Unpickler(io.BytesIO(memoryview(data)[_HEADER.size:])).load()
+    except Exception:  # noqa: BLE001 - an entry from other code or damaged past its CRC: compute again
+        return None
+    now = time.time_ns()
+    with contextlib.suppress(OSError):
+        os.utime(path, ns=(now, now))
+    return value
+
+
+class _Unpickler(pickle.Unpickler):
+    """Only what an entry holds is rebuilt: the stats dataclasses and numpy arrays, never any other
+    callable (a cache file is data, even if someone else wrote it)."""
+
+    _NUMPY = {"_reconstruct", "ndarray", "dtype", "_frombuffer", "scalar"}
+
+    def find_class(self, module: str, name: str):
+        if module == "rooflens.trace.stats" or (module.split(".")[0] == "numpy" and name in self._NUMPY):
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"{module}.{name} is not allowed in a memo entry")
+
+
+def _save(key: str, value) -> None:
+    try:
+        payload = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        d = memo_dir()
+        d.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=".memo")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(_HEADER.pack(zlib.crc32(payload)))
+                fh.write(payload)
+            os.replace(tmp, d / f"{key}.memo")
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        _evict(d)
+    except (OSError, pickle.PicklingError, TypeError, AttributeError):
+        return
+
+
+def _evict(d: Path) -> None:
+    """Keep the :data:`DISK_MAX_FILES` most recently used entries."""
+    try:
+        entries = sorted(d.glob("*.memo"), key=lambda p: p.stat().st_mtime_ns)
+    except OSError:
+        return
+    for p in entries[:max(0, len(entries) - DISK_MAX_FILES)]:
+        with contextlib.suppress(OSError):
+            p.unlink()

@@ -1,0 +1,209 @@
+"""Big traces: the XSpace walk on every core gives the same columns, bit for bit, as one walk; the
+report's aggregates served from the cache equal fresh ones."""
+
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import rooflens as rl
+from rooflens.trace.formats.xspace import decode as D
+from rooflens.trace.formats.xspace import walk, wire
+from tests.conftest import fixture_path
+
+V6E = ("tpu", "xprof_tpu_inference_2.v6e-4.xplane.pb")
+V100 = ("gpu_nvidia", "tfprof_GPU-multi-worker_34.83.195.179_6003.v100x8.xplane.pb")
+
+
+@pytest.fixture(scope="module")
+def cpu_trace(tmp_path_factory) -> Path:
+    """A real capture on 8 CPU devices (a sharded matmul chain with a psum, 3 steps), written three times
+    over into one XSpace so that it has many lines to share out."""
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = Mesh(np.array(jax.devices()).reshape(8), ("d",))
+
+    @jax.jit
+    def step(w, x):
+        h = jnp.tanh(x @ w)
+        return w - 1e-3 * jax.lax.with_sharding_constraint(h.T @ x, NamedSharding(mesh, P())), x
+
+    w = jax.device_put(jnp.ones((128, 128)), NamedSharding(mesh, P()))
+    x = jax.device_put(jnp.ones((256, 128)), NamedSharding(mesh, P("d")))
+    logdir = tmp_path_factory.mktemp("scale_big")
+    prof = rl.capture(step, w, x, steps=3, logdir=logdir, feed=lambda out, args: out)
+    src = Path(prof.sources[0])
+    big = logdir / "x3.xplane.pb"
+    big.write_bytes(src.read_bytes() * 3)
+    return big
+
+
+def _decode(path: Path, threads: int, monkeypatch) -> D.XSpaceColumns:
+    monkeypatch.setenv("ROOFLENS_DECODE_THREADS", str(threads))
+    return D.decode(path)
+
+
+def _same(a: D.XSpaceColumns, b: D.XSpaceColumns) -> None:
+    assert len(a) == len(b) > 0
+    assert a.strings == b.strings
+    assert a.origin_ns == b.origin_ns and a.events_total == b.events_total
+    for k, (x, y) in enumerate(zip(a.cols, b.cols)):
+        assert x.dtype == y.dtype and np.array_equal(x, y), f"column {k} differs"
+
+
+@pytest.mark.parametrize("parts", [V6E, V100])
+def test_parallel_walk_equals_one_walk_on_real_fixtures(parts, monkeypatch):
+    path = fixture_path(*parts)
+    one = _decode(path, 1, monkeypatch)
+    for threads in (2, 3, 7):
+        _same(one, _decode(path, threads, monkeypatch))
+
+
+def test_parallel_walk_equals_one_walk_on_a_real_cpu_capture(cpu_trace, monkeypatch):
+    one = _decode(cpu_trace, 1, monkeypatch)
+    assert len(walk.split_lines(_kept_lines(cpu_trace), 4)) == 4  # the capture does give every thread lines of its own
+    for threads in (2, 4):
+        many = _decode(cpu_trace, threads, monkeypatch)
+        _same(one, many)
+    # and the op table read from it is the same
+    monkeypatch.setenv("ROOFLENS_NO_CACHE", "1")
+    monkeypatch.setenv("ROOFLENS_DECODE_THREADS", "1")
+    a = rl.load(str(cpu_trace)).table
+    monkeypatch.setenv("ROOFLENS_DECODE_THREADS", "4")
+    b = rl.load(str(cpu_trace)).table
+    assert a.names == b.names and a.programs == b.programs
+    for c in ("device", "line", "name", "program", "start_ps", "dur_ps", "step"):
+        assert np.array_equal(getattr(a, c), getattr(b, c)), c
+
+
+def test_split_lines_balances_bytes_and_never_splits_a_line():
+    sizes = np.array([10, 10, 10, 70, 10, 10, 10, 10], np.int64)
+    ends = np.cumsum(sizes)
+    lines = np.stack([ends - sizes, ends], axis=1)
+    ranges = walk.split_lines(lines, 3)
+    assert ranges[0][0] == 0 and ranges[-1][1] == len(lines)
+    assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))  # contiguous, in order
+    assert len(ranges) <= 3 and max(int(sizes[lo:hi].sum()) for lo, hi in ranges) <= 80
+    assert walk.split_lines(lines, 1) == [(0, len(lines))]
+
+
+def _kept_lines(path: Path) -> np.ndarray:
+    buf = D.map_file(path)[1]
+    planes, spans, line_plane = D.planes_of(buf, path)
+    return D.lines_of(buf, planes, spans, line_plane, path)[2]
+
+
+def test_a_damaged_event_is_named_the_same_on_every_thread(tmp_path, monkeypatch):
+    """An event with an invalid wire type in the last walked line: the same one sentence, however many
+    threads walk the file."""
+    src = fixture_path(*V100)
+    data = np.frombuffer(bytearray(src.read_bytes()), np.uint8)
+    start, end = (int(v) for v in _kept_lines(src)[-1, :2])
+    fields = np.empty((10_000, 4), np.int64)
+    n = wire.fields(data, start, end, fields, np.zeros(2, np.int64))
+    event = fields[:n][fields[:n, 0] == 4][-1]
+    data[event[2]] = 0x0F  # field 1 with wire type 7: there is no such wire type
+    bad = tmp_path / "bad.xplane.pb"
+    bad.write_bytes(data.tobytes())
+    errors = set()
+    for threads in ("1", "3"):
+        monkeypatch.setenv("ROOFLENS_DECODE_THREADS", threads)
+        with pytest.raises(rl.errors.RooflensError) as e:
+            D.decode(bad)
+        errors.add(str(e.value))
+    assert len(errors) == 1
+    assert "invalid protobuf wire type" in (msg := errors.pop()) and "line " in msg
+
+
+def test_report_aggregates_from_the_cache_equal_fresh_ones(cpu_trace, tmp_path, monkeypatch):
+    """A second report of the same trace reads its op stats and execution index from the user cache and
+    gives the same report, field for field; a damaged entry is computed again."""
+    from rooflens.api import load_report
+    from rooflens.trace import memo, op_stats
+    from rooflens.trace.warmup import execution_index
+
+    monkeypatch.setenv("ROOFLENS_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("ROOFLENS_NO_CACHE", raising=False)
+    monkeypatch.setattr(memo, "DISK_MIN_EVENTS", 0)
+    calls = {"op_stats": 0}
+    real = memo.remembered
+
+    def counting(kind, key, n, compute, in_memory=False):
+        def counted():
+            calls[kind] = calls.get(kind, 0) + 1
+            return compute()
+        return real(kind, key, n, counted, in_memory)
+
+    monkeypatch.setattr(memo, "remembered", counting)
+    memo._memory.clear()
+    fresh = load_report(str(cpu_trace)).to_json()
+    assert calls["op_stats"] == 1 and calls["execution_index"] == 1  # asked for 3 times, computed once
+    files = sorted(memo.memo_dir().glob("*.memo"))
+    assert len(files) >= 2
+    memo._memory.clear()
+    again = load_report(str(cpu_trace)).to_json()
+    assert calls["op_stats"] == 1 and calls["execution_index"] == 1  # served from disk
+    assert again == fresh
+    # the same table with other steps is another table: computed again
+    prof = rl.load(str(cpu_trace))
+    op_stats(prof)
+    assert calls["op_stats"] == 1  # the same table as the report's: served
+    prof.table.step[:] = -1
+    op_stats(prof)
+    assert calls["op_stats"] == 2
+    with pytest.raises(ValueError):
+        execution_index(prof.table)[0] = 7  # one array for every caller: read-only
+    # a damaged entry is never trusted
+    memo._memory.clear()
+    for f in memo.memo_dir().glob("*.memo"):
+        data = bytearray(f.read_bytes())
+        data[-3] ^= 0xFF
+        f.write_bytes(bytes(data))
+    n = calls["op_stats"]
+    assert load_report(str(cpu_trace)).to_json() == fresh and calls["op_stats"] == n + 1
+
+
+@pytest.mark.parametrize("make", [
+    lambda r, n: r.integers(0, 3000, n),  # dense codes: the table of their range
+    lambda r, n: r.integers(0, 3000, n).astype(np.int32) - 5,  # negative, int32
+    lambda r, n: np.where(r.random(n) < 0.3, np.iinfo(np.int64).min, r.integers(1, 1 << 62, 40)[r.integers(0, 40, n)]),
+    lambda r, n: r.integers(-(1 << 62), 1 << 62, n),  # all distinct, wide: the hash table grows
+])
+def test_group_by_codes_equals_np_unique(make, monkeypatch):
+    from rooflens.trace import groupby
+
+    monkeypatch.setattr(groupby, "HASH_MIN_KEYS", 1000)
+    key = make(np.random.default_rng(7), 200_000)
+    u, inv = groupby.unique_inverse(key)
+    eu, einv = np.unique(key, return_inverse=True)
+    assert u.dtype == eu.dtype and np.array_equal(u, eu) and np.array_equal(inv, einv.ravel())
+
+
+def test_a_memo_entry_rebuilds_nothing_but_stats_and_arrays(tmp_path, monkeypatch):
+    """A memo file holding any other callable (here os.system, with a valid CRC) is not used: the value
+    is computed again and nothing is called."""
+    import os
+    import pickle
+    import struct
+    import zlib
+
+    from rooflens.trace import memo
+
+    monkeypatch.setenv("ROOFLENS_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("ROOFLENS_NO_CACHE", raising=False)
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return np.arange(10)
+
+    assert np.array_equal(memo.remembered("test", ("k",), 10**6, compute), np.arange(10)) and len(calls) == 1
+    assert np.array_equal(memo.remembered("test", ("k",), 10**6, compute), np.arange(10)) and len(calls) == 1
+    evil = pickle.dumps(type("X", (), {"__reduce__": lambda self: (os.system, ("touch " + str(tmp_path / "pwned"),))})())
+    for f in memo.memo_dir().glob("*.memo"):
+        f.write_bytes(struct.pack("<I", zlib.crc32(evil)) + evil)
+    assert np.array_equal(memo.remembered("test", ("k",), 10**6, compute), np.arange(10)) and len(calls) == 2
+    assert not (tmp_path / "pwned").exists()
