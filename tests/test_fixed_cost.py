@@ -17,7 +17,7 @@ import pytest
 from rooflens.errors import RooflensError
 from rooflens.trace.formats import compiled
 from rooflens.trace.formats.xspace import decode as D
-from rooflens.trace.formats.xspace import plain
+from rooflens.trace.formats.xspace import plain, walk
 from rooflens.trace.formats.xspace import wire as W
 from tests.conftest import FIXTURES, fixture_path
 
@@ -71,16 +71,16 @@ def test_a_small_trace_is_reported_without_numba_or_jax(tmp_path):
 def _decode(path: Path, walks: dict) -> object:
     """``decode.decode`` with the given walks in the kernels' places."""
     saved = {name: getattr(W, name) for name in WALKS}
-    saved_rehash = D.rehash
+    saved_rehash = walk.rehash
     try:
         for name in WALKS:
             setattr(W, name, walks[name])
-        D.rehash = walks["rehash"]
+        walk.rehash = walks["rehash"]
         return D.decode(path)
     finally:
         for name, fn in saved.items():
             setattr(W, name, fn)
-        D.rehash = saved_rehash
+        walk.rehash = saved_rehash
 
 
 def _walks() -> tuple[dict, dict]:
