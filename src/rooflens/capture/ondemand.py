@@ -33,7 +33,9 @@ PROFILE_METHOD = "/tensorflow.ProfilerService/Profile"
 # (jax's default, program executions), device tracer on, no Python tracer (its cost is per call),
 # and the HLO protos in the metadata plane.
 OPTIONS_VERSION, HOST_TRACER_LEVEL, DEVICE_TRACER_LEVEL, PYTHON_TRACER_LEVEL = 1, 2, 1, 0
+EARLY_END = 0.8  # a trace returned before this share of the capture's duration: the job ended meanwhile
 GRACE_S = 30.0  # beyond the capture's own duration, how long a host may take to write its trace
+STILL_SERVING_S = 1.0  # after a capture, how long a job is watched for having ended with it
 
 
 def _varint(n: int) -> bytes:
@@ -132,7 +134,26 @@ def _ask(target: Target, request: bytes, duration_s: float, result: dict) -> Non
             code = e.code() if hasattr(e, "code") else None
             result[target] = (code, time.monotonic() - t0, e.details() if hasattr(e, "details") else str(e))
             return
-    result[target] = ("empty" if empty_trace(response) else "ok", time.monotonic() - t0, "")
+    elapsed_s = time.monotonic() - t0
+    ended = elapsed_s < EARLY_END * duration_s or not _still_serving(target)  # watched in this host's thread
+    result[target] = ("empty" if empty_trace(response) else "ended" if ended else "ok", elapsed_s, "")
+
+
+def _still_serving(target: Target, watch_s: float = STILL_SERVING_S) -> bool:
+    """Whether the job still listens on its port a moment after returning its trace. A Python job whose
+    script ends during a capture lives on until the session is over, returns a trace that ends with it,
+    then exits: a job that goes on running keeps its profiler server."""
+    import socket
+
+    end = time.monotonic() + watch_s
+    while time.monotonic() < end:
+        try:
+            with socket.create_connection((target.host, target.port), timeout=0.5):
+                pass
+        except OSError:
+            return False
+        time.sleep(0.1)
+    return True
 
 
 def _problem(target: Target, outcome: tuple, duration_s: float) -> str:
@@ -140,6 +161,8 @@ def _problem(target: Target, outcome: tuple, duration_s: float) -> str:
     import grpc
 
     code, elapsed_s, details = outcome
+    if code == "ended":
+        return f"the job at {target.address} finished during the {duration_s:g} s capture, so its trace ends with it"
     if code == "ok":
         return ""
     if code == "empty":
@@ -194,4 +217,6 @@ def capture(addresses: str, duration_s: float, logdir: str | Path | None = None)
                        "hosts": [t.address for t in targets]},
             "notes": problems}
     (run_dir / "rooflens.json").write_text(json.dumps(meta, indent=1))
+    if len(problems) == len(targets):  # no host gave the capture asked for: what they recorded is kept
+        raise RooflensError("; ".join(problems) + f" (what was recorded is kept in {run_dir}).")
     return run_dir, problems
