@@ -185,7 +185,7 @@ def _hook_compiler(compiler) -> None:
     def backend_compile_and_load(*args, **kwargs):
         options = kwargs.get("options", args[3] if len(args) > 3 else None)
         module = kwargs.get("module", args[1] if len(args) > 1 else None)
-        if S is not None and S.armed and S.dump_dir and options is not None:
+        if S is not None and S.armed and S.dump_dir and options is not None and _dumped(module):
             try:
                 debug = options.executable_build_options.debug_options
                 if not debug.xla_dump_to and "xla_dump_to" not in os.environ.get("XLA_FLAGS", ""):
@@ -247,6 +247,15 @@ def _hook_monitoring(monitoring) -> None:
 
     if hasattr(monitoring, "register_event_time_span_listener"):
         monitoring.register_event_time_span_listener(on_span)
+
+
+def _dumped(module) -> bool:
+    """Whether XLA dumps this compilation (its HLO and buffer assignment, for the report's memory view).
+    A whole run dumps every program; a window only the script's own jitted functions: dumping each of
+    jnp's small programs is most of what a windowed run would otherwise cost."""
+    if S.window is None:
+        return True
+    return _module_name(module, None) in _program_names(sorted(S.window.made))
 
 
 def _module_name(module, executable) -> str:

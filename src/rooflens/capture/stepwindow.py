@@ -110,6 +110,7 @@ class Window:
         self.done = 0  # steps finished inside the window
         self.most = ("", 0)  # the most called jitted function and its calls (for "never reached")
         self.names: set[str] = set()
+        self.made: set[str] = set()  # the names of the jitted functions the script made (its own programs)
         self.lock = threading.RLock()
         self.timers: list[threading.Timer] = []
 
@@ -246,7 +247,10 @@ def hook_pjit(pjit, window: Window) -> None:
 
     def _cpp_pjit(*args, **kwargs):
         fn = original(*args, **kwargs)
-        return Counted(fn, window) if made_by_user(sys._getframe(1)) else fn
+        if not made_by_user(sys._getframe(1)):
+            return fn
+        window.made.add(getattr(fn, "__name__", ""))
+        return Counted(fn, window)
 
     _cpp_pjit.__wrapped__ = original
     pjit._cpp_pjit = _cpp_pjit
