@@ -440,12 +440,9 @@ def _finish(target: dict, outcome: dict) -> None:
             S.tap.close()
             S.tap = None
         if not S.saved_dir:
-            if said or S.write_failed:
-                pass  # said already (the window never reached, or the profiler could not write)
-            elif S.run_name:
-                _say("the profiler wrote no trace.")
-            else:
-                _say("the script started no JAX backend, so there is nothing to profile.")
+            if not (said or S.write_failed):  # else said already (a window never reached, a failed write)
+                _say("the profiler wrote no trace." if S.run_name else
+                     "the script started no JAX backend, so there is nothing to profile.")
             _cleanup_empty()
             return
         first, again = artifacts.classify_compiles(S.compiles, S.misses)

@@ -12,6 +12,7 @@ directory, keyed by the run's files (name, size, modification time) and the roof
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import subprocess
@@ -179,11 +180,9 @@ class ReportCache:
             if error:
                 return Built(error=error, status=422)
             html = out.read_text(encoding="utf-8")
-        try:
+        with contextlib.suppress(OSError):  # an unwritable cache directory: the page is still kept in memory
             self.directory.mkdir(parents=True, exist_ok=True)
             part = self.directory / f"{key}.html.part"
             part.write_text(html, encoding="utf-8")
             part.replace(self.directory / f"{key}.html")
-        except OSError:
-            pass  # an unwritable cache directory: the page is still kept in memory
         return Built(html=html)
