@@ -7,6 +7,15 @@ Reading what was captured is :mod:`rooflens.trace`.
 """
 
 from rooflens.capture.capture import STEP_NAME, capture
-from rooflens.capture.session import Session
+
+
+def __getattr__(name: str):
+    """``Session`` on first use: ``import rooflens`` (which binds ``rl.capture``) stays light."""
+    if name == "Session":
+        from rooflens.capture.session import Session
+
+        return Session
+    raise AttributeError(f"module 'rooflens.capture' has no attribute {name!r}")
+
 
 __all__ = ["STEP_NAME", "Session", "capture"]

@@ -13,7 +13,6 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from rooflens.capture.window import TraceWindow
 from rooflens.errors import RooflensError
 
 STEP_NAME = "rooflens_step"
@@ -78,6 +77,8 @@ def capture(fn, *args, steps: int | range = 5, warmup: int = 1, logdir: str | Pa
             args = tuple(feed(out, args))
     snapshots = {"before": jax.profiler.device_memory_profile()}
     module_name = hlo.split(None, 2)[1].rstrip(",") if hlo.startswith("HloModule") else "program"
+    from rooflens.capture.window import TraceWindow  # the recorder and the manifest: only when capturing
+
     window = TraceWindow(logdir, "rooflens.capture").open()
     try:
         for i in numbers:
