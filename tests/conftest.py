@@ -132,3 +132,28 @@ def example_hlo() -> str:
     from rooflens.cli.common import example_hlo_path
 
     return example_hlo_path().read_text()
+
+
+@pytest.fixture(scope="session")
+def sharded_cpu_trace(tmp_path_factory) -> Path:
+    """A real capture on 8 CPU devices: a sharded matmul chain with a psum, 4 steps (one XSpace file)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    import rooflens as rl
+
+    mesh = Mesh(np.array(jax.devices()).reshape(8), ("d",))
+
+    @jax.jit
+    def step(w, x):
+        h = jnp.tanh(x @ w)
+        return w - 1e-3 * jax.lax.with_sharding_constraint(h.T @ x, NamedSharding(mesh, P())), x
+
+    w = jax.device_put(jnp.ones((256, 256)), NamedSharding(mesh, P()))
+    x = jax.device_put(jnp.ones((512, 256)), NamedSharding(mesh, P("d")))
+    logdir = tmp_path_factory.mktemp("sharded-capture")
+    prof = rl.capture(step, w, x, steps=4, logdir=logdir, feed=lambda out, args: out)
+    return Path(prof.sources[0])

@@ -8,8 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -31,23 +29,9 @@ def run(*args, env=None):
 
 
 @pytest.fixture(scope="module")
-def cpu_trace(tmp_path_factory):
-    """A real capture on 8 CPU devices: a sharded matmul chain with a psum, 4 steps."""
-    from jax.sharding import Mesh, NamedSharding
-    from jax.sharding import PartitionSpec as P
-
-    mesh = Mesh(np.array(jax.devices()).reshape(8), ("d",))
-
-    @jax.jit
-    def step(w, x):
-        h = jnp.tanh(x @ w)
-        return w - 1e-3 * jax.lax.with_sharding_constraint(h.T @ x, NamedSharding(mesh, P())), x
-
-    w = jax.device_put(jnp.ones((256, 256)), NamedSharding(mesh, P()))
-    x = jax.device_put(jnp.ones((512, 256)), NamedSharding(mesh, P("d")))
-    logdir = tmp_path_factory.mktemp("ingest")
-    prof = rl.capture(step, w, x, steps=4, logdir=logdir, feed=lambda out, args: out)
-    return Path(prof.sources[0])
+def cpu_trace(sharded_cpu_trace):
+    """A real capture on 8 CPU devices: a sharded matmul chain with a psum, 4 steps (conftest)."""
+    return sharded_cpu_trace
 
 
 def _profiledata_ops(path: Path) -> dict:

@@ -3,8 +3,6 @@ report's aggregates served from the cache equal fresh ones."""
 
 from pathlib import Path
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -18,26 +16,11 @@ V100 = ("gpu_nvidia", "tfprof_GPU-multi-worker_34.83.195.179_6003.v100x8.xplane.
 
 
 @pytest.fixture(scope="module")
-def cpu_trace(tmp_path_factory) -> Path:
-    """A real capture on 8 CPU devices (a sharded matmul chain with a psum, 3 steps), written three times
-    over into one XSpace so that it has many lines to share out."""
-    from jax.sharding import Mesh, NamedSharding
-    from jax.sharding import PartitionSpec as P
-
-    mesh = Mesh(np.array(jax.devices()).reshape(8), ("d",))
-
-    @jax.jit
-    def step(w, x):
-        h = jnp.tanh(x @ w)
-        return w - 1e-3 * jax.lax.with_sharding_constraint(h.T @ x, NamedSharding(mesh, P())), x
-
-    w = jax.device_put(jnp.ones((128, 128)), NamedSharding(mesh, P()))
-    x = jax.device_put(jnp.ones((256, 128)), NamedSharding(mesh, P("d")))
-    logdir = tmp_path_factory.mktemp("scale_big")
-    prof = rl.capture(step, w, x, steps=3, logdir=logdir, feed=lambda out, args: out)
-    src = Path(prof.sources[0])
-    big = logdir / "x3.xplane.pb"
-    big.write_bytes(src.read_bytes() * 3)
+def cpu_trace(sharded_cpu_trace, tmp_path_factory) -> Path:
+    """The real 8-device CPU capture of conftest, written three times over into one XSpace so that it has
+    many lines to share out."""
+    big = tmp_path_factory.mktemp("scale_big") / "x3.xplane.pb"
+    big.write_bytes(sharded_cpu_trace.read_bytes() * 3)
     return big
 
 

@@ -427,7 +427,9 @@ def analyze(profile: Profile, chip: str | Chip | None = None, memory: MemorySumm
         graphs=op_graphs(comparison, modules),
         in_window=InWindow.from_manifest(profile.manifest), path=profile.path, sources=list(profile.sources),
         hosts=list(profile.hosts), metadata=dict(profile.metadata), modules=modules,
-        steady=measure_steady_state(profile, stats), trace_rates=tuple(op_rates(profile)),
+        steady=measure_steady_state(profile, stats),
+        # the trace's own per-op rates (an HLO parse per op) serve the roofline-trust finding alone
+        trace_rates=tuple(op_rates(profile)) if any(not c.roofline_reliable for c in comparison) else (),
         events=profile.table,
     )
     report.findings = run_rules(report)

@@ -8,7 +8,6 @@ Parameter counts are exact (every weight matrix, norm scale and bias the switche
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, fields
 
 from rooflens.errors import RooflensError
@@ -238,5 +237,3 @@ def from_mapping(table: dict, where: str) -> Transformer:
     return Transformer(**{"kv_heads": table["heads"], "name": where, **table})
 
 
-def ceil_div(a: float, b: float) -> int:
-    return int(math.ceil(a / b - 1e-12))

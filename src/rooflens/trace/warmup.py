@@ -172,13 +172,6 @@ def _covered(x: np.ndarray, iv: np.ndarray) -> np.ndarray:
     return cum[k] - beyond
 
 
-def overlap_ns(a: np.ndarray, b: np.ndarray) -> float:
-    """Total overlap of two sets of disjoint sorted intervals (rows of [start, end))."""
-    if not len(a) or not len(b):
-        return 0.0
-    return float((_covered(a[:, 1], b) - _covered(a[:, 0], b)).sum())
-
-
 def _warmup_programs(t: EventTable, exec_idx: np.ndarray, manifest: RunManifest) -> list[dict]:
     """Per program name: its compilations and its first execution, for the warm-up summary."""
     compiles: dict[str, list[float]] = {}

@@ -69,11 +69,6 @@ def plain_twin(kernel: Kernel, max_items: int) -> Callable[[Callable], Callable]
     return register
 
 
-def numba_loaded() -> bool:
-    """Whether this process has loaded the compiled kernels (every call is compiled from then on)."""
-    return _compiled
-
-
 def compile_kernels() -> None:
     """Import numba and make every declared kernel a numba dispatcher (compiled or loaded from numba's
     cache on its first call, as ``numba.njit`` does). A kernel calls others by their module-level names,

@@ -57,21 +57,6 @@ def _packed(num: int, values, new: dict[int, int]) -> bytes:
     return _ld(num, b"".join(_enc(new[x]) for x in values))
 
 
-def max_id(module: bytes) -> int:
-    """The largest computation or instruction id of a serialized HloModuleProto."""
-    top = 0
-    for num, wt, _, v, _ in field_spans(module):
-        if num == 3 and wt == 2:
-            for cn, cw, _, cv, _ in field_spans(module, *v):
-                if cn == 5 and cw == 0:
-                    top = max(top, cv)
-                elif cn == 2 and cw == 2:
-                    for i_n, iw, _, iv, _ in field_spans(module, *cv):
-                        if i_n == 35 and iw == 0:
-                            top = max(top, iv)
-    return top
-
-
 def compact_ids(module: bytes) -> bytes:
     """The same HloModuleProto with dense ids (see the module doc); ValueError on a malformed one."""
     ins_new: dict[int, dict[int, int]] = {}  # computation id → its instructions' new ids

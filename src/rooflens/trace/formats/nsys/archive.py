@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rooflens.errors import RooflensError
-from rooflens.trace.formats.raw import hlo_module_of, program_name
+from rooflens.trace.formats.raw import hlo_module_of
 
 TRACE = "nvtx_gpu_proj_trace/trace.parquet"
 DEVICE_METADATA = "device-metadata.parquet"
@@ -213,16 +213,3 @@ def read_hlo_proto(archive: Archive, member: str) -> bytes | None:
         return None
 
 
-def program_protos(path: Path, stage: str = "after") -> dict[str, bytes]:
-    """``<module>(<program id>)`` → serialized HloModuleProto of every program in an archive's dump:
-    ``stage="after"`` what ran (XLA's optimized module), ``"before"`` the program as JAX lowered it
-    (the program's own dtypes and shardings, before fusion)."""
-    archive = Archive(path)
-    try:
-        out = {}
-        for (pid, module), files in sorted(dump_files(archive).items()):
-            if stage in files and (proto := read_hlo_proto(archive, files[stage])) is not None:
-                out[program_name(module, pid)] = proto
-        return out
-    finally:
-        archive.close()
