@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 import rooflens as rl
-from rooflens.trace import load, op_stats
+from rooflens.trace import background, load, op_stats
 from rooflens.trace.cache import identity, location, read_cached
 from rooflens.trace.formats.chrome.reader import read_chrome
 from rooflens.trace.formats.xspace.reader import read_xspace
@@ -223,6 +223,7 @@ def test_second_read_comes_from_the_cache_and_a_changed_file_is_decoded_again(cp
     trace.write_bytes(cpu_trace.read_bytes())
     before = _tree(tmp_path)
     first = read_cached(trace)
+    background.flush()  # the entry is written on the writer thread
     assert _tree(tmp_path) == before  # nothing written beside the trace: it is the user's directory
     assert location(identity(trace)).is_file()
 
@@ -250,6 +251,7 @@ def test_a_read_only_trace_directory_gets_no_cache_files(tmp_path):
     try:
         before = _tree(shared)
         read_cached(v6e)
+        background.flush()
         assert _tree(shared) == before
         assert location(identity(v6e)).is_file()
     finally:
@@ -263,6 +265,7 @@ def test_a_damaged_cache_is_never_trusted(cpu_trace, tmp_path, damage):
     trace.write_bytes(cpu_trace.read_bytes())
     fresh = read_cached(trace, use_cache=False)
     read_cached(trace)
+    background.flush()
     loc = location(identity(trace))
     data = bytearray(loc.read_bytes())
     if damage == "truncate":
@@ -278,6 +281,7 @@ def test_a_damaged_cache_is_never_trusted(cpu_trace, tmp_path, damage):
     for col in ("name", "program", "start_ps", "dur_ps", "device"):
         assert np.array_equal(getattr(fresh.table, col), getattr(again.table, col)), (damage, col)
     assert read_cached(trace).steps == fresh.steps  # and the replaced entry reads back
+    background.flush()
     assert location(identity(trace)).stat().st_size > 1000
 
 
@@ -292,11 +296,13 @@ def test_the_cache_keeps_within_its_cap_least_recently_used_first(cpu_trace, tmp
         p.write_bytes(cpu_trace.read_bytes())
         copies.append(p)
     read_cached(copies[0])
+    background.flush()
     one = location(identity(copies[0])).stat().st_size
     monkeypatch.setenv("ROOFLENS_CACHE_MAX", str(int(2.5 * one)))
     read_cached(copies[1])
     read_cached(copies[0])  # a hit: now the most recently used
     read_cached(copies[2])  # over the cap: the least recently used (copies[1]) goes
+    background.flush()
     assert location(identity(copies[0])).is_file() and location(identity(copies[2])).is_file()
     assert not location(identity(copies[1])).exists()
     assert sum(p.stat().st_size for p in traces_dir().glob("*.arrow")) <= 2.5 * one

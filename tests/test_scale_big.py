@@ -105,7 +105,7 @@ def test_report_aggregates_from_the_cache_equal_fresh_ones(cpu_trace, tmp_path, 
     """A second report of the same trace reads its op stats and execution index from the user cache and
     gives the same report, field for field; a damaged entry is computed again."""
     from rooflens.api import load_report
-    from rooflens.trace import memo, op_stats
+    from rooflens.trace import background, memo, op_stats
     from rooflens.trace.warmup import execution_index
 
     monkeypatch.setenv("ROOFLENS_CACHE_DIR", str(tmp_path / "cache"))
@@ -124,6 +124,7 @@ def test_report_aggregates_from_the_cache_equal_fresh_ones(cpu_trace, tmp_path, 
     memo._memory.clear()
     fresh = load_report(str(cpu_trace)).to_json()
     assert calls["op_stats"] == 1 and calls["execution_index"] == 1  # asked for 3 times, computed once
+    background.flush()  # entries are written on the writer thread
     files = sorted(memo.memo_dir().glob("*.memo"))
     assert len(files) >= 2
     memo._memory.clear()
@@ -141,6 +142,7 @@ def test_report_aggregates_from_the_cache_equal_fresh_ones(cpu_trace, tmp_path, 
         execution_index(prof.table)[0] = 7  # one array for every caller: read-only
     # a damaged entry is never trusted
     memo._memory.clear()
+    background.flush()
     for f in memo.memo_dir().glob("*.memo"):
         data = bytearray(f.read_bytes())
         data[-3] ^= 0xFF
@@ -173,7 +175,7 @@ def test_a_memo_entry_rebuilds_nothing_but_stats_and_arrays(tmp_path, monkeypatc
     import struct
     import zlib
 
-    from rooflens.trace import memo
+    from rooflens.trace import background, memo
 
     monkeypatch.setenv("ROOFLENS_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("ROOFLENS_NO_CACHE", raising=False)
@@ -185,8 +187,58 @@ def test_a_memo_entry_rebuilds_nothing_but_stats_and_arrays(tmp_path, monkeypatc
 
     assert np.array_equal(memo.remembered("test", ("k",), 10**6, compute), np.arange(10)) and len(calls) == 1
     assert np.array_equal(memo.remembered("test", ("k",), 10**6, compute), np.arange(10)) and len(calls) == 1
+    background.flush()
     evil = pickle.dumps(type("X", (), {"__reduce__": lambda self: (os.system, ("touch " + str(tmp_path / "pwned"),))})())
     for f in memo.memo_dir().glob("*.memo"):
         f.write_bytes(struct.pack("<I", zlib.crc32(evil)) + evil)
     assert np.array_equal(memo.remembered("test", ("k",), 10**6, compute), np.arange(10)) and len(calls) == 2
     assert not (tmp_path / "pwned").exists()
+
+
+def test_compiled_group_kernels_equal_their_numpy_twins(cpu_trace):
+    """Each group-by kernel (run compiled once numba is loaded, as numpy before) gives its twin's result,
+    on random codes with ties and on a real capture's table; the O(n) orders equal numpy's sorts."""
+    from rooflens.trace import stats
+    from rooflens.trace.events import unique_rows
+    from rooflens.trace.formats import compiled
+
+    compiled.compile_kernels()
+    kernel = {k.__name__: k for k in compiled._KERNELS}  # the declared kernels: compiled, and their twins
+    rng = np.random.default_rng(3)
+    n, m = 50_000, 37
+    inv = rng.integers(0, m, n)
+    start = np.sort(rng.integers(0, 2_000, n))  # sorted, with many ties
+    dur = rng.integers(0, 50, n)
+    values = rng.random(n)
+    for k, args in ((kernel["grouped_order"], (inv, m)), (kernel["grouped_sorted"], (inv, m, values)),
+                    (kernel["timeline_order"], (inv, m, start, dur)),
+                    (kernel["group_extent"], (inv, m, values, values + 1))):
+        got, want = k.dispatcher(*args), k.plain(*args)
+        assert all(np.array_equal(g, w) for g, w in zip(got if isinstance(got, tuple) else [got],
+                                                       want if isinstance(want, tuple) else [want])), k
+    assert np.array_equal(kernel["grouped_order"].dispatcher(inv, m), np.argsort(inv, kind="stable"))
+    # a real table: self times by the O(n) order equal those by the lexsort, execution index likewise
+    t = rl.load(str(cpu_trace)).table
+    group = stats.line_groups(t)
+    order = np.lexsort((-t.dur_ps, t.start_ps, group))
+    want = kernel["_self_times_sorted"].dispatcher(t.start_ps, t.start_ps + t.dur_ps, group, order)
+    assert np.array_equal(stats.self_times_ps(t, group), want) and want.sum() > 0
+    keys, ginv = unique_rows(t.host, t.device, t.program)
+    order = np.lexsort((t.start_ns, ginv))
+    bounds = np.concatenate([[0], np.cumsum(np.bincount(ginv, minlength=len(keys)))])
+    args = (order, bounds, t.name.astype(np.int64), len(t.names), t.start_ns)
+    runs = kernel["executions_of"].dispatcher(*args)
+    assert np.array_equal(runs, kernel["executions_of"].plain(*args)) and runs.max() >= 2
+
+
+@pytest.mark.parametrize("cols", [
+    lambda r, n: (r.integers(0, 5, n), r.integers(-3, 700, n).astype(np.int32)),
+    lambda r, n: (r.integers(0, 1 << 40, n), r.integers(0, 1 << 40, n)),  # ranges past int64: ranked first
+])
+def test_unique_rows_equals_np_unique_of_rows(cols):
+    from rooflens.trace.events import unique_rows
+
+    a, b = cols(np.random.default_rng(5), 20_000)
+    rows, inv = unique_rows(a, b)
+    want, winv = np.unique(np.stack([a, b], axis=1).astype(np.int64), axis=0, return_inverse=True)
+    assert np.array_equal(rows, want) and np.array_equal(inv, winv.ravel())

@@ -25,7 +25,8 @@ from rooflens.cost.model import OpPrediction, costs, price
 from rooflens.hardware import Chip
 from rooflens.hardware.infer import MeasuredRate
 from rooflens.hlo import Module
-from rooflens.trace.events import EventTable
+from rooflens.trace.events import EventTable, unique_rows
+from rooflens.trace.groupby import group_extent
 from rooflens.trace.warmup import execution_index
 
 #: an achieved fraction above this is impossible on the chip (1 % for timer rounding)
@@ -170,14 +171,8 @@ def program_executions(table: EventTable) -> dict[str, Executions]:
     """Every program's executions per device and their median span (device time, gaps inside included)."""
     if not len(table):
         return {}
-    rows = np.stack([table.program.astype(np.int64), table.host.astype(np.int64), table.device.astype(np.int64),
-                     execution_index(table).astype(np.int64)], axis=1)
-    uniq, inv = np.unique(rows, axis=0, return_inverse=True)
-    inv = inv.reshape(-1)
-    starts = np.full(len(uniq), np.inf)
-    ends = np.full(len(uniq), -np.inf)
-    np.minimum.at(starts, inv, table.start_ns.astype(float))
-    np.maximum.at(ends, inv, table.end_ns.astype(float))
+    uniq, inv = unique_rows(table.program, table.host, table.device, execution_index(table))
+    starts, ends = group_extent(inv, len(uniq), table.start_ns.astype(float), table.end_ns.astype(float))
     out: dict[str, Executions] = {}
     spans: dict[int, list[float]] = {}
     devices: dict[int, set] = {}

@@ -7,7 +7,8 @@ path, size, modification time, inode) and of the reader code, and the file repea
 changed trace or a newer rooflens decodes again. Files are written whole under a temporary name
 and renamed (two reports of one fresh trace at once each write their own, the last rename wins,
 neither reads half a file); one that cannot be read (damaged, truncated, from other code) is
-never trusted: the trace is decoded again and the entry replaced. Past ``ROOFLENS_CACHE_MAX``
+never trusted: the trace is decoded again and the entry replaced. A fresh entry is written on the
+writer thread of :mod:`rooflens.trace.background` while the analysis goes on. Past ``ROOFLENS_CACHE_MAX``
 bytes (default 4 GiB; ``500M``, ``2G`` also read) the least recently used entries are removed.
 """
 
@@ -23,11 +24,12 @@ import re
 import tempfile
 import time
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
-from rooflens.trace import formats
+from rooflens.trace import background, formats
 from rooflens.trace.events import EventTable
 from rooflens.trace.formats.raw import Progress, RawTrace
 from rooflens.userdirs import cache_dir
@@ -116,14 +118,20 @@ def read_cached(path: Path, progress: Progress = None, use_cache: bool = True) -
     except OSError:
         return reader(path, progress)
     loc = location(key)
+    background.flush(loc)  # this process's own write of the entry, if one is still going
     raw = _load(loc, key)
     if raw is not None:
         _touch(loc)  # recently used: the last to be evicted
         return raw
     raw = reader(path, progress)
-    if _save(loc, key, raw):
-        _touch(loc)
-        evict(keep=loc)
+    write = _writer(raw, key)  # what to write, taken now: the analysis goes on while it is written
+
+    def store() -> None:
+        if _save(loc, write):
+            _touch(loc)
+            evict(keep=loc)
+
+    background.submit(store, tag=loc)
     return raw
 
 
@@ -152,16 +160,23 @@ def _checksums(cols: dict[str, np.ndarray]) -> dict[str, int]:
     return {c: zlib.crc32(np.ascontiguousarray(v).view(np.uint8)) for c, v in cols.items()}
 
 
-def _write(sink, raw: RawTrace, key: dict | None) -> None:
-    import pyarrow as pa
-
+def _writer(raw: RawTrace, key: dict | None) -> Callable[[object], None]:
+    """A function writing ``raw`` as Arrow IPC to a sink: the columns and metadata are taken now (the
+    table's columns are never changed in place), the checksums and bytes are made when it is called."""
     t = raw.table
     cols = {c: getattr(t, c) for c in COLUMNS}
-    batch = pa.record_batch([pa.array(v) for v in cols.values()], names=list(COLUMNS))
-    meta = {**_meta(raw, key), "crc32": _checksums(cols) if key is not None else None}
-    schema = batch.schema.with_metadata({"rooflens": json.dumps(meta, default=str)})
-    with pa.ipc.new_file(sink, schema) as w:
-        w.write_batch(batch)
+    meta = _meta(raw, key)
+
+    def write(sink) -> None:
+        import pyarrow as pa
+
+        batch = pa.record_batch([pa.array(v) for v in cols.values()], names=list(COLUMNS))
+        info = {**meta, "crc32": _checksums(cols) if key is not None else None}
+        schema = batch.schema.with_metadata({"rooflens": json.dumps(info, default=str)})
+        with pa.ipc.new_file(sink, schema) as w:
+            w.write_batch(batch)
+
+    return write
 
 
 def to_ipc(raw: RawTrace) -> bytes:
@@ -169,7 +184,7 @@ def to_ipc(raw: RawTrace) -> bytes:
     import pyarrow as pa
 
     sink = pa.BufferOutputStream()
-    _write(sink, raw, None)
+    _writer(raw, None)(sink)
     return sink.getvalue().to_pybytes()
 
 
@@ -181,13 +196,13 @@ def from_ipc(data) -> RawTrace:
     return raw
 
 
-def _save(loc: Path, key: dict, raw: RawTrace) -> bool:
+def _save(loc: Path, write: Callable[[object], None]) -> bool:
     try:
         loc.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=loc.parent, prefix=".tmp-", suffix=".arrow")
         try:
             with os.fdopen(fd, "wb") as fh:
-                _write(fh, raw, key)
+                write(fh)
             os.replace(tmp, loc)
         finally:
             if os.path.exists(tmp):

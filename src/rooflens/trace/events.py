@@ -90,20 +90,46 @@ class EventTable:
 
 
 def unique_rows(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct rows of integer columns (as an [n, k] array) and each row's index in them:
-    ``np.unique(..., axis=0)`` without its slow sort of structured rows."""
+    """The distinct rows of integer columns (as an [n, k] array, in lexicographic order) and each row's
+    index in them: ``np.unique(..., axis=0)`` without its slow sort of structured rows."""
     n = len(cols[0])
     if not n:
         return np.zeros((0, len(cols)), np.int64), np.zeros(0, np.int64)
     from rooflens.trace.groupby import any_index, unique_inverse
 
-    key = np.zeros(n, np.int64)
-    for c in cols:
-        u, inv = unique_inverse(c)
-        key = key * len(u) + inv
+    cols = tuple(np.asarray(c) for c in cols)
+    key = _mixed_radix(cols, n)
+    if key is None:  # the columns' ranges multiply past int64: rank each column first
+        key = np.zeros(n, np.int64)
+        for c in cols:
+            u, inv = unique_inverse(c)
+            key = key * len(u) + inv
     u, inv = unique_inverse(key)
     first = any_index(inv, len(u))  # any row of a group holds its values
     return np.stack([np.asarray(c)[first] for c in cols], axis=1).astype(np.int64), inv
+
+
+def _mixed_radix(cols: tuple, n: int) -> np.ndarray | None:
+    """One int64 per row that orders rows as the columns do (each column less its minimum, times the
+    product of the later columns' ranges), in one pass per column; None when it would overflow."""
+    spans = []
+    for c in cols:
+        if c.dtype.kind not in "iu" or c.dtype == np.uint64:
+            return None
+        lo, hi = int(c.min()), int(c.max())
+        spans.append((lo, hi - lo + 1))
+    total = 1
+    for _, span in spans:
+        total *= span
+    if total >= 1 << 62:
+        return None
+    key = np.zeros(n, np.int64)
+    for c, (lo, span) in zip(cols, spans):
+        key *= span
+        key += c
+        if lo:
+            key -= lo
+    return key
 
 
 def vocab(codes: np.ndarray, words: list[str]) -> tuple[np.ndarray, list[str]]:

@@ -12,6 +12,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from rooflens.trace.formats.compiled import njit, plain_twin
+
+#: a kernel whose twin is numpy's own formulation runs the twin whenever numba is not loaded yet
+NUMPY_TWIN = 1 << 62
+
 #: a key range up to this many times the number of events (plus a floor) is grouped through a table
 RANGE_PER_EVENT = 4
 RANGE_FLOOR = 1 << 22
@@ -69,3 +74,105 @@ def _hashed(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     rank = np.empty(m, np.int64)
     rank[order] = np.arange(m)
     return values[order].astype(key.dtype, copy=False), rank[codes]
+
+
+# -- grouped orders and per-group order statistics ------------------------------------------------
+# Each kernel's twin is the numpy formulation of the same result: it runs while numba is not loaded
+# in this process (a small trace, or a large one read from the cache, which needs no decoder), so
+# only a report that loads numba anyway (a fresh decode) pays for the compiled loops.
+
+@njit(cache=True)
+def grouped_order(inv, m):
+    """Event indices grouped by ``inv`` (each row's group in ``[0, m)``), in index order within a group:
+    ``np.argsort(inv, kind="stable")`` by a counting sort, O(n + m)."""
+    nxt = np.zeros(m + 1, np.int64)
+    for i in range(len(inv)):
+        nxt[inv[i] + 1] += 1
+    for g in range(m):
+        nxt[g + 1] += nxt[g]
+    order = np.empty(len(inv), np.int64)
+    for i in range(len(inv)):
+        g = inv[i]
+        order[nxt[g]] = i
+        nxt[g] += 1
+    return order
+
+
+@plain_twin(grouped_order, NUMPY_TWIN)
+def _grouped_order_np(inv, m):
+    return np.argsort(inv, kind="stable")
+
+
+@njit(cache=True)
+def grouped_sorted(inv, m, values):
+    """``values`` sorted by (group, value): ``values[np.lexsort((values, inv))]``, by a counting sort on
+    the group and a sort of each group's values alone."""
+    order = grouped_order(inv, m)
+    out = values[order]
+    counts = np.bincount(inv, minlength=m)
+    lo = 0
+    for g in range(m):
+        hi = lo + counts[g]
+        if hi - lo > 1:
+            out[lo:hi] = np.sort(out[lo:hi])
+        lo = hi
+    return out
+
+
+@plain_twin(grouped_sorted, NUMPY_TWIN)
+def _grouped_sorted_np(inv, m, values):
+    return values[np.lexsort((values, inv))]
+
+
+@njit(cache=True)
+def group_extent(inv, m, start, end):
+    """Per group, the smallest ``start`` and the largest ``end`` of its rows (+inf / -inf when empty)."""
+    lo = np.full(m, np.inf)
+    hi = np.full(m, -np.inf)
+    for i in range(len(inv)):
+        g = inv[i]
+        if start[i] < lo[g]:
+            lo[g] = start[i]
+        if end[i] > hi[g]:
+            hi[g] = end[i]
+    return lo, hi
+
+
+@plain_twin(group_extent, NUMPY_TWIN)
+def _group_extent_np(inv, m, start, end):
+    lo = np.full(m, np.inf)
+    hi = np.full(m, -np.inf)
+    np.minimum.at(lo, inv, start)
+    np.maximum.at(hi, inv, end)
+    return lo, hi
+
+
+@njit(cache=True)
+def timeline_order(inv, m, start, dur):
+    """``np.lexsort((-dur, start, inv))`` for rows already sorted by ``start``: grouped by ``inv``, in time
+    order, and of rows that start together the longest first (a parent before the events nested in it)."""
+    order = grouped_order(inv, m)
+    n = len(order)
+    a = 0
+    while a < n:
+        b = a + 1
+        while b < n and inv[order[b]] == inv[order[a]] and start[order[b]] == start[order[a]]:
+            b += 1
+        for k in range(a + 1, b):  # insertion sort of the tie, longest first, stable
+            i = order[k]
+            j = k - 1
+            while j >= a and dur[order[j]] < dur[i]:
+                order[j + 1] = order[j]
+                j -= 1
+            order[j + 1] = i
+        a = b
+    return order
+
+
+@plain_twin(timeline_order, NUMPY_TWIN)
+def _timeline_order_np(inv, m, start, dur):
+    return np.lexsort((-dur, start, inv))
+
+
+def is_sorted(a: np.ndarray) -> bool:
+    return bool(len(a) < 2 or (a[1:] >= a[:-1]).all())

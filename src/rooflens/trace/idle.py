@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rooflens.trace.events import unique_rows
+from rooflens.trace.groupby import group_extent
 from rooflens.trace.profile import Profile
 from rooflens.trace.stats import DeviceTime, OpStats
 from rooflens.trace.warmup import execution_index, host_compile_intervals_ns, idle_outside, merge_intervals
@@ -111,12 +112,8 @@ def _left_out_ns(profile: Profile) -> np.ndarray:
 
 def _executions(t, runs: np.ndarray, sel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Start and end (ns) of every program execution among the events ``sel``."""
-    _, inv = unique_rows(t.device[sel], t.program[sel], runs[sel])  # one group per (device, program, run)
-    s0 = np.full(inv.max() + 1, np.inf)
-    e0 = np.full(inv.max() + 1, -np.inf)
-    np.minimum.at(s0, inv, t.start_ns[sel])
-    np.maximum.at(e0, inv, t.end_ns[sel])
-    return s0, e0
+    keys, inv = unique_rows(t.device[sel], t.program[sel], runs[sel])  # one group per (device, program, run)
+    return group_extent(inv, len(keys), t.start_ns[sel], t.end_ns[sel])
 
 
 def _judge_unit(d: DeviceTime, s0: np.ndarray, e0: np.ndarray, left_out: np.ndarray, t0: float) -> IdleUnit:

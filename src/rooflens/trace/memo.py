@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from rooflens.trace import background
 from rooflens.userdirs import cache_dir
 
 DISK_MIN_EVENTS = 500_000
@@ -75,6 +76,8 @@ def remembered(kind: str, key_parts: tuple, n_events: int, compute: Callable[[],
         _memory.move_to_end(key)
         return _memory[key]
     disk = n_events >= DISK_MIN_EVENTS and os.environ.get("ROOFLENS_NO_CACHE") != "1"
+    if disk:
+        background.flush(key)
     value = _load(key) if disk else None
     if value is None:
         value = compute()
@@ -124,8 +127,16 @@ class _Unpickler(pickle.Unpickler):
 
 
 def _save(key: str, value) -> None:
+    """Pickled now (the value is the caller's from here on), written on the writer thread."""
     try:
         payload = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    except (pickle.PicklingError, TypeError, AttributeError):
+        return
+    background.submit(lambda: _write(key, payload), tag=key)
+
+
+def _write(key: str, payload: bytes) -> None:
+    try:
         d = memo_dir()
         d.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=".memo")
@@ -138,7 +149,7 @@ def _save(key: str, value) -> None:
             if os.path.exists(tmp):
                 os.unlink(tmp)
         _evict(d)
-    except (OSError, pickle.PicklingError, TypeError, AttributeError):
+    except OSError:
         return
 
 

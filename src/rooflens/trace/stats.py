@@ -12,7 +12,7 @@ import numpy as np
 
 from rooflens.trace.events import unique_rows
 from rooflens.trace.formats.compiled import njit, plain_twin
-from rooflens.trace.groupby import unique_inverse
+from rooflens.trace.groupby import grouped_order, grouped_sorted, is_sorted, timeline_order, unique_inverse
 from rooflens.trace.profile import Profile
 
 
@@ -92,9 +92,9 @@ def _groups(key: np.ndarray) -> list[np.ndarray]:
     """Event indices per distinct key, in key order, each in time order (the table is sorted by start)."""
     if not len(key):
         return []
-    order = np.argsort(key, kind="stable")
-    cuts = np.flatnonzero(np.diff(key[order])) + 1
-    return np.split(order, cuts)
+    codes, inv = unique_inverse(key)
+    order = grouped_order(inv, len(codes))
+    return np.split(order, np.cumsum(np.bincount(inv, minlength=len(codes)))[:-1])
 
 
 @dataclass(frozen=True)
@@ -183,8 +183,13 @@ def line_groups(t) -> np.ndarray:
 def self_times_ps(t, group: np.ndarray) -> np.ndarray:
     """Each event's duration minus its direct children's (XProf's self time), in ps: children are the
     events nested in it on the same timeline (``group``)."""
-    start, end = t.start_ps, t.start_ps + t.dur_ps
-    order = np.lexsort((-(end - start), start, group))
+    start, dur = t.start_ps, t.dur_ps
+    end = start + dur
+    codes, inv = unique_inverse(group)
+    if is_sorted(start):  # the table's own order (by start): grouped in O(n)
+        order = timeline_order(inv, len(codes), start, dur)
+    else:
+        order = np.lexsort((-dur, start, inv))
     return _self_times_sorted(start, end, group, order)
 
 
@@ -307,13 +312,10 @@ def _op_stats(profile: Profile, gaps_per_device: int) -> OpStats:
     tot = np.bincount(inv, weights=dur)
     selft = np.bincount(inv, weights=self_ns)
     cnt = np.bincount(inv)
-    mins = np.full(len(uniq), np.inf)
-    maxs = np.zeros(len(uniq))
-    np.minimum.at(mins, inv, dur)
-    np.maximum.at(maxs, inv, dur)
-    order = np.lexsort((dur, inv))  # grouped, each group sorted by duration
+    ranked = grouped_sorted(inv, len(uniq), dur)  # grouped, each group sorted by duration
     first = np.concatenate([[0], np.cumsum(cnt)[:-1]])
-    medians = (dur[order[first + (cnt - 1) // 2]] + dur[order[first + cnt // 2]]) / 2
+    mins, maxs = ranked[first], ranked[first + cnt - 1]
+    medians = (ranked[first + (cnt - 1) // 2] + ranked[first + cnt // 2]) / 2
     ndev = np.bincount(unique_rows(inv, t.device)[0][:, 0], minlength=len(uniq))
     stats = []
     for k, u in enumerate(uniq):

@@ -24,6 +24,8 @@ import re
 import numpy as np
 
 from rooflens.trace.events import EventTable, unique_rows
+from rooflens.trace.formats.compiled import njit, plain_twin
+from rooflens.trace.groupby import NUMPY_TWIN, grouped_order, is_sorted
 from rooflens.trace.manifest import RunManifest
 
 _ID = re.compile(r"\(\d+\)$")
@@ -50,16 +52,53 @@ def execution_index(t: EventTable) -> np.ndarray:
 
 def _execution_index(t: EventTable) -> np.ndarray:
     n = len(t)
-    out = np.zeros(n, dtype=np.int32)
     if not n:
-        return out
-    _, inv = unique_rows(t.host, t.device, t.program)  # one group per (host, device, program)
-    order = np.lexsort((t.start_ns, inv))  # grouped, each group in time order
-    bounds = np.flatnonzero(np.diff(inv[order])) + 1
-    for idx in np.split(order, bounds):
-        names = t.name[idx]
-        start = t.start_ns[idx]
-        uniq, ninv, counts = np.unique(names, return_inverse=True, return_counts=True)
+        return np.zeros(n, dtype=np.int32)
+    keys, inv = unique_rows(t.host, t.device, t.program)  # one group per (host, device, program)
+    start = t.start_ns
+    if is_sorted(start):  # the table's own order (by start): grouped in O(n)
+        order = grouped_order(inv, len(keys))
+    else:
+        order = np.lexsort((start, inv))
+    bounds = np.concatenate([[0], np.cumsum(np.bincount(inv, minlength=len(keys)))])
+    return executions_of(order, bounds, t.name.astype(np.int64), max(len(t.names), 1), start)
+
+
+@njit(cache=True)
+def executions_of(order, bounds, name, n_names, start):
+    """:func:`execution_index` over groups: ``order[bounds[g]:bounds[g + 1]]`` are group g's events in
+    time order. An op with as many events as the group's first and last op (the fewer of the two) runs
+    once per execution: the i-th execution starts at the earliest i-th event of those ops."""
+    out = np.zeros(len(order), np.int32)
+    count = np.zeros(n_names, np.int64)
+    seen = np.zeros(n_names, np.int64)
+    for g in range(len(bounds) - 1):
+        idx = order[bounds[g]:bounds[g + 1]]
+        for i in idx:
+            count[name[i]] += 1
+        runs = min(count[name[idx[0]]], count[name[idx[-1]]])
+        if runs > 1:
+            starts = np.full(runs, np.inf)
+            for i in idx:
+                k = seen[name[i]]
+                seen[name[i]] += 1
+                if count[name[i]] == runs and start[i] < starts[k]:
+                    starts[k] = start[i]
+            starts = np.sort(starts)
+            for i in idx:
+                out[i] = max(np.searchsorted(starts, start[i], side="right") - 1, 0)
+        for i in idx:
+            count[name[i]] = 0
+            seen[name[i]] = 0
+    return out
+
+
+@plain_twin(executions_of, NUMPY_TWIN)
+def _executions_of_np(order, bounds, name, n_names, start):
+    out = np.zeros(len(order), dtype=np.int32)
+    for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        idx = order[lo:hi]
+        uniq, ninv, counts = np.unique(name[idx], return_inverse=True, return_counts=True)
         runs = int(min(counts[ninv[0]], counts[ninv[-1]]))
         if runs <= 1:
             continue  # one execution: every event is execution 0
@@ -70,9 +109,9 @@ def _execution_index(t: EventTable) -> np.ndarray:
         occ = np.empty(len(idx), dtype=np.int64)
         occ[by_op] = np.arange(len(idx)) - np.repeat(first_of_op, counts)
         starts = np.full(runs, np.inf)
-        np.minimum.at(starts, occ[once], start[once])
+        np.minimum.at(starts, occ[once], start[idx][once])
         starts = np.sort(starts[np.isfinite(starts)])
-        out[idx] = np.clip(np.searchsorted(starts, start, side="right") - 1, 0, None)
+        out[idx] = np.clip(np.searchsorted(starts, start[idx], side="right") - 1, 0, None)
     return out
 
 
