@@ -152,13 +152,19 @@ def build(host: np.ndarray, device: np.ndarray, line: np.ndarray, name: np.ndarr
     rename = _plain_program_names_of(programs)
     program, programs = vocab(np.asarray(program), [rename.get(w, w) for w in programs])
     keys = {plain: raw for raw, plain in rename.items() if raw != plain}
-    order = np.argsort(start_ps, kind="stable")
-    n = len(order)
+    start_ps = np.asarray(start_ps, np.int64)
+    n = len(start_ps)
+    in_order = bool(n < 2 or (start_ps[1:] >= start_ps[:-1]).all())  # a reader that sorted already
+    order = slice(None) if in_order else np.argsort(start_ps, kind="stable")
+
+    def col(a, dtype) -> np.ndarray:
+        a = np.asarray(a, dtype)
+        return a if in_order else a[order]
+
     return EventTable(
-        host=np.asarray(host, np.int32)[order], device=np.asarray(device, np.int32)[order],
-        line=line[order].astype(np.int32), name=name[order].astype(np.int32),
-        program=program[order].astype(np.int32), start_ps=np.asarray(start_ps, np.int64)[order],
-        dur_ps=np.asarray(dur_ps, np.int64)[order], step=np.full(n, -1, np.int32), hosts=list(hosts),
+        host=col(host, np.int32), device=col(device, np.int32), line=col(line, np.int32),
+        name=col(name, np.int32), program=col(program, np.int32), start_ps=col(start_ps, np.int64),
+        dur_ps=col(dur_ps, np.int64), step=np.full(n, -1, np.int32), hosts=list(hosts),
         lines=lines, names=names, programs=programs, origin_ns=origin_ns,
         hlo_text={(rename.get(p, p), k): v for (p, k), v in (hlo_text or {}).items()},
         op_meta={(rename.get(p, p), k): v for (p, k), v in (op_meta or {}).items()}, program_keys=keys)

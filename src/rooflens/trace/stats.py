@@ -262,8 +262,9 @@ def _device_time(t, start, end, dur, sel: np.ndarray, dev: int, t0: float, n_gap
         for k in np.argsort(-g)[:n_gaps]:
             if g[k] <= 0:
                 break
-            before = sel[np.argmin(np.abs(e - me[k]))]
-            nxt = np.searchsorted(s, ms[k + 1])
+            # the op that ended the busy interval: the first whose end is its end (none before it can be)
+            lo, nxt = np.searchsorted(s, ms[k]), np.searchsorted(s, ms[k + 1])
+            before = sel[lo + int(np.argmax(e[lo:nxt] == me[k]))]
             after = sel[nxt] if nxt < len(sel) else before
             gaps.append(Gap(dev, float(me[k] - t0) * 1e-9, float(g[k]) * 1e-9, t.names[t.name[before]],
                             t.names[t.name[after]], _host_during(host_events or [], float(me[k]), float(ms[k + 1]))))

@@ -27,7 +27,6 @@ from rooflens.trace.formats.raw import (
     uint64,
 )
 from rooflens.trace.formats.xspace import wire as W
-from rooflens.trace.groupby import unique_inverse
 
 
 @dataclass
@@ -194,7 +193,9 @@ def _cpu_ops(x, ev: _Events, vocab):
     cpu_ops = np.flatnonzero((ev.kind == 3) & (x.col("hlo_op") != none))
     if not len(cpu_ops):
         return None
-    dev = x.col("device_ordinal")[cpu_ops].copy()
+    # in time order (ties in file order), the event table's own: the table is built without a sort
+    cpu_ops = cpu_ops[np.argsort(ev.start[cpu_ops], kind="stable")]
+    dev = x.col("device_ordinal")[cpu_ops]
     unknown = np.flatnonzero(dev == none)
     if len(unknown):
         gdev, line = x.col("global_device_id"), x.line
@@ -248,11 +249,14 @@ def _absolute_origin(x) -> int:
 
 def _string_codes(x, rows: np.ndarray, code) -> tuple[np.ndarray, np.ndarray]:
     """(op name codes, program codes) of events that carry ``hlo_op``/``hlo_module``/``program_id``."""
-    op = x.col("hlo_op")[rows]
+    op = x.col("hlo_op")[rows]  # interned string codes: small, dense, never absent on these rows
+    present = np.zeros(len(x.strings), np.bool_)
+    present[op] = True
+    lut = np.zeros(len(x.strings), np.int32)
+    lut[present] = [code(x.strings[int(c)]) for c in np.flatnonzero(present)]
+    names = lut[op]
     mod = x.col("hlo_module")[rows]
     pid = x.col("program_id")[rows]
-    u_op, inv_op = unique_inverse(op)
-    names = np.asarray([code(x.strings[int(c)]) for c in u_op], np.int64)[inv_op]
     pairs, inv_p = E.unique_rows(mod, pid)
     progs = np.asarray([code(program_name(x.strings[int(m)] if m != W.NONE else "", None if p == W.NONE else int(p)))
                         for m, p in pairs.tolist()], np.int64)[inv_p]
