@@ -85,7 +85,7 @@ def test_delay_and_duration_bound_the_trace_in_time(env, tmp_path):
     (run,) = (tmp_path / "plugins" / "profile").iterdir()
     meta = json.loads((run / "rooflens.json").read_text())
     assert meta["window"]["delay_s"] == 1.0 and meta["window"]["duration_s"] == 0.5
-    assert 0.45 < meta["wall_s"] < 1.5
+    assert 0.45 < meta["wall_s"] < 2.5  # the window, with its stop under load; the whole run is 3 s
     prof = rl.load(run)
     span_s = (prof.table.end_ns.max() - prof.table.start_ns.min()) * 1e-9
     assert 0.2 < span_s < 0.8
