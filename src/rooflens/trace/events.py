@@ -98,7 +98,7 @@ def unique_rows(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     from rooflens.trace.groupby import any_index, unique_inverse
 
     cols = tuple(np.asarray(c) for c in cols)
-    key = _mixed_radix(cols, n)
+    key = row_key(*cols)[0]
     if key is None:  # the columns' ranges multiply past int64: rank each column first
         key = np.zeros(n, np.int64)
         for c in cols:
@@ -109,27 +109,29 @@ def unique_rows(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.stack([np.asarray(c)[first] for c in cols], axis=1).astype(np.int64), inv
 
 
-def _mixed_radix(cols: tuple, n: int) -> np.ndarray | None:
-    """One int64 per row that orders rows as the columns do (each column less its minimum, times the
-    product of the later columns' ranges), in one pass per column; None when it would overflow."""
+def row_key(*cols: np.ndarray) -> tuple[np.ndarray | None, int]:
+    """One int64 per row that orders rows as the integer columns do (each column less its minimum, times
+    the product of the later columns' ranges), made in one pass per column, and how many keys are
+    possible (the product of the ranges); ``(None, 0)`` when that would overflow."""
+    cols = tuple(np.asarray(c) for c in cols)
     spans = []
     for c in cols:
         if c.dtype.kind not in "iu" or c.dtype == np.uint64:
-            return None
-        lo, hi = int(c.min()), int(c.max())
+            return None, 0
+        lo, hi = (int(c.min()), int(c.max())) if len(c) else (0, 0)
         spans.append((lo, hi - lo + 1))
     total = 1
     for _, span in spans:
         total *= span
     if total >= 1 << 62:
-        return None
-    key = np.zeros(n, np.int64)
+        return None, 0
+    key = np.zeros(len(cols[0]), np.int64)
     for c, (lo, span) in zip(cols, spans):
         key *= span
         key += c
         if lo:
             key -= lo
-    return key
+    return key, total
 
 
 def vocab(codes: np.ndarray, words: list[str]) -> tuple[np.ndarray, list[str]]:
