@@ -159,8 +159,10 @@ def decode(path: str | Path, progress: Callable[[int, int], None] | None = None)
     path = Path(path)
     mm, buf = map_file(path)
     planes, spans, line_plane = planes_of(buf, path)
-    heads, line_names, lines, line_index, origin_ns = lines_of(buf, planes, spans, line_plane, path)
-    cols, strings = _events(buf, mm, lines, planes, line_index, line_names, path, progress)
+    heads, line_names, lines, line_index, origin_ns = lines_of(buf, planes, spans, line_plane, path,
+                                                               lambda s, e: _release(mm, s, e))
+    _release(mm, 0, len(buf))  # what the plane and line headers touched: the walk maps its own pages
+    cols, strings = _events(buf, mm, lines, planes, line_index, line_names, heads[line_index, 7], path, progress)
     return XSpaceColumns(str(path), planes, line_plane, line_names, cols, strings, origin_ns,
                          int(heads[:, 7].sum()), buf)
 
@@ -213,10 +215,12 @@ def planes_of(buf: np.ndarray, path: Path) -> tuple[list[Plane], np.ndarray, np.
     return planes, np.asarray(line_spans, np.int64).reshape(-1, 2), np.asarray(line_plane, np.int64)
 
 
-def lines_of(buf, planes: list[Plane], spans: np.ndarray, line_plane: np.ndarray, path: Path):
+def lines_of(buf, planes: list[Plane], spans: np.ndarray, line_plane: np.ndarray, path: Path,
+             release: Callable[[int, int], None] | None = None):
     """Line headers and names, and the lines to walk: rows (start, end, plane, flags, base_ps) of the
-    lines an analysis uses, their indices among all lines, and the trace's origin (ns)."""
-    heads = walk.line_headers(buf, spans, walk.threads_for(int((spans[:, 1] - spans[:, 0]).sum())))
+    lines an analysis uses, their indices among all lines, and the trace's origin (ns). ``release(start,
+    end)`` is called with the bytes the header pass has read (see :func:`walk.line_headers`)."""
+    heads = walk.line_headers(buf, spans, walk.threads_for(int((spans[:, 1] - spans[:, 0]).sum())), release)
     if isinstance(heads, tuple):
         _check(-1, heads[1], path, "the line headers")
     text = lambda s, e: bytes(buf[s:e]).decode("utf-8", "replace") if s >= 0 else ""  # noqa: E731
@@ -235,30 +239,23 @@ def lines_of(buf, planes: list[Plane], spans: np.ndarray, line_plane: np.ndarray
 
 
 def _events(buf, mm: mmap.mmap, lines: np.ndarray, planes: list[Plane], line_index: np.ndarray,
-            line_names: list[str], path: Path, progress) -> tuple[list[np.ndarray], list[str]]:
+            line_names: list[str], events: np.ndarray, path: Path, progress) -> tuple[list[np.ndarray], list[str]]:
     """The kept events as columns, walked on as many threads as the file is worth; file pages already
     decoded go back to the kernel as each thread goes."""
     total = max(int((lines[:, 1] - lines[:, 0]).sum()) if len(lines) else 0, 1)
-    n_threads = walk.threads_for(total)
-    ranges = walk.split_lines(lines, n_threads)
-    done_by = [0] * len(ranges)
 
-    def on_chunk(i: int, done: int, reached: int) -> None:
-        done_by[i] = done
-        _release(mm, int(lines[ranges[i][0], 0]), reached)
+    def on_chunk(done: int, start: int, reached: int) -> None:
+        _release(mm, start, reached)
         if progress is not None:
-            progress(min(sum(done_by), total), total)
+            progress(min(done, total), total)
 
-    parts = walk.walk(buf, lines, _stat_tables(planes), ranges, on_chunk)
-    for p in parts:
-        if p.err is not None:  # the line that holds the byte where the walk broke
-            li = int(np.searchsorted(lines[:, 0], p.err[1], side="right")) - 1 if len(lines) else 0
-            where = (f"line {line_names[line_index[li]]!r} of plane {planes[int(lines[li, 2])].name!r}"
-                     if li < len(lines) else "an event")
-            _check(-1, p.err, path, where)
-    cols, strings = walk.join(buf, parts)
-    cols[W.COL_LINE] = line_index[cols[W.COL_LINE]] if len(cols[W.COL_LINE]) else cols[W.COL_LINE]
-    return cols, strings
+    got = walk.walk(buf, lines, _stat_tables(planes), line_index, events, walk.threads_for(total), on_chunk)
+    if got.err is not None:  # the line that holds the byte where the walk broke
+        li = int(np.searchsorted(lines[:, 0], got.err[1], side="right")) - 1 if len(lines) else 0
+        where = (f"line {line_names[line_index[li]]!r} of plane {planes[int(lines[li, 2])].name!r}"
+                 if li < len(lines) else "an event")
+        _check(-1, got.err, path, where)
+    return got.cols, [s.decode("utf-8", "replace") for s in got.strings]
 
 
 def warm_up() -> None:
@@ -270,10 +267,13 @@ def warm_up() -> None:
     W.fields(buf, 0, 0, np.empty((0, 4), np.int64), err)
     W.metadata_entries(buf, np.zeros((0, 2), np.int64), np.zeros((0, 8), np.int64), err)
     W.line_headers(buf, np.zeros((0, 2), np.int64), np.zeros((0, 8), np.int64), err)
+    rows = np.empty((1, W.N_COLS), np.int64)
     W.decode_events(buf, np.zeros((0, 5), np.int64), np.zeros(4, np.int64), 1, 0, np.zeros(0, np.int64),
                     np.zeros(0, np.int64), np.zeros((0, 2), np.int64), np.zeros((0, 2), np.int64),
-                    np.empty((1, W.N_COLS), np.int64), np.zeros(4, np.int64), np.zeros(4, np.int32),
-                    np.empty((1, 2), np.int64), np.zeros(1, np.int64), err)
+                    rows, np.zeros(4, np.int64), np.zeros(4, np.int32), np.empty((1, 2), np.int64),
+                    np.zeros(1, np.int64), err)
+    W.place(rows, 0, tuple(np.empty(0, np.int64) for _ in range(W.N_COLS)), 0, np.zeros(0, np.int64),
+            np.zeros(0, np.int64), 0, np.zeros(W.N_COLS, np.int64))
 
 
 def _entries(buf, spans: np.ndarray, path, where: str) -> np.ndarray:
