@@ -163,6 +163,7 @@ def decode(path: str | Path, progress: Callable[[int, int], None] | None = None)
                                                                lambda s, e: _release(mm, s, e))
     _release(mm, 0, len(buf))  # what the plane and line headers touched: the walk maps its own pages
     cols, strings = _events(buf, mm, lines, planes, line_index, line_names, heads[line_index, 7], path, progress)
+    _release(mm, 0, len(buf))  # the ends of walked pieces still mapped
     return XSpaceColumns(str(path), planes, line_plane, line_names, cols, strings, origin_ns,
                          int(heads[:, 7].sum()), buf)
 
@@ -189,6 +190,7 @@ def planes_of(buf: np.ndarray, path: Path) -> tuple[list[Plane], np.ndarray, np.
     space = _fields(buf, 0, len(buf), path, "the list of planes")
     planes: list[Plane] = []
     line_spans, line_plane = [], []
+    view = memoryview(buf)
     for pi, (_, _, ps, pe) in enumerate(space[(space[:, 0] == 1) & (space[:, 1] == 2)]):
         rows = _fields(buf, int(ps), int(pe), path, f"plane {pi}")
         name_rows = rows[(rows[:, 0] == 2) & (rows[:, 1] == 2)]
@@ -196,8 +198,8 @@ def planes_of(buf: np.ndarray, path: Path) -> tuple[list[Plane], np.ndarray, np.
         pid_rows = rows[(rows[:, 0] == 1) & (rows[:, 1] == 0)]
         where = f"plane {name!r}"
         sm_rows = _entries(buf, rows[(rows[:, 0] == 5) & (rows[:, 1] == 2)][:, 2:4], path, where)
-        stat_names = {int(r[1]): bytes(buf[r[2]:r[3]]).decode("utf-8", "replace") if r[2] >= 0 else ""
-                      for r in sm_rows}
+        stat_names = {i: str(view[s:e], "utf-8", "replace") if s >= 0 else ""  # one str per name, no copy
+                      for i, s, e in sm_rows[:, 1:4].tolist()}
         em_rows = _entries(buf, rows[(rows[:, 0] == 4) & (rows[:, 1] == 2)][:, 2:4], path, where)
         order = np.argsort(em_rows[:, 1], kind="stable")
         stats = {}
@@ -293,13 +295,24 @@ def _stat_tables(planes: list[Plane]) -> tuple[np.ndarray, np.ndarray, np.ndarra
     for p in planes:
         rows = p.stat_rows[np.argsort(p.stat_rows[:, 1], kind="stable")]
         ids.append(rows[:, 1])
-        cols.append(np.asarray([col_of.get(p.stat_names.get(int(i), ""), -1) for i in rows[:, 1]], np.int64))
+        cols.append(_columns_of(rows[:, 1], p.stat_names, col_of))
         names.append(rows[:, 2:4])
         bounds.append((lo, lo + len(rows)))
         lo += len(rows)
     return (np.concatenate(ids) if ids else np.zeros(0, np.int64), np.concatenate(cols) if cols else
             np.zeros(0, np.int64), np.ascontiguousarray(np.concatenate(names)) if names else
             np.zeros((0, 2), np.int64), np.asarray(bounds, np.int64).reshape(-1, 2))
+
+
+def _columns_of(ids: np.ndarray, stat_names: dict[int, str], col_of: dict[str, int]) -> np.ndarray:
+    """Each stat metadata id's column (-1: not decoded), looking at the names once each."""
+    hits = sorted((i, col_of[n]) for i, n in stat_names.items() if n in col_of)
+    out = np.full(len(ids), -1, np.int64)
+    if hits and len(ids):
+        hit = np.asarray(hits, np.int64)
+        k = np.clip(np.searchsorted(hit[:, 0], ids), 0, len(hit) - 1)
+        out = np.where(hit[k, 0] == ids, hit[k, 1], out)
+    return out
 
 
 def _release(mm: mmap.mmap, start: int, end: int) -> None:
