@@ -65,10 +65,11 @@ def split_lines(lines: np.ndarray, n: int) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
 
 
-def pieces_of(lines: np.ndarray, piece_bytes: int = PIECE_BYTES) -> list[tuple[int, int]]:
-    """The walk's pieces: contiguous [lo, hi) ranges of ``lines`` of about ``piece_bytes`` each."""
+def pieces_of(lines: np.ndarray, piece_bytes: int | None = None) -> list[tuple[int, int]]:
+    """The walk's pieces: contiguous [lo, hi) ranges of ``lines`` of about ``piece_bytes`` (default
+    PIECE_BYTES) each."""
     total = int((lines[:, 1] - lines[:, 0]).sum()) if len(lines) else 0
-    return split_lines(lines, max(1, -(-total // max(1, piece_bytes))))
+    return split_lines(lines, max(1, -(-total // max(1, piece_bytes or PIECE_BYTES))))
 
 
 def line_headers(buf, spans: np.ndarray, n_threads: int,
