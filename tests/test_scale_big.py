@@ -242,3 +242,58 @@ def test_unique_rows_equals_np_unique_of_rows(cols):
     rows, inv = unique_rows(a, b)
     want, winv = np.unique(np.stack([a, b], axis=1).astype(np.int64), axis=0, return_inverse=True)
     assert np.array_equal(rows, want) and np.array_equal(inv, winv.ravel())
+
+
+@pytest.mark.parametrize("parts", [V6E, V100])
+def test_many_small_pieces_give_the_same_columns(parts, monkeypatch):
+    """Pieces of a few kilobytes (dozens of them, placed in turn by up to three threads, each with its own
+    string table) give the columns of one walk; stat columns no kept event has stay zero-memory broadcasts."""
+    path = fixture_path(*parts)
+    one = _decode(path, 1, monkeypatch)
+    monkeypatch.setattr(walk, "PIECE_BYTES", 1 << 12)
+    assert len(walk.pieces_of(_kept_lines(path))) > 20
+    for threads in (1, 3):
+        many = _decode(path, threads, monkeypatch)
+        _same(one, many)
+        absent = [k for k, c in enumerate(many.cols) if (c == wire.NONE).all()]
+        assert absent and all(many.cols[k].strides == (0,) for k in absent)
+        assert all(c.strides == (8,) for k, c in enumerate(many.cols) if k not in absent)
+
+
+def test_a_stat_column_first_met_in_a_later_piece_is_filled_before_it():
+    """Placing pieces: a stat column whose first value comes in the second piece gets NONE in every row
+    before it; a column with no value is never written; string codes go through the piece's table. The
+    compiled placement and its plain twin agree."""
+    from rooflens.trace.formats import compiled
+    from rooflens.trace.formats.xspace import plain
+
+    x = D.decode(fixture_path(*V100))
+    real = [k for k, c in enumerate(x.cols) if k >= wire.STAT_BASE and not (c == wire.NONE).all()]
+    n = min(400, len(x) // 2)
+    rows = np.ascontiguousarray(np.stack([np.asarray(c[:2 * n]) for c in x.cols], axis=1))
+    rows[:, wire.COL_LINE] = 0
+    late = [k for k in real if (rows[n:, k] != wire.NONE).any()][-1]
+    rows[:n, late] = wire.NONE  # the first piece has no value in this column
+    assert (rows[n:, late] != wire.NONE).any()
+    lut = np.arange(len(x.strings), dtype=np.int64)[::-1].copy()  # the pieces' codes, renumbered
+    line_index = np.asarray([7], np.int64)
+    compiled.compile_kernels()
+    got = []
+    for place in (wire.place, plain.place):
+        cols = tuple(np.full(2 * n + 5, 12345, np.int64) for _ in range(wire.N_COLS))
+        flags = np.zeros(wire.N_COLS, np.int64)
+        flags[:wire.STAT_BASE] = 1
+        place(rows[:n], n, cols, 0, lut, line_index, 0, flags)
+        place(rows[n:], n, cols, n, lut, line_index, 0, flags)
+        got.append((cols, flags))
+    (a, fa), (b, fb) = got
+    np.testing.assert_array_equal(fa, fb)
+    for k in range(wire.N_COLS):
+        np.testing.assert_array_equal(a[k], b[k], err_msg=f"column {k}")
+    assert fa[late] == 1 and (a[late][:n] == wire.NONE).all()
+    assert np.array_equal(a[late][n:2 * n], np.where(rows[n:, late] == wire.NONE, wire.NONE,
+                                                     lut[np.clip(rows[n:, late], 0, None)])
+                          if late - wire.STAT_BASE in wire.STRING_STATS else rows[n:, late])
+    assert (a[wire.COL_LINE][:2 * n] == 7).all() and (a[0][2 * n:] == 12345).all()
+    never = [k for k in range(wire.STAT_BASE, wire.N_COLS) if (rows[:, k] == wire.NONE).all()]
+    assert never and all(fa[k] == 0 and (a[k] == 12345).all() for k in never)

@@ -159,8 +159,11 @@ def decode(path: str | Path, progress: Callable[[int, int], None] | None = None)
     path = Path(path)
     mm, buf = map_file(path)
     planes, spans, line_plane = planes_of(buf, path)
-    heads, line_names, lines, line_index, origin_ns = lines_of(buf, planes, spans, line_plane, path)
-    cols, strings = _events(buf, mm, lines, planes, line_index, line_names, path, progress)
+    heads, line_names, lines, line_index, origin_ns = lines_of(buf, planes, spans, line_plane, path,
+                                                               lambda s, e: _release(mm, s, e))
+    _release(mm, 0, len(buf))  # what the plane and line headers touched: the walk maps its own pages
+    cols, strings = _events(buf, mm, lines, planes, line_index, line_names, heads[line_index, 7], path, progress)
+    _release(mm, 0, len(buf))  # the ends of walked pieces still mapped
     return XSpaceColumns(str(path), planes, line_plane, line_names, cols, strings, origin_ns,
                          int(heads[:, 7].sum()), buf)
 
@@ -187,6 +190,7 @@ def planes_of(buf: np.ndarray, path: Path) -> tuple[list[Plane], np.ndarray, np.
     space = _fields(buf, 0, len(buf), path, "the list of planes")
     planes: list[Plane] = []
     line_spans, line_plane = [], []
+    view = memoryview(buf)
     for pi, (_, _, ps, pe) in enumerate(space[(space[:, 0] == 1) & (space[:, 1] == 2)]):
         rows = _fields(buf, int(ps), int(pe), path, f"plane {pi}")
         name_rows = rows[(rows[:, 0] == 2) & (rows[:, 1] == 2)]
@@ -194,8 +198,8 @@ def planes_of(buf: np.ndarray, path: Path) -> tuple[list[Plane], np.ndarray, np.
         pid_rows = rows[(rows[:, 0] == 1) & (rows[:, 1] == 0)]
         where = f"plane {name!r}"
         sm_rows = _entries(buf, rows[(rows[:, 0] == 5) & (rows[:, 1] == 2)][:, 2:4], path, where)
-        stat_names = {int(r[1]): bytes(buf[r[2]:r[3]]).decode("utf-8", "replace") if r[2] >= 0 else ""
-                      for r in sm_rows}
+        stat_names = {i: str(view[s:e], "utf-8", "replace") if s >= 0 else ""  # one str per name, no copy
+                      for i, s, e in sm_rows[:, 1:4].tolist()}
         em_rows = _entries(buf, rows[(rows[:, 0] == 4) & (rows[:, 1] == 2)][:, 2:4], path, where)
         order = np.argsort(em_rows[:, 1], kind="stable")
         stats = {}
@@ -213,10 +217,12 @@ def planes_of(buf: np.ndarray, path: Path) -> tuple[list[Plane], np.ndarray, np.
     return planes, np.asarray(line_spans, np.int64).reshape(-1, 2), np.asarray(line_plane, np.int64)
 
 
-def lines_of(buf, planes: list[Plane], spans: np.ndarray, line_plane: np.ndarray, path: Path):
+def lines_of(buf, planes: list[Plane], spans: np.ndarray, line_plane: np.ndarray, path: Path,
+             release: Callable[[int, int], None] | None = None):
     """Line headers and names, and the lines to walk: rows (start, end, plane, flags, base_ps) of the
-    lines an analysis uses, their indices among all lines, and the trace's origin (ns)."""
-    heads = walk.line_headers(buf, spans, walk.threads_for(int((spans[:, 1] - spans[:, 0]).sum())))
+    lines an analysis uses, their indices among all lines, and the trace's origin (ns). ``release(start,
+    end)`` is called with the bytes the header pass has read (see :func:`walk.line_headers`)."""
+    heads = walk.line_headers(buf, spans, walk.threads_for(int((spans[:, 1] - spans[:, 0]).sum())), release)
     if isinstance(heads, tuple):
         _check(-1, heads[1], path, "the line headers")
     text = lambda s, e: bytes(buf[s:e]).decode("utf-8", "replace") if s >= 0 else ""  # noqa: E731
@@ -235,30 +241,23 @@ def lines_of(buf, planes: list[Plane], spans: np.ndarray, line_plane: np.ndarray
 
 
 def _events(buf, mm: mmap.mmap, lines: np.ndarray, planes: list[Plane], line_index: np.ndarray,
-            line_names: list[str], path: Path, progress) -> tuple[list[np.ndarray], list[str]]:
+            line_names: list[str], events: np.ndarray, path: Path, progress) -> tuple[list[np.ndarray], list[str]]:
     """The kept events as columns, walked on as many threads as the file is worth; file pages already
     decoded go back to the kernel as each thread goes."""
     total = max(int((lines[:, 1] - lines[:, 0]).sum()) if len(lines) else 0, 1)
-    n_threads = walk.threads_for(total)
-    ranges = walk.split_lines(lines, n_threads)
-    done_by = [0] * len(ranges)
 
-    def on_chunk(i: int, done: int, reached: int) -> None:
-        done_by[i] = done
-        _release(mm, int(lines[ranges[i][0], 0]), reached)
+    def on_chunk(done: int, start: int, reached: int) -> None:
+        _release(mm, start, reached)
         if progress is not None:
-            progress(min(sum(done_by), total), total)
+            progress(min(done, total), total)
 
-    parts = walk.walk(buf, lines, _stat_tables(planes), ranges, on_chunk)
-    for p in parts:
-        if p.err is not None:  # the line that holds the byte where the walk broke
-            li = int(np.searchsorted(lines[:, 0], p.err[1], side="right")) - 1 if len(lines) else 0
-            where = (f"line {line_names[line_index[li]]!r} of plane {planes[int(lines[li, 2])].name!r}"
-                     if li < len(lines) else "an event")
-            _check(-1, p.err, path, where)
-    cols, strings = walk.join(buf, parts)
-    cols[W.COL_LINE] = line_index[cols[W.COL_LINE]] if len(cols[W.COL_LINE]) else cols[W.COL_LINE]
-    return cols, strings
+    got = walk.walk(buf, lines, _stat_tables(planes), line_index, events, walk.threads_for(total), on_chunk)
+    if got.err is not None:  # the line that holds the byte where the walk broke
+        li = int(np.searchsorted(lines[:, 0], got.err[1], side="right")) - 1 if len(lines) else 0
+        where = (f"line {line_names[line_index[li]]!r} of plane {planes[int(lines[li, 2])].name!r}"
+                 if li < len(lines) else "an event")
+        _check(-1, got.err, path, where)
+    return got.cols, [s.decode("utf-8", "replace") for s in got.strings]
 
 
 def warm_up() -> None:
@@ -270,10 +269,13 @@ def warm_up() -> None:
     W.fields(buf, 0, 0, np.empty((0, 4), np.int64), err)
     W.metadata_entries(buf, np.zeros((0, 2), np.int64), np.zeros((0, 8), np.int64), err)
     W.line_headers(buf, np.zeros((0, 2), np.int64), np.zeros((0, 8), np.int64), err)
+    rows = np.empty((1, W.N_COLS), np.int64)
     W.decode_events(buf, np.zeros((0, 5), np.int64), np.zeros(4, np.int64), 1, 0, np.zeros(0, np.int64),
                     np.zeros(0, np.int64), np.zeros((0, 2), np.int64), np.zeros((0, 2), np.int64),
-                    np.empty((1, W.N_COLS), np.int64), np.zeros(4, np.int64), np.zeros(4, np.int32),
-                    np.empty((1, 2), np.int64), np.zeros(1, np.int64), err)
+                    rows, np.zeros(4, np.int64), np.zeros(4, np.int32), np.empty((1, 2), np.int64),
+                    np.zeros(1, np.int64), err)
+    W.place(rows, 0, tuple(np.empty(0, np.int64) for _ in range(W.N_COLS)), 0, np.zeros(0, np.int64),
+            np.zeros(0, np.int64), 0, np.zeros(W.N_COLS, np.int64))
 
 
 def _entries(buf, spans: np.ndarray, path, where: str) -> np.ndarray:
@@ -293,13 +295,24 @@ def _stat_tables(planes: list[Plane]) -> tuple[np.ndarray, np.ndarray, np.ndarra
     for p in planes:
         rows = p.stat_rows[np.argsort(p.stat_rows[:, 1], kind="stable")]
         ids.append(rows[:, 1])
-        cols.append(np.asarray([col_of.get(p.stat_names.get(int(i), ""), -1) for i in rows[:, 1]], np.int64))
+        cols.append(_columns_of(rows[:, 1], p.stat_names, col_of))
         names.append(rows[:, 2:4])
         bounds.append((lo, lo + len(rows)))
         lo += len(rows)
     return (np.concatenate(ids) if ids else np.zeros(0, np.int64), np.concatenate(cols) if cols else
             np.zeros(0, np.int64), np.ascontiguousarray(np.concatenate(names)) if names else
             np.zeros((0, 2), np.int64), np.asarray(bounds, np.int64).reshape(-1, 2))
+
+
+def _columns_of(ids: np.ndarray, stat_names: dict[int, str], col_of: dict[str, int]) -> np.ndarray:
+    """Each stat metadata id's column (-1: not decoded), looking at the names once each."""
+    hits = sorted((i, col_of[n]) for i, n in stat_names.items() if n in col_of)
+    out = np.full(len(ids), -1, np.int64)
+    if hits and len(ids):
+        hit = np.asarray(hits, np.int64)
+        k = np.clip(np.searchsorted(hit[:, 0], ids), 0, len(hit) - 1)
+        out = np.where(hit[k, 0] == ids, hit[k, 1], out)
+    return out
 
 
 def _release(mm: mmap.mmap, start: int, end: int) -> None:

@@ -1,11 +1,18 @@
-"""The event walk of an XSpace on every core: the kept lines split into contiguous parts of about equal
-bytes, each part decoded on its own thread (the compiled walk :func:`wire.decode_events` releases the
-GIL), then the parts' columns joined in file order.
+"""The event walk of an XSpace on every core: the kept lines cut into pieces of a few megabytes (a line
+is never cut), the pieces walked in turn by as many threads as there are cores (the compiled walk
+:func:`wire.decode_events` releases the GIL), each piece's rows placed into the final columns as soon
+as the pieces before it are placed.
 
-The result is the same, bit for bit, as one walk over all lines: a part's rows come in its lines'
-order and the parts are joined in line order; line indices are shifted by the part's first line; each
-part interns its strings (``hlo_op``, ``hlo_module``) in its own table, and the join renumbers them in
-order of first appearance over the parts, which is the order one walk would have given them.
+Memory: the final columns are one array per column, sized by the events of the kept lines (the line
+headers count them: an upper bound of the kept ones), whose pages are touched only where a kept value
+lands; a stat column that no kept event has is never touched and ends as a zero-memory broadcast.
+A piece is walked into a scratch array of rows that is used again for a later piece, so each kept
+value lands in fresh memory once (rows are the walk's one write stream; the placement writes each
+column's stream).
+
+The result is the same, bit for bit, as one walk over all lines: pieces are placed in line order;
+each piece interns its strings (``hlo_op``, ``hlo_module``) in its own table, and the placement
+renumbers them in order of first appearance over the pieces, which is the order one walk gives them.
 """
 
 from __future__ import annotations
@@ -23,21 +30,11 @@ from rooflens.trace.formats.xspace import wire as W
 
 #: bytes decoded between two progress updates (and page releases), per thread
 CHUNK_BYTES = 64 << 20
-#: kept events decoded between two moves into the columns (~120 MB of rows, shared by the threads)
-BLOCK_ROWS = 1 << 20
+#: a piece (the unit a thread walks, then places) holds about this many bytes of lines: small enough that
+#: the scratch rows of the pieces in flight stay small, large enough that a thread seldom waits
+PIECE_BYTES = 16 << 20
 #: below this many bytes of events a file is walked on one thread (a thread costs more than it saves)
 PARALLEL_MIN_BYTES = 16 << 20
-
-
-@dataclass
-class Part:
-    """One part's walk: its columns (as lists of blocks), its interned strings' (start, end) in the file,
-    and, when it failed, what and where."""
-
-    first_line: int  # index in the kept lines of the part's first line
-    parts: list[list[np.ndarray]]
-    strs: np.ndarray
-    err: np.ndarray | None = None  # when the walk broke: the error code and the byte offset
 
 
 def threads_for(total_bytes: int) -> int:
@@ -68,17 +65,32 @@ def split_lines(lines: np.ndarray, n: int) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
 
 
-def line_headers(buf, spans: np.ndarray, n_threads: int) -> np.ndarray | tuple[None, np.ndarray]:
+def pieces_of(lines: np.ndarray, piece_bytes: int | None = None) -> list[tuple[int, int]]:
+    """The walk's pieces: contiguous [lo, hi) ranges of ``lines`` of about ``piece_bytes`` (default
+    PIECE_BYTES) each."""
+    total = int((lines[:, 1] - lines[:, 0]).sum()) if len(lines) else 0
+    return split_lines(lines, max(1, -(-total // max(1, piece_bytes or PIECE_BYTES))))
+
+
+def line_headers(buf, spans: np.ndarray, n_threads: int,
+                 release: Callable[[int, int], None] | None = None) -> np.ndarray | tuple[None, np.ndarray]:
     """:func:`wire.line_headers` of every line, the lines shared out among ``n_threads`` threads (a line's
-    header holds its event count, and counting reads every event's tag: the whole file). On a damaged
-    line: ``(None, err)`` of the first one that broke."""
+    header holds its event count, and counting reads every event's tag: the whole file). Each thread
+    reads its lines a piece at a time and calls ``release(start, end)`` with the bytes it has read, so
+    the file need not be resident all at once. On a damaged line: ``(None, err)`` of the first one that
+    broke."""
     heads = np.empty((len(spans), 8), np.int64)
     ranges = split_lines(spans, n_threads)
     errs = [np.zeros(2, np.int64) for _ in ranges]
     status = [0] * len(ranges)
 
     def run(i: int, lo: int, hi: int) -> None:
-        status[i] = W.line_headers(buf, spans[lo:hi], heads[lo:hi], errs[i])
+        for a, b in pieces_of(spans[lo:hi], 2 * PIECE_BYTES):
+            status[i] = W.line_headers(buf, spans[lo + a:lo + b], heads[lo + a:lo + b], errs[i])
+            if status[i] < 0:
+                return
+            if release is not None:
+                release(int(spans[lo + a, 0]), int(spans[lo + b - 1, 1]))
 
     threads = [threading.Thread(target=run, args=(i, lo, hi), daemon=True) for i, (lo, hi) in enumerate(ranges[1:], 1)]
     for t in threads:
@@ -93,109 +105,176 @@ def line_headers(buf, spans: np.ndarray, n_threads: int) -> np.ndarray | tuple[N
     return heads
 
 
-def walk_part(buf, lines: np.ndarray, first: int, tables: tuple, block_rows: int,
-              on_chunk: Callable[[int, int], None]) -> Part:
-    """Decode the events of ``lines`` (rows: start, end, plane, flags, base_ps) into column blocks.
-    ``on_chunk(bytes done in this part, file offset reached)`` is called between chunks."""
-    sm_ids, sm_col, sm_name, plane_sm = tables
-    cap = max(1024, block_rows)
-    rows = np.empty((cap, W.N_COLS), np.int64)
-    out = Part(first, [[] for _ in range(W.N_COLS)], np.zeros((0, 2), np.int64))
-    tkeys, tcodes = np.zeros(1 << 12, np.int64), np.zeros(1 << 12, np.int32)
-    strs = np.empty((1 << 11, 2), np.int64)
-    nstr = np.zeros(1, np.int64)
-    state = np.zeros(4, np.int64)
-    err = np.zeros(2, np.int64)
+@dataclass
+class Walked:
+    """The walk's result: the kept events' columns (wire.N_COLS, line indices among all lines), the
+    interned strings by code (bytes), and, when a line is damaged, the first error (code, byte offset)."""
 
-    def flush() -> None:
-        m = int(state[2])
-        for k in range(W.N_COLS):
-            out.parts[k].append(rows[:m, k].copy())
-        state[2] = 0
-
-    while True:
-        status = W.decode_events(buf, lines, state, CHUNK_BYTES, HOST_EVENT_MIN_PS, sm_ids, sm_col, sm_name,
-                                 plane_sm, rows, tkeys, tcodes, strs, nstr, err)
-        if status == W.FAILED:
-            out.err = err
-            break
-        if status == W.OUT_FULL:
-            flush()
-        elif status == W.TABLE_FULL:
-            if 2 * (nstr[0] + 1) > len(tkeys):
-                tkeys, tcodes = rehash(tkeys, tcodes, len(tkeys) * 2)
-            if nstr[0] >= len(strs):
-                strs = np.concatenate([strs, np.empty_like(strs)])
-        elif status in (W.BUDGET, W.DONE):
-            on_chunk(*position(lines, state))
-            if status == W.DONE:
-                break
-    flush()
-    if len(out.parts[W.COL_LINE]) and first:
-        out.parts[W.COL_LINE] = [p + first for p in out.parts[W.COL_LINE]]
-    out.strs = strs[:int(nstr[0])].copy()
-    return out
+    cols: list[np.ndarray]
+    strings: list[bytes]
+    err: np.ndarray | None = None
 
 
-def walk(buf, lines: np.ndarray, tables: tuple, ranges: list[tuple[int, int]],
-         on_chunk: Callable[[int, int, int], None]) -> list[Part]:
-    """Every part of ``lines`` (``ranges``, from :func:`split_lines`) walked, each on its own thread;
-    ``on_chunk(part, bytes done in it, file offset reached)`` is called from the walking threads, one at a
-    time."""
-    lock = threading.Lock()
-    results: list[Part | None] = [None] * len(ranges)
-    errors: list[BaseException] = []
-    block = max(1 << 14, BLOCK_ROWS // len(ranges))
+@dataclass
+class _Piece:
+    """One walked piece, waiting for its turn to be placed."""
 
-    def run(i: int, lo: int, hi: int) -> None:
-        def report(done: int, reached: int) -> None:
-            with lock:
-                on_chunk(i, done, reached)
-
-        try:
-            results[i] = walk_part(buf, np.ascontiguousarray(lines[lo:hi]), lo, tables, block, report)
-        except BaseException as e:  # noqa: BLE001 - handed to the caller's thread below
-            errors.append(e)
-
-    if len(ranges) == 1:
-        run(0, *ranges[0])
-    else:
-        threads = [threading.Thread(target=run, args=(i, lo, hi), daemon=True) for i, (lo, hi) in enumerate(ranges)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    if errors:
-        raise errors[0]
-    return [r for r in results if r is not None]
+    index: int
+    first_line: int  # its first line among the kept lines
+    rows: np.ndarray  # scratch rows [capacity, N_COLS]: the first ``n`` hold its kept events
+    n: int
+    strs: np.ndarray  # its interned strings' (start, end) in the file, by its own code
+    err: np.ndarray | None
 
 
-def join(buf, parts: list[Part]) -> tuple[list[np.ndarray], list[str]]:
-    """The parts' columns joined in order, string codes renumbered over all parts (first appearance)."""
-    code_of: dict[bytes, int] = {}
-    luts = []
-    for p in parts:
-        lut = np.empty(len(p.strs), np.int64)
-        for k, (s, e) in enumerate(p.strs.tolist()):
-            lut[k] = code_of.setdefault(bytes(buf[s:e]), len(code_of))
-        luts.append(lut)
-    for p, lut in zip(parts, luts):
-        if len(lut) and not np.array_equal(lut, np.arange(len(lut))):
-            for c in W.STRING_STATS:
-                k = W.STAT_BASE + c
-                p.parts[k] = [np.where(b != W.NONE, lut[np.where(b != W.NONE, b, 0)], W.NONE) for b in p.parts[k]]
-    n = sum(len(b) for p in parts for b in p.parts[0])
-    cols = []
-    for k in range(W.N_COLS):  # one column at a time: its blocks go as it is made
-        blocks = [b for p in parts for b in p.parts[k]]
-        for p in parts:
-            p.parts[k] = []
-        if k >= W.STAT_BASE and all((b == W.NONE).all() for b in blocks):
-            cols.append(np.broadcast_to(np.int64(W.NONE), (n,)))  # a stat no kept event has: no memory
+def walk(buf, lines: np.ndarray, tables: tuple, line_index: np.ndarray, events: np.ndarray, n_threads: int,
+         on_chunk: Callable[[int, int], None]) -> Walked:
+    """Every kept event of ``lines`` (rows: start, end, plane, flags, base_ps; ``line_index``: each one's
+    index among all lines; ``events``: each one's event count) walked on ``n_threads`` threads.
+    ``on_chunk(bytes decoded so far, over all threads; a [start, end) of the file now decoded)`` is
+    called between chunks, one thread at a time."""
+    pieces = pieces_of(lines) if len(lines) else []
+    capacity = int(events.sum())
+    return _Walk(buf, lines, tables, line_index, events, pieces, capacity, on_chunk).run(n_threads)
+
+
+class _Walk:
+    """The shared state of one walk: the pieces handed out in order, those walked and not yet placed, the
+    final columns and how many rows they hold."""
+
+    def __init__(self, buf, lines, tables, line_index, events, pieces, capacity, on_chunk):
+        self.buf, self.lines, self.tables, self.pieces, self.on_chunk = buf, lines, tables, pieces, on_chunk
+        self.line_index = np.ascontiguousarray(line_index, np.int64)
+        self.piece_events = [int(events[lo:hi].sum()) for lo, hi in pieces]
+        self.cols = tuple(np.empty(capacity, np.int64) for _ in range(W.N_COLS))  # untouched until placed
+        self.real = np.zeros(W.N_COLS, np.int64)  # the columns a kept event has a value in
+        self.real[:W.STAT_BASE] = 1
+        self.placed = 0  # rows in the columns
+        self.code_of: dict[bytes, int] = {}
+        self.cond = threading.Condition()
+        self.next_piece = 0  # the next piece to walk
+        self.next_place = 0  # the next piece to place
+        self.waiting: dict[int, _Piece] = {}
+        self.placing = False
+        self.failed: int | None = None  # the first piece that broke
+        self.err: np.ndarray | None = None
+        self.spare: list[np.ndarray] = []  # scratch rows no piece holds
+        self.done_bytes = 0
+        self.errors: list[BaseException] = []
+
+    def run(self, n_threads: int) -> Walked:
+        n = max(1, min(n_threads, len(self.pieces)))
+        if n == 1:
+            self.worker()
         else:
-            cols.append(np.concatenate(blocks) if blocks else np.zeros(0, np.int64))
-    strings = [s.decode("utf-8", "replace") for s in code_of]
-    return cols, strings
+            threads = [threading.Thread(target=self.worker, daemon=True) for _ in range(n)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        if self.errors:
+            raise self.errors[0]
+        m = self.placed
+        cols = [c[:m] if self.real[k] else np.broadcast_to(np.int64(W.NONE), (m,))  # no memory
+                for k, c in enumerate(self.cols)]
+        return Walked(cols, list(self.code_of), self.err)
+
+    def worker(self) -> None:
+        try:
+            while (i := self.take()) is not None:
+                piece = self.walk_piece(i)
+                with self.cond:
+                    if piece.err is not None and (self.failed is None or i < self.failed):
+                        self.failed = i
+                    self.waiting[i] = piece
+                    if self.placing:
+                        continue
+                    self.placing = True
+                self.place_ready()
+        except BaseException as e:  # noqa: BLE001 - handed to the caller's thread in run()
+            with self.cond:
+                self.errors.append(e)
+                self.failed = -1
+                self.cond.notify_all()
+
+    def take(self) -> int | None:
+        """The next piece to walk; None when there is none left (or a piece before it broke). Waits
+        while too many walked pieces wait for their turn (their scratch rows are memory)."""
+        with self.cond:
+            while len(self.waiting) > 2 and self.failed is None:
+                self.cond.wait()
+            i = self.next_piece
+            if i >= len(self.pieces) or (self.failed is not None and i > self.failed):
+                return None
+            self.next_piece += 1
+            return i
+
+    def place_ready(self) -> None:
+        """Place every walked piece whose turn it is (one thread at a time does this)."""
+        while True:
+            with self.cond:
+                piece = self.waiting.pop(self.next_place, None)
+                if piece is None or self.failed == -1:
+                    self.placing = False
+                    self.cond.notify_all()
+                    return
+            if piece.err is not None:
+                self.err = piece.err  # pieces after it are not placed; the walk ends with this error
+            elif self.err is None:
+                self.place(piece)
+            with self.cond:
+                self.spare.append(piece.rows)
+                self.next_place += 1
+                self.cond.notify_all()
+
+    def place(self, piece: _Piece) -> None:
+        lut = np.empty(len(piece.strs), np.int64)
+        for k, (s, e) in enumerate(piece.strs.tolist()):
+            lut[k] = self.code_of.setdefault(bytes(self.buf[s:e]), len(self.code_of))
+        W.place(piece.rows, piece.n, self.cols, self.placed, lut, self.line_index, piece.first_line, self.real)
+        self.placed += piece.n
+
+    def scratch(self, rows: int) -> np.ndarray:
+        with self.cond:
+            while self.spare:
+                r = self.spare.pop()
+                if len(r) >= rows:
+                    return r
+        return np.empty((max(1024, rows), W.N_COLS), np.int64)
+
+    def walk_piece(self, i: int) -> _Piece:
+        """Decode the events of piece ``i`` into scratch rows (as many as its lines have events: never
+        full)."""
+        lo, hi = self.pieces[i]
+        lines = np.ascontiguousarray(self.lines[lo:hi])
+        sm_ids, sm_col, sm_name, plane_sm = self.tables
+        rows = self.scratch(self.piece_events[i])
+        tkeys, tcodes = np.zeros(1 << 12, np.int64), np.zeros(1 << 12, np.int32)
+        strs = np.empty((1 << 11, 2), np.int64)
+        nstr = np.zeros(1, np.int64)
+        state = np.zeros(4, np.int64)
+        err = np.zeros(2, np.int64)
+        done = 0
+        while True:
+            status = W.decode_events(self.buf, lines, state, CHUNK_BYTES, HOST_EVENT_MIN_PS, sm_ids, sm_col, sm_name,
+                                     plane_sm, rows, tkeys, tcodes, strs, nstr, err)
+            if status == W.FAILED:
+                return _Piece(i, lo, rows, int(state[2]), strs[:0], err)
+            if status == W.OUT_FULL:  # more kept events than the headers counted: cannot be, but stay safe
+                rows = np.concatenate([rows, np.empty_like(rows)])
+            elif status == W.TABLE_FULL:
+                if 2 * (nstr[0] + 1) > len(tkeys):
+                    tkeys, tcodes = rehash(tkeys, tcodes, len(tkeys) * 2)
+                if nstr[0] >= len(strs):
+                    strs = np.concatenate([strs, np.empty_like(strs)])
+            elif status in (W.BUDGET, W.DONE):
+                now, reached = position(lines, state)
+                with self.cond:
+                    self.done_bytes += now - done
+                    self.on_chunk(self.done_bytes, int(lines[0, 0]), reached)
+                done = now
+                if status == W.DONE:
+                    return _Piece(i, lo, rows, int(state[2]), strs[:int(nstr[0])].copy(), None)
 
 
 def position(lines: np.ndarray, state: np.ndarray) -> tuple[int, int]:

@@ -424,5 +424,33 @@ def decode_events(buf, lines, state, budget_bytes, long_ps, sm_ids, sm_col, sm_n
     return DONE
 
 
+@njit(cache=True, nogil=True)  # the next piece is walked meanwhile
+def place(rows, n, cols, at, lut, line_index, first_line, real):
+    """The first ``n`` rows of a walked piece (``rows``: [capacity, N_COLS], from :func:`decode_events`)
+    into the final columns ``cols`` (a tuple of N_COLS int64 arrays) from row ``at``: line indices become
+    ``line_index[first_line + line]``, string codes ``lut[code]``. ``real[k]`` says whether column k is
+    written yet: a stat column is first written when a value comes (the rows before it then get NONE),
+    so a column no kept event has is never touched."""
+    for r in range(n):
+        d = at + r
+        cols[COL_LINE][d] = line_index[first_line + rows[r, COL_LINE]]
+        cols[COL_META][d] = rows[r, COL_META]
+        cols[COL_START_PS][d] = rows[r, COL_START_PS]
+        cols[COL_DUR_PS][d] = rows[r, COL_DUR_PS]
+        for j in range(len(STAT_NAMES)):
+            k = STAT_BASE + j
+            v = rows[r, k]
+            if real[k] == 0:
+                if v == NONE:
+                    continue
+                col = cols[k]
+                for q in range(d):
+                    col[q] = NONE
+                real[k] = 1
+            if v != NONE and (j in (S_HLO_OP, S_HLO_MODULE)):
+                v = lut[v]
+            cols[k][d] = v
+
+
 # the plain-Python twins of these walks, for small files (registered on the kernels above)
 from rooflens.trace.formats.xspace import plain as _plain  # noqa: E402, F401
