@@ -98,40 +98,60 @@ def unique_rows(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     from rooflens.trace.groupby import any_index, unique_inverse
 
     cols = tuple(np.asarray(c) for c in cols)
-    key = row_key(*cols)[0]
-    if key is None:  # the columns' ranges multiply past int64: rank each column first
-        key = np.zeros(n, np.int64)
-        for c in cols:
-            u, inv = unique_inverse(c)
-            key = key * len(u) + inv
+    radix = _radix(cols)
+    if radix is not None:  # one key per row; the distinct rows are its digits
+        key, spans = radix
+        u, inv = unique_inverse(key)
+        rows = np.empty((len(u), len(cols)), np.int64)
+        rest = u.copy()
+        for j in range(len(cols) - 1, -1, -1):
+            lo, span = spans[j]
+            rows[:, j] = rest % span + lo
+            rest //= span
+        return rows, inv
+    key = np.zeros(n, np.int64)  # the columns' ranges multiply past int64: rank each column first
+    for c in cols:
+        u, inv = unique_inverse(c)
+        key = key * len(u) + inv
     u, inv = unique_inverse(key)
     first = any_index(inv, len(u))  # any row of a group holds its values
-    return np.stack([np.asarray(c)[first] for c in cols], axis=1).astype(np.int64), inv
+    return np.stack([c[first] for c in cols], axis=1).astype(np.int64), inv
 
 
 def row_key(*cols: np.ndarray) -> tuple[np.ndarray | None, int]:
     """One int64 per row that orders rows as the integer columns do (each column less its minimum, times
     the product of the later columns' ranges), made in one pass per column, and how many keys are
     possible (the product of the ranges); ``(None, 0)`` when that would overflow."""
-    cols = tuple(np.asarray(c) for c in cols)
+    radix = _radix(tuple(np.asarray(c) for c in cols))
+    if radix is None:
+        return None, 0
+    key, spans = radix
+    total = 1
+    for _, span in spans:
+        total *= span
+    return key, total
+
+
+def _radix(cols: tuple) -> tuple[np.ndarray, list[tuple[int, int]]] | None:
+    """:func:`row_key`'s key and each column's (minimum, range)."""
     spans = []
     for c in cols:
         if c.dtype.kind not in "iu" or c.dtype == np.uint64:
-            return None, 0
+            return None
         lo, hi = (int(c.min()), int(c.max())) if len(c) else (0, 0)
         spans.append((lo, hi - lo + 1))
     total = 1
     for _, span in spans:
         total *= span
     if total >= 1 << 62:
-        return None, 0
+        return None
     key = np.zeros(len(cols[0]), np.int64)
     for c, (lo, span) in zip(cols, spans):
         key *= span
         key += c
         if lo:
             key -= lo
-    return key, total
+    return key, spans
 
 
 def vocab(codes: np.ndarray, words: list[str]) -> tuple[np.ndarray, list[str]]:

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from rooflens.trace.events import unique_rows
+from rooflens.trace.events import row_key, unique_rows
 from rooflens.trace.formats.compiled import njit, plain_twin
 from rooflens.trace.groupby import grouped_order, grouped_sorted, is_sorted, timeline_order, unique_inverse
 from rooflens.trace.profile import Profile
@@ -177,7 +177,8 @@ def _op_outliers(t, sel: np.ndarray) -> tuple:
 
 def line_groups(t) -> np.ndarray:
     """One integer per timeline (host, device, line): events nest only within one."""
-    return (t.host.astype(np.int64) << 40) + (t.device.astype(np.int64) + 1 << 20) + t.line
+    key = row_key(t.host, t.device, t.line)[0]  # dense: grouped by a table, not a hash
+    return key if key is not None else (t.host.astype(np.int64) << 40) + (t.device.astype(np.int64) + 1 << 20) + t.line
 
 
 def self_times_ps(t, group: np.ndarray) -> np.ndarray:
@@ -253,7 +254,8 @@ def _host_during(host_events: list[tuple[str, float, float]], g0: float, g1: flo
 def _device_time(t, start, end, dur, sel: np.ndarray, dev: int, t0: float, n_gaps: int,
                  host_events: list | None = None) -> DeviceTime:
     """Busy (union of op intervals), idle and the largest gaps of the events ``sel`` (sorted by start)."""
-    s, e = start[sel], end[sel]
+    every = len(sel) == len(start)  # all events (one host's, of a one-host trace): no copies
+    s, e = (start, end) if every else (start[sel], end[sel])
     busy, ms, me = busy_union(s, e)
     window = float(e.max() - s.min())
     gaps = []
@@ -269,7 +271,8 @@ def _device_time(t, start, end, dur, sel: np.ndarray, dev: int, t0: float, n_gap
             gaps.append(Gap(dev, float(me[k] - t0) * 1e-9, float(g[k]) * 1e-9, t.names[t.name[before]],
                             t.names[t.name[after]], _host_during(host_events or [], float(me[k]), float(ms[k + 1]))))
     host = t.hosts[int(t.host[sel[0]])] if len(sel) else ""
-    return DeviceTime(dev, host, busy * 1e-9, window * 1e-9, (window - busy) * 1e-9, float(dur[sel].sum()) * 1e-9,
+    return DeviceTime(dev, host, busy * 1e-9, window * 1e-9, (window - busy) * 1e-9,
+                      float((dur if every else dur[sel]).sum()) * 1e-9,
                       len(sel), tuple(gaps))
 
 
@@ -317,7 +320,7 @@ def _op_stats(profile: Profile, gaps_per_device: int) -> OpStats:
     first = np.concatenate([[0], np.cumsum(cnt)[:-1]])
     mins, maxs = ranked[first], ranked[first + cnt - 1]
     medians = (ranked[first + (cnt - 1) // 2] + ranked[first + cnt // 2]) / 2
-    ndev = np.bincount(unique_rows(inv, t.device)[0][:, 0], minlength=len(uniq))
+    ndev = _devices_per_group(inv, len(uniq), t.device)
     stats = []
     for k, u in enumerate(uniq):
         program, name = t.programs[int(u // (len(t.names) + 1))], t.names[int(u % (len(t.names) + 1))]
@@ -356,6 +359,17 @@ def _op_stats(profile: Profile, gaps_per_device: int) -> OpStats:
         platform=profile.platform, device_kind=profile.device_kind, notes=list(profile.notes),
         in_window=profile.manifest.window.to_dict(), hosts=hosts,
     )
+
+
+def _devices_per_group(inv: np.ndarray, m: int, device: np.ndarray) -> np.ndarray:
+    """How many distinct devices the rows of each of ``m`` groups ran on."""
+    lo = int(device.min()) if len(device) else 0
+    span = (int(device.max()) - lo + 1) if len(device) else 1
+    if m * span > 4 * len(inv) + (1 << 22):  # too many (group, device) pairs for a table
+        return np.bincount(unique_rows(inv, device)[0][:, 0], minlength=m)
+    seen = np.zeros(m * span, np.bool_)
+    seen[inv * span + (device - lo)] = True
+    return seen.reshape(m, span).sum(axis=1)
 
 
 def step_summary(profile: Profile) -> StepSummary | None:
