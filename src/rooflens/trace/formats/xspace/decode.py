@@ -89,7 +89,9 @@ class XSpaceColumns:
         return self.text(row[2:4]), self.text(row[4:6]), stats
 
     def close(self) -> None:
+        """Let go of the mapped file and the event columns (the small tables stay)."""
         self._buf = None
+        self.cols = []
 
 
 def _check(status: int, err: np.ndarray, path, where: str) -> None:

@@ -77,16 +77,18 @@ def read_xspace(path: Path, progress: Progress = None, device_time: bool = True)
         platform, device_kind = "cpu", "cpu"
         parts.append(cpu)
     rows = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.int64)
+    steps, host_events, protos, origin_ns = _steps(x, ev), _host_events(x, ev), _hlo_protos(x), _absolute_origin(x)
+    line, start_ps, dur_ps = x.line[rows], ev.start[rows], ev.dur[rows]
+    del ev  # the decoded events' columns go before the table is made: a 1 GB trace's peak is lower
+    x.close()
     words = vocab.words
     table = E.build(
         host=np.zeros(len(rows), np.int32), device=np.concatenate([p[1] for p in parts]) if parts else rows,
-        line=x.line[rows], name=np.concatenate([p[2] for p in parts]) if parts else rows,
-        program=np.concatenate([p[3] for p in parts]) if parts else rows, start_ps=ev.start[rows],
-        dur_ps=ev.dur[rows], hosts=[path.name.removesuffix(".xplane.pb")], lines=[*x.line_names, ""],
-        names=words or [""], programs=words or [""], origin_ns=_absolute_origin(x), hlo_text=hlo_text,
+        line=line, name=np.concatenate([p[2] for p in parts]) if parts else rows,
+        program=np.concatenate([p[3] for p in parts]) if parts else rows, start_ps=start_ps,
+        dur_ps=dur_ps, hosts=[path.name.removesuffix(".xplane.pb")], lines=[*x.line_names, ""],
+        names=words or [""], programs=words or [""], origin_ns=origin_ns, hlo_text=hlo_text,
         op_meta=op_meta)
-    steps, host_events, protos = _steps(x, ev), _host_events(x, ev), _hlo_protos(x)
-    x.close()
     return RawTrace(table.hosts[0], table, sorted(steps), device_kind or ("cpu" if platform == "cpu" else "unknown"),
                     platform, plane_stats=plane_stats, host_events=host_events, hlo_protos=protos,
                     events_total=x.events_total)
