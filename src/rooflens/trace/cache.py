@@ -125,19 +125,21 @@ def read_cached(path: Path, progress: Progress = None, use_cache: bool = True) -
         return raw
     raw = reader(path, progress)
     write = _writer(raw, key)  # what to write, taken now: the analysis goes on while it is written
+    used_ns = time.time_ns()  # recency is when the entry was asked for, not when its write ended
 
     def store() -> None:
         if _save(loc, write):
-            _touch(loc)
+            _touch(loc, used_ns)
             evict(keep=loc)
 
     background.submit(store, tag=loc)
     return raw
 
 
-def _touch(loc: Path) -> None:
-    """Stamp an entry as used now, to the nanosecond (file systems stamp writes by a coarser clock)."""
-    now = time.time_ns()
+def _touch(loc: Path, now: int | None = None) -> None:
+    """Stamp an entry as used now (or at ``now``, ns), to the nanosecond (file systems stamp writes by a
+    coarser clock)."""
+    now = time.time_ns() if now is None else now
     with contextlib.suppress(OSError):
         os.utime(loc, ns=(now, now))
 
