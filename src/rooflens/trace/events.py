@@ -174,9 +174,11 @@ def build(host: np.ndarray, device: np.ndarray, line: np.ndarray, name: np.ndarr
     rename = _plain_program_names_of(programs)
     program, programs = vocab(np.asarray(program), [rename.get(w, w) for w in programs])
     keys = {plain: raw for raw, plain in rename.items() if raw != plain}
+    from rooflens.trace.groupby import is_sorted
+
     start_ps = np.asarray(start_ps, np.int64)
     n = len(start_ps)
-    in_order = bool(n < 2 or (start_ps[1:] >= start_ps[:-1]).all())  # a reader that sorted already
+    in_order = is_sorted(start_ps)  # a reader that sorted already
     order = slice(None) if in_order else np.argsort(start_ps, kind="stable")
 
     def col(a, dtype) -> np.ndarray:

@@ -20,6 +20,14 @@ NUMPY_TWIN = 1 << 62
 #: a key range up to this many times the number of events (plus a floor) is grouped through a table
 RANGE_PER_EVENT = 4
 RANGE_FLOOR = 1 << 22
+
+
+def dense(n_keys: int, n: int, floor: int = RANGE_FLOOR) -> bool:
+    """Whether ``n_keys`` possible keys of ``n`` rows are few enough to group by a table as long as their
+    range (``floor``: keys always allowed, however few the rows; less where each key costs more than a bool)."""
+    return n_keys <= RANGE_PER_EVENT * n + floor
+
+
 #: wide keys: at least this many go through the compiled hash table (fewer: np.unique's sort)
 HASH_MIN_KEYS = 1 << 20
 
@@ -33,7 +41,7 @@ def unique_inverse(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return key[:0].copy(), np.zeros(0, np.int64)
     lo, hi = int(key.min()), int(key.max())
     span = hi - lo + 1
-    if key.dtype.kind not in "iu" or span > RANGE_PER_EVENT * n + RANGE_FLOOR:
+    if key.dtype.kind not in "iu" or not dense(span, n):
         if key.dtype.kind == "i" and n >= HASH_MIN_KEYS:
             return _hashed(key.astype(np.int64, copy=False))
         u, inv = np.unique(key, return_inverse=True)

@@ -19,13 +19,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from rooflens.trace.events import row_key, unique_rows
-from rooflens.trace.groupby import group_extent
+from rooflens.trace.groupby import dense, group_extent
 from rooflens.trace.profile import Profile
 from rooflens.trace.stats import DeviceTime, OpStats
 from rooflens.trace.warmup import execution_index, host_compile_intervals_ns, idle_outside, merge_intervals
-
-#: (device, program, run) keys up to this many per event are grouped by the key itself, with no ranking
-DENSE_KEYS_PER_EVENT = 4
 
 
 @dataclass(frozen=True)
@@ -117,7 +114,8 @@ def _executions(t, runs: np.ndarray, sel: np.ndarray) -> tuple[np.ndarray, np.nd
     """Start and end (ns) of every program execution among the events ``sel``."""
     cols = (t.device[sel], t.program[sel], runs[sel])  # one group per (device, program, run)
     key, n_keys = row_key(*cols)
-    if key is not None and n_keys <= DENSE_KEYS_PER_EVENT * len(sel) + 1024:  # keys are the groups' own order
+    # the key itself groups them, in the groups' own order (16 B of extents per possible key: a small floor)
+    if key is not None and dense(n_keys, len(sel), floor=1024):
         s0, e0 = group_extent(key, n_keys, t.start_ns[sel], t.end_ns[sel])
         ran = np.isfinite(s0)
         return s0[ran], e0[ran]

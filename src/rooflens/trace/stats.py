@@ -12,7 +12,7 @@ import numpy as np
 
 from rooflens.trace.events import row_key, unique_rows
 from rooflens.trace.formats.compiled import njit, plain_twin
-from rooflens.trace.groupby import grouped_order, grouped_sorted, is_sorted, timeline_order, unique_inverse
+from rooflens.trace.groupby import dense, grouped_order, grouped_sorted, is_sorted, timeline_order, unique_inverse
 from rooflens.trace.profile import Profile
 
 
@@ -365,7 +365,7 @@ def _devices_per_group(inv: np.ndarray, m: int, device: np.ndarray) -> np.ndarra
     """How many distinct devices the rows of each of ``m`` groups ran on."""
     lo = int(device.min()) if len(device) else 0
     span = (int(device.max()) - lo + 1) if len(device) else 1
-    if m * span > 4 * len(inv) + (1 << 22):  # too many (group, device) pairs for a table
+    if not dense(m * span, len(inv)):  # too many (group, device) pairs for a table
         return np.bincount(unique_rows(inv, device)[0][:, 0], minlength=m)
     seen = np.zeros(m * span, np.bool_)
     seen[inv * span + (device - lo)] = True
