@@ -297,3 +297,42 @@ def test_a_stat_column_first_met_in_a_later_piece_is_filled_before_it():
     assert (a[wire.COL_LINE][:2 * n] == 7).all() and (a[0][2 * n:] == 12345).all()
     never = [k for k in range(wire.STAT_BASE, wire.N_COLS) if (rows[:, k] == wire.NONE).all()]
     assert never and all(fa[k] == 0 and (a[k] == 12345).all() for k in never)
+
+
+def test_op_and_program_codes_compiled_equal_their_twin(cpu_trace):
+    """The one-pass coding of op strings and (module, program id) pairs gives the numpy twin's result: on
+    a real capture's decoded columns, and on random pairs with absent values and enough distinct pairs to
+    grow the kernel's table several times."""
+    import importlib
+
+    from rooflens.trace.formats import compiled
+
+    importlib.import_module("rooflens.trace.formats.xspace.reader")  # declares the kernels
+    compiled.compile_kernels()
+    kernel = {k.__name__: k for k in compiled._KERNELS}
+    x = D.decode(cpu_trace)
+    rows = np.flatnonzero(x.col("hlo_op") != wire.NONE)
+    rng = np.random.default_rng(11)
+    n = 30_000
+    mod = rng.integers(0, 400, n)
+    pid = np.where(rng.random(n) < 0.1, wire.NONE, rng.integers(-(1 << 62), 1 << 62, 5)[rng.integers(0, 5, n)])
+    cases = [(rows, x.col("hlo_op"), x.col("hlo_module"), x.col("program_id"), len(x.strings)),
+             (rng.permutation(n), rng.integers(0, 50, n), mod, pid, 50)]
+    for rows, op, mod, pid, n_strings in cases:
+        got, want = [], []
+        for fn, out in ((kernel["pair_codes"].dispatcher, got), (kernel["pair_codes"].plain, want)):
+            present = np.zeros(n_strings, np.bool_)
+            pair, pm, pp = fn(rows, op, mod, pid, present)
+            order = np.lexsort((pp, pm))  # numbered in first-seen order: compared in lexicographic order
+            rank = np.empty(len(order), np.int64)
+            rank[order] = np.arange(len(order))
+            out.append((present, pm[order], pp[order], rank[pair]))
+        for g, w in zip(got[0], want[0]):
+            assert np.array_equal(g, w)
+    assert len(got[0][1]) > 1000 and (got[0][2] == wire.NONE).any()  # the table grew; absent ids coded too
+    lut, plut = np.arange(50, dtype=np.int32)[::-1].copy(), np.arange(7, dtype=np.int32) * 3
+    pair = rng.integers(0, 7, n).astype(np.int32)
+    args = (cases[1][0], cases[1][1], lut)
+    a = kernel["apply_codes"].dispatcher(*args, pair.copy(), plut)
+    b = kernel["apply_codes"].plain(*args, pair.copy(), plut)
+    assert all(np.array_equal(u, v) for u, v in zip(a, b)) and a[0].max() == 49

@@ -14,6 +14,7 @@ memory summary is an argument (``rooflens.memory.read_run_memory``).
 from __future__ import annotations
 
 import statistics
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -397,7 +398,19 @@ def analyze(profile: Profile, chip: str | Chip | None = None, memory: MemorySumm
     """
     from rooflens.analysis.rules import run_rules
 
-    stats = op_stats(profile)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rooflens-analyze") as beside:
+        # the HLO is parsed (Python) while the op stats group events (compiled loops and numpy, which
+        # let go of the GIL); the idle units, likewise, while the programs are priced
+        beside.submit(lambda: profile.op_info)
+        stats = op_stats(profile)
+        steady = beside.submit(measure_steady_state, profile, stats)
+        report = _analyze(profile, stats, chip, memory, require_roofline, steady)
+    report.findings = run_rules(report)
+    return report
+
+
+def _analyze(profile: Profile, stats: OpStats, chip: str | Chip | None, memory: MemorySummary | None,
+             require_roofline: bool, steady: Future) -> Report:
     n_dev = max(len(stats.devices), 1)
     try:
         c, reason = resolve_chip(profile, chip)
@@ -427,10 +440,9 @@ def analyze(profile: Profile, chip: str | Chip | None = None, memory: MemorySumm
         graphs=op_graphs(comparison, modules),
         in_window=InWindow.from_manifest(profile.manifest), path=profile.path, sources=list(profile.sources),
         hosts=list(profile.hosts), metadata=dict(profile.metadata), modules=modules,
-        steady=measure_steady_state(profile, stats),
+        steady=steady.result(),
         # the trace's own per-op rates (an HLO parse per op) serve the roofline-trust finding alone
         trace_rates=tuple(op_rates(profile)) if any(not c.roofline_reliable for c in comparison) else (),
         events=profile.table,
     )
-    report.findings = run_rules(report)
     return report

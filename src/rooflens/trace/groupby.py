@@ -89,7 +89,7 @@ def _hashed(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 # in this process (a small trace, or a large one read from the cache, which needs no decoder), so
 # only a report that loads numba anyway (a fresh decode) pays for the compiled loops.
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def grouped_order(inv, m):
     """Event indices grouped by ``inv`` (each row's group in ``[0, m)``), in index order within a group:
     ``np.argsort(inv, kind="stable")`` by a counting sort, O(n + m)."""
@@ -111,7 +111,7 @@ def _grouped_order_np(inv, m):
     return np.argsort(inv, kind="stable")
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def grouped_sorted(inv, m, values):
     """``values`` sorted by (group, value): ``values[np.lexsort((values, inv))]``, by a counting sort on
     the group and a sort of each group's values alone."""
@@ -132,7 +132,7 @@ def _grouped_sorted_np(inv, m, values):
     return values[np.lexsort((values, inv))]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def group_extent(inv, m, start, end):
     """Per group, the smallest ``start`` and the largest ``end`` of its rows (+inf / -inf when empty)."""
     lo = np.full(m, np.inf)
@@ -155,7 +155,7 @@ def _group_extent_np(inv, m, start, end):
     return lo, hi
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def timeline_order(inv, m, start, dur):
     """``np.lexsort((-dur, start, inv))`` for rows already sorted by ``start``: grouped by ``inv``, in time
     order, and of rows that start together the longest first (a parent before the events nested in it)."""

@@ -194,7 +194,7 @@ def self_times_ps(t, group: np.ndarray) -> np.ndarray:
     return _self_times_sorted(start, end, group, order)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _self_times_sorted(start, end, group, order):
     dur = end - start
     self_t = dur.copy()
@@ -291,7 +291,6 @@ def op_stats(profile: Profile, gaps_per_device: int = 5) -> OpStats:
 
 def _op_stats(profile: Profile, gaps_per_device: int) -> OpStats:
     t = profile.table
-    info = profile.op_info
     start, dur = t.start_ns, t.dur_ns
     end = start + dur
     self_ns = self_times_ps(t, line_groups(t)) * 1e-3
@@ -321,6 +320,7 @@ def _op_stats(profile: Profile, gaps_per_device: int) -> OpStats:
     mins, maxs = ranked[first], ranked[first + cnt - 1]
     medians = (ranked[first + (cnt - 1) // 2] + ranked[first + cnt // 2]) / 2
     ndev = _devices_per_group(inv, len(uniq), t.device)
+    info = profile.op_info  # after the grouping: a caller may be parsing the HLO on another thread
     stats = []
     for k, u in enumerate(uniq):
         program, name = t.programs[int(u // (len(t.names) + 1))], t.names[int(u % (len(t.names) + 1))]

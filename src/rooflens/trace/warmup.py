@@ -64,7 +64,7 @@ def _execution_index(t: EventTable) -> np.ndarray:
     return executions_of(order, bounds, t.name.astype(np.int64), max(len(t.names), 1), start)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def executions_of(order, bounds, name, n_names, start):
     """:func:`execution_index` over groups: ``order[bounds[g]:bounds[g + 1]]`` are group g's events in
     time order. An op with as many events as the group's first and last op (the fewer of the two) runs

@@ -26,7 +26,9 @@ from rooflens.trace.formats.raw import (
     trace_op_meta,
     uint64,
 )
+from rooflens.trace.formats.compiled import njit, plain_twin
 from rooflens.trace.formats.xspace import wire as W
+from rooflens.trace.groupby import NUMPY_TWIN
 
 
 @dataclass
@@ -250,16 +252,88 @@ def _absolute_origin(x) -> int:
 
 
 def _string_codes(x, rows: np.ndarray, code) -> tuple[np.ndarray, np.ndarray]:
-    """(op name codes, program codes) of events that carry ``hlo_op``/``hlo_module``/``program_id``."""
-    op = x.col("hlo_op")[rows]  # interned string codes: small, dense, never absent on these rows
-    present = np.zeros(len(x.strings), np.bool_)
-    present[op] = True
+    """(op name codes, program codes) of events that carry ``hlo_op``/``hlo_module``/``program_id``: each
+    distinct op string and (module, program id) pair is named once, in string-code and lexicographic order."""
+    op, mod, pid = x.col("hlo_op"), x.col("hlo_module"), x.col("program_id")
+    present = np.zeros(len(x.strings), np.bool_)  # op strings: interned codes, never absent on these rows
+    pair, pair_mod, pair_pid = pair_codes(rows, op, mod, pid, present)
     lut = np.zeros(len(x.strings), np.int32)
     lut[present] = [code(x.strings[int(c)]) for c in np.flatnonzero(present)]
-    names = lut[op]
-    mod = x.col("hlo_module")[rows]
-    pid = x.col("program_id")[rows]
-    pairs, inv_p = E.unique_rows(mod, pid)
-    progs = np.asarray([code(program_name(x.strings[int(m)] if m != W.NONE else "", None if p == W.NONE else int(p)))
-                        for m, p in pairs.tolist()], np.int64)[inv_p]
-    return names, progs
+    plut = np.zeros(max(len(pair_mod), 1), np.int32)
+    for k in np.lexsort((pair_pid, pair_mod)).tolist():
+        m, p = int(pair_mod[k]), int(pair_pid[k])
+        plut[k] = code(program_name(x.strings[m] if m != W.NONE else "", None if p == W.NONE else p))
+    return apply_codes(rows, op, lut, pair, plut)
+
+
+@njit(cache=True, nogil=True)
+def pair_codes(rows, op, mod, pid, present):
+    """One pass over ``rows``: marks each row's op string in ``present``, and numbers its (module, program
+    id) pair in first-seen order; returns the numbers (int32) and the distinct pairs. Consecutive rows
+    mostly share a pair (the ops of one execution), so the last pair is checked before the table."""
+    n = len(rows)
+    out = np.empty(n, np.int32)
+    size = 64
+    slots = np.full(size, -1, np.int64)
+    first_mod = np.empty(size, np.int64)
+    first_pid = np.empty(size, np.int64)
+    m = 0
+    last = -1
+    for i in range(n):
+        r = rows[i]
+        present[op[r]] = True
+        a, b = mod[r], pid[r]
+        if last >= 0 and first_mod[last] == a and first_pid[last] == b:
+            out[i] = last
+            continue
+        mask = size - 1
+        h = ((a * np.int64(-7046029254386353131)) ^ b) * np.int64(-4658895280553007687)
+        s = (h ^ (h >> 29)) & mask
+        while slots[s] >= 0 and not (first_mod[slots[s]] == a and first_pid[slots[s]] == b):
+            s = (s + 1) & mask
+        if slots[s] < 0:
+            if 2 * (m + 1) > size:  # grow: twice the slots, every pair placed again
+                size *= 2
+                slots = np.full(size, -1, np.int64)
+                fm, fp = np.empty(size, np.int64), np.empty(size, np.int64)
+                fm[:m], fp[:m] = first_mod[:m], first_pid[:m]
+                first_mod, first_pid = fm, fp
+                mask = size - 1
+                for c in range(m):
+                    hc = ((first_mod[c] * np.int64(-7046029254386353131)) ^ first_pid[c]) * np.int64(-4658895280553007687)
+                    sc = (hc ^ (hc >> 29)) & mask
+                    while slots[sc] >= 0:
+                        sc = (sc + 1) & mask
+                    slots[sc] = c
+                h = ((a * np.int64(-7046029254386353131)) ^ b) * np.int64(-4658895280553007687)
+                s = (h ^ (h >> 29)) & mask
+                while slots[s] >= 0:
+                    s = (s + 1) & mask
+            slots[s] = m
+            first_mod[m], first_pid[m] = a, b
+            m += 1
+        last = slots[s]
+        out[i] = last
+    return out, first_mod[:m].copy(), first_pid[:m].copy()
+
+
+@plain_twin(pair_codes, NUMPY_TWIN)
+def _pair_codes_np(rows, op, mod, pid, present):
+    present[op[rows]] = True
+    pairs, inv = E.unique_rows(mod[rows], pid[rows])
+    return inv.astype(np.int32), pairs[:, 0].copy(), pairs[:, 1].copy()
+
+
+@njit(cache=True, nogil=True)
+def apply_codes(rows, op, lut, pair, plut):
+    """Each row's op name code ``lut[op[row]]``, and its program code ``plut[pair]`` (in place of ``pair``)."""
+    names = np.empty(len(rows), np.int32)
+    for i in range(len(rows)):
+        names[i] = lut[op[rows[i]]]
+        pair[i] = plut[pair[i]]
+    return names, pair
+
+
+@plain_twin(apply_codes, NUMPY_TWIN)
+def _apply_codes_np(rows, op, lut, pair, plut):
+    return lut[op[rows]], plut[pair]
