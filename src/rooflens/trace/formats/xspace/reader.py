@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from rooflens.trace import events as E
+from rooflens.trace.formats.compiled import njit, plain_twin
 from rooflens.trace.formats.raw import (
     DEVICE_PLANE,
     Progress,
@@ -26,7 +27,6 @@ from rooflens.trace.formats.raw import (
     trace_op_meta,
     uint64,
 )
-from rooflens.trace.formats.compiled import njit, plain_twin
 from rooflens.trace.formats.xspace import wire as W
 from rooflens.trace.groupby import NUMPY_TWIN
 
@@ -267,46 +267,46 @@ def _string_codes(x, rows: np.ndarray, code) -> tuple[np.ndarray, np.ndarray]:
 
 
 @njit(cache=True, nogil=True)
+def pair_slot(a, b, mask):
+    """The first slot a table of ``mask + 1`` slots tries for the pair (a, b)."""
+    h = ((a * np.int64(-7046029254386353131)) ^ b) * np.int64(-4658895280553007687)
+    return (h ^ (h >> 29)) & mask
+
+
+@njit(cache=True, nogil=True)
 def pair_codes(rows, op, mod, pid, present):
     """One pass over ``rows``: marks each row's op string in ``present``, and numbers its (module, program
     id) pair in first-seen order; returns the numbers (int32) and the distinct pairs. Consecutive rows
     mostly share a pair (the ops of one execution), so the last pair is checked before the table."""
-    n = len(rows)
-    out = np.empty(n, np.int32)
-    size = 64
-    slots = np.full(size, -1, np.int64)
-    first_mod = np.empty(size, np.int64)
-    first_pid = np.empty(size, np.int64)
+    out = np.empty(len(rows), np.int32)
+    slots = np.full(64, -1, np.int64)  # open addressing; at most half full
+    first_mod = np.empty(32, np.int64)
+    first_pid = np.empty(32, np.int64)
     m = 0
     last = -1
-    for i in range(n):
+    for i in range(len(rows)):
         r = rows[i]
         present[op[r]] = True
         a, b = mod[r], pid[r]
         if last >= 0 and first_mod[last] == a and first_pid[last] == b:
             out[i] = last
             continue
-        mask = size - 1
-        h = ((a * np.int64(-7046029254386353131)) ^ b) * np.int64(-4658895280553007687)
-        s = (h ^ (h >> 29)) & mask
+        mask = len(slots) - 1
+        s = pair_slot(a, b, mask)
         while slots[s] >= 0 and not (first_mod[slots[s]] == a and first_pid[slots[s]] == b):
             s = (s + 1) & mask
-        if slots[s] < 0:
-            if 2 * (m + 1) > size:  # grow: twice the slots, every pair placed again
-                size *= 2
-                slots = np.full(size, -1, np.int64)
-                fm, fp = np.empty(size, np.int64), np.empty(size, np.int64)
-                fm[:m], fp[:m] = first_mod[:m], first_pid[:m]
-                first_mod, first_pid = fm, fp
-                mask = size - 1
+        if slots[s] < 0:  # a new pair
+            if m == len(first_mod):  # the table is half full: twice the slots, every pair placed again
+                first_mod = np.concatenate((first_mod, np.empty(m, np.int64)))
+                first_pid = np.concatenate((first_pid, np.empty(m, np.int64)))
+                slots = np.full(4 * m, -1, np.int64)
+                mask = len(slots) - 1
                 for c in range(m):
-                    hc = ((first_mod[c] * np.int64(-7046029254386353131)) ^ first_pid[c]) * np.int64(-4658895280553007687)
-                    sc = (hc ^ (hc >> 29)) & mask
+                    sc = pair_slot(first_mod[c], first_pid[c], mask)
                     while slots[sc] >= 0:
                         sc = (sc + 1) & mask
                     slots[sc] = c
-                h = ((a * np.int64(-7046029254386353131)) ^ b) * np.int64(-4658895280553007687)
-                s = (h ^ (h >> 29)) & mask
+                s = pair_slot(a, b, mask)
                 while slots[s] >= 0:
                     s = (s + 1) & mask
             slots[s] = m
