@@ -49,6 +49,7 @@ from rooflens.memory.summary import MemorySummary
 from rooflens.trace.idle import measure_steady_state
 from rooflens.trace.profile import Profile
 from rooflens.trace.stats import OpStats, busy_union, op_stats
+from rooflens.trace.warmup import execution_index
 
 MAX_HLO_EXPLAINED = 150  # ops (by total time) whose instruction is explained in the report
 MAX_GRAPHS = 30  # ops (by total time) whose HLO graph the report holds (each ~40 nodes laid out)
@@ -83,8 +84,9 @@ def resolve_chip(profile: Profile, chip: str | Chip | None) -> tuple[Chip, str]:
     return get_chip(chip), "given"
 
 
-def compute_concurrency(profile: Profile, n_dev: int) -> float:
-    """How many devices compute at the same time on average: their summed busy time over the union's.
+def compute_concurrency(profile: Profile) -> float:
+    """How many devices compute at the same time on average: their summed busy time over the union's
+    (1.0 when nothing ran).
 
     Collectives are left out: on forced CPU devices a device "in" an all-reduce mostly waits for
     the others, which would count as running at once.
@@ -102,17 +104,20 @@ def compute_concurrency(profile: Profile, n_dev: int) -> float:
     dev = t.device[keep]
     per_device = sum(busy_union(start[dev == d], end[dev == d])[0] for d in np.unique(dev))
     union = busy_union(start, end)[0]
-    return max(1.0, min(float(n_dev), per_device / union)) if union else 1.0
+    return per_device / union if union else 1.0
 
 
-def share_cpu(profile: Profile, chip: Chip, n_dev: int) -> tuple[Chip, float, str]:
+def share_cpu(profile: Profile, chip: Chip, n_dev: int, concurrency: float | None = None
+              ) -> tuple[Chip, float, str]:
     """(chip as each device sees it, how many devices' work runs one after another, reason suffix).
 
     Forced CPU devices share the cores calibration measured for one device alone; they share them
-    among as many devices as compute at once on average."""
+    among as many devices as compute at once on average (``concurrency``: :func:`compute_concurrency`'s,
+    when measured already)."""
     if chip.kind != "cpu" or n_dev <= 1:
         return chip, 1.0, ""
-    concurrency = compute_concurrency(profile, n_dev)
+    raw = compute_concurrency(profile) if concurrency is None else concurrency
+    concurrency = max(1.0, min(float(n_dev), raw))
     return (shared_by(chip, concurrency), n_dev / concurrency,
             f", shared by the {concurrency:.1f} of its {n_dev} devices that run at once on average")
 
@@ -399,18 +404,21 @@ def analyze(profile: Profile, chip: str | Chip | None = None, memory: MemorySumm
     from rooflens.analysis.rules import run_rules
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rooflens-analyze") as beside:
-        # the HLO is parsed (Python) while the op stats group events (compiled loops and numpy, which
-        # let go of the GIL); the idle units, likewise, while the programs are priced
+        # one thread beside this one, in this order: the HLO parsed (Python) and the executions found
+        # while the op stats group events (compiled loops and numpy, which let go of the GIL), then the
+        # idle units while the programs are priced; the devices' concurrency for a CPU trace
         beside.submit(lambda: profile.op_info)
+        beside.submit(execution_index, profile.table)  # remembered: the idle units use it
+        concurrency = beside.submit(compute_concurrency, profile) if profile.platform == "cpu" else None
         stats = op_stats(profile)
         steady = beside.submit(measure_steady_state, profile, stats)
-        report = _analyze(profile, stats, chip, memory, require_roofline, steady)
+        report = _analyze(profile, stats, chip, memory, require_roofline, steady, concurrency)
     report.findings = run_rules(report)
     return report
 
 
 def _analyze(profile: Profile, stats: OpStats, chip: str | Chip | None, memory: MemorySummary | None,
-             require_roofline: bool, steady: Future) -> Report:
+             require_roofline: bool, steady: Future, concurrency: Future | None) -> Report:
     n_dev = max(len(stats.devices), 1)
     try:
         c, reason = resolve_chip(profile, chip)
@@ -420,7 +428,7 @@ def _analyze(profile: Profile, stats: OpStats, chip: str | Chip | None, memory: 
         c, reason = None, str(e)
     serial = 1.0
     if c is not None:
-        c, serial, shared = share_cpu(profile, c, n_dev)
+        c, serial, shared = share_cpu(profile, c, n_dev, concurrency.result() if concurrency else None)
         reason += shared
     modules = program_modules(profile, stats.by_program_s)
     roofs = roofs_of(c) if c is not None else None
