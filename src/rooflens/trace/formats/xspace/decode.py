@@ -275,7 +275,7 @@ def warm_up() -> None:
     W.decode_events(buf, np.zeros((0, 5), np.int64), np.zeros(4, np.int64), 1, 0, np.zeros(0, np.int64),
                     np.zeros(0, np.int64), np.zeros((0, 2), np.int64), np.zeros((0, 2), np.int64),
                     rows, np.zeros(4, np.int64), np.zeros(4, np.int32), np.empty((1, 2), np.int64),
-                    np.zeros(1, np.int64), err)
+                    np.zeros(1, np.int64), np.zeros(0, np.int64), err)
     W.place(rows, 0, tuple(np.empty(0, np.int64) for _ in range(W.N_COLS)), 0, np.zeros(0, np.int64),
             np.zeros(0, np.int64), 0, np.zeros(W.N_COLS, np.int64))
 

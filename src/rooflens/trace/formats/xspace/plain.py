@@ -355,7 +355,7 @@ def _event(w: _Wire, pos: int, ev_end: int, cols: dict, names: dict, interner) -
 
 @compiled.plain_twin(W.decode_events, PLAIN_MAX_BYTES)
 def decode_events(buf, lines, state, budget_bytes, long_ps, sm_ids, sm_col, sm_name, plane_sm,
-                  rows, tkeys, tcodes, strs, nstr, err):
+                  rows, tkeys, tcodes, strs, nstr, ref_code, err):  # ref_code: the interner's dict does its work
     w = _wire(buf)
     interner = compiled.PlainInterner(w.b, tkeys, tcodes, strs, nstr)
     li, n, seen = int(state[0]), int(state[2]), int(state[3])

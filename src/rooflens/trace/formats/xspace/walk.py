@@ -252,12 +252,13 @@ class _Walk:
         tkeys, tcodes = np.zeros(1 << 12, np.int64), np.zeros(1 << 12, np.int32)
         strs = np.empty((1 << 11, 2), np.int64)
         nstr = np.zeros(1, np.int64)
+        ref_code = np.full(len(sm_ids), -1, np.int64)  # this piece's code of each ref stat's string
         state = np.zeros(4, np.int64)
         err = np.zeros(2, np.int64)
         done = 0
         while True:
             status = W.decode_events(self.buf, lines, state, CHUNK_BYTES, HOST_EVENT_MIN_PS, sm_ids, sm_col, sm_name,
-                                     plane_sm, rows, tkeys, tcodes, strs, nstr, err)
+                                     plane_sm, rows, tkeys, tcodes, strs, nstr, ref_code, err)
             if status == W.FAILED:
                 return _Piece(i, lo, rows, int(state[2]), strs[:0], err)
             if status == W.OUT_FULL:  # more kept events than the headers counted: cannot be, but stay safe

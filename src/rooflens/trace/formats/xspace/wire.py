@@ -256,7 +256,7 @@ def _stat_slot(sm_ids, lo, hi, sid):
 
 @njit(cache=True, nogil=True)  # pure array work: other threads run meanwhile
 def decode_events(buf, lines, state, budget_bytes, long_ps, sm_ids, sm_col, sm_name, plane_sm,
-                  rows, tkeys, tcodes, strs, nstr, err):
+                  rows, tkeys, tcodes, strs, nstr, ref_code, err):
     """Decode the events of ``lines`` into ``rows`` (int64 [capacity, N_COLS]), resumably.
 
     ``lines`` rows: (start, end, plane, flags, base_ps). ``state`` = [line index,
@@ -264,7 +264,8 @@ def decode_events(buf, lines, state, budget_bytes, long_ps, sm_ids, sm_col, sm_n
     about ``budget_bytes``, for a progress update), OUT_FULL / TABLE_FULL (grow and call again) or
     FAILED (``err`` says where). Stats are mapped by the plane's stat metadata: ``sm_ids`` sorted
     per plane (``plane_sm[p]`` = its [lo, hi)), ``sm_col`` its column (-1: not kept), ``sm_name``
-    its name's (start, end), which is the value of a ``ref`` stat.
+    its name's (start, end), which is the value of a ``ref`` stat. ``ref_code`` (one per stat metadata,
+    -1 at first) keeps the code each ``ref`` string got, so a name every op event refers to is interned once.
     """
     vals = np.empty(len(STAT_NAMES), np.int64)
     li = state[0]
@@ -382,7 +383,10 @@ def decode_events(buf, lines, state, budget_bytes, long_ps, sm_ids, sm_col, sm_n
                             rs = _stat_slot(sm_ids, lo, hi, vs)
                             if rs < 0:
                                 continue
-                            code = intern(buf, sm_name[rs, 0], sm_name[rs, 1], tkeys, tcodes, strs, nstr)
+                            code = ref_code[rs]
+                            if code < 0:
+                                code = intern(buf, sm_name[rs, 0], sm_name[rs, 1], tkeys, tcodes, strs, nstr)
+                                ref_code[rs] = code  # -1 (table full) stays "not known"
                         else:
                             continue
                         if code < 0:
