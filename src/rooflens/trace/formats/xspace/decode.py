@@ -88,6 +88,10 @@ class XSpaceColumns:
             stats = _metadata_stats(self._buf, int(row[6]), int(row[7]), plane.stat_names)
         return self.text(row[2:4]), self.text(row[4:6]), stats
 
+    def keep(self, *cols: int) -> None:
+        """Let go of every event column but ``cols`` (indices into :attr:`cols`; the others become None)."""
+        self.cols = [c if k in cols else None for k, c in enumerate(self.cols)]
+
     def close(self) -> None:
         """Let go of the mapped file and the event columns (the small tables stay)."""
         self._buf = None

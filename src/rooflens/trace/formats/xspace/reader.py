@@ -78,22 +78,32 @@ def read_xspace(path: Path, progress: Progress = None, device_time: bool = True)
     if not parts and (cpu := _cpu_ops(x, ev, vocab)) is not None:
         platform, device_kind = "cpu", "cpu"
         parts.append(cpu)
-    rows = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.int64)
+    rows = _joined([p[0] for p in parts])
     steps, host_events, protos, origin_ns = _steps(x, ev), _host_events(x, ev), _hlo_protos(x), _absolute_origin(x)
-    line, start_ps, dur_ps = x.line[rows], ev.start[rows], ev.dur[rows]
-    del ev  # the decoded events' columns go before the table is made: a 1 GB trace's peak is lower
+    # the decoded columns go as soon as they are used, before the table's are made: a 1 GB trace's
+    # peak is lower, and the table's columns reuse memory this process has just let go of
+    start, dur = ev.start, ev.dur
+    del ev
+    x.keep(W.COL_LINE, W.COL_START_PS, W.COL_DUR_PS)
+    line = x.line[rows]
     x.close()
+    start_ps, dur_ps = start[rows], dur[rows]
+    del start, dur
     words = vocab.words
     table = E.build(
-        host=np.zeros(len(rows), np.int32), device=np.concatenate([p[1] for p in parts]) if parts else rows,
-        line=line, name=np.concatenate([p[2] for p in parts]) if parts else rows,
-        program=np.concatenate([p[3] for p in parts]) if parts else rows, start_ps=start_ps,
+        host=np.zeros(len(rows), np.int32), device=_joined([p[1] for p in parts]),
+        line=line, name=_joined([p[2] for p in parts]), program=_joined([p[3] for p in parts]), start_ps=start_ps,
         dur_ps=dur_ps, hosts=[path.name.removesuffix(".xplane.pb")], lines=[*x.line_names, ""],
         names=words or [""], programs=words or [""], origin_ns=origin_ns, hlo_text=hlo_text,
         op_meta=op_meta)
     return RawTrace(table.hosts[0], table, sorted(steps), device_kind or ("cpu" if platform == "cpu" else "unknown"),
                     platform, plane_stats=plane_stats, host_events=host_events, hlo_protos=protos,
                     events_total=x.events_total)
+
+
+def _joined(arrays: list[np.ndarray]) -> np.ndarray:
+    """The arrays one after another (one array as it is: no copy of an event-sized column)."""
+    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays) if arrays else np.zeros(0, np.int64)
 
 
 def _classify(x, device_time: bool) -> _Events:
