@@ -12,6 +12,7 @@ import contextlib
 import json
 import mmap
 import re
+import threading
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -74,14 +75,24 @@ class Profile:
 
     @cached_property
     def op_info(self) -> dict[tuple[str, str], OpInfo]:
-        """(program, op) → category and named scope, from the programs' HLO where known."""
-        t = self.table
-        out: dict[tuple[str, str], OpInfo] = {}
-        for p, n in t.pairs().tolist():
-            program, name = t.programs[p], t.names[n]
-            out[(program, name)] = _op_info(self.module_for(program), name, t.hlo_text.get((program, name)),
-                                            t.op_meta.get((program, name), {}))
-        return out
+        """(program, op) → category and named scope, from the programs' HLO where known. Made once even
+        when threads ask together (the analysis parses the HLO on a thread of its own; from Python 3.12
+        ``cached_property`` no longer serializes them)."""
+        with _OP_INFO_LOCK:
+            done = self.__dict__.get("op_info")
+            if done is not None:  # made by another thread while this one waited
+                return done
+            t = self.table
+            out: dict[tuple[str, str], OpInfo] = {}
+            for p, n in t.pairs().tolist():
+                program, name = t.programs[p], t.names[n]
+                out[(program, name)] = _op_info(self.module_for(program), name, t.hlo_text.get((program, name)),
+                                                t.op_meta.get((program, name), {}))
+            self.__dict__["op_info"] = out
+            return out
+
+
+_OP_INFO_LOCK = threading.Lock()
 
 
 def _from_trace_category(hlo_category: str) -> str:
