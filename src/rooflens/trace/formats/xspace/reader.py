@@ -277,10 +277,15 @@ def _string_codes(x, rows: np.ndarray, code) -> tuple[np.ndarray, np.ndarray]:
 
 
 @njit(cache=True, nogil=True)
-def pair_slot(a, b, mask):
-    """The first slot a table of ``mask + 1`` slots tries for the pair (a, b)."""
+def pair_slot(slots, first_mod, first_pid, a, b):
+    """The slot of the pair (a, b) in an open-addressing table of pair numbers (``slots``, -1: empty;
+    ``first_mod``/``first_pid``: each number's pair), or the empty slot where it would go."""
+    mask = len(slots) - 1
     h = ((a * np.int64(-7046029254386353131)) ^ b) * np.int64(-4658895280553007687)
-    return (h ^ (h >> 29)) & mask
+    s = (h ^ (h >> 29)) & mask
+    while slots[s] >= 0 and not (first_mod[slots[s]] == a and first_pid[slots[s]] == b):
+        s = (s + 1) & mask
+    return s
 
 
 @njit(cache=True, nogil=True)
@@ -289,7 +294,7 @@ def pair_codes(rows, op, mod, pid, present):
     id) pair in first-seen order; returns the numbers (int32) and the distinct pairs. Consecutive rows
     mostly share a pair (the ops of one execution), so the last pair is checked before the table."""
     out = np.empty(len(rows), np.int32)
-    slots = np.full(64, -1, np.int64)  # open addressing; at most half full
+    slots = np.full(64, -1, np.int64)  # at most half full
     first_mod = np.empty(32, np.int64)
     first_pid = np.empty(32, np.int64)
     m = 0
@@ -298,31 +303,20 @@ def pair_codes(rows, op, mod, pid, present):
         r = rows[i]
         present[op[r]] = True
         a, b = mod[r], pid[r]
-        if last >= 0 and first_mod[last] == a and first_pid[last] == b:
-            out[i] = last
-            continue
-        mask = len(slots) - 1
-        s = pair_slot(a, b, mask)
-        while slots[s] >= 0 and not (first_mod[slots[s]] == a and first_pid[slots[s]] == b):
-            s = (s + 1) & mask
-        if slots[s] < 0:  # a new pair
-            if m == len(first_mod):  # the table is half full: twice the slots, every pair placed again
-                first_mod = np.concatenate((first_mod, np.empty(m, np.int64)))
-                first_pid = np.concatenate((first_pid, np.empty(m, np.int64)))
-                slots = np.full(4 * m, -1, np.int64)
-                mask = len(slots) - 1
-                for c in range(m):
-                    sc = pair_slot(first_mod[c], first_pid[c], mask)
-                    while slots[sc] >= 0:
-                        sc = (sc + 1) & mask
-                    slots[sc] = c
-                s = pair_slot(a, b, mask)
-                while slots[s] >= 0:
-                    s = (s + 1) & mask
-            slots[s] = m
-            first_mod[m], first_pid[m] = a, b
-            m += 1
-        last = slots[s]
+        if last < 0 or first_mod[last] != a or first_pid[last] != b:
+            s = pair_slot(slots, first_mod, first_pid, a, b)
+            if slots[s] < 0:  # a new pair
+                if m == len(first_mod):  # half full: twice the room, every pair placed again
+                    first_mod = np.concatenate((first_mod, np.empty(m, np.int64)))
+                    first_pid = np.concatenate((first_pid, np.empty(m, np.int64)))
+                    slots = np.full(4 * m, -1, np.int64)
+                    for c in range(m):
+                        slots[pair_slot(slots, first_mod, first_pid, first_mod[c], first_pid[c])] = c
+                    s = pair_slot(slots, first_mod, first_pid, a, b)
+                slots[s] = m
+                first_mod[m], first_pid[m] = a, b
+                m += 1
+            last = slots[s]
         out[i] = last
     return out, first_mod[:m].copy(), first_pid[:m].copy()
 
