@@ -409,7 +409,9 @@ def analyze(profile: Profile, chip: str | Chip | None = None, memory: MemorySumm
         # idle units while the programs are priced; the devices' concurrency for a CPU trace
         beside.submit(lambda: profile.op_info)
         beside.submit(execution_index, profile.table)  # remembered: the idle units use it
-        concurrency = beside.submit(compute_concurrency, profile) if profile.platform == "cpu" else None
+        t = profile.table
+        several = profile.platform == "cpu" and len(t) and int(t.device.min()) != int(t.device.max())
+        concurrency = beside.submit(compute_concurrency, profile) if several else None  # share_cpu's input
         stats = op_stats(profile)
         steady = beside.submit(measure_steady_state, profile, stats)
         report = _analyze(profile, stats, chip, memory, require_roofline, steady, concurrency)
