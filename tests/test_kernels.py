@@ -16,9 +16,9 @@ import pytest
 
 import rooflens as rl
 from rooflens.analysis.compare import analyze
-from rooflens.analysis.trust import program_executions
 from rooflens.cost.kernels import instruction_module, kernel_cost
 from rooflens.cost.model import costs
+from rooflens.trace.warmup import program_executions
 from tests.conftest import fixture_path
 
 FMHA = ('custom-call.7 = (bf16[4,4,1024,64]{3,1,2,0}, f32[4,4,1024]{2,1,0}, u8[0]{0}) custom-call('

@@ -47,6 +47,8 @@ def peak_keys(dtypes: set[str]) -> tuple[str, ...]:
 
 
 def _median_s(profile: Profile) -> dict[tuple[str, str], float]:
+    if profile.reduced is not None:  # a pod merged from aggregates: its ops' medians are in its stats
+        return {(s.program, s.name): s.median_time_s for s in profile.reduced.stats.op_stats}
     t = profile.table
     if not len(t):
         return {}

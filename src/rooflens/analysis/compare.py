@@ -34,7 +34,6 @@ from rooflens.analysis.trust import (
     check_roofline,
     module_kernels,
     price_from_text,
-    program_executions,
     trace_hbm_bytes,
 )
 from rooflens.cost.cache import from_l2, l2_capacity_bytes, l2_resident_reads
@@ -49,7 +48,7 @@ from rooflens.memory.summary import MemorySummary
 from rooflens.trace.idle import measure_steady_state
 from rooflens.trace.profile import Profile
 from rooflens.trace.stats import OpStats, busy_union, op_stats
-from rooflens.trace.warmup import execution_index
+from rooflens.trace.warmup import execution_index, program_executions
 
 MAX_HLO_EXPLAINED = 150  # ops (by total time) whose instruction is explained in the report
 MAX_GRAPHS = 30  # ops (by total time) whose HLO graph the report holds (each ~40 nodes laid out)
@@ -256,7 +255,7 @@ def join(profile: Profile, stats: OpStats, pricing: Pricing, roofs: Roofs | None
 def step_breakdowns(stats: OpStats, comparison: list[OpComparison], roofs: Roofs | None, n_dev: int,
                     serial: float = 1.0, executions: dict | None = None) -> list[StepBreakdown]:
     """Every program's step per device, most time first (the first is the main program's). With no
-    steps, ``executions`` (:func:`rooflens.analysis.trust.program_executions`) makes each program
+    steps, ``executions`` (:func:`rooflens.trace.warmup.program_executions`) makes each program
     judged per execution of its own, not over the capture window."""
     steps = stats.steps.count if stats.steps else 0
     return [b for p in stats.by_program_s
@@ -319,7 +318,12 @@ def representative_timeline(profile: Profile, limit: int = MAX_TIMELINE_OPS) -> 
     t = profile.table
     if not len(t):
         return Timeline((), (), 0.0, (), "")
-    if profile.steps:
+    sampled = profile.reduced.sampled_step if profile.reduced is not None else None
+    if profile.steps and sampled is not None:  # a pod merged from aggregates kept this step's events alone
+        num, s0, s1 = next(((n, float(s), float(e)) for n, s, e in profile.steps if n == sampled), profile.steps[0])
+        note = (f"step {num} (the middle step by number: a pod merged from its {len(profile.hosts)} hosts' aggregates "
+                "keeps one step's events per host)")
+    elif profile.steps:
         spans_ns = [(num, float(s), float(e)) for num, s, e in profile.steps]
         durations = [e - s for _, s, e in spans_ns]
         num, s0, s1 = spans_ns[durations.index(statistics.median_low(durations))]
@@ -391,6 +395,12 @@ def op_graphs(comparison: list[OpComparison], modules: dict[str, Module],
     return out
 
 
+def executions_of(profile: Profile) -> dict:
+    """Every program's executions per device (:func:`rooflens.trace.warmup.program_executions`); a pod merged
+    from aggregates has its workers' counts."""
+    return profile.reduced.executions if profile.reduced is not None else program_executions(profile.table)
+
+
 # -- the whole analysis ---------------------------------------------------------------------------
 
 def analyze(profile: Profile, chip: str | Chip | None = None, memory: MemorySummary | None = None, *,
@@ -438,7 +448,7 @@ def _analyze(profile: Profile, stats: OpStats, chip: str | Chip | None, memory: 
     comparison = join(profile, stats, pricing, roofs, no_roofline="" if c is not None else f"no roofline: {reason}")
     comparison = explain_ops(comparison, modules)
     programs = step_breakdowns(stats, comparison, roofs, n_dev, serial,
-                               executions=None if stats.steps else program_executions(profile.table))
+                               executions=None if stats.steps else executions_of(profile))
     notes = list(stats.notes)
     if c is None:
         notes.append(f"no expected-vs-observed comparison: {reason}")

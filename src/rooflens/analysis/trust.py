@@ -7,17 +7,15 @@ that a measurement proves wrong, and program executions as the unit where a trac
 * An op measured faster than its roofline (above 100 % of a peak) shows that the model or the
   chip is wrong: the op's roofline is marked unreliable and its fractions are not printed
   (:func:`check_roofline`); :mod:`rooflens.analysis.chip_rates` names the catalogue chips its rates fit.
-* Without step markers a program is judged per execution: :func:`program_executions` gives each
-  program's executions per device and their median span (first op start to last op end).
+* Without step markers a program is judged per execution: :func:`rooflens.trace.warmup.program_executions`
+  gives each program's executions per device and their median span (first op start to last op end).
 
 Pure functions over loaded data: no files, no printing.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-
-import numpy as np
+from dataclasses import replace
 
 from rooflens.analysis.report import OpComparison
 from rooflens.cost.kernels import KernelCost, instruction_module, kernel_cost
@@ -25,9 +23,7 @@ from rooflens.cost.model import OpPrediction, costs, price
 from rooflens.hardware import Chip
 from rooflens.hardware.infer import MeasuredRate
 from rooflens.hlo import Module
-from rooflens.trace.events import EventTable, unique_rows
-from rooflens.trace.groupby import group_extent
-from rooflens.trace.warmup import execution_index
+from rooflens.trace.events import EventTable
 
 #: an achieved fraction above this is impossible on the chip (1 % for timer rounding)
 MAX_FRACTION = 1.0
@@ -160,26 +156,3 @@ def is_async(c: OpComparison) -> bool:
     return c.opcode.endswith(("-start", "-done", "-update"))
 
 
-@dataclass(frozen=True)
-class Executions:
-    program: str
-    runs_per_device: float
-    median_span_s: float  # first op start to last op end, per execution on one device
-
-
-def program_executions(table: EventTable) -> dict[str, Executions]:
-    """Every program's executions per device and their median span (device time, gaps inside included)."""
-    if not len(table):
-        return {}
-    uniq, inv = unique_rows(table.program, table.host, table.device, execution_index(table))
-    starts, ends = group_extent(inv, len(uniq), table.start_ns.astype(float), table.end_ns.astype(float))
-    out: dict[str, Executions] = {}
-    spans: dict[int, list[float]] = {}
-    devices: dict[int, set] = {}
-    for (p, h, d, _), s, e in zip(uniq.tolist(), starts.tolist(), ends.tolist(), strict=True):
-        spans.setdefault(p, []).append((e - s) * 1e-9)
-        devices.setdefault(p, set()).add((h, d))
-    for p, sp in spans.items():
-        name = table.programs[p]
-        out[name] = Executions(name, len(sp) / max(len(devices[p]), 1), float(np.median(sp)))
-    return out

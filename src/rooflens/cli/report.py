@@ -29,6 +29,10 @@ from rooflens.cli.output import written_whole
 @click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
               help="Read the hosts on a local process pool, or as Ray tasks (pip install 'rooflens[ray]').")
 @click.option("--ray-address", metavar="ADDR", help="An existing Ray cluster (default: a local one for this call).")
+@click.option("--merge", type=click.Choice(["auto", "events", "aggregates"]), default="auto", show_default=True,
+              help="Hold every host's op events here (exact), or have each worker send its host's aggregates "
+                   "(memory flat in the hosts; medians within 1%, one sampled step's events): auto takes "
+                   "aggregates for several hosts over 1 GiB of files.")
 @click.option("--top", default=20, show_default=True, type=click.IntRange(min=0), help="How many ops to list.")
 @click.option("--json", "as_json", is_flag=True, help="Print all the stats as JSON.")
 @click.option("--html", "html_path", metavar="FILE", help="Also write the single-file HTML report here.")
@@ -45,7 +49,7 @@ from rooflens.cli.output import written_whole
 @click.option("--plan-batch-tokens", type=FiniteFloat(min=0, min_open=True), metavar="N",
               help="Tokens per step for --plan-model (default: inferred from the measured model FLOPs).")
 def report(logdirs: tuple[str, ...], hlo_dir: str | None, chip_name: str | None, workers: int | None, engine: str,
-           ray_address: str | None, top: int, as_json: bool, html_path: str | None, json_path: str | None,
+           ray_address: str | None, merge: str, top: int, as_json: bool, html_path: str | None, json_path: str | None,
            perfetto_path: str | None, force: bool, include_warmup: bool = False, no_calibrate: bool = False,
            plan_model: str | None = None, plan_batch_tokens: float | None = None) -> None:
     """What ran, against its roofline: op stats, expected vs observed, the step, and findings.
@@ -57,7 +61,7 @@ def report(logdirs: tuple[str, ...], hlo_dir: str | None, chip_name: str | None,
     if hlo_dir:
         need_dir(hlo_dir, "--hlo")
     rep = load_report(list(logdirs), hlo_dir, chip_name, include_warmup, no_calibrate,
-                      workers=workers or os.cpu_count() or 1, engine=engine, ray_address=ray_address)
+                      workers=workers or os.cpu_count() or 1, engine=engine, ray_address=ray_address, merge=merge)
     if plan_model:
         from rooflens.api import plan_check
 

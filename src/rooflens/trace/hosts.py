@@ -17,8 +17,9 @@ from __future__ import annotations
 import multiprocessing
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
 
 from rooflens.errors import RooflensError
 from rooflens.trace import fs
@@ -52,6 +53,29 @@ def read_hosts(files: list[HostFile], workers: int | None = None, engine: str = 
     (``(done, total)``); files read in other processes report when they finish. ``meanwhile`` is
     started on a thread of the driver once the workers run (never before a fork), and joined before
     this returns: the driver's own start-up work overlaps the reading."""
+    out: list[RawTrace | None] = [None] * len(files)
+    for i, raw in map_hosts(files, Task(read_one, _read_batch, _read_ipc, from_ipc=True), workers, engine,
+                            ray_address, progress, meanwhile):
+        out[i] = raw
+    return out
+
+
+@dataclass(frozen=True)
+class Task:
+    """What a worker makes of host files: ``one(file, progress)`` in this process, ``batch(files, *args)`` on a
+    process pool, ``remote(file, *args)`` as a Ray task (``from_ipc``: its result is Arrow IPC bytes of a RawTrace)."""
+
+    one: Callable
+    batch: Callable
+    remote: Callable
+    args: tuple = ()
+    from_ipc: bool = False
+
+
+def map_hosts(files: list[HostFile], task: Task, workers: int | None = None, engine: str = "local",
+              ray_address: str | None = None, progress: Callable[[int], Callable] | None = None,
+              meanwhile: Callable[[], None] | None = None) -> Iterator[tuple[int, object]]:
+    """``(i, what the task made of files[i])`` as the workers finish them (see :func:`read_hosts`)."""
     thread = None
 
     def overlap() -> None:
@@ -61,28 +85,30 @@ def read_hosts(files: list[HostFile], workers: int | None = None, engine: str = 
             thread.start()
 
     try:
-        return _read_hosts(files, workers, engine, ray_address, progress, overlap)
+        yield from _map_hosts(files, task, workers, engine, ray_address, progress, overlap)
     finally:
         if thread is not None:
             thread.join()
 
 
-def _read_hosts(files, workers, engine, ray_address, progress, overlap) -> list[RawTrace]:
+def _map_hosts(files, task: Task, workers, engine, ray_address, progress, overlap):
     if engine not in ENGINES:
         raise RooflensError(f"unknown engine {engine!r}: use one of {', '.join(ENGINES)}.")
     if engine == "ray":
         overlap()
-        return _read_ray(files, ray_address, progress)
+        yield from _map_ray(files, task, ray_address, progress)
+        return
     n = min(workers or os.cpu_count() or 1, len(files))
     if n <= 1:
         overlap()  # the decoder releases the GIL
-        return [read_one(f, progress(i) if progress else None) for i, f in enumerate(files)]
+        for i, f in enumerate(files):
+            yield i, task.one(f, *task.args, progress=progress(i) if progress else None)
+        return
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() and not _jax_running() else "spawn"
     if method == "fork":
         from rooflens.trace.formats.xspace.decode import warm_up
 
         warm_up()  # loaded once here, inherited by every worker
-    out: list[RawTrace | None] = [None] * len(files)
     # a few hosts per task (about four tasks a worker): fewer round trips, and the hosts of one task
     # send each program's HLO once
     per = max(1, len(files) // (4 * n))
@@ -90,14 +116,13 @@ def _read_hosts(files, workers, engine, ray_address, progress, overlap) -> list[
     share = str(max(1, (os.cpu_count() or 1) // n))  # each worker decodes on its share of the cores
     with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context(method),
                              initializer=_decode_threads, initargs=(share,)) as pool:
-        futures = {pool.submit(_read_batch, [files[i] for i in b]): b for b in batches}
+        futures = {pool.submit(task.batch, [files[i] for i in b], *task.args): b for b in batches}
         overlap()  # every worker is forked by now
         for fut in as_completed(futures):
-            for i, raw in zip(futures[fut], fut.result()):  # a worker's RooflensError is raised here
-                out[i] = raw
+            for i, made in zip(futures[fut], fut.result()):  # a worker's RooflensError is raised here
                 if progress:
                     progress(i)(1, 1)
-    return out
+                yield i, made
 
 
 def _decode_threads(n: str) -> None:
@@ -125,7 +150,7 @@ def _read_batch(files: list[HostFile]) -> list[RawTrace]:
     return out
 
 
-def _read_ray(files: list[HostFile], address: str | None, progress) -> list[RawTrace]:
+def _map_ray(files: list[HostFile], task: Task, address: str | None, progress):
     try:
         import ray
     except ImportError:
@@ -141,16 +166,15 @@ def _read_ray(files: list[HostFile], address: str | None, progress) -> list[RawT
                                 f"{str(e).splitlines()[0] if str(e) else type(e).__name__}.") from None
         started = True
     try:
-        task = ray.remote(_read_ipc)
-        refs = [task.remote(f) for f in files]
+        remote = ray.remote(task.remote)
+        refs = [remote.remote(f, *task.args) for f in files]
         index = {r: i for i, r in enumerate(refs)}
-        out: list[RawTrace | None] = [None] * len(files)
         pending = list(refs)
         while pending:
             done, pending = ray.wait(pending, num_returns=1)
             i = index[done[0]]
             try:
-                out[i] = from_ipc(ray.get(done[0]))
+                made = ray.get(done[0])
             except ray.exceptions.RayTaskError as e:
                 cause = e.cause if isinstance(getattr(e, "cause", None), RooflensError) else None
                 if cause is not None:
@@ -158,7 +182,7 @@ def _read_ray(files: list[HostFile], address: str | None, progress) -> list[RawT
                 raise
             if progress:
                 progress(i)(1, 1)
-        return out
+            yield i, from_ipc(made) if task.from_ipc else made
     finally:
         if started and address is None:
             ray.shutdown()

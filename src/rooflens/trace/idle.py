@@ -69,14 +69,17 @@ def measure_steady_state(profile: Profile, stats: OpStats) -> SteadyState:
         begin = (info["host_steady_start_ns" if host else "steady_start_ns"] - info["offset_ns"]) * 1e-9
         if host:
             steps = max(info["host_steady_runs"], 1)
-    return SteadyState(tuple(idle_units(profile, stats)), bool(info), begin, steps)
+    # a pod merged from its hosts' aggregates: each worker judged its own host's units
+    units = profile.reduced.idle if profile.reduced is not None else idle_units(profile, stats.devices, stats.hosts)
+    return SteadyState(tuple(units), bool(info), begin, steps)
 
 
-def idle_units(profile: Profile, stats: OpStats) -> list[IdleUnit]:
+def idle_units(profile: Profile, devices: list[DeviceTime], hosts: list[DeviceTime]) -> list[IdleUnit]:
     """Each device's idle time (each host's CPU as a whole for forced CPU devices: they are threads
-    time-sliced on shared cores, so one waits while another runs)."""
-    shared = profile.platform == "cpu" and max(len(stats.devices), 1) > 1
-    units = stats.hosts if shared else stats.devices
+    time-sliced on shared cores, so one waits while another runs); ``devices`` and ``hosts``: the op
+    stats' device and host times."""
+    shared = profile.platform == "cpu" and max(len(devices), 1) > 1
+    units = hosts if shared else devices
     t = profile.table
     if not len(t):
         return [IdleUnit(d, d.idle_s, 0.0, None) for d in units]

@@ -16,6 +16,7 @@ import threading
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -28,6 +29,9 @@ from rooflens.trace.events import EventTable, concat
 from rooflens.trace.formats.raw import RawTrace, assign_steps
 from rooflens.trace.manifest import RunManifest
 from rooflens.trace.progress import ingest_progress
+
+if TYPE_CHECKING:
+    from rooflens.trace.reduce import Reduced
 
 XSPACE = formats.by_name("xspace").suffixes[0]
 
@@ -58,6 +62,9 @@ class Profile:
     host_events_of: dict[str, list[tuple[str, float, float]]] = field(default_factory=dict)  # the same, per host
     events_total: int = 0  # every event of the files read, kept or not
     manifest: RunManifest = field(default_factory=RunManifest)  # rooflens.json, typed (metadata is its document)
+    # a pod merged from its hosts' aggregates (rooflens.trace.reduce.Reduced): the op stats and idle units its
+    # workers measured, every op it ran; ``table`` then holds one sampled step's events per host
+    reduced: Reduced | None = None
 
     @cached_property
     def modules(self) -> dict[str, H.Module]:
@@ -84,8 +91,9 @@ class Profile:
                 return done
             t = self.table
             out: dict[tuple[str, str], OpInfo] = {}
-            for p, n in t.pairs().tolist():
-                program, name = t.programs[p], t.names[n]
+            pairs = ([(t.programs[p], t.names[n]) for p, n in t.pairs().tolist()] if self.reduced is None
+                     else self.reduced.ops)
+            for program, name in pairs:
                 out[(program, name)] = _op_info(self.module_for(program), name, t.hlo_text.get((program, name)),
                                                 t.op_meta.get((program, name), {}))
             self.__dict__["op_info"] = out
@@ -240,7 +248,7 @@ def _embedded_hlo(raws: list[RawTrace], files: list[str], table: EventTable, ski
 _DEFINED = re.compile(r"(?:^|\s)%?([^\s=%]+) = ", re.M)  # the instruction names a module's text defines
 
 
-def _job_steps(steps_by_host: list[list[tuple[int, float, float]]]) -> list[tuple[int, float, float]]:
+def job_steps(steps_by_host: list[list[tuple[int, float, float]]]) -> list[tuple[int, float, float]]:
     """The job's steps: one per step number, from the first host's start to the last host's end (hosts
     share the wall clock; a step of a multi-host job is over when its slowest host is done)."""
     if len(steps_by_host) == 1:
@@ -265,8 +273,15 @@ def _import_hlo_printer() -> None:
         hlo_printer()
 
 
+MERGES = ("auto", "events", "aggregates")
+#: a pod whose host files hold more than this reads as per-host aggregates under ``merge="auto"``: holding
+#: every op event costs the driver about 1.2 bytes of memory per byte of trace (docs/pod-scale.md)
+AGGREGATE_ABOVE_BYTES = 1 << 30
+
+
 def load(path: str | Path | list[str | Path], hlo_dir: str | Path | None = None, progress: bool | None = None,
-         workers: int | None = 1, engine: str = "local", ray_address: str | None = None) -> Profile:
+         workers: int | None = 1, engine: str = "local", ray_address: str | None = None, merge: str = "auto",
+         include_warmup: bool = False) -> Profile:
     """Read a profile: one or several logdirs, run directories or trace files (``*.xplane.pb``,
     ``*.trace.json.gz``), local or fsspec URLs (``gs://…``); every host of the run.
 
@@ -274,32 +289,53 @@ def load(path: str | Path | list[str | Path], hlo_dir: str | Path | None = None,
     see :mod:`rooflens.trace.hosts`), then the hosts are merged on one time axis. ``hlo_dir`` adds
     the HLO of the programs (an XLA dump directory) when the run has none. ``progress``: a bar on
     stderr for reads longer than about a second (default: when stderr is a terminal).
-    """
-    from rooflens.trace.hosts import read_hosts
 
+    ``merge``: ``"events"`` keeps every host's op events in this process (exact, memory grows with the
+    pod); ``"aggregates"`` has each worker reduce its host to op sums, counts, extremes, a quantile
+    sketch, device times, steps and one sampled step's events (:mod:`rooflens.trace.reduce`: memory flat
+    in the number of hosts, medians to within 1%); ``"auto"``: aggregates for several hosts whose files
+    hold over 1 GiB. ``include_warmup``: keep a ``rooflens run`` profile's warm-up (first runs) in.
+    """
+    if merge not in MERGES:
+        raise RooflensError(f"unknown merge {merge!r}: use one of {', '.join(MERGES)}.")
     paths = [str(p) for p in path] if isinstance(path, list | tuple) else [str(path)]
     if not paths:
         raise RooflensError("no profile given.")
     runs, host_files = discover.find(paths)
+    if merge == "auto":
+        merge = "aggregates" if len(host_files) > 1 and _bytes_of(host_files) > AGGREGATE_ABOVE_BYTES else "events"
+    if merge == "aggregates":
+        from rooflens.trace.reduce import load_aggregated
+
+        return load_aggregated(paths, runs, host_files, hlo_dir, progress, workers, engine, ray_address,
+                               include_warmup)
+    from rooflens.trace.hosts import read_hosts
+
     files = [f.path for f in host_files]
     with ingest_progress([Path(f) for f in files], progress) as bar:
         raws = read_hosts(host_files, workers=workers, engine=engine, ray_address=ray_address,
                           progress=bar.for_file,
                           meanwhile=None if any(_has_saved_hlo(r) for r in runs) else _import_hlo_printer)
-    table = concat([r.table for r in raws])
-    steps_by_host = []
-    for r in raws:
-        shift = (r.table.origin_ns - table.origin_ns) * 1000
-        steps_by_host.append(sorted((n, (s + shift) * 1e-3, (e + shift) * 1e-3) for n, s, e in r.steps))
-    for k, host_steps in enumerate(steps_by_host):  # each host's steps hold its own events
-        assign_steps(table, host_steps, rows=np.flatnonzero(table.host == table.hosts.index(raws[k].host)))
-    steps = _job_steps(steps_by_host)
-    notes = [n for r in raws for n in r.notes]
-    if not len(table):
-        raise RooflensError(f"{path} has no device op events (no XLA ops on any device or CPU thread): "
-                            "was anything running on the devices while it was traced?")
-    platform = next((r.platform for r in raws if r.platform != "unknown"), "unknown")
-    manifest = RunManifest()
+    profile = assemble(paths, runs, raws, files, hlo_dir)
+    if include_warmup:
+        from rooflens.trace.warmup import with_warmup
+
+        profile = with_warmup(profile)
+    return profile
+
+
+def _bytes_of(files) -> int:
+    """The host files' size in bytes (those in a bucket, or an extracted archive, count for nothing)."""
+    total = 0
+    for f in files:
+        with contextlib.suppress(OSError):
+            if not fs.is_url(f.path) and Path(f.path).is_file():
+                total += Path(f.path).stat().st_size
+    return total
+
+
+def run_manifest(runs: list[str], notes: list[str]) -> RunManifest:
+    """The first run's ``rooflens.json``, typed (its problems added to ``notes``); empty when none has one."""
     for run in runs:
         text = fs.read_text(fs.join(run, "rooflens.json"))
         if text is None:
@@ -307,22 +343,50 @@ def load(path: str | Path | list[str | Path], hlo_dir: str | Path | None = None,
         try:
             manifest = RunManifest.from_dict(json.loads(text), fs.join(run, "rooflens.json"))
             notes.extend(manifest.problems)
+            return manifest
         except ValueError:
             notes.append(f"{fs.join(run, 'rooflens.json')} is not valid JSON; ignored")
-        break
-    saved: dict[str, str] = {}  # HLO text files beside the trace (rl.capture, rooflens run) or given
-    for run in reversed(runs):  # the first run's texts win
+            return RunManifest()
+    return RunManifest()
+
+
+def saved_hlo(runs: list[str], hlo_dir: str | Path | None) -> dict[str, str]:
+    """HLO text files beside the trace (``rl.capture``, ``rooflens run``) or given: the first run's win."""
+    saved: dict[str, str] = {}
+    for run in reversed(runs):
         if _has_saved_hlo(run):
             saved.update(read_hlo_dir(Path(run) / "hlo"))
     if hlo_dir is not None:
         saved.update(read_hlo_dir(hlo_dir))
+    return saved
+
+
+def shifted(steps, shift_ps: int) -> list[tuple[int, float, float]]:
+    """A host's steps (ps from its own origin) in ns from an origin ``shift_ps`` earlier."""
+    return sorted((n, (s + shift_ps) * 1e-3, (e + shift_ps) * 1e-3) for n, s, e in steps)
+
+
+def assemble(paths: list[str], runs: list[str], raws: list[RawTrace], files: list[str],
+             hlo_dir: str | Path | None = None) -> Profile:
+    """The hosts read (``raws``, in the order of ``files``) as one profile: one time axis, the job's steps,
+    the run's manifest and HLO, its warm-up judged."""
+    table = concat([r.table for r in raws])
+    steps_by_host = [shifted(r.steps, (r.table.origin_ns - table.origin_ns) * 1000) for r in raws]
+    for k, host_steps in enumerate(steps_by_host):  # each host's steps hold its own events
+        assign_steps(table, host_steps, rows=np.flatnonzero(table.host == table.hosts.index(raws[k].host)))
+    steps = job_steps(steps_by_host)
+    notes = [n for r in raws for n in r.notes]
+    if not len(table):
+        raise RooflensError(f"{', '.join(paths)} has no device op events (no XLA ops on any device or CPU thread): "
+                            "was anything running on the devices while it was traced?")
+    platform = next((r.platform for r in raws if r.platform != "unknown"), "unknown")
+    manifest = run_manifest(runs, notes)
+    saved = saved_hlo(runs, hlo_dir)
     # a program the trace names plainly (compiled once) is served by its saved text: its proto need not be
     # printed; one compiled several times (jit_dot(5), jit_dot(49)) keeps its own module from the trace
     hlo_texts = _embedded_hlo(raws, files, table, skip={k for k in saved if k in table.programs})
     hlo_texts.update(saved)
-    host_events_of = {r.host: sorted(((name, (s + (r.table.origin_ns - table.origin_ns) * 1000) * 1e-3,
-                                        (e + (r.table.origin_ns - table.origin_ns) * 1000) * 1e-3)
-                                       for name, s, e in r.host_events), key=lambda h: h[1]) for r in raws}
+    host_events_of = {r.host: host_frames(r.host_events, (r.table.origin_ns - table.origin_ns) * 1000) for r in raws}
     host_events = sorted((h for evs in host_events_of.values() for h in evs), key=lambda h: h[1])
     profile = Profile(
         path=", ".join(paths), table=table, steps=steps, platform=platform,
@@ -332,12 +396,25 @@ def load(path: str | Path | list[str | Path], hlo_dir: str | Path | None = None,
         host_events=host_events, host_events_of=host_events_of, events_total=sum(r.events_total for r in raws),
     )
     if not steps:
-        profile.notes.append("the trace has no step annotations (jax.profiler.StepTraceAnnotation) or Steps line, "
-                             "so there are no per-step times")
+        profile.notes.append(NO_STEPS)
     missing = sorted(p for p in {table.programs[p] for p in np.unique(table.program).tolist()}
                      if p not in hlo_texts and re.sub(r"\(\d+\)$", "", p) not in hlo_texts)
     if missing:
-        profile.notes.append(f"no HLO for {', '.join(missing[:5])} (the trace does not carry it): those ops have no "
-                             "named scope; give --hlo DUMP_DIR, or capture with rl.capture")
+        profile.notes.append(no_hlo_note(missing))
     from rooflens.trace.warmup import judge  # a run traced from its start: warm-up apart, steps inferred
     return judge(profile)
+
+
+NO_STEPS = ("the trace has no step annotations (jax.profiler.StepTraceAnnotation) or Steps line, so there are no "
+            "per-step times")
+
+
+def no_hlo_note(missing: list[str]) -> str:
+    return (f"no HLO for {', '.join(missing[:5])} (the trace does not carry it): those ops have no named scope; "
+            "give --hlo DUMP_DIR, or capture with rl.capture")
+
+
+def host_frames(host_events, shift_ps: int) -> list[tuple[str, float, float]]:
+    """A host's Python frames (ps from its own origin) in ns from an origin ``shift_ps`` earlier, by start."""
+    return sorted(((name, (s + shift_ps) * 1e-3, (e + shift_ps) * 1e-3) for name, s, e in host_events),
+                  key=lambda h: h[1])

@@ -129,40 +129,59 @@ def host_steps(profile: Profile, categories: np.ndarray) -> HostSteps | None:
         k = np.searchsorted(steps, t.step[in_step])
         np.minimum.at(first, (t.host[in_step], k), t.start_ps[in_step] * 1e-12)
         np.maximum.at(last, (t.host[in_step], k), (t.start_ps[in_step] + t.dur_ps[in_step]) * 1e-12)
+    comm = categories == "collective"
+    devs = np.bincount(unique_rows(t.host, t.device)[0][:, 0], minlength=nh)
+    coll = np.bincount(t.host[comm], weights=t.dur_ps[comm] * 1e-12, minlength=nh)
+    other = np.bincount(t.host[~comm], weights=t.dur_ps[~comm] * 1e-12, minlength=nh)
+    return host_steps_from(tuple(t.hosts), steps, first, last, coll, other, devs, _op_means(t, ~comm))
+
+
+def host_steps_from(hosts: tuple[str, ...], steps: np.ndarray, first_s: np.ndarray, last_s: np.ndarray,
+                    collective_s: np.ndarray, other_s: np.ndarray, devices: np.ndarray, op_means: tuple) -> HostSteps:
+    """The host × step table from what each host measured: per step its first op's start and its last op's end
+    (host × step arrays, s; inf / -inf where it has none), its time in collectives and in every other op (s,
+    over the whole capture), its devices, and each op's mean and runs on it (:func:`op_outliers`' input)."""
+    nh, ns = len(hosts), len(steps)
     times = []
     for h in range(nh):
         row: list[float | None] = []
         for j in range(ns):
-            if not np.isfinite(first[h, j]):
+            if not np.isfinite(first_s[h, j]):
                 row.append(None)
                 continue
-            nxt = first[h, j + 1] if j + 1 < ns and np.isfinite(first[h, j + 1]) else last[h, j]
-            row.append(float(nxt - first[h, j]))
+            nxt = first_s[h, j + 1] if j + 1 < ns and np.isfinite(first_s[h, j + 1]) else last_s[h, j]
+            row.append(float(nxt - first_s[h, j]))
         times.append(tuple(row))
     skew = tuple(float(max(c) - min(c)) if (c := [r[j] for r in times if r[j] is not None]) else 0.0
                  for j in range(ns))
-    comm = categories == "collective"
-    devs = np.bincount(unique_rows(t.host, t.device)[0][:, 0], minlength=nh)
-    per = np.maximum(devs, 1) * max(ns, 1)
-    coll = np.bincount(t.host[comm], weights=t.dur_ps[comm] * 1e-12, minlength=nh) / per
-    other = np.bincount(t.host[~comm], weights=t.dur_ps[~comm] * 1e-12, minlength=nh) / per
-    return HostSteps(tuple(t.hosts), tuple(int(s) for s in steps), tuple(times), skew,
-                     tuple(float(x) for x in coll), tuple(float(x) for x in other), tuple(int(d) for d in devs),
-                     _op_outliers(t, ~comm))
+    per = np.maximum(devices, 1) * max(ns, 1)
+    return HostSteps(hosts, tuple(int(s) for s in steps), tuple(times), skew,
+                     tuple(float(x) for x in collective_s / per), tuple(float(x) for x in other_s / per),
+                     tuple(int(d) for d in devices), op_outliers(*op_means))
 
 
 OUTLIER_RATIO = 1.5  # an op's mean on one host over its median across hosts
 
 
-def _op_outliers(t, sel: np.ndarray) -> tuple:
-    """Ops (collectives left out: their time is mostly waiting) whose mean time on one host is over
-    OUTLIER_RATIO × their median over the hosts that ran them."""
+def _op_means(t, sel: np.ndarray) -> tuple:
+    """Each (program, op, host) of the events ``sel``: its mean time (s) and runs, with names (op_outliers' input)."""
     if not sel.any():
-        return ()
+        return (), np.zeros(0), np.zeros(0, np.int64)
     rows, inv = unique_rows(t.program[sel], t.name[sel], t.host[sel])
     runs = np.bincount(inv)
     mean = np.bincount(inv, weights=t.dur_ps[sel] * 1e-12) / runs
-    _, op_inv = unique_rows(rows[:, 0], rows[:, 1])
+    named = [(t.programs[p], t.names[n], t.hosts[h]) for p, n, h in rows.tolist()]
+    return named, mean, runs
+
+
+def op_outliers(rows: list[tuple[str, str, str]], mean: np.ndarray, runs: np.ndarray) -> tuple:
+    """Ops (collectives left out: their time is mostly waiting) whose mean time on one host is over
+    OUTLIER_RATIO × their median over the hosts that ran them. ``rows``: (program, op, host), grouped by
+    (program, op); ``mean`` (s) and ``runs`` of each."""
+    if not len(rows):
+        return ()
+    op_key = {}
+    op_inv = np.asarray([op_key.setdefault(r[:2], len(op_key)) for r in rows], np.int64)
     out = []
     for mine in _groups(op_inv):
         if len(mine) < 2:
@@ -171,7 +190,7 @@ def _op_outliers(t, sel: np.ndarray) -> tuple:
         worst = mine[np.argmax(mean[mine])]
         if med > 0 and mean[worst] > OUTLIER_RATIO * med:
             p, n, h = rows[worst]
-            out.append((t.programs[p], t.names[n], t.hosts[h], float(mean[worst]), med, int(runs[worst])))
+            out.append((p, n, h, float(mean[worst]), med, int(runs[worst])))
     return tuple(sorted(out, key=lambda o: -(o[3] - o[4]) * o[5]))
 
 
@@ -281,6 +300,8 @@ def op_stats(profile: Profile, gaps_per_device: int = 5) -> OpStats:
     same table and inputs (:mod:`rooflens.trace.memo`), so a second report of a large trace skips them."""
     from rooflens.trace import memo
 
+    if profile.reduced is not None:  # a pod merged from its hosts' aggregates: computed by the merge
+        return profile.reduced.stats
     t = profile.table
     key = (memo.table_digest(t), gaps_per_device, memo.digest_of(
         profile.steps, profile.platform, profile.device_kind, profile.notes, profile.metadata.get("in_window"),
@@ -289,16 +310,15 @@ def op_stats(profile: Profile, gaps_per_device: int = 5) -> OpStats:
     return memo.remembered("op_stats", key, len(t), lambda: _op_stats(profile, gaps_per_device))
 
 
-def _op_stats(profile: Profile, gaps_per_device: int) -> OpStats:
+def device_times(profile: Profile, gaps_per_device: int) -> tuple[list[DeviceTime], list[DeviceTime]]:
+    """Per device: busy (union), idle, gaps; and per host with all its devices together (device -1)."""
     t = profile.table
     start, dur = t.start_ns, t.dur_ns
     end = start + dur
-    self_ns = self_times_ps(t, line_groups(t)) * 1e-3
-
-    # per device: busy (union), idle, gaps; and per host with all its devices together (device -1)
     t0 = float(start.min()) if len(t) else 0.0
     dev_keys = unique_rows(t.host, t.device)[0]
     by_dev = _groups(t.host.astype(np.int64) * (int(t.device.max(initial=0)) + 2) + t.device + 1)
+
     def frames(h: int) -> list:  # the host's own Python frames (a profile built by hand may lack the split)
         return profile.host_events_of.get(t.hosts[h], profile.host_events if len(t.hosts) == 1 else [])
 
@@ -306,10 +326,17 @@ def _op_stats(profile: Profile, gaps_per_device: int) -> OpStats:
                for (h, d), sel in zip(dev_keys, by_dev)]
     hosts = [_device_time(t, start, end, dur, sel, -1, t0, gaps_per_device, frames(int(t.host[sel[0]])))
              for sel in _groups(t.host)]
+    return devices, hosts
+
+
+def _op_stats(profile: Profile, gaps_per_device: int) -> OpStats:
+    t = profile.table
+    dur = t.dur_ns
+    self_ns = self_times_ps(t, line_groups(t)) * 1e-3
+    devices, hosts = device_times(profile, gaps_per_device)
     total_busy_s = sum(d.busy_s for d in devices) or 1.0
 
     # per (program, op)
-
     key = t.program.astype(np.int64) * (len(t.names) + 1) + t.name
     uniq, inv = unique_inverse(key)
     tot = np.bincount(inv, weights=dur)
@@ -324,17 +351,28 @@ def _op_stats(profile: Profile, gaps_per_device: int) -> OpStats:
     stats = []
     for k, u in enumerate(uniq):
         program, name = t.programs[int(u // (len(t.names) + 1))], t.names[int(u % (len(t.names) + 1))]
-        oi = info.get((program, name))
-        stats.append(OpStat(
-            name=name, program=program, category=oi.category if oi else "unknown",
-            named_scope=oi.named_scope if oi else "", occurrences=int(cnt[k]), devices=int(ndev[k]),
-            total_time_s=float(tot[k]) * 1e-9, self_time_s=float(selft[k]) * 1e-9,
-            avg_time_s=float(tot[k] / cnt[k]) * 1e-9, median_time_s=float(medians[k]) * 1e-9,
-            min_time_s=float(mins[k]) * 1e-9,
-            max_time_s=float(maxs[k]) * 1e-9, pct_device_time=100.0 * float(selft[k]) * 1e-9 / total_busy_s,
-        ))
-    stats_by_key = list(stats)  # in the order of uniq: stats_by_key[inv] is each event's op
-    stats.sort(key=lambda s: -s.self_time_s)
+        stats.append(op_stat(info.get((program, name)), program, name, int(cnt[k]), int(ndev[k]), float(tot[k]),
+                             float(selft[k]), float(medians[k]), float(mins[k]), float(maxs[k]), total_busy_s))
+    cat_of_op = np.asarray([s.category for s in stats] or ["unknown"], dtype=object)  # in the order of uniq
+    return stats_of(profile, stats, devices, hosts,
+                    host_steps(profile, cat_of_op[inv]) if len(t.hosts) > 1 else None)
+
+
+def op_stat(info, program: str, name: str, count: int, devices: int, total_ns: float, self_ns: float,
+            median_ns: float, min_ns: float, max_ns: float, total_busy_s: float) -> OpStat:
+    """One op's stat from its measured sums and extremes in ns (``info``: its OpInfo, None when unknown)."""
+    return OpStat(name=name, program=program, category=info.category if info else "unknown",
+                  named_scope=info.named_scope if info else "", occurrences=count, devices=devices,
+                  total_time_s=total_ns * 1e-9, self_time_s=self_ns * 1e-9, avg_time_s=(total_ns / count) * 1e-9,
+                  median_time_s=median_ns * 1e-9, min_time_s=min_ns * 1e-9, max_time_s=max_ns * 1e-9,
+                  pct_device_time=100.0 * self_ns * 1e-9 / total_busy_s)
+
+
+def stats_of(profile: Profile, stats: list[OpStat], devices: list[DeviceTime], hosts: list[DeviceTime],
+             host_table: HostSteps | None) -> OpStats:
+    """The op stats of a profile from its ops' stats (in any order), device and host times and host × step table:
+    the ops by self time, and their totals by program, scope, scope prefix and category."""
+    stats = sorted(stats, key=lambda s: -s.self_time_s)
 
     def totals(keyf) -> dict[str, float]:
         out: dict[str, float] = {}
@@ -349,10 +387,8 @@ def _op_stats(profile: Profile, gaps_per_device: int) -> OpStats:
         for d in range(1, len(parts) + 1):
             p = "/".join(parts[:d])
             prefix[p] = prefix.get(p, 0.0) + s.self_time_s
-    cat_of_op = np.asarray([s.category for s in stats_by_key] or ["unknown"], dtype=object)
     return OpStats(
-        host_steps=host_steps(profile, cat_of_op[inv]) if len(t.hosts) > 1 else None,
-        op_stats=stats, by_program_s=totals(lambda s: s.program),
+        host_steps=host_table, op_stats=stats, by_program_s=totals(lambda s: s.program),
         by_scope_s=totals(lambda s: s.named_scope or "(none)"),
         by_scope_prefix_s=dict(sorted(prefix.items(), key=lambda kv: -kv[1])),
         by_category_s=totals(lambda s: s.category), devices=devices, steps=step_summary(profile),

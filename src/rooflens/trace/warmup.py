@@ -25,7 +25,7 @@ import numpy as np
 
 from rooflens.trace.events import EventTable, unique_rows
 from rooflens.trace.formats.compiled import njit, plain_twin
-from rooflens.trace.groupby import NUMPY_TWIN, grouped_order, is_sorted
+from rooflens.trace.groupby import NUMPY_TWIN, group_extent, grouped_order, is_sorted
 from rooflens.trace.manifest import RunManifest
 
 _ID = re.compile(r"\(\d+\)$")
@@ -112,6 +112,31 @@ def _executions_of_np(order, bounds, name, n_names, start):
         np.minimum.at(starts, occ[once], start[idx][once])
         starts = np.sort(starts[np.isfinite(starts)])
         out[idx] = np.clip(np.searchsorted(starts, start[idx], side="right") - 1, 0, None)
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Executions:
+    program: str
+    runs_per_device: float
+    median_span_s: float  # first op start to last op end, per execution on one device
+
+
+def program_executions(table: EventTable) -> dict[str, Executions]:
+    """Every program's executions per device and their median span (device time, gaps inside included)."""
+    if not len(table):
+        return {}
+    uniq, inv = unique_rows(table.program, table.host, table.device, execution_index(table))
+    starts, ends = group_extent(inv, len(uniq), table.start_ns.astype(float), table.end_ns.astype(float))
+    out: dict[str, Executions] = {}
+    spans: dict[int, list[float]] = {}
+    devices: dict[int, set] = {}
+    for (p, h, d, _), s, e in zip(uniq.tolist(), starts.tolist(), ends.tolist(), strict=True):
+        spans.setdefault(p, []).append((e - s) * 1e-9)
+        devices.setdefault(p, set()).add((h, d))
+    for p, sp in spans.items():
+        name = table.programs[p]
+        out[name] = Executions(name, len(sp) / max(len(devices[p]), 1), float(np.median(sp)))
     return out
 
 

@@ -1,0 +1,446 @@
+"""A pod reduced where it is read: each worker turns its host's trace into aggregates, the driver merges them.
+
+``rl.load(…, merge="aggregates")`` (and ``merge="auto"`` for a pod whose files hold over 1 GiB) reads each
+host file in a worker (a process-pool worker or a Ray task, :mod:`rooflens.trace.hosts`), judges its warm-up
+and measures it there, and sends back a :class:`HostPart`: per (program, op) the executions, total and self
+time, fastest and slowest run, devices and a quantile sketch of the durations; per device and per host the
+busy and idle time with the largest gaps; per step the host's first op start and last op end; the idle units;
+each program's executions; and the events of one step (the middle one by number) as a sample. The driver folds
+the parts in as they arrive (:class:`Merge`), so its memory holds one merged set of op aggregates, a few
+numbers per host and step, and at most :data:`SAMPLE_EVENTS` sampled events, whatever the number of hosts.
+
+What is exact and what is not (docs/pod-scale.md says the same for users):
+
+* exact: executions, devices, total and self time, min and max per op, every device's and host's busy,
+  idle and largest gaps, the steps and the host × step table (its op outliers included), the idle units;
+* within 1 %: each op's median (a log-bucketed sketch: a bucket spans a ratio of :data:`GAMMA`, and its
+  representative is within (GAMMA − 1) / (GAMMA + 1) of every duration in it);
+* sampled: the timeline, the Perfetto and Parquet exports and the CPU devices' concurrency read one step
+  per host (the events of :attr:`HostPart.sampled_step`); a program's execution span without steps is the
+  median of the hosts' medians.
+
+Pure functions and plain data, apart from :func:`reduce_host` (a worker: reads its file) and
+:func:`load_aggregated` (the driver's read).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from rooflens.trace.events import EventTable, concat, unique_rows
+from rooflens.trace.groupby import grouped_order, grouped_sorted, unique_inverse
+from rooflens.trace.idle import IdleGap, IdleUnit, idle_units
+from rooflens.trace.profile import NO_STEPS, Profile, assemble, job_steps, no_hlo_note
+from rooflens.trace.stats import (
+    DeviceTime,
+    OpStats,
+    device_times,
+    host_steps_from,
+    line_groups,
+    op_stat,
+    self_times_ps,
+    stats_of,
+)
+from rooflens.trace.warmup import Executions, base_name, program_executions
+
+#: a sketch bucket holds durations from GAMMA^(b-1) to GAMMA^b ps: its representative is within 0.99 % of each
+GAMMA = 1.02
+_LOG_GAMMA = math.log(GAMMA)
+#: events the driver keeps from all hosts together (28 B each): the sampled step's, split between the hosts
+SAMPLE_EVENTS = 1_000_000
+#: a host's sampled step keeps at least this many events however many hosts share the budget
+SAMPLE_FLOOR = 2_000
+GAPS_PER_DEVICE = 5  # as op_stats's default
+
+
+@dataclass
+class Reduced:
+    """What a profile merged from its hosts' aggregates carries in place of every event."""
+
+    ops: list[tuple[str, str]]  # every (program, op) that ran on any host
+    idle: list[IdleUnit] = field(default_factory=list)
+    executions: dict[str, Executions] = field(default_factory=dict)  # per program, with no steps
+    sampled_step: int | None = None  # the step whose events ``Profile.table`` holds (None: no steps)
+    stats: OpStats | None = None
+
+
+@dataclass
+class HostPart:
+    """One host, reduced by its worker. Times are ps (int) or ns (float) from the host's ``origin_ns``."""
+
+    host: str
+    origin_ns: int
+    t0_ns: float  # its first op's start
+    ops: list[tuple[str, str]]
+    count: np.ndarray  # per op: executions
+    total_ps: np.ndarray
+    self_ps: np.ndarray
+    min_ps: np.ndarray
+    max_ps: np.ndarray
+    op_devices: list[tuple[int, ...]]
+    sketch: tuple[np.ndarray, np.ndarray, np.ndarray]  # (op, bucket, count) rows, grouped by op
+    devices: list[DeviceTime]
+    host_time: DeviceTime
+    step_nums: np.ndarray  # the steps it has events in, with its first op start and last op end in each (ps)
+    step_first_ps: np.ndarray
+    step_last_ps: np.ndarray
+    steps: list[tuple[int, float, float]]  # its steps (ns), as judged on it
+    idle: list[IdleUnit]
+    executions: dict[str, tuple[float, int, float]]  # program → (runs, devices, median span s)
+    sample: EventTable
+    sampled_step: int | None
+    notes: list[str]
+    platform: str
+    device_kind: str
+    plane_stats: dict
+    metadata: dict
+    hlo_texts: dict[str, str]
+    events_total: int
+
+
+def bucket_of(dur_ps: np.ndarray) -> np.ndarray:
+    """Each duration's sketch bucket: 0 for durations under 1 ps, else b with GAMMA^(b-1) ≤ d < GAMMA^b."""
+    d = np.asarray(dur_ps, dtype=np.float64)
+    out = np.zeros(len(d), np.int64)
+    pos = d >= 1.0
+    out[pos] = np.floor(np.log(d[pos]) / _LOG_GAMMA).astype(np.int64) + 1
+    return out
+
+
+def bucket_value(bucket: np.ndarray) -> np.ndarray:
+    """A bucket's representative duration (ps): the point whose relative error to either edge is the same."""
+    b = np.asarray(bucket, dtype=np.float64)
+    return np.where(b > 0, 2.0 * GAMMA ** b / (GAMMA + 1.0), 0.0)
+
+
+def sketch_quantile(buckets: np.ndarray, counts: np.ndarray, rank: int) -> float:
+    """The ``rank``-th smallest duration (0-based) of a sketch (buckets ascending), to within 0.99 %."""
+    k = int(np.searchsorted(np.cumsum(counts), rank, side="right"))
+    return float(bucket_value(buckets[min(k, len(buckets) - 1):][:1])[0])
+
+
+# -- the worker ------------------------------------------------------------------------------------
+
+def reduce_host(hf, runs: list[str], hlo_dir, include_warmup: bool, sample_events: int,
+                progress=None) -> HostPart:
+    """One host file read and reduced (in a worker): its profile judged alone, then measured."""
+    from rooflens.trace.hosts import read_one
+
+    raw = read_one(hf, progress)
+    profile = assemble([hf.path], runs, [raw], [hf.path], hlo_dir)
+    if include_warmup:
+        from rooflens.trace.warmup import with_warmup
+
+        profile = with_warmup(profile)
+    return reduce_profile(profile, sample_events)
+
+
+def reduce_profile(profile: Profile, sample_events: int) -> HostPart:
+    """A one-host profile's aggregates (pure)."""
+    t = profile.table
+    width = len(t.names) + 1
+    uniq, inv = unique_inverse(t.program.astype(np.int64) * width + t.name)
+    m = len(uniq)
+    cnt = np.bincount(inv, minlength=m)
+    first = np.concatenate([[0], np.cumsum(cnt)[:-1]]).astype(np.int64)
+    order = grouped_order(inv, m)
+    total = np.add.reduceat(t.dur_ps[order], first) if m else np.zeros(0, np.int64)  # integers: exact sums
+    self_ps = self_times_ps(t, line_groups(t))
+    selft = np.add.reduceat(self_ps[order], first) if m else np.zeros(0, np.int64)
+    ranked = grouped_sorted(inv, m, t.dur_ps)  # each op's durations, sorted
+    group = np.repeat(np.arange(m), cnt)
+    bucket = bucket_of(ranked)
+    new = np.ones(len(ranked), bool)
+    new[1:] = (group[1:] != group[:-1]) | (bucket[1:] != bucket[:-1])
+    at = np.flatnonzero(new)
+    sketch = (group[at], bucket[at], np.diff(np.append(at, len(ranked))))
+    ops = [(t.programs[int(u // width)], t.names[int(u % width)]) for u in uniq.tolist()]
+    pairs = unique_rows(inv, t.device)[0]
+    op_devices: list[list[int]] = [[] for _ in range(m)]
+    for g, d in pairs.tolist():
+        op_devices[g].append(d)
+    devices, hosts = device_times(profile, GAPS_PER_DEVICE)
+    in_step = t.step >= 0
+    nums = np.unique(t.step[in_step])
+    k = np.searchsorted(nums, t.step[in_step])
+    step_first = np.full(len(nums), np.iinfo(np.int64).max, np.int64)
+    step_last = np.full(len(nums), np.iinfo(np.int64).min, np.int64)
+    np.minimum.at(step_first, k, t.start_ps[in_step])
+    np.maximum.at(step_last, k, t.start_ps[in_step] + t.dur_ps[in_step])
+    executions = {}
+    if not profile.steps:
+        ran_on = unique_rows(t.program, t.host, t.device)[0]
+        per_program = np.bincount(ran_on[:, 0], minlength=len(t.programs))
+        for name, ex in program_executions(t).items():
+            n = int(per_program[t.programs.index(name)])
+            executions[name] = (ex.runs_per_device * n, n, ex.median_span_s)
+    nums_judged = sorted(n for n, _, _ in profile.steps)
+    sampled = nums_judged[len(nums_judged) // 2] if nums_judged else None
+    rows = np.flatnonzero(t.step == sampled) if sampled is not None else np.arange(len(t))
+    return HostPart(
+        host=profile.hosts[0], origin_ns=t.origin_ns, t0_ns=float(t.start_ns.min()), ops=ops,
+        count=cnt.astype(np.int64), total_ps=total.astype(np.int64), self_ps=selft.astype(np.int64),
+        min_ps=ranked[first] if m else ranked, max_ps=ranked[first + cnt - 1] if m else ranked,
+        op_devices=[tuple(d) for d in op_devices], sketch=sketch, devices=devices, host_time=hosts[0],
+        step_nums=nums.astype(np.int64), step_first_ps=step_first, step_last_ps=step_last, steps=list(profile.steps),
+        idle=idle_units(profile, devices, hosts), executions=executions,
+        sample=_compact(t.select(rows[:sample_events])),
+        sampled_step=sampled, notes=[n for n in profile.notes if not n.startswith("no HLO for ") and n != NO_STEPS],
+        platform=profile.platform, device_kind=profile.device_kind, plane_stats=profile.plane_stats,
+        metadata=profile.metadata, hlo_texts=profile.hlo_texts, events_total=profile.events_total)
+
+
+def _compact(t: EventTable) -> EventTable:
+    """A sample's table with only the words its events use (a host's whole vocabulary is not needed)."""
+    cols = {}
+    for col, words in (("host", "hosts"), ("line", "lines"), ("name", "names"), ("program", "programs")):
+        used, codes = np.unique(getattr(t, col), return_inverse=True)
+        cols[col] = codes.astype(np.int32)
+        cols[words] = [getattr(t, words)[u] for u in used.tolist()] or list(getattr(t, words)[:1])
+    return dataclasses.replace(t, **cols)
+
+
+def _reduce_batch(files, runs, hlo_dir, include_warmup, sample_events) -> list[HostPart]:
+    """Several host files of one process-pool task; a program's HLO text, and an op's instruction text and trace
+    stats, go back with the first host that has them."""
+    out, sent = [], set()
+    for f in files:
+        part = reduce_host(f, runs, hlo_dir, include_warmup, sample_events)
+        part.hlo_texts = {p: v for p, v in part.hlo_texts.items() if (p, len(v)) not in sent}
+        sent.update((p, len(v)) for p, v in part.hlo_texts.items())
+        t = part.sample
+        part.sample = dataclasses.replace(t, hlo_text={k: v for k, v in t.hlo_text.items() if ("text", k) not in sent},
+                                          op_meta={k: v for k, v in t.op_meta.items() if ("meta", k) not in sent})
+        sent.update(("text", k) for k in t.hlo_text)
+        sent.update(("meta", k) for k in t.op_meta)
+        out.append(part)
+    return out
+
+
+# -- the driver ------------------------------------------------------------------------------------
+
+class Merge:
+    """The hosts' parts folded in as they arrive, in any order; :meth:`profile` makes the pod's profile.
+
+    Sums are integers and the sketch counts, so the result does not depend on the order of arrival; what is
+    kept per host (device times, steps, a sampled step) is small and put in host order at the end."""
+
+    def __init__(self) -> None:
+        self.index: dict[tuple[str, str], int] = {}
+        self.count = np.zeros(0, np.int64)
+        self.total_ps = np.zeros(0, np.int64)
+        self.self_ps = np.zeros(0, np.int64)
+        self.min_ps = np.zeros(0, np.int64)
+        self.max_ps = np.zeros(0, np.int64)
+        self.devices: list[set[int]] = []
+        self.sketch_parts: list[np.ndarray] = []  # (op << 32 | bucket) keys and counts, compacted now and then
+        self.sketch_counts: list[np.ndarray] = []
+        self.pending = 0
+        self.hosts: dict[int, dict] = {}  # per host: what is kept of it
+        self.hlo: dict[str, tuple[int, str]] = {}  # program → (first host with it, HLO text)
+        self.hlo_text: dict[tuple[str, str], tuple[int, str]] = {}  # the same for each op's instruction text
+        self.op_meta: dict[tuple[str, str], tuple[int, dict]] = {}  # and its trace stats
+        self.executions: dict[str, list] = {}
+
+    def _grow(self, n: int) -> None:
+        have = len(self.count)
+        if n <= have:
+            return
+        extra = n - have
+        self.count = np.concatenate([self.count, np.zeros(extra, np.int64)])
+        self.total_ps = np.concatenate([self.total_ps, np.zeros(extra, np.int64)])
+        self.self_ps = np.concatenate([self.self_ps, np.zeros(extra, np.int64)])
+        self.min_ps = np.concatenate([self.min_ps, np.full(extra, np.iinfo(np.int64).max, np.int64)])
+        self.max_ps = np.concatenate([self.max_ps, np.full(extra, np.iinfo(np.int64).min, np.int64)])
+        self.devices += [set() for _ in range(extra)]
+
+    def add(self, index: int, part: HostPart) -> None:
+        """Fold in host ``index`` (its place among the pod's files)."""
+        gi = np.asarray([self.index.setdefault(k, len(self.index)) for k in part.ops], np.int64)
+        self._grow(len(self.index))
+        self.count[gi] += part.count  # an op appears once per part: no repeated index
+        self.total_ps[gi] += part.total_ps
+        self.self_ps[gi] += part.self_ps
+        np.minimum.at(self.min_ps, gi, part.min_ps)
+        np.maximum.at(self.max_ps, gi, part.max_ps)
+        for g, devs in zip(gi.tolist(), part.op_devices):
+            self.devices[g].update(devs)
+        op, bucket, n = part.sketch
+        self.sketch_parts.append((gi[op] << 32) | bucket)
+        self.sketch_counts.append(n)
+        self.pending += len(n)
+        if self.pending > 1 << 20:
+            self._compact()
+        sample = part.sample
+        for mine, theirs in ((self.hlo_text, sample.hlo_text), (self.op_meta, sample.op_meta)):
+            for k, v in theirs.items():
+                if k not in mine or index < mine[k][0]:
+                    mine[k] = (index, v)
+        self.hosts[index] = dict(
+            host=part.host, origin_ns=part.origin_ns, t0_ns=part.t0_ns, devices=part.devices, host_time=part.host_time,
+            step_nums=part.step_nums, step_first_ps=part.step_first_ps, step_last_ps=part.step_last_ps,
+            steps=part.steps, idle=part.idle,
+            sample=dataclasses.replace(sample, hlo_text={}, op_meta={}), sampled_step=part.sampled_step,
+            notes=part.notes,
+            platform=part.platform, device_kind=part.device_kind, plane_stats=part.plane_stats,
+            metadata=part.metadata, events_total=part.events_total, ops=(gi, part.total_ps, part.count))
+        for program, text in part.hlo_texts.items():
+            if program not in self.hlo or index < self.hlo[program][0]:
+                self.hlo[program] = (index, text)
+        for program, (runs, ndev, span) in part.executions.items():
+            self.executions.setdefault(program, []).append((index, runs, ndev, span))
+
+    def _compact(self) -> None:
+        if len(self.sketch_parts) <= 1:
+            return
+        keys, inv = np.unique(np.concatenate(self.sketch_parts), return_inverse=True)
+        self.sketch_parts = [keys]
+        self.sketch_counts = [np.bincount(inv, weights=np.concatenate(self.sketch_counts)).astype(np.int64)]
+        self.pending = 0
+
+    def medians_ps(self) -> np.ndarray:
+        """Every op's median duration from the merged sketch, within its min and max."""
+        self._compact()
+        keys, counts = self.sketch_parts[0], self.sketch_counts[0]
+        op = keys >> 32
+        bucket = keys & 0xFFFFFFFF
+        bounds = np.searchsorted(op, np.arange(len(self.count) + 1))
+        out = np.empty(len(self.count))
+        for g in range(len(self.count)):
+            b, n = bucket[bounds[g]:bounds[g + 1]], counts[bounds[g]:bounds[g + 1]]
+            c = int(self.count[g])
+            mid = (sketch_quantile(b, n, (c - 1) // 2) + sketch_quantile(b, n, c // 2)) / 2
+            out[g] = min(max(mid, float(self.min_ps[g])), float(self.max_ps[g]))
+        return out
+
+    def profile(self, paths: list[str], runs: list[str], files: list[str], hlo_dir) -> Profile:
+        """The pod's profile: the sampled steps' events, the job's steps, the op stats and idle units merged."""
+        from rooflens.trace.profile import run_manifest, saved_hlo
+
+        parts = [self.hosts[i] for i in sorted(self.hosts)]
+        origin = min(p["origin_ns"] for p in parts)
+        table = dataclasses.replace(concat([p["sample"] for p in parts]),
+                                    hlo_text={k: v for k, (_, v) in self.hlo_text.items()},
+                                    op_meta={k: v for k, (_, v) in self.op_meta.items()})
+        table_origin = table.origin_ns
+        shift_ns = [float(p["origin_ns"] - table_origin) for p in parts]
+        t0 = min(p["t0_ns"] + s for p, s in zip(parts, shift_ns))
+        steps = job_steps([[(n, a + s, b + s) for n, a, b in p["steps"]] for p, s in zip(parts, shift_ns)])
+        notes = list(dict.fromkeys(n for p in parts for n in p["notes"]))
+        manifest = run_manifest(runs, [])  # its problems are in every host's notes already
+        hlo_texts = {k: v for k, (_, v) in self.hlo.items()}
+        hlo_texts.update(saved_hlo(runs, hlo_dir))
+        ops = sorted(self.index, key=self.index.get)
+        missing = sorted({p for p, _ in ops if p not in hlo_texts and base_name(p) not in hlo_texts})
+        if not steps:
+            notes.append(NO_STEPS)
+        if missing:
+            notes.append(no_hlo_note(missing))
+        sampled = [p["sampled_step"] for p in parts if p["sampled_step"] is not None]
+        reduced = Reduced(ops=ops, sampled_step=max(set(sampled), key=sampled.count) if sampled else None)
+        profile = Profile(
+            path=", ".join(paths), table=table, steps=steps, platform=next(
+                (p["platform"] for p in parts if p["platform"] != "unknown"), "unknown"),
+            device_kind=next((p["device_kind"] for p in parts if p["device_kind"] != "unknown"), "unknown"),
+            hosts=[p["host"] for p in parts], sources=files, notes=notes,
+            metadata=parts[0]["metadata"], manifest=manifest, hlo_texts=hlo_texts,
+            plane_stats=next((p["plane_stats"] for p in parts if p["plane_stats"]), {}),
+            events_total=sum(p["events_total"] for p in parts), reduced=reduced)
+        shifts_s = [(s + p["t0_ns"] - t0) * 1e-9 for p, s in zip(parts, shift_ns)]
+        devices = [_shifted(d, s) for p, s in zip(parts, shifts_s) for d in p["devices"]]
+        hosts = [_shifted(p["host_time"], s) for p, s in zip(parts, shifts_s)]
+        reduced.idle = [_shifted_unit(u, s) for p, s in zip(parts, shifts_s) for u in p["idle"]]
+        reduced.executions = self._executions()
+        reduced.stats = self._stats(profile, parts, devices, hosts, origin)
+        return profile
+
+    def _executions(self) -> dict[str, Executions]:
+        out = {}
+        for program, rows in self.executions.items():
+            runs = sum(r for _, r, _, _ in rows)
+            ndev = sum(n for _, _, n, _ in rows)
+            out[program] = Executions(program, runs / max(ndev, 1), float(np.median([s for _, _, _, s in rows])))
+        return out
+
+    def _stats(self, profile: Profile, parts: list[dict], devices: list[DeviceTime], hosts: list[DeviceTime],
+               origin: int) -> OpStats:
+        total_busy_s = sum(d.busy_s for d in devices) or 1.0
+        medians = self.medians_ps()
+        info = profile.op_info
+        stats = [op_stat(info.get(key), key[0], key[1], int(self.count[g]), len(self.devices[g]),
+                         float(self.total_ps[g]) * 1e-3, float(self.self_ps[g]) * 1e-3, float(medians[g]) * 1e-3,
+                         float(self.min_ps[g]) * 1e-3, float(self.max_ps[g]) * 1e-3, total_busy_s)
+                 for key, g in self.index.items()]
+        stats.sort(key=lambda s: (s.program, s.name))  # ties in self time: a fixed order
+        table = (self._host_steps(parts, origin, {(s.program, s.name): s.category for s in stats}) if len(parts) > 1
+                 else None)
+        return stats_of(profile, stats, devices, hosts, table)
+
+    def _host_steps(self, parts: list[dict], origin: int, categories: dict[tuple[str, str], str]):
+        """The host × step table from each host's step spans and per-op sums (``categories``: each op's)."""
+        ops = sorted(self.index, key=self.index.get)
+        collective = np.asarray([categories.get(k) == "collective" for k in ops] or [False])
+        steps = np.unique(np.concatenate([p["step_nums"] for p in parts]))
+        first = np.full((len(parts), max(len(steps), 1)), np.inf)
+        last = np.full((len(parts), max(len(steps), 1)), -np.inf)
+        coll, other, rows = np.zeros(len(parts)), np.zeros(len(parts)), []
+        for h, p in enumerate(parts):
+            k = np.searchsorted(steps, p["step_nums"])
+            shift_ps = (p["origin_ns"] - origin) * 1000
+            first[h, k] = (p["step_first_ps"] + shift_ps) * 1e-12
+            last[h, k] = (p["step_last_ps"] + shift_ps) * 1e-12
+            gi, total_ps, count = p["ops"]
+            comm = collective[gi]
+            coll[h], other[h] = float(total_ps[comm].sum()) * 1e-12, float(total_ps[~comm].sum()) * 1e-12
+            rows += [(ops[g], h, t * 1e-12 / n, n) for g, t, n in zip(gi[~comm].tolist(), total_ps[~comm].tolist(),
+                                                                        count[~comm].tolist())]
+        rows.sort(key=lambda r: (r[0], r[1]))  # by op, then host: op_outliers' grouping
+        return host_steps_from(tuple(p["host"] for p in parts), steps, first, last, coll, other,
+                               np.asarray([len(p["devices"]) for p in parts]),
+                               ([(*op, parts[h]["host"]) for op, h, _, _ in rows],
+                                np.asarray([mu for _, _, mu, _ in rows]), np.asarray([n for *_, n in rows], np.int64)))
+
+
+def _shifted(d: DeviceTime, shift_s: float) -> DeviceTime:
+    """A host's device time with its gaps' starts counted from the pod's first op."""
+    gaps = tuple(dataclasses.replace(g, start_s=g.start_s + shift_s) for g in d.largest_gaps)
+    return dataclasses.replace(d, largest_gaps=gaps)
+
+
+def _shifted_unit(u: IdleUnit, shift_s: float) -> IdleUnit:
+    gaps = None if u.gaps is None else tuple(IdleGap(g.start_s + shift_s, g.duration_s) for g in u.gaps)
+    return dataclasses.replace(u, unit=_shifted(u.unit, shift_s), gaps=gaps)
+
+
+def load_aggregated(paths: list[str], runs: list[str], host_files, hlo_dir, progress, workers, engine, ray_address,
+                    include_warmup: bool) -> Profile:
+    """:func:`rooflens.trace.profile.load` for ``merge="aggregates"``: every host reduced by a worker, merged here."""
+    from rooflens.errors import RooflensError
+    from rooflens.trace.hosts import Task, map_hosts
+    from rooflens.trace.progress import ingest_progress
+
+    files = [f.path for f in host_files]
+    sample = max(SAMPLE_FLOOR, SAMPLE_EVENTS // max(len(files), 1))
+    merge = Merge()
+    task = Task(_one, _reduce_batch, _remote, args=(list(runs), None if hlo_dir is None else str(hlo_dir),
+                                                     include_warmup, sample))
+    with ingest_progress([Path(f) for f in files], progress) as bar:
+        for i, part in map_hosts(host_files, task, workers, engine, ray_address, bar.for_file):
+            merge.add(i, part)
+    if not merge.index:
+        raise RooflensError(f"{', '.join(paths)} has no device op events (no XLA ops on any device or CPU thread): "
+                            "was anything running on the devices while it was traced?")
+    return merge.profile(paths, runs, files, hlo_dir)
+
+
+def _one(hf, runs, hlo_dir, include_warmup, sample, progress=None) -> HostPart:
+    return reduce_host(hf, runs, hlo_dir, include_warmup, sample, progress)
+
+
+def _remote(hf, runs, hlo_dir, include_warmup, sample) -> HostPart:
+    return reduce_host(hf, runs, hlo_dir, include_warmup, sample)
