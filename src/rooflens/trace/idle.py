@@ -74,43 +74,75 @@ def measure_steady_state(profile: Profile, stats: OpStats) -> SteadyState:
     return SteadyState(tuple(units), bool(info), begin, steps)
 
 
+@dataclass(frozen=True)
+class UnitRuns:
+    """One unit's program executions (start and end, ns of table time; None: it ran no op event) and the
+    host's own compilations (merged rows), what its idle time is judged from."""
+
+    unit: DeviceTime
+    start_ns: np.ndarray | None
+    end_ns: np.ndarray | None
+    compiling_ns: np.ndarray | None
+
+
 def idle_units(profile: Profile, devices: list[DeviceTime], hosts: list[DeviceTime]) -> list[IdleUnit]:
     """Each device's idle time (each host's CPU as a whole for forced CPU devices: they are threads
     time-sliced on shared cores, so one waits while another runs); ``devices`` and ``hosts``: the op
     stats' device and host times."""
+    t = profile.table
+    t0 = float(t.start_ns.min()) if len(t) else 0.0
+    return judge_units(unit_runs(profile, devices, hosts), _left_out_ns(profile), t0)
+
+
+def unit_runs(profile: Profile, devices: list[DeviceTime], hosts: list[DeviceTime]) -> list[UnitRuns]:
+    """The units :func:`idle_units` judges, with their executions."""
     shared = profile.platform == "cpu" and max(len(devices), 1) > 1
     units = hosts if shared else devices
     t = profile.table
     if not len(t):
-        return [IdleUnit(d, d.idle_s, 0.0, None) for d in units]
-    excluded = _left_out_ns(profile)
+        return [UnitRuns(d, None, None, None) for d in units]
     # a trace not judged for warm-up (nsys-jax, a trace of one's own) still shows its host compiling
     compiling = {h: host_compile_intervals_ns(evs) for h, evs in (profile.host_events_of or {}).items()}
     runs = execution_index(t)
-    t0 = float(t.start_ns.min())
     out = []
     for d in units:
         host = t.hosts.index(d.host) if d.host in t.hosts else -1
         sel = np.flatnonzero(t.host == host if d.device < 0 else (t.host == host) & (t.device == d.device))
         if not len(sel):
-            out.append(IdleUnit(d, d.idle_s, 0.0, None))
+            out.append(UnitRuns(d, None, None, None))
             continue
         s0, e0 = _executions(t, runs, sel)
-        own = compiling.get(d.host)
+        out.append(UnitRuns(d, s0, e0, compiling.get(d.host)))
+    return out
+
+
+def judge_units(units: list[UnitRuns], excluded: np.ndarray, t0: float) -> list[IdleUnit]:
+    """Each unit's idle time outside ``excluded`` (merged-or-not [start, end) rows, ns) and its own host's
+    compilations; gaps counted from ``t0`` (ns)."""
+    out = []
+    for u in units:
+        if u.start_ns is None:
+            out.append(IdleUnit(u.unit, u.unit.idle_s, 0.0, None))
+            continue
+        own = u.compiling_ns
         left_out = merge_intervals(np.concatenate([excluded, own]) if own is not None else excluded)
-        out.append(_judge_unit(d, s0, e0, left_out, t0))
+        out.append(_judge_unit(u.unit, u.start_ns, u.end_ns, left_out, t0))
     return out
 
 
 def _left_out_ns(profile: Profile) -> np.ndarray:
-    """Warm-up intervals, and with steps the set-up before the first and the teardown after the last."""
     t = profile.table
-    excluded = np.asarray(steady_info(profile.metadata).get("intervals_ns") or [], dtype=float).reshape(-1, 2)
-    if profile.steps:
-        first, last = min(s for _, s, _ in profile.steps), max(e for _, _, e in profile.steps)
-        t0, t1 = float(t.start_ns.min()), float(t.end_ns.max())
-        excluded = np.concatenate([excluded, [[min(t0, first), first], [last, max(t1, last)]]])
-    return excluded
+    warmup = np.asarray(steady_info(profile.metadata).get("intervals_ns") or [], dtype=float).reshape(-1, 2)
+    return left_out_ns(warmup, profile.steps, float(t.start_ns.min()), float(t.end_ns.max()))
+
+
+def left_out_ns(warmup_ns: np.ndarray, steps, t0: float, t1: float) -> np.ndarray:
+    """Warm-up intervals, and with steps the set-up before the first and the teardown after the last (``t0``,
+    ``t1``: the first op's start and the last op's end, ns)."""
+    if not steps:
+        return warmup_ns
+    first, last = min(s for _, s, _ in steps), max(e for _, _, e in steps)
+    return np.concatenate([warmup_ns, [[min(t0, first), first], [last, max(t1, last)]]])
 
 
 def _executions(t, runs: np.ndarray, sel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

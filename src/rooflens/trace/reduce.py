@@ -34,7 +34,7 @@ import numpy as np
 
 from rooflens.trace.events import EventTable, concat, unique_rows
 from rooflens.trace.groupby import grouped_order, grouped_sorted, unique_inverse
-from rooflens.trace.idle import IdleGap, IdleUnit, idle_units
+from rooflens.trace.idle import IdleUnit, UnitRuns, judge_units, left_out_ns, steady_info, unit_runs
 from rooflens.trace.profile import NO_STEPS, Profile, assemble, job_steps, no_hlo_note
 from rooflens.trace.stats import (
     DeviceTime,
@@ -90,7 +90,9 @@ class HostPart:
     step_first_ps: np.ndarray
     step_last_ps: np.ndarray
     steps: list[tuple[int, float, float]]  # its steps (ns), as judged on it
-    idle: list[IdleUnit]
+    units: list[UnitRuns]  # what its idle time is judged from, once the pod's steps are known
+    warmup_ns: np.ndarray  # its warm-up intervals (merged rows)
+    t1_ns: float  # its last op's end
     executions: dict[str, tuple[float, int, float]]  # program → (runs, devices, median span s)
     sample: EventTable
     sampled_step: int | None
@@ -188,7 +190,8 @@ def reduce_profile(profile: Profile, sample_events: int) -> HostPart:
         min_ps=ranked[first] if m else ranked, max_ps=ranked[first + cnt - 1] if m else ranked,
         op_devices=[tuple(d) for d in op_devices], sketch=sketch, devices=devices, host_time=hosts[0],
         step_nums=nums.astype(np.int64), step_first_ps=step_first, step_last_ps=step_last, steps=list(profile.steps),
-        idle=idle_units(profile, devices, hosts), executions=executions,
+        units=unit_runs(profile, devices, hosts), t1_ns=float(t.end_ns.max()), executions=executions,
+        warmup_ns=np.asarray(steady_info(profile.metadata).get("intervals_ns") or [], float).reshape(-1, 2),
         sample=_compact(t.select(rows[:sample_events])),
         sampled_step=sampled, notes=[n for n in profile.notes if not n.startswith("no HLO for ") and n != NO_STEPS],
         platform=profile.platform, device_kind=profile.device_kind, plane_stats=profile.plane_stats,
@@ -284,7 +287,7 @@ class Merge:
         self.hosts[index] = dict(
             host=part.host, origin_ns=part.origin_ns, t0_ns=part.t0_ns, devices=part.devices, host_time=part.host_time,
             step_nums=part.step_nums, step_first_ps=part.step_first_ps, step_last_ps=part.step_last_ps,
-            steps=part.steps, idle=part.idle,
+            steps=part.steps, units=part.units, warmup_ns=part.warmup_ns, t1_ns=part.t1_ns,
             sample=dataclasses.replace(sample, hlo_text={}, op_meta={}), sampled_step=part.sampled_step,
             notes=part.notes,
             platform=part.platform, device_kind=part.device_kind, plane_stats=part.plane_stats,
@@ -342,7 +345,11 @@ class Merge:
         if missing:
             notes.append(no_hlo_note(missing))
         sampled = [p["sampled_step"] for p in parts if p["sampled_step"] is not None]
-        reduced = Reduced(ops=ops, sampled_step=max(set(sampled), key=sampled.count) if sampled else None)
+        step = max(set(sampled), key=sampled.count) if sampled else None
+        notes.append(f"the {len(parts)} hosts were merged from aggregates each worker made of its host (--merge "
+                     f"aggregates): op medians are within 1 %; the timeline and the exported events are "
+                     + (f"step {step} of each host" if step is not None else "each host's first events") + " only")
+        reduced = Reduced(ops=ops, sampled_step=step)
         profile = Profile(
             path=", ".join(paths), table=table, steps=steps, platform=next(
                 (p["platform"] for p in parts if p["platform"] != "unknown"), "unknown"),
@@ -354,7 +361,10 @@ class Merge:
         shifts_s = [(s + p["t0_ns"] - t0) * 1e-9 for p, s in zip(parts, shift_ns)]
         devices = [_shifted(d, s) for p, s in zip(parts, shifts_s) for d in p["devices"]]
         hosts = [_shifted(p["host_time"], s) for p, s in zip(parts, shifts_s)]
-        reduced.idle = [_shifted_unit(u, s) for p, s in zip(parts, shifts_s) for u in p["idle"]]
+        t1 = max(p["t1_ns"] + s for p, s in zip(parts, shift_ns))
+        warmup = np.concatenate([p["warmup_ns"] + s for p, s in zip(parts, shift_ns)])
+        units = [_shifted_runs(u, s, g) for p, s, g in zip(parts, shift_ns, shifts_s) for u in p["units"]]
+        reduced.idle = judge_units(units, left_out_ns(warmup, steps, t0, t1), t0)
         reduced.executions = self._executions()
         reduced.stats = self._stats(profile, parts, devices, hosts, origin)
         return profile
@@ -412,9 +422,12 @@ def _shifted(d: DeviceTime, shift_s: float) -> DeviceTime:
     return dataclasses.replace(d, largest_gaps=gaps)
 
 
-def _shifted_unit(u: IdleUnit, shift_s: float) -> IdleUnit:
-    gaps = None if u.gaps is None else tuple(IdleGap(g.start_s + shift_s, g.duration_s) for g in u.gaps)
-    return dataclasses.replace(u, unit=_shifted(u.unit, shift_s), gaps=gaps)
+def _shifted_runs(u: UnitRuns, shift_ns: float, gaps_shift_s: float) -> UnitRuns:
+    """A host's unit with its executions and compilations in the pod's table time."""
+    def move(a):
+        return None if a is None else a + shift_ns
+
+    return UnitRuns(_shifted(u.unit, gaps_shift_s), move(u.start_ns), move(u.end_ns), move(u.compiling_ns))
 
 
 def load_aggregated(paths: list[str], runs: list[str], host_files, hlo_dir, progress, workers, engine, ray_address,
