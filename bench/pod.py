@@ -1,6 +1,7 @@
 """A pod's trace set on one machine: wall time against workers, peak memory per worker.
 
     python bench/pod.py [--hosts 64] [--steps 5] [--layers 2] [--repeat 2] [--ray] [--driver-hosts 256]
+                        [--host-file FILE]
 
 Builds (once, under bench/.cache/) a real per-process trace (a transformer training step on 8
 virtual CPU devices, captured with ``rl.capture``) and an N-host run directory of it replicated,
@@ -12,7 +13,10 @@ one ``hostNN.xplane.pb`` per host. Then, each in a fresh process with the trace 
 
 Prints the times, their ratio to one worker, and the per-host cost that docs/pod-scale.md projects
 from. ``--driver-hosts N`` then builds an N-host run of the same trace and gives the driver's own peak
-RSS for ``rl.load`` on 2 workers (the budget of issue 24: 256 hosts within 1.5 GB).
+RSS for ``rl.load`` on 2 workers, for N/4 and N hosts, with every host's events merged and with the hosts'
+aggregates merged (``merge="aggregates"``; the budget of issue 24: 256 hosts within 1.5 GB, flat in the hosts).
+``--host-file FILE`` makes those runs of FILE instead (e.g. a 1 GB trace), each host a symbolic link to it: the
+columnar cache (on for these runs) then decodes it once and serves every host after the first.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ LOAD = textwrap.dedent("""
     import json, resource, sys, time
     import rooflens as rl
     t0 = time.perf_counter()
-    prof = rl.load(sys.argv[1], workers=int(sys.argv[2]), engine=sys.argv[3])
+    prof = rl.load(sys.argv[1], workers=int(sys.argv[2]), engine=sys.argv[3], merge=sys.argv[4])
     dt = time.perf_counter() - t0
     print(json.dumps({"seconds": dt, "hosts": len(prof.hosts), "events": len(prof.table),
                       "driver_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
@@ -57,6 +61,8 @@ def run(argv: list[str], env: dict) -> dict | None:
 
 
 def build(args) -> Path:
+    if getattr(args, "host_file", None):
+        return linked(Path(args.host_file).resolve(), args.hosts)
     logdir = CACHE / f"pod_src_{args.layers}l_{args.steps}s"
     found = sorted(logdir.rglob("*.xplane.pb"))
     if not found:
@@ -75,6 +81,17 @@ def build(args) -> Path:
     return run_dir
 
 
+def linked(src: Path, hosts: int) -> Path:
+    """A run directory of ``hosts`` symbolic links to one trace file."""
+    run_dir = CACHE / f"linked_{hosts}h_{src.stem.split('.')[0]}" / "plugins" / "profile" / "run"
+    if not run_dir.is_dir() or len(list(run_dir.glob("*.xplane.pb"))) != hosts:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        run_dir.mkdir(parents=True)
+        for i in range(hosts):
+            (run_dir / f"host{i:03d}.xplane.pb").symlink_to(src)
+    return run_dir
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--hosts", type=int, default=64)
@@ -83,6 +100,8 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--ray", action="store_true", help="also time --engine ray on a local Ray cluster")
     ap.add_argument("--driver-hosts", type=int, default=0, help="also measure the driver's peak RSS on this many hosts")
+    ap.add_argument("--host-file", help="for --driver-hosts: each host a symbolic link to this trace file")
+    ap.add_argument("--merges", default="events,aggregates", help="for --driver-hosts: the merges measured")
     args = ap.parse_args()
     run_dir = build(args)
     size = sum(f.stat().st_size for f in run_dir.glob("*.xplane.pb"))
@@ -95,7 +114,7 @@ def main() -> int:
             best = None
             for _ in range(args.repeat):
                 if what == "rl.load":
-                    r = run([sys.executable, "-c", LOAD, str(run_dir), str(workers), engine], env)
+                    r = run([sys.executable, "-c", LOAD, str(run_dir), str(workers), engine, "events"], env)
                 else:
                     r = run([sys.executable, "-m", "rooflens.cli", "report", str(run_dir), "--json", "--no-calibrate",
                              "--workers", str(workers), "--engine", engine], env)
@@ -118,15 +137,32 @@ def main() -> int:
         print(f"\nper host: {one['seconds'] / args.hosts * 1e3:.0f} ms to read and merge "
               f"{size / args.hosts / 1e6:.1f} MB ({one['events'] / args.hosts:,.0f} op events) on one worker")
     if args.driver_hosts:
-        big = build(argparse.Namespace(**{**vars(args), "hosts": args.driver_hosts}))
-        r = run([sys.executable, "-c", LOAD, str(big), "2", "local"], env)
-        if r is None:
-            print(f"\n{args.driver_hosts} hosts: rl.load failed")
-        else:
-            print(f"\n{args.driver_hosts} hosts, rl.load on 2 workers: {r['wall']:.1f} s, {r['events']:,} op events, "
-                  f"driver peak RSS {r['driver_rss'] / 1e6:,.0f} MB (budget 1,500 MB), "
-                  f"largest worker {r['worker_rss'] / 1e6:,.0f} MB")
+        driver_memory(args, env)
     return 0
+
+
+def driver_memory(args, env: dict) -> None:
+    """The driver's peak RSS against the number of hosts, for each merge: flat is the aim."""
+    if args.host_file:
+        env = {k: v for k, v in env.items() if k != "ROOFLENS_NO_CACHE"}  # one decode serves every link
+        warm = linked(Path(args.host_file).resolve(), 1)
+        print(f"\nfilling the columnar cache from {args.host_file} …", flush=True)
+        run([sys.executable, "-c", LOAD, str(warm), "1", "local", "events"], env)
+    counts = sorted({max(1, args.driver_hosts // 4), args.driver_hosts})
+    print(f"\n{'merge':11} {'hosts':>6} {'wall s':>8} {'kept events':>12} {'driver RSS':>11} {'vs fewest':>9} "
+          f"{'worker RSS':>11}")
+    for merge in args.merges.split(","):
+        first = None
+        for n in counts:
+            big = build(argparse.Namespace(**{**vars(args), "hosts": n}))
+            r = run([sys.executable, "-c", LOAD, str(big), "2", "local", merge], env)
+            if r is None:
+                print(f"{merge:11} {n:6} {'failed':>8}")
+                continue
+            first = first or r["driver_rss"]
+            print(f"{merge:11} {n:6} {r['wall']:8.1f} {r['events']:12,} {r['driver_rss'] / 1e6:9,.0f} MB "
+                  f"{r['driver_rss'] / first:8.2f}x {r['worker_rss'] / 1e6:9,.0f} MB", flush=True)
+    print("(budget of issue 24: 256 hosts of a 1 GB trace within 1,500 MB in the driver)")
 
 
 if __name__ == "__main__":

@@ -76,16 +76,19 @@ def test_the_straggler_is_found_from_the_hosts_aggregates_too(job):
 
     events, merged = rl.load(run, workers=2, merge="events"), rl.load(run, workers=2, merge="aggregates")
     a, b = analyze(events, require_roofline=False), analyze(merged, require_roofline=False)
-    assert [f.rule for f in b.findings] == [f.rule for f in a.findings]
     assert [f.title for f in b.findings if f.rule == "straggler"] == [f.title for f in a.findings
                                                                       if f.rule == "straggler"]
+    assert len([f for f in b.findings if f.rule == "straggler"]) == 1
     # no step annotations here: a worker infers its host's steps from its own executions, the events' merge
     # from the job's (whose boundaries can cut a late host's step in two), so per step they differ; per host
     # the steps cover the same time
     for x, y in zip(a.stats.host_steps.times_s, b.stats.host_steps.times_s, strict=True):
         assert sum(y) == pytest.approx(sum(x), rel=0.05)
     assert {k: (c, pytest.approx(t, rel=1e-9)) for k, (c, t) in _totals(merged).items()} == _totals(events)
-    assert [u.idle_s for u in b.steady.idle] == pytest.approx([u.idle_s for u in a.steady.idle], rel=1e-6)
+    # (each host's idle time is judged against its own inferred steps' warm-up, so it is not compared here: the
+    # A100 pod of tests/test_pod_reduce.py, whose steps every host agrees on, checks it to 1e-9)
+    assert [(u.unit.host, u.unit.device) for u in b.steady.idle] == [(u.unit.host, u.unit.device)
+                                                                    for u in a.steady.idle]
 
 
 def test_the_html_report_draws_the_host_step_heatmap(job):
