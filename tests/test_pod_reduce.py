@@ -118,3 +118,17 @@ def test_report_takes_merge_from_the_command_line(pod, tmp_path):
     assert len(data["hosts"]) == 4 and any("merged from aggregates" in n for n in data["notes"]), data["notes"]
     bad = subprocess.run([*run, "--merge", "sampled"], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
+def test_a_host_with_no_op_event_is_left_out_and_named(tmp_path):
+    import shutil
+
+    tpu = fixture_path("tpu", "xprof_tpu_inference_2.v6e-4.xplane.pb")
+    empty = fixture_path("gpu_nvidia", "tfprof_GPU-multi-worker_34.83.195.179_6003.v100x8.xplane.pb")  # no XLA op
+    for name, src in (("a", tpu), ("b", tpu), ("c", empty)):
+        shutil.copy(src, tmp_path / f"{name}.xplane.pb")
+    merged = rl.load(tmp_path, workers=1, merge="aggregates")
+    assert merged.hosts == ["a", "b"]
+    assert any("left out: c" in n for n in merged.notes), merged.notes
+    one = {(s.program, s.name): s.occurrences for s in op_stats(rl.load(tpu)).op_stats}
+    assert {(s.program, s.name): s.occurrences for s in op_stats(merged).op_stats} == {k: 2 * c for k, c in one.items()}

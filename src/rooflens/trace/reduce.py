@@ -129,11 +129,14 @@ def sketch_quantile(buckets: np.ndarray, counts: np.ndarray, rank: int) -> float
 # -- the worker ------------------------------------------------------------------------------------
 
 def reduce_host(hf, runs: list[str], hlo_dir, include_warmup: bool, sample_events: int,
-                progress=None) -> HostPart:
-    """One host file read and reduced (in a worker): its profile judged alone, then measured."""
+                progress=None) -> HostPart | None:
+    """One host file read and reduced (in a worker): its profile judged alone, then measured (None: the host
+    has no op event; the pod's other hosts still make a report, as when every event is merged)."""
     from rooflens.trace.hosts import read_one
 
     raw = read_one(hf, progress)
+    if not len(raw.table):
+        return None
     profile = assemble([hf.path], runs, [raw], [hf.path], hlo_dir)
     if include_warmup:
         from rooflens.trace.warmup import with_warmup
@@ -208,12 +211,15 @@ def _compact(t: EventTable) -> EventTable:
     return dataclasses.replace(t, **cols)
 
 
-def _reduce_batch(files, runs, hlo_dir, include_warmup, sample_events) -> list[HostPart]:
+def _reduce_batch(files, runs, hlo_dir, include_warmup, sample_events) -> list[HostPart | None]:
     """Several host files of one process-pool task; a program's HLO text, and an op's instruction text and trace
     stats, go back with the first host that has them."""
     out, sent = [], set()
     for f in files:
         part = reduce_host(f, runs, hlo_dir, include_warmup, sample_events)
+        out.append(part)
+        if part is None:
+            continue
         part.hlo_texts = {p: v for p, v in part.hlo_texts.items() if (p, len(v)) not in sent}
         sent.update((p, len(v)) for p, v in part.hlo_texts.items())
         t = part.sample
@@ -221,7 +227,6 @@ def _reduce_batch(files, runs, hlo_dir, include_warmup, sample_events) -> list[H
                                           op_meta={k: v for k, v in t.op_meta.items() if ("meta", k) not in sent})
         sent.update(("text", k) for k in t.hlo_text)
         sent.update(("meta", k) for k in t.op_meta)
-        out.append(part)
     return out
 
 
@@ -321,8 +326,10 @@ class Merge:
             out[g] = min(max(mid, float(self.min_ps[g])), float(self.max_ps[g]))
         return out
 
-    def profile(self, paths: list[str], runs: list[str], files: list[str], hlo_dir) -> Profile:
-        """The pod's profile: the sampled steps' events, the job's steps, the op stats and idle units merged."""
+    def profile(self, paths: list[str], runs: list[str], files: list[str], hlo_dir, empty: tuple[str, ...] = ()
+                ) -> Profile:
+        """The pod's profile: the sampled steps' events, the job's steps, the op stats and idle units merged
+        (``empty``: the hosts with no op event, named in a note)."""
         from rooflens.trace.profile import run_manifest, saved_hlo
 
         parts = [self.hosts[i] for i in sorted(self.hosts)]
@@ -340,6 +347,9 @@ class Merge:
         hlo_texts.update(saved_hlo(runs, hlo_dir))
         ops = sorted(self.index, key=self.index.get)
         missing = sorted({p for p, _ in ops if p not in hlo_texts and base_name(p) not in hlo_texts})
+        if empty:
+            notes.append(f"{len(empty)} host(s) had no device op event and are left out: {', '.join(empty[:5])}"
+                         + (" …" if len(empty) > 5 else ""))
         if not steps:
             notes.append(NO_STEPS)
         if missing:
@@ -439,21 +449,24 @@ def load_aggregated(paths: list[str], runs: list[str], host_files, hlo_dir, prog
 
     files = [f.path for f in host_files]
     sample = max(SAMPLE_FLOOR, SAMPLE_EVENTS // max(len(files), 1))
-    merge = Merge()
+    merge, empty = Merge(), []
     task = Task(_one, _reduce_batch, _remote, args=(list(runs), None if hlo_dir is None else str(hlo_dir),
                                                      include_warmup, sample))
     with ingest_progress([Path(f) for f in files], progress) as bar:
         for i, part in map_hosts(host_files, task, workers, engine, ray_address, bar.for_file):
-            merge.add(i, part)
+            if part is not None:
+                merge.add(i, part)
+            else:
+                empty.append(host_files[i].host)
     if not merge.index:
         raise RooflensError(f"{', '.join(paths)} has no device op events (no XLA ops on any device or CPU thread): "
                             "was anything running on the devices while it was traced?")
-    return merge.profile(paths, runs, files, hlo_dir)
+    return merge.profile(paths, runs, files, hlo_dir, tuple(empty))
 
 
-def _one(hf, runs, hlo_dir, include_warmup, sample, progress=None) -> HostPart:
+def _one(hf, runs, hlo_dir, include_warmup, sample, progress=None) -> HostPart | None:
     return reduce_host(hf, runs, hlo_dir, include_warmup, sample, progress)
 
 
-def _remote(hf, runs, hlo_dir, include_warmup, sample) -> HostPart:
+def _remote(hf, runs, hlo_dir, include_warmup, sample) -> HostPart | None:
     return reduce_host(hf, runs, hlo_dir, include_warmup, sample)
