@@ -342,3 +342,26 @@ def test_progress_goes_to_stderr_and_json_stays_pure(cpu_trace, monkeypatch):
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     assert doc["op_stats"] and "reading the trace" in res.stderr
+
+
+def test_a_child_forked_while_a_cache_write_is_queued_does_not_wait_for_it():
+    """A process pool forked while the parent's writer thread still has work (a host read in this process a
+    moment before): the child has no writer thread, and must not wait for the parent's writes."""
+    import multiprocessing
+    import threading
+
+    if "fork" not in multiprocessing.get_all_start_methods():
+        pytest.skip("no fork here")
+    release = threading.Event()
+    background.submit(lambda: release.wait(60), tag="slow")
+    try:
+        child = multiprocessing.get_context("fork").Process(target=background.flush, args=("slow",))
+        child.start()
+        child.join(20)
+        stuck = child.is_alive()
+        if stuck:
+            child.kill()
+        assert not stuck and child.exitcode == 0
+    finally:
+        release.set()
+        background.flush("slow")

@@ -101,7 +101,7 @@ def test_a_pod_merged_from_aggregates_finds_what_its_events_find(pod):
 def test_the_merge_does_not_depend_on_the_order_hosts_arrive(pod):
     path, _, merged = pod
     runs, files = discover.find([str(path)])
-    parts = [reduce_host(f, runs, None, False, 1000) for f in files]
+    parts = [reduce_host(f, runs, None, False, 1000, len(files)) for f in files]
     backwards = Merge()
     for i in reversed(range(len(parts))):
         backwards.add(i, parts[i])

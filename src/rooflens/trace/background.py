@@ -11,6 +11,7 @@ exit; every entry is written to a temporary file and renamed, so a kill leaves n
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -37,3 +38,16 @@ def flush(tag: object = None) -> None:
         waiting = [f for t, f in _pending if tag is None or t == tag]
     for f in waiting:
         f.exception()  # waits; a failed write is simply not in the cache
+
+
+def _forget() -> None:
+    """In a child forked while writes were queued (a process pool's worker): the writer thread is not there, so
+    neither are its writes (the parent finishes them); waiting for them would wait forever."""
+    global _lock, _pool
+    _lock = threading.Lock()  # another thread may have held it at the fork
+    _pool = None
+    _pending.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget)

@@ -94,9 +94,11 @@ def idle_units(profile: Profile, devices: list[DeviceTime], hosts: list[DeviceTi
     return judge_units(unit_runs(profile, devices, hosts), _left_out_ns(profile), t0)
 
 
-def unit_runs(profile: Profile, devices: list[DeviceTime], hosts: list[DeviceTime]) -> list[UnitRuns]:
-    """The units :func:`idle_units` judges, with their executions."""
-    shared = profile.platform == "cpu" and max(len(devices), 1) > 1
+def unit_runs(profile: Profile, devices: list[DeviceTime], hosts: list[DeviceTime], pod_devices: int = 0
+              ) -> list[UnitRuns]:
+    """The units :func:`idle_units` judges, with their executions (``pod_devices``: the devices of the pod this
+    host belongs to, when the profile is one host of it)."""
+    shared = profile.platform == "cpu" and max(len(devices), pod_devices, 1) > 1
     units = hosts if shared else devices
     t = profile.table
     if not len(t):

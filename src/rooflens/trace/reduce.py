@@ -128,7 +128,7 @@ def sketch_quantile(buckets: np.ndarray, counts: np.ndarray, rank: int) -> float
 
 # -- the worker ------------------------------------------------------------------------------------
 
-def reduce_host(hf, runs: list[str], hlo_dir, include_warmup: bool, sample_events: int,
+def reduce_host(hf, runs: list[str], hlo_dir, include_warmup: bool, sample_events: int, pod_hosts: int = 1,
                 progress=None) -> HostPart | None:
     """One host file read and reduced (in a worker): its profile judged alone, then measured (None: the host
     has no op event; the pod's other hosts still make a report, as when every event is merged)."""
@@ -142,11 +142,11 @@ def reduce_host(hf, runs: list[str], hlo_dir, include_warmup: bool, sample_event
         from rooflens.trace.warmup import with_warmup
 
         profile = with_warmup(profile)
-    return reduce_profile(profile, sample_events)
+    return reduce_profile(profile, sample_events, pod_hosts)
 
 
-def reduce_profile(profile: Profile, sample_events: int) -> HostPart:
-    """A one-host profile's aggregates (pure)."""
+def reduce_profile(profile: Profile, sample_events: int, pod_hosts: int = 1) -> HostPart:
+    """A one-host profile's aggregates (pure); ``pod_hosts``: how many hosts its pod has."""
     t = profile.table
     width = len(t.names) + 1
     uniq, inv = unique_inverse(t.program.astype(np.int64) * width + t.name)
@@ -193,7 +193,9 @@ def reduce_profile(profile: Profile, sample_events: int) -> HostPart:
         min_ps=ranked[first] if m else ranked, max_ps=ranked[first + cnt - 1] if m else ranked,
         op_devices=[tuple(d) for d in op_devices], sketch=sketch, devices=devices, host_time=hosts[0],
         step_nums=nums.astype(np.int64), step_first_ps=step_first, step_last_ps=step_last, steps=list(profile.steps),
-        units=unit_runs(profile, devices, hosts), t1_ns=float(t.end_ns.max()), executions=executions,
+        # a CPU pod of several hosts is judged host by host, as when its events are merged (its devices share cores)
+        units=unit_runs(profile, devices, hosts, pod_devices=len(devices) * pod_hosts),
+        t1_ns=float(t.end_ns.max()), executions=executions,
         warmup_ns=np.asarray(steady_info(profile.metadata).get("intervals_ns") or [], float).reshape(-1, 2),
         sample=_compact(t.select(rows[:sample_events])),
         sampled_step=sampled, notes=[n for n in profile.notes if not n.startswith("no HLO for ") and n != NO_STEPS],
@@ -211,12 +213,12 @@ def _compact(t: EventTable) -> EventTable:
     return dataclasses.replace(t, **cols)
 
 
-def _reduce_batch(files, runs, hlo_dir, include_warmup, sample_events) -> list[HostPart | None]:
+def _reduce_batch(files, runs, hlo_dir, include_warmup, sample_events, pod_hosts) -> list[HostPart | None]:
     """Several host files of one process-pool task; a program's HLO text, and an op's instruction text and trace
     stats, go back with the first host that has them."""
     out, sent = [], set()
     for f in files:
-        part = reduce_host(f, runs, hlo_dir, include_warmup, sample_events)
+        part = reduce_host(f, runs, hlo_dir, include_warmup, sample_events, pod_hosts)
         out.append(part)
         if part is None:
             continue
@@ -451,7 +453,7 @@ def load_aggregated(paths: list[str], runs: list[str], host_files, hlo_dir, prog
     sample = max(SAMPLE_FLOOR, SAMPLE_EVENTS // max(len(files), 1))
     merge, empty = Merge(), []
     task = Task(_one, _reduce_batch, _remote, args=(list(runs), None if hlo_dir is None else str(hlo_dir),
-                                                     include_warmup, sample))
+                                                     include_warmup, sample, len(files)))
     with ingest_progress([Path(f) for f in files], progress) as bar:
         for i, part in map_hosts(host_files, task, workers, engine, ray_address, bar.for_file):
             if part is not None:
@@ -464,9 +466,9 @@ def load_aggregated(paths: list[str], runs: list[str], host_files, hlo_dir, prog
     return merge.profile(paths, runs, files, hlo_dir, tuple(empty))
 
 
-def _one(hf, runs, hlo_dir, include_warmup, sample, progress=None) -> HostPart | None:
-    return reduce_host(hf, runs, hlo_dir, include_warmup, sample, progress)
+def _one(hf, runs, hlo_dir, include_warmup, sample, pod_hosts, progress=None) -> HostPart | None:
+    return reduce_host(hf, runs, hlo_dir, include_warmup, sample, pod_hosts, progress)
 
 
-def _remote(hf, runs, hlo_dir, include_warmup, sample) -> HostPart | None:
-    return reduce_host(hf, runs, hlo_dir, include_warmup, sample)
+def _remote(hf, runs, hlo_dir, include_warmup, sample, pod_hosts) -> HostPart | None:
+    return reduce_host(hf, runs, hlo_dir, include_warmup, sample, pod_hosts)
