@@ -197,13 +197,13 @@ def reduce_profile(profile: Profile, sample_events: int, pod_hosts: int = 1) -> 
         units=unit_runs(profile, devices, hosts, pod_devices=len(devices) * pod_hosts),
         t1_ns=float(t.end_ns.max()), executions=executions,
         warmup_ns=np.asarray(steady_info(profile.metadata).get("intervals_ns") or [], float).reshape(-1, 2),
-        sample=_compact(t.select(rows[:sample_events])),
+        sample=_used_words(t.select(rows[:sample_events])),
         sampled_step=sampled, notes=[n for n in profile.notes if not n.startswith("no HLO for ") and n != NO_STEPS],
         platform=profile.platform, device_kind=profile.device_kind, plane_stats=profile.plane_stats,
         metadata=profile.metadata, hlo_texts=profile.hlo_texts, events_total=profile.events_total)
 
 
-def _compact(t: EventTable) -> EventTable:
+def _used_words(t: EventTable) -> EventTable:
     """A sample's table with only the words its events use (a host's whole vocabulary is not needed)."""
     cols = {}
     for col, words in (("host", "hosts"), ("line", "lines"), ("name", "names"), ("program", "programs")):
