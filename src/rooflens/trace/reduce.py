@@ -45,6 +45,7 @@ from rooflens.trace.stats import (
     op_stat,
     self_times_ps,
     stats_of,
+    step_spans_ps,
 )
 from rooflens.trace.warmup import Executions, base_name, program_executions
 
@@ -86,10 +87,10 @@ class HostPart:
     sketch: tuple[np.ndarray, np.ndarray, np.ndarray]  # (op, bucket, count) rows, grouped by op
     devices: list[DeviceTime]
     host_time: DeviceTime
-    step_nums: np.ndarray  # the steps it has events in, with its first op start and last op end in each (ps)
+    step_nums: np.ndarray  # the steps it has events in, with its first op start and last op end in each (ps, float)
     step_first_ps: np.ndarray
     step_last_ps: np.ndarray
-    steps: list[tuple[int, float, float]]  # its steps (ns), as judged on it
+    steps: np.ndarray  # its steps as judged on it: rows of (step number, start ns, end ns)
     units: list[UnitRuns]  # what its idle time is judged from, once the pod's steps are known
     warmup_ns: np.ndarray  # its warm-up intervals (merged rows)
     t1_ns: float  # its last op's end
@@ -122,8 +123,8 @@ def bucket_value(bucket: np.ndarray) -> np.ndarray:
 
 def sketch_quantile(buckets: np.ndarray, counts: np.ndarray, rank: int) -> float:
     """The ``rank``-th smallest duration (0-based) of a sketch (buckets ascending), to within 0.99 %."""
-    k = int(np.searchsorted(np.cumsum(counts), rank, side="right"))
-    return float(bucket_value(buckets[min(k, len(buckets) - 1):][:1])[0])
+    k = min(int(np.searchsorted(np.cumsum(counts), rank, side="right")), len(buckets) - 1)
+    return float(bucket_value(buckets[k]))
 
 
 # -- the worker ------------------------------------------------------------------------------------
@@ -170,13 +171,7 @@ def reduce_profile(profile: Profile, sample_events: int, pod_hosts: int = 1) -> 
     for g, d in pairs.tolist():
         op_devices[g].append(d)
     devices, hosts = device_times(profile, GAPS_PER_DEVICE)
-    in_step = t.step >= 0
-    nums = np.unique(t.step[in_step])
-    k = np.searchsorted(nums, t.step[in_step])
-    step_first = np.full(len(nums), np.iinfo(np.int64).max, np.int64)
-    step_last = np.full(len(nums), np.iinfo(np.int64).min, np.int64)
-    np.minimum.at(step_first, k, t.start_ps[in_step])
-    np.maximum.at(step_last, k, t.start_ps[in_step] + t.dur_ps[in_step])
+    nums, step_first, step_last = step_spans_ps(t)
     executions = {}
     if not profile.steps:
         ran_on = unique_rows(t.program, t.host, t.device)[0]
@@ -192,7 +187,8 @@ def reduce_profile(profile: Profile, sample_events: int, pod_hosts: int = 1) -> 
         count=cnt.astype(np.int64), total_ps=total.astype(np.int64), self_ps=selft.astype(np.int64),
         min_ps=ranked[first] if m else ranked, max_ps=ranked[first + cnt - 1] if m else ranked,
         op_devices=[tuple(d) for d in op_devices], sketch=sketch, devices=devices, host_time=hosts[0],
-        step_nums=nums.astype(np.int64), step_first_ps=step_first, step_last_ps=step_last, steps=list(profile.steps),
+        step_nums=nums.astype(np.int64), step_first_ps=step_first[0, :len(nums)], step_last_ps=step_last[0, :len(nums)],
+        steps=np.asarray(profile.steps, np.float64).reshape(-1, 3),
         # a CPU pod of several hosts is judged host by host, as when its events are merged (its devices share cores)
         units=unit_runs(profile, devices, hosts, pod_devices=len(devices) * pod_hosts),
         t1_ns=float(t.end_ns.max()), executions=executions,
@@ -251,7 +247,9 @@ class Merge:
         self.sketch_parts: list[np.ndarray] = []  # (op << 32 | bucket) keys and counts, compacted now and then
         self.sketch_counts: list[np.ndarray] = []
         self.pending = 0
-        self.hosts: dict[int, dict] = {}  # per host: what is kept of it
+        self.hosts: dict[int, HostPart] = {}  # per host: what is kept of its part (the merged rest let go of)
+        self.op_codes: dict[int, np.ndarray] = {}  # per host: its ops' places in ``index``
+        self.first: dict[str, tuple[int, dict]] = {}  # metadata and plane stats: the first host's with any
         self.hlo: dict[str, tuple[int, str]] = {}  # program → (first host with it, HLO text)
         self.hlo_text: dict[tuple[str, str], tuple[int, str]] = {}  # the same for each op's instruction text
         self.op_meta: dict[tuple[str, str], tuple[int, dict]] = {}  # and its trace stats
@@ -291,14 +289,13 @@ class Merge:
             for k, v in theirs.items():
                 if k not in mine or index < mine[k][0]:
                     mine[k] = (index, v)
-        self.hosts[index] = dict(
-            host=part.host, origin_ns=part.origin_ns, t0_ns=part.t0_ns, devices=part.devices, host_time=part.host_time,
-            step_nums=part.step_nums, step_first_ps=part.step_first_ps, step_last_ps=part.step_last_ps,
-            steps=part.steps, units=part.units, warmup_ns=part.warmup_ns, t1_ns=part.t1_ns,
-            sample=dataclasses.replace(sample, hlo_text={}, op_meta={}), sampled_step=part.sampled_step,
-            notes=part.notes,
-            platform=part.platform, device_kind=part.device_kind, plane_stats=part.plane_stats,
-            metadata=part.metadata, events_total=part.events_total, ops=(gi, part.total_ps, part.count))
+        for what in ("metadata", "plane_stats"):
+            if getattr(part, what) and (what not in self.first or index < self.first[what][0]):
+                self.first[what] = (index, getattr(part, what))
+        self.op_codes[index] = gi
+        self.hosts[index] = dataclasses.replace(
+            part, ops=[], op_devices=[], sketch=(), hlo_texts={}, metadata={}, plane_stats={}, executions={},
+            sample=dataclasses.replace(sample, hlo_text={}, op_meta={}))
         for program, text in part.hlo_texts.items():
             if program not in self.hlo or index < self.hlo[program][0]:
                 self.hlo[program] = (index, text)
@@ -335,15 +332,15 @@ class Merge:
         from rooflens.trace.profile import run_manifest, saved_hlo
 
         parts = [self.hosts[i] for i in sorted(self.hosts)]
-        origin = min(p["origin_ns"] for p in parts)
-        table = dataclasses.replace(concat([p["sample"] for p in parts]),
+        origin = min(p.origin_ns for p in parts)
+        table = dataclasses.replace(concat([p.sample for p in parts]),
                                     hlo_text={k: v for k, (_, v) in self.hlo_text.items()},
                                     op_meta={k: v for k, (_, v) in self.op_meta.items()})
         table_origin = table.origin_ns
-        shift_ns = [float(p["origin_ns"] - table_origin) for p in parts]
-        t0 = min(p["t0_ns"] + s for p, s in zip(parts, shift_ns))
-        steps = job_steps([[(n, a + s, b + s) for n, a, b in p["steps"]] for p, s in zip(parts, shift_ns)])
-        notes = list(dict.fromkeys(n for p in parts for n in p["notes"]))
+        shift_ns = [float(p.origin_ns - table_origin) for p in parts]
+        t0 = min(p.t0_ns + s for p, s in zip(parts, shift_ns))
+        steps = job_steps([[(int(n), a + s, b + s) for n, a, b in p.steps.tolist()] for p, s in zip(parts, shift_ns)])
+        notes = list(dict.fromkeys(n for p in parts for n in p.notes))
         manifest = run_manifest(runs, [])  # its problems are in every host's notes already
         hlo_texts = {k: v for k, (_, v) in self.hlo.items()}
         hlo_texts.update(saved_hlo(runs, hlo_dir))
@@ -356,7 +353,7 @@ class Merge:
             notes.append(NO_STEPS)
         if missing:
             notes.append(no_hlo_note(missing))
-        sampled = [p["sampled_step"] for p in parts if p["sampled_step"] is not None]
+        sampled = [p.sampled_step for p in parts if p.sampled_step is not None]
         step = max(set(sampled), key=sampled.count) if sampled else None
         notes.append(f"the {len(parts)} hosts were merged from aggregates each worker made of its host (--merge "
                      f"aggregates): op medians are within 1 %; the timeline and the exported events are "
@@ -364,18 +361,18 @@ class Merge:
         reduced = Reduced(ops=ops, sampled_step=step)
         profile = Profile(
             path=", ".join(paths), table=table, steps=steps, platform=next(
-                (p["platform"] for p in parts if p["platform"] != "unknown"), "unknown"),
-            device_kind=next((p["device_kind"] for p in parts if p["device_kind"] != "unknown"), "unknown"),
-            hosts=[p["host"] for p in parts], sources=files, notes=notes,
-            metadata=parts[0]["metadata"], manifest=manifest, hlo_texts=hlo_texts,
-            plane_stats=next((p["plane_stats"] for p in parts if p["plane_stats"]), {}),
-            events_total=sum(p["events_total"] for p in parts), reduced=reduced)
-        shifts_s = [(s + p["t0_ns"] - t0) * 1e-9 for p, s in zip(parts, shift_ns)]
-        devices = [_shifted(d, s) for p, s in zip(parts, shifts_s) for d in p["devices"]]
-        hosts = [_shifted(p["host_time"], s) for p, s in zip(parts, shifts_s)]
-        t1 = max(p["t1_ns"] + s for p, s in zip(parts, shift_ns))
-        warmup = np.concatenate([p["warmup_ns"] + s for p, s in zip(parts, shift_ns)])
-        units = [_shifted_runs(u, s, g) for p, s, g in zip(parts, shift_ns, shifts_s) for u in p["units"]]
+                (p.platform for p in parts if p.platform != "unknown"), "unknown"),
+            device_kind=next((p.device_kind for p in parts if p.device_kind != "unknown"), "unknown"),
+            hosts=[p.host for p in parts], sources=files, notes=notes,
+            metadata=self.first.get("metadata", (0, {}))[1], manifest=manifest, hlo_texts=hlo_texts,
+            plane_stats=self.first.get("plane_stats", (0, {}))[1],
+            events_total=sum(p.events_total for p in parts), reduced=reduced)
+        shifts_s = [(s + p.t0_ns - t0) * 1e-9 for p, s in zip(parts, shift_ns)]
+        devices = [_shifted(d, s) for p, s in zip(parts, shifts_s) for d in p.devices]
+        hosts = [_shifted(p.host_time, s) for p, s in zip(parts, shifts_s)]
+        t1 = max(p.t1_ns + s for p, s in zip(parts, shift_ns))
+        warmup = np.concatenate([p.warmup_ns + s for p, s in zip(parts, shift_ns)])
+        units = [_shifted_runs(u, s, g) for p, s, g in zip(parts, shift_ns, shifts_s) for u in p.units]
         reduced.idle = judge_units(units, left_out_ns(warmup, steps, t0, t1), t0)
         reduced.executions = self._executions()
         reduced.stats = self._stats(profile, parts, devices, hosts, origin)
@@ -389,7 +386,7 @@ class Merge:
             out[program] = Executions(program, runs / max(ndev, 1), float(np.median([s for _, _, _, s in rows])))
         return out
 
-    def _stats(self, profile: Profile, parts: list[dict], devices: list[DeviceTime], hosts: list[DeviceTime],
+    def _stats(self, profile: Profile, parts: list[HostPart], devices: list[DeviceTime], hosts: list[DeviceTime],
                origin: int) -> OpStats:
         total_busy_s = sum(d.busy_s for d in devices) or 1.0
         medians = self.medians_ps()
@@ -403,28 +400,29 @@ class Merge:
                  else None)
         return stats_of(profile, stats, devices, hosts, table)
 
-    def _host_steps(self, parts: list[dict], origin: int, categories: dict[tuple[str, str], str]):
+    def _host_steps(self, parts: list[HostPart], origin: int, categories: dict[tuple[str, str], str]):
         """The host × step table from each host's step spans and per-op sums (``categories``: each op's)."""
         ops = sorted(self.index, key=self.index.get)
         collective = np.asarray([categories.get(k) == "collective" for k in ops] or [False])
-        steps = np.unique(np.concatenate([p["step_nums"] for p in parts]))
+        steps = np.unique(np.concatenate([p.step_nums for p in parts]))
         first = np.full((len(parts), max(len(steps), 1)), np.inf)
         last = np.full((len(parts), max(len(steps), 1)), -np.inf)
         coll, other, rows = np.zeros(len(parts)), np.zeros(len(parts)), []
-        for h, p in enumerate(parts):
-            k = np.searchsorted(steps, p["step_nums"])
-            shift_ps = (p["origin_ns"] - origin) * 1000
-            first[h, k] = (p["step_first_ps"] + shift_ps) * 1e-12
-            last[h, k] = (p["step_last_ps"] + shift_ps) * 1e-12
-            gi, total_ps, count = p["ops"]
+        codes = [self.op_codes[i] for i in sorted(self.hosts)]  # in the order of ``parts``
+        for h, (p, gi) in enumerate(zip(parts, codes)):
+            k = np.searchsorted(steps, p.step_nums)
+            shift_ps = (p.origin_ns - origin) * 1000
+            first[h, k] = (p.step_first_ps + shift_ps) * 1e-12
+            last[h, k] = (p.step_last_ps + shift_ps) * 1e-12
+            total_ps, count = p.total_ps, p.count
             comm = collective[gi]
             coll[h], other[h] = float(total_ps[comm].sum()) * 1e-12, float(total_ps[~comm].sum()) * 1e-12
             rows += [(ops[g], h, t * 1e-12 / n, n) for g, t, n in zip(gi[~comm].tolist(), total_ps[~comm].tolist(),
                                                                         count[~comm].tolist())]
         rows.sort(key=lambda r: (r[0], r[1]))  # by op, then host: op_outliers' grouping
-        return host_steps_from(tuple(p["host"] for p in parts), steps, first, last, coll, other,
-                               np.asarray([len(p["devices"]) for p in parts]),
-                               ([(*op, parts[h]["host"]) for op, h, _, _ in rows],
+        return host_steps_from(tuple(p.host for p in parts), steps, first, last, coll, other,
+                               np.asarray([len(p.devices) for p in parts]),
+                               ([(*op, parts[h].host) for op, h, _, _ in rows],
                                 np.asarray([mu for _, _, mu, _ in rows]), np.asarray([n for *_, n in rows], np.int64)))
 
 

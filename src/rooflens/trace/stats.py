@@ -120,20 +120,28 @@ def host_steps(profile: Profile, categories: np.ndarray) -> HostSteps | None:
     t = profile.table
     if len(t.hosts) < 2 or not len(t):
         return None
-    in_step = t.step >= 0
-    steps = np.unique(t.step[in_step]) if in_step.any() else np.zeros(0, np.int32)
-    nh, ns = len(t.hosts), len(steps)
-    first = np.full((nh, max(ns, 1)), np.inf)
-    last = np.full((nh, max(ns, 1)), -np.inf)
-    if ns:
-        k = np.searchsorted(steps, t.step[in_step])
-        np.minimum.at(first, (t.host[in_step], k), t.start_ps[in_step] * 1e-12)
-        np.maximum.at(last, (t.host[in_step], k), (t.start_ps[in_step] + t.dur_ps[in_step]) * 1e-12)
+    steps, first_ps, last_ps = step_spans_ps(t)
+    nh = len(t.hosts)
     comm = categories == "collective"
     devs = np.bincount(unique_rows(t.host, t.device)[0][:, 0], minlength=nh)
     coll = np.bincount(t.host[comm], weights=t.dur_ps[comm] * 1e-12, minlength=nh)
     other = np.bincount(t.host[~comm], weights=t.dur_ps[~comm] * 1e-12, minlength=nh)
-    return host_steps_from(tuple(t.hosts), steps, first, last, coll, other, devs, _op_means(t, ~comm))
+    return host_steps_from(tuple(t.hosts), steps, first_ps * 1e-12, last_ps * 1e-12, coll, other, devs,
+                           _op_means(t, ~comm))
+
+
+def step_spans_ps(t) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The steps the events are in, and per host (row) and step (column) its first op's start and its last op's
+    end (ps, float; inf and -inf where the host has no event in the step)."""
+    in_step = t.step >= 0
+    steps = np.unique(t.step[in_step]) if in_step.any() else np.zeros(0, np.int32)
+    first = np.full((len(t.hosts), max(len(steps), 1)), np.inf)
+    last = np.full((len(t.hosts), max(len(steps), 1)), -np.inf)
+    if len(steps):
+        k = np.searchsorted(steps, t.step[in_step])
+        np.minimum.at(first, (t.host[in_step], k), t.start_ps[in_step].astype(np.float64))
+        np.maximum.at(last, (t.host[in_step], k), (t.start_ps[in_step] + t.dur_ps[in_step]).astype(np.float64))
+    return steps, first, last
 
 
 def host_steps_from(hosts: tuple[str, ...], steps: np.ndarray, first_s: np.ndarray, last_s: np.ndarray,
