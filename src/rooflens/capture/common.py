@@ -20,6 +20,7 @@ import re
 import site
 import sys
 import sysconfig
+import threading
 import traceback
 
 #: a line of ``jax.transfer_guard("log")``'s C++ logging
@@ -114,6 +115,91 @@ def transfer_line(line: str) -> str | None:
     if not m:
         return None
     return f"{m.group(1)}: {m.group(2).strip() or '(a repeat; JAX gives no details)'}"
+
+
+if __package__:
+    from rooflens.trace.manifest import DRAIN_FUNCTION
+else:  # loaded by path, after the launcher loaded the manifest the same way (its ``_sibling``)
+    DRAIN_FUNCTION = sys.modules["_rooflens_trace_manifest"].DRAIN_FUNCTION
+
+
+def _barrier(token):
+    """The per-device barrier's program: its one input, donated, is its output (no op runs)."""
+    return token
+
+
+_barrier.__name__ = _barrier.__qualname__ = DRAIN_FUNCTION  # how traces name its dispatches (jit_<name>)
+
+
+class _Drain:
+    """Waits until every local device has finished everything the calling thread dispatched to it.
+
+    ``jax.block_until_ready`` on the live arrays is not enough: a loop inside ``main()`` that
+    returns (or drops its losses) leaves executions queued whose outputs no longer exist, and
+    ``jax.effects_barrier()`` only waits for side effects. What does drain a device is an execution
+    on it: JAX gives each dispatching thread its own execution stream, and a device runs the
+    programs of one stream in the order they were dispatched (a GPU's compute stream; XLA:CPU
+    orders them by ``ExecuteOptions.execution_stream_id``, checked with jax 0.10: a barrier from
+    the thread that dispatched 30 queued steps waits for them all, one from another thread or one
+    SPMD barrier over all devices does not). So a program dispatched now, from the calling thread,
+    on each device finishes after all that thread dispatched before; arrays still alive (work of
+    other threads among them) are waited for too. The barrier program donates its one byte and
+    returns it, so it runs no op and adds nothing to the trace; it is compiled by :meth:`prepare`
+    before a trace starts (one tiny compilation per device), and its byte stays on each device from
+    one drain to the next (no transfer later). The wait polls (``is_ready``), so a signal handler
+    (SIGTERM, Ctrl-C) runs while it waits."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.fn = None
+        self.tokens: dict = {}  # device → its barrier byte (the last barrier's output)
+
+    def prepare(self) -> None:
+        import jax
+        import numpy as np
+
+        with self.lock:
+            if self.fn is None:
+                self.fn = jax.jit(_barrier, donate_argnums=0)
+            fresh = [d for d in jax.local_devices() if d not in self.tokens]
+            for d in fresh:
+                self.tokens[d] = self.fn(jax.device_put(np.zeros((), np.int8), d))
+            waiting = [self.tokens[d] for d in fresh]
+        _wait(waiting)
+
+    def __call__(self) -> None:
+        import jax
+
+        self.prepare()  # devices first seen now (a no-op otherwise)
+        with self.lock:
+            for d, token in list(self.tokens.items()):
+                self.tokens[d] = self.fn(token)
+            waiting = list(self.tokens.values())
+        _wait(waiting + list(jax.live_arrays()))
+        jax.effects_barrier()
+
+
+def _ready(array) -> bool:
+    try:
+        return array.is_deleted() or array.is_ready()
+    except Exception:  # deleted or donated meanwhile
+        return True
+
+
+def _wait(arrays: list, poll_s: float = 0.002) -> None:
+    """Until every array is ready, polling (a blocking wait in C++ would hold off signal handlers)."""
+    import time
+
+    while arrays:
+        arrays = [a for a in arrays if not _ready(a)]
+        if arrays:
+            time.sleep(poll_s)
+
+
+#: ``drain_devices()`` waits until every local device has finished what the calling thread dispatched
+#: to it (and every live array is ready); ``drain_devices.prepare()`` compiles its barrier (call it
+#: before a trace starts).
+drain_devices = _Drain()
 
 
 def device_memory_bytes(device) -> int | None:

@@ -38,7 +38,6 @@ import importlib.util
 import json
 import logging
 import os
-import re
 import signal
 import socket
 import sys
@@ -67,12 +66,12 @@ def _sibling(name: str, package: str = ""):
     return sys.modules[key]
 
 
+manifest = _sibling("manifest", "trace")
 common = _sibling("common")
 tap = _sibling("tap")
 artifacts = _sibling("artifacts")
 stepwindow = _sibling("stepwindow")
 pyrun = _sibling("pyrun")
-manifest = _sibling("manifest", "trace")
 KV_KEY = "rooflens/run_name"
 KV_TIMEOUT_MS = 20_000
 _COMPILE_SPANS = ("/jax/core/compile/jaxpr_trace_duration", "/jax/core/compile/jaxpr_to_mlir_module_duration",
@@ -87,7 +86,7 @@ class _State:
     def __init__(self, logdir: str, dump: bool, window: dict | None = None) -> None:
         self.logdir = logdir
         self.dump = dump
-        self.window = stepwindow.Window(window, _begin_trace, _stop_trace) if window else None
+        self.window = stepwindow.Window(window, _begin_trace, _stop_trace, _drain) if window else None
         self.armed = False  # the script's backend is up: compilations are recorded from here on
         self.tmp = ""  # where jax writes the trace before it is moved into the run directory
         self.dump_dir = ""
@@ -110,6 +109,9 @@ class _State:
         self.warnings: list[str] = []
         self.snapshot: bytes = b""
         self.notes: list[str] = []
+        self.armed_at = 0.0  # time.monotonic() when the script's backend came up
+        self.drained_s: float | None = None  # how long the last wait for the devices took
+        self.finishing = False  # the script has ended: _finish writes what was traced
 
 
 S: _State | None = None
@@ -255,7 +257,7 @@ def _dumped(module) -> bool:
     jnp's small programs is most of what a windowed run would otherwise cost."""
     if S.window is None:
         return True
-    return _module_name(module, None) in _program_names(sorted(S.window.made))
+    return _module_name(module, None) in {stepwindow.program_name(f) for f in S.window.made}
 
 
 def _module_name(module, executable) -> str:
@@ -334,6 +336,10 @@ def _arm() -> None:
                 except Exception as e:
                     S.notes.append(f"could not share the run directory with the job ({type(e).__name__})")
         S.tmp = tempfile.mkdtemp(prefix=f".trace-{os.getpid()}-", dir=S.logdir)
+        try:  # the barrier that drains the devices, compiled now: neither recorded nor traced
+            common.drain_devices.prepare()
+        except Exception as e:
+            S.notes.append(f"could not prepare the wait for the devices ({type(e).__name__}: {e})")
         if S.dump:
             S.dump_dir = tempfile.mkdtemp(prefix=f".xla-dump-{os.getpid()}-", dir=S.logdir)
         cfg = jax.config
@@ -349,6 +355,7 @@ def _arm() -> None:
             for g in guards:
                 cfg.update(g, "log")
         S.armed = True
+        S.armed_at = time.monotonic()
         if S.window is not None:
             S.window.arm()
         else:
@@ -381,12 +388,37 @@ def _begin_trace() -> bool:
 
 
 def _stop_trace() -> None:
-    """Stop the trace and move it into the run directory (once; safe to call at any time, from any thread)."""
+    """Wait until the devices have finished everything dispatched (no async tail: a loop that
+    exits with steps still queued has them run inside the trace), then stop the trace and move it
+    into the run directory (once; safe to call at any time, from any thread)."""
     with _stop_lock:
         if S is None or not S.tracing:
             return
+        interrupted = _drain()
         S.tracing = False
         _write_trace()
+    if interrupted is not None and not S.finishing:  # mid-script: the interruption is the script's
+        raise interrupted
+
+
+def _drain() -> BaseException | None:
+    """``common.drain_devices()`` on this thread (the script's thread at its end or at a window's
+    edge: the stream its work was dispatched on). A SIGTERM (or Ctrl-C mid-script) while it waits
+    stops the wait: the trace then stops without the work still queued, says so, and the
+    interruption is returned (to be raised again once the trace is written)."""
+    t0 = time.monotonic()
+    try:
+        common.drain_devices()
+    except Exception as e:
+        S.notes.append(f"could not wait for the devices to finish ({type(e).__name__}: {e}); the trace may miss "
+                       "the last executions dispatched")
+        return None
+    except BaseException as e:  # Ctrl-C, SIGTERM: stop waiting, keep what was traced
+        S.notes.append(f"interrupted ({type(e).__name__}) while waiting for the devices to finish the work "
+                       "dispatched; the trace may miss its last executions")
+        return e
+    S.drained_s = time.monotonic() - t0
+    return None
 
 
 _stop_lock = threading.Lock()
@@ -425,13 +457,14 @@ def _write_trace() -> None:
 
 def _finish(target: dict, outcome: dict) -> None:
     """Stop the trace, write everything, say where. Never raises."""
+    S.finishing = True
     old = signal.signal(signal.SIGINT, signal.SIG_IGN) if threading.current_thread() is threading.main_thread() \
         else None
     try:
         said = ""
         if S.window is not None:
             S.window.close()
-            said = S.window.shortfall()
+            said = S.window.shortfall(time.monotonic() - S.armed_at if S.armed_at else None)
             if said:
                 _say(said + ".")
         _stop_trace()
@@ -476,8 +509,11 @@ def _finish(target: dict, outcome: dict) -> None:
             meta["devices_error"] = f"{type(e).__name__}: {e}"
         if S.window is not None:
             meta["window"] = S.window.describe()
+            meta["step_program"] = S.window.step_program()
+        if S.drained_s is not None:
+            meta["drained_s"] = round(S.drained_s, 6)
         meta = manifest.RunManifest.from_dict(meta).to_dict()  # the typed manifest's document
-        artifacts.save(S, meta, set(_program_names(meta.get("window", {}).get("programs")))
+        artifacts.save(S, meta, {stepwindow.program_name(f) for f in meta.get("window", {}).get("programs") or []}
                        if S.window is not None else None)
         _say(f"profile written to {S.saved_dir}; read it with: rooflens report {S.saved_dir}")
     except Exception as e:
@@ -485,11 +521,6 @@ def _finish(target: dict, outcome: dict) -> None:
     finally:
         if old is not None:
             signal.signal(signal.SIGINT, old)
-
-
-def _program_names(functions: list[str] | None) -> list[str]:
-    """The module names JAX gives the programs of these jitted functions (``step`` → ``jit_step``)."""
-    return [f"jit_{re.sub(r'[^0-9A-Za-z_]', '_', f)}" for f in functions or []]
 
 
 def _cleanup_empty() -> None:
@@ -531,6 +562,10 @@ def main(argv: list[str]) -> None:
         raise _Terminated()
 
     signal.signal(signal.SIGTERM, on_term)
+    if mode == "module":  # the module's own package is the user's code, even where it is installed
+        with contextlib.suppress(ImportError, ValueError, AttributeError):
+            spec = importlib.util.find_spec(target.split(".")[0])
+            stepwindow.USER_DIRS.extend(os.path.realpath(p) for p in (spec.submodule_search_locations or []))
     describe = {"script": os.path.abspath(target) if mode == "path" else None,
                 "module": target if mode == "module" else None, "argv": list(args), "cwd": os.getcwd()}
     error: BaseException | None = None

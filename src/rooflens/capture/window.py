@@ -1,8 +1,9 @@
 """One profiler window on a logdir, shared by ``rl.capture``, ``rl.trace.Session`` and ``rooflens run``.
 
 Opening waits until the run directory the profiler will create is fresh (it names runs by the
-second), starts the trace and the recording of compilations and transfers; closing stops both,
-finds the new run directory and writes ``rooflens.json`` into it (versions, devices, what was
+second), starts the trace and the recording of compilations and transfers; closing waits until
+every local device has finished everything dispatched (``common.drain_devices``: no async tail),
+stops both, finds the new run directory and writes ``rooflens.json`` into it (versions, devices, what was
 recorded, and whatever the caller adds), even when the traced code raised.
 """
 
@@ -12,7 +13,7 @@ import json
 import time
 from pathlib import Path
 
-from rooflens.capture.common import device_memory_bytes
+from rooflens.capture.common import device_memory_bytes, drain_devices
 from rooflens.capture.recorder import Recorder, recording
 from rooflens.errors import RooflensError
 from rooflens.trace.manifest import RunManifest
@@ -51,6 +52,7 @@ class TraceWindow:
         self.logdir.mkdir(parents=True, exist_ok=True)
         wait_for_fresh_run_name(self.logdir)
         self._before = _runs(self.logdir)
+        drain_devices.prepare()  # the barrier close() waits on, compiled before the trace starts
         self._t0 = time.time()
         jax.profiler.start_trace(str(self.logdir))
         self._rec_ctx = recording()
@@ -63,6 +65,13 @@ class TraceWindow:
         import jax
 
         self.is_open = False
+        t0, notes = time.monotonic(), []
+        try:
+            drain_devices()  # what was dispatched runs inside the trace
+        except Exception as e:  # a device in error: stop what can be stopped, say so
+            notes.append(f"could not wait for the devices to finish ({type(e).__name__}: {e}); the trace may miss "
+                         "the last executions dispatched")
+        drained_s = time.monotonic() - t0
         try:
             self._rec_ctx.__exit__(None, None, None)
         finally:
@@ -78,7 +87,8 @@ class TraceWindow:
             backend=jax.default_backend(), device_kind=devices[0].device_kind, num_devices=len(devices),
             devices=[{"id": d.id, "kind": d.device_kind, "platform": d.platform} for d in devices],
             num_local_devices=jax.local_device_count(), device_memory_bytes=device_memory_bytes(devices[0]),
-            in_window=self.rec.record(), **metadata,
+            in_window=self.rec.record(), drained_s=round(drained_s, 6), **({"notes": notes} if notes else {}),
+            **metadata,
         )
         (self.run_dir / "rooflens.json").write_text(json.dumps(manifest.to_dict(), indent=2, default=str))
         return self.run_dir

@@ -19,6 +19,12 @@ from typing import Any, ClassVar
 
 _META = ("extra", "order", "problems")
 
+#: The jitted function every rooflens capture calls once on each local device right before it stops
+#: the trace (``rooflens.capture.common.drain_devices``: a device runs its programs in order, so this
+#: one finishing means everything dispatched before it has run). Its program (``jit_rooflens_drain``)
+#: donates its one byte and runs no op: its dispatches are the capture's, never a program of the run.
+DRAIN_FUNCTION = "rooflens_drain"
+
 
 def _fits(value: Any, kind: type) -> bool:
     if kind is float:
@@ -154,6 +160,26 @@ class InWindowRecord(_Record):
 
 
 @dataclass
+class StepProgram(_Record):
+    """Which jitted function a window of steps (``rooflens run --steps``) took as the step, and why:
+    the first one the script's own code called START times from one line (``chosen_by`` "call
+    site"), or the script's ``StepTraceAnnotation`` blocks (then no function is named)."""
+
+    chosen_by: str | None = None  # "call site" | "StepTraceAnnotation"
+    function: str | None = None  # the jitted function's name
+    program: str | None = None  # the program JAX compiles it to (jit_<function>)
+    call_site: str | None = None  # "file:line (function)" of the script's line that calls it
+    calls_before_window: int | None = None
+    reason: str | None = None  # one sentence: why this function, and what was not counted
+    extra: dict = field(default_factory=dict)
+    order: tuple[str, ...] = ()
+    problems: list[str] = field(default_factory=list)
+
+    KINDS: ClassVar[dict[str, type]] = {"chosen_by": str, "function": str, "program": str, "call_site": str,
+                                        "calls_before_window": int, "reason": str}
+
+
+@dataclass
 class RunManifest(_Record):
     """``rooflens.json``."""
 
@@ -188,6 +214,8 @@ class RunManifest(_Record):
     args: list | None = None
     function: str | None = None
     memory: dict | None = None  # program → compiled memory stats
+    step_program: StepProgram | None = None  # rooflens run --steps: the function taken as the step, and why
+    drained_s: float | None = None  # how long the capture waited for the devices to finish before it stopped
     extra: dict = field(default_factory=dict)
     order: tuple[str, ...] = ()
     problems: list[str] = field(default_factory=list)  # what could not be read (not written back)
@@ -198,8 +226,9 @@ class RunManifest(_Record):
         "process_index": int, "process_count": int, "host_label": str, "python": str, "notes": list,
         "jax_version": str, "jaxlib_version": str, "backend": str, "device_kind": str, "num_devices": int,
         "num_local_devices": int, "devices": list, "devices_error": str, "in_window": dict, "steps": int,
-        "warmup": int, "programs": list, "args": list, "function": str, "memory": dict}
-    RECORDS: ClassVar[dict[str, type]] = {"in_window": InWindowRecord}
+        "warmup": int, "programs": list, "args": list, "function": str, "memory": dict, "step_program": dict,
+        "drained_s": float}
+    RECORDS: ClassVar[dict[str, type]] = {"in_window": InWindowRecord, "step_program": StepProgram}
 
     @property
     def window(self) -> InWindowRecord:
