@@ -398,7 +398,8 @@ def op_graphs(comparison: list[OpComparison], modules: dict[str, Module],
 def executions_of(profile: Profile) -> dict:
     """Every program's executions per device (:func:`rooflens.trace.warmup.program_executions`); a pod merged
     from aggregates has its workers' counts."""
-    return profile.reduced.executions if profile.reduced is not None else program_executions(profile.table)
+    runs = profile.reduced.executions if profile.reduced is not None else program_executions(profile.table)
+    return {p: r for p, r in runs.items() if p}  # "": kernels of no XLA program (Nsight, not JAX): no executions
 
 
 # -- the whole analysis ---------------------------------------------------------------------------

@@ -86,8 +86,8 @@ def _find_one(path: str) -> tuple[list[str], list[HostFile]]:
     if kind == "file":
         if formats.is_trace_name(path.rstrip("/").rsplit("/", 1)[-1], named=True):
             return [fs.parent(path)], [HostFile(path, host_of(path.rstrip("/").rsplit("/", 1)[-1]))]
-        raise RooflensError(f"{path} is not a profile: give a logdir, a run directory, a *.xplane.pb or a "
-                            "*.trace.json.gz.")
+        raise RooflensError(f"{path} is not a profile: give a logdir, a run directory, a *.xplane.pb, a "
+                            "*.trace.json.gz, an nsys-jax archive or an Nsight Systems *.sqlite or *.nsys-rep.")
     here = _run_files(fs.listdir(path))
     if here:
         return [path], [HostFile(f, h) for h, f in here.items()]
@@ -99,7 +99,7 @@ def _find_one(path: str) -> tuple[list[str], list[HostFile]]:
             return [newest], [HostFile(f, h) for h, f in _run_files(fs.listdir(newest)).items()]
     found = _walk(path)
     if not found:
-        raise RooflensError(f"{path} holds no profile (no *.xplane.pb or *.trace.json.gz under it, "
+        raise RooflensError(f"{path} holds no profile (no *.xplane.pb, *.trace.json.gz or Nsight file under it, "
                             f"{MAX_DEPTH} levels deep).")
     hosts = [h for files in found.values() for h in files]
     if len(hosts) == len(set(hosts)):  # one job: each directory holds other hosts

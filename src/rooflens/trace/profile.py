@@ -149,7 +149,10 @@ def _op_info(module: H.Module | None, name: str, text: str | None, meta: dict | 
         if ins.opcode in ("copy-start", "copy-done", "copy") and _touches_host(module, ins):
             category = "host transfer"  # host offload (S(5)): a PCIe transfer, not a retiling copy
         return OpInfo(category, scope, ins.opcode)
-    return OpInfo(*_guess_from_name(name))
+    category, scope, opcode = _guess_from_name(name)
+    if meta:  # a trace that says what an op without HLO is (Nsight: a transfer's kind, the NVTX ranges around it)
+        category, scope = meta.get("category") or category, meta.get("scope") or scope
+    return OpInfo(category, scope, opcode)
 
 
 def _guess_from_name(name: str) -> tuple[str, str, str]:
@@ -162,7 +165,10 @@ def _guess_from_name(name: str) -> tuple[str, str, str]:
     if "fusion" in tokens:
         return "fusion", "", "fusion"
     low = base.lower()
-    for key, cat in (("gemm", "matmul"), ("cublas", "matmul"), ("conv", "convolution")):
+    if low.startswith("nccl"):  # NCCL's kernels (ncclDevKernel_AllReduce_…, ncclKernel_SendRecv…): communication
+        return "collective", "", "custom-call"
+    for key, cat in (("gemm", "matmul"), ("cublas", "matmul"), ("nvjet", "matmul"), ("conv", "convolution"),
+                     ("elementwise", "elementwise")):  # nvjet: cuBLAS's own GEMM kernels (nvjet_tst_…)
         if key in low:
             return cat, "", "custom-call"
     for tok in reversed(tokens):
@@ -397,8 +403,8 @@ def assemble(paths: list[str], runs: list[str], raws: list[RawTrace], files: lis
     )
     if not steps:
         profile.notes.append(NO_STEPS)
-    missing = sorted(p for p in {table.programs[p] for p in np.unique(table.program).tolist()}
-                     if p not in hlo_texts and re.sub(r"\(\d+\)$", "", p) not in hlo_texts)
+    missing = sorted(p for p in {table.programs[p] for p in np.unique(table.program).tolist()}  # "": no program
+                     if p and p not in hlo_texts and re.sub(r"\(\d+\)$", "", p) not in hlo_texts)
     if missing:
         profile.notes.append(no_hlo_note(missing))
     from rooflens.trace.warmup import judge  # a run traced from its start: warm-up apart, steps inferred

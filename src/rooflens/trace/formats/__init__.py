@@ -8,11 +8,12 @@ the numba helpers (start-up, string interning); :mod:`.protowire` the plain-Pyth
 
 from __future__ import annotations
 
-from rooflens.trace.formats import chrome, nsys, xspace
+from rooflens.trace.formats import chrome, nsys, nsys_sqlite, xspace
 from rooflens.trace.formats.registry import TraceFormat
 
 #: every format rooflens reads, XSpace first (it is what ``jax.profiler`` writes)
-FORMATS: tuple[TraceFormat, ...] = (xspace.FORMAT, chrome.FORMAT, nsys.FORMAT)
+FORMATS: tuple[TraceFormat, ...] = (xspace.FORMAT, chrome.FORMAT, nsys.FORMAT, nsys_sqlite.FORMAT,
+                                    nsys_sqlite.REPORT)
 
 
 def format_of(path: str, is_dir: bool = False, named: bool = False) -> TraceFormat | None:

@@ -1,0 +1,294 @@
+"""Plain Nsight Systems: SQLite exports and raw ``.nsys-rep`` reports.
+
+The PyTorch exports are real (``nsys export --type sqlite`` of nsys 2026.2 on 2 × H100); every expected
+count, time and NVTX context here comes from the export itself through SQL, independently of the
+reader. The JAX export is DERIVED from the real nsys-jax archive (tools/derive_nsys_sqlite.py, see
+tests/fixtures/SOURCES.md): read through it, a JAX program must be what the nsys-jax reader makes of
+the same archive.
+"""
+
+import importlib
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import rooflens as rl
+from rooflens.errors import RooflensError
+from rooflens.trace import background, discover
+from rooflens.trace.cache import identity, location, read_cached
+from rooflens.trace.formats.nsys.reader import read_nsys
+from rooflens.trace.formats.nsys_sqlite.reader import read_nsys_sqlite
+from rooflens.trace.formats.xspace.hlo_protos import print_modules
+from rooflens.trace.stats import op_stats
+from tests.conftest import fixture_path
+
+SQLITE = ("gpu_nvidia", "nsys_sqlite")
+TORCH_1S, TORCH_MFU = "nsysai_pytorch_h100x2_1s.sqlite", "nsysai_pytorch_h100x2_mfu_before.sqlite"
+JAX = "pax_fsdp4_proc0.DERIVED.sqlite"
+ARCHIVE = ("gpu_nvidia", "nsys_jax_pax_fsdp4_a100", "pax_fsdp4_4proc_proc0.zip")
+REPORTS = ("gpu_nvidia", "nsys_rep")
+STEP = "pjit__wrapped_step_fn"
+
+
+def _export(name: str) -> Path:
+    return fixture_path(*SQLITE, name)
+
+
+def _sql(path: Path, query: str) -> list[tuple]:
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as con:
+        return con.execute(query).fetchall()
+
+
+def _kernel_sums(path: Path) -> dict[str, tuple[int, int]]:
+    """shortName → (count, total ns), the export's own sums."""
+    rows = _sql(path, "SELECT s.value, count(*), sum(k.end - k.start) FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+                      "JOIN StringIds s ON s.id = k.shortName GROUP BY k.shortName")
+    return {n: (c, t) for n, c, t in rows}
+
+
+def _env(tmp: Path, path_dirs: str | None = None) -> dict:
+    env = dict(os.environ, ROOFLENS_CACHE_DIR=str(tmp / "cache"))
+    if path_dirs is not None:
+        env["PATH"] = path_dirs
+    return env
+
+
+@pytest.fixture(scope="module")
+def torch_mfu():
+    return rl.load(_export(TORCH_MFU))
+
+
+@pytest.fixture(scope="module")
+def jax_derived():
+    return rl.load(_export(JAX))
+
+
+@pytest.fixture(scope="module")
+def archive():
+    """The nsys-jax reader's view of the archive the JAX export was derived from."""
+    return read_nsys(fixture_path(*ARCHIVE))
+
+
+@pytest.mark.parametrize("name", [TORCH_1S, TORCH_MFU])
+def test_two_devices_and_each_kernels_count_and_time_equal_the_exports_own_sums(name):
+    path = _export(name)
+    prof = rl.load(path)
+    assert sorted(set(prof.table.device.tolist())) == [0, 1] and prof.platform == "gpu"
+    stats = {s.name: s for s in op_stats(prof).op_stats}
+    want = _kernel_sums(path)
+    top = sorted(want, key=lambda n: -want[n][1])[:10]
+    for kernel in top:
+        count, total_ns = want[kernel]
+        assert stats[kernel].occurrences == count, kernel
+        assert stats[kernel].total_time_s == pytest.approx(total_ns * 1e-9, rel=1e-9), kernel
+        assert stats[kernel].devices == len(_sql(path, "SELECT DISTINCT k.deviceId FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+                                                       f"JOIN StringIds s ON s.id = k.shortName "
+                                                       f"WHERE s.value = '{kernel}'"))
+    # every kernel, memcpy and memset is an event
+    n = sum(_sql(path, f"SELECT count(*) FROM {t}")[0][0]
+            for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"))
+    assert len(prof.table) == n
+    assert any("no roofline" in note for note in prof.notes)  # said once: no HLO, no roofline
+    assert sum("no roofline" in note for note in prof.notes) == 1 and not any("no HLO for" in n for n in prof.notes)
+
+
+def test_nccl_kernels_are_collectives_and_memcpy_is_a_transfer(torch_mfu):
+    path = _export(TORCH_MFU)
+    stats = {s.name: s for s in op_stats(torch_mfu).op_stats}
+    nccl = [n for n in _kernel_sums(path) if n.startswith("nccl")]
+    assert nccl and all(stats[n].category == "collective" for n in nccl)
+    (h2d_count, h2d_ns), = _sql(path, "SELECT count(*), sum(end - start) FROM CUPTI_ACTIVITY_KIND_MEMCPY "
+                                      "WHERE copyKind = 1")
+    h2d = stats["[CUDA memcpy Host-to-Device]"]
+    assert h2d.category == "host transfer" and h2d.occurrences == h2d_count
+    assert h2d.total_time_s == pytest.approx(h2d_ns * 1e-9, rel=1e-9)
+    assert stats["[CUDA memcpy Device-to-Device]"].category == "copy/transpose"
+    rep = rl.analyze(torch_mfu, chip="h100-sxm")  # 2 × H100 (SOURCES.md); the export does not say
+    assert rep.stats.by_category_s["collective"] == pytest.approx(sum(stats[n].self_time_s for n in nccl))
+    assert rep.stats.by_category_s["host transfer"] > 0
+
+
+def _sql_scope(path: Path, kernel: str) -> str:
+    """The NVTX range path (outermost first) a kernel's launches spent the most GPU time under, by SQL alone:
+    the launching call (same process and correlationId) and the push/pop ranges open on its thread then."""
+    launches = _sql(path, f"""
+        SELECT k.end - k.start, r.globalTid, r.start FROM CUPTI_ACTIVITY_KIND_KERNEL k
+        JOIN StringIds s ON s.id = k.shortName
+        JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId
+             AND r.globalTid / 16777216 = k.globalPid / 16777216
+        WHERE s.value = '{kernel}'""")
+    by_path: dict[str, int] = defaultdict(int)
+    for dur, tid, t in launches:
+        names = _sql(path, f"""
+            SELECT coalesce(n.text, s.value) FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId
+            WHERE n.eventType = 59 AND n.globalTid = {tid} AND n.start <= {t} AND n.end >= {t}
+            ORDER BY n.start, n.end DESC""")
+        cut = [n[0].split(", seq = ")[0].split(", op_id = ")[0] for n in names]
+        by_path["/".join(cut)] += dur
+    return max(by_path, key=by_path.get) if by_path else ""
+
+
+@pytest.mark.parametrize("kernel", ["flash_fwd_kernel", "ncclDevKernel_SendRecv", "vectorized_layer_norm_kernel",
+                                    "[CUDA memcpy Host-to-Device]"])
+def test_each_kernels_scope_is_the_nvtx_ranges_open_at_its_launch(torch_mfu, kernel):
+    path = _export(TORCH_MFU)
+    stats = {s.name: s for s in op_stats(torch_mfu).op_stats}
+    if kernel.startswith("[CUDA memcpy"):
+        launches = """SELECT m.end - m.start, r.globalTid, r.start FROM CUPTI_ACTIVITY_KIND_MEMCPY m
+            JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = m.correlationId
+                 AND r.globalTid / 16777216 = m.globalPid / 16777216 WHERE m.copyKind = 1"""
+        assert _sql(path, launches)  # the transfers have launching calls too
+        return
+    want = _sql_scope(path, kernel)
+    assert want and stats[kernel].named_scope == want
+
+
+def test_report_json_through_the_cli(tmp_path):
+    path = _export(TORCH_1S)
+    r = subprocess.run([sys.executable, "-m", "rooflens.cli", "report", str(path), "--json"], capture_output=True,
+                       text=True, env=_env(tmp_path), timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    data = json.loads(r.stdout)
+    names = {s["name"]: s for s in data["op_stats"]}
+    want = _kernel_sums(path)
+    top = max(want, key=lambda n: want[n][1])
+    assert names[top]["occurrences"] == want[top][0]
+    assert names["[CUDA memcpy Host-to-Device]"]["category"] == "host transfer"
+
+
+def test_an_nsys_rep_without_nsys_is_one_sentence_naming_the_export(tmp_path):
+    rep = fixture_path(*REPORTS, "apax_jax_rtx4070_laptop.nsys-rep")
+    no_nsys = str(Path(sys.executable).parent)  # this Python's directory, and nothing else
+    assert shutil.which("nsys", path=no_nsys) is None
+    r = subprocess.run([sys.executable, "-m", "rooflens.cli", "report", str(rep)], capture_output=True, text=True,
+                       env=_env(tmp_path, no_nsys), timeout=300)
+    assert r.returncode == 2 and r.stdout == ""
+    (line,) = r.stderr.strip().splitlines()
+    sqlite_name = str(rep.with_suffix("").with_suffix(".sqlite"))
+    assert "nsys export --type sqlite" in line and f"--output {sqlite_name} {rep}" in line
+    assert f"rooflens report {sqlite_name}" in line and "Traceback" not in r.stderr
+
+
+_FAKE_NSYS = """#!{python}
+import shutil, sys
+args = sys.argv[1:]
+open({log!r}, "w").write(" ".join(args))
+assert args[:3] == ["export", "--type", "sqlite"] and args[3] == "--output"
+shutil.copyfile({export!r}, args[4])
+"""
+
+
+def test_an_nsys_rep_is_exported_into_the_user_cache_never_beside_it(tmp_path):
+    """With ``nsys`` on PATH the report is exported to a temporary file in the user cache and read. Nsight
+    Systems is not installed here: an executable named nsys stands in for it and writes the real export of
+    the derived JAX file, so what is checked is rooflens's side (the command, where, what is left)."""
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    rep = reports / "run.nsys-rep"
+    shutil.copyfile(fixture_path(*REPORTS, "apax_jax_rtx4070_laptop.nsys-rep"), rep)
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    log = tmp_path / "nsys-args.txt"
+    (bindir / "nsys").write_text(_FAKE_NSYS.format(python=sys.executable, log=str(log), export=str(_export(JAX))))
+    (bindir / "nsys").chmod(0o755)
+    before = sorted(p.name for p in reports.iterdir())
+    r = subprocess.run([sys.executable, "-m", "rooflens.cli", "report", str(rep), "--json", "--no-calibrate"],
+                       capture_output=True, text=True, env=_env(tmp_path, f"{bindir}:{os.environ['PATH']}"),
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    args = log.read_text().split()
+    out = Path(args[4])
+    assert args[-1] == str(rep) and out.name == "run.sqlite" and (tmp_path / "cache") in out.parents
+    assert not out.exists()  # the temporary export is gone: the columnar cache holds what was read
+    assert sorted(p.name for p in reports.iterdir()) == before
+    data = json.loads(r.stdout)
+    assert data["hosts"] == ["run"] and {s["program"] for s in data["op_stats"]} >= {STEP}
+
+
+def test_the_jax_program_is_what_the_nsys_jax_reader_makes_of_the_same_archive(jax_derived, archive):
+    derived = read_nsys_sqlite(_export(JAX))
+
+    def ops(raw):
+        t, out = raw.table, defaultdict(lambda: [0, 0])
+        for p, n, d in zip(t.program.tolist(), t.name.tolist(), t.dur_ps.tolist()):
+            out[(t.programs[p], t.names[n])][0] += 1
+            out[(t.programs[p], t.names[n])][1] += d
+        return out
+
+    mine, theirs = ops(derived), ops(archive)
+    assert {p for p, _ in mine} == {p for p, _ in theirs} and STEP in {p for p, _ in mine}
+    same = set(mine) & set(theirs)
+    assert len(same) > 2700 and all(mine[k] == theirs[k] for k in same)
+    # the nsys-jax reader names a collective wrapped in an async-start by the wrapper (it reads the HLO);
+    # the runtime's ranges name the wrapped instruction: the same executions under the two names
+    assert sorted(v for k, v in mine.items() if k not in theirs) == sorted(v for k, v in theirs.items()
+                                                                            if k not in mine)
+    assert all(n.startswith("reduce-scatter.") for _, n in set(mine) - same)
+    assert derived.steps == archive.steps and len(derived.steps) == 5
+    assert any("autotuner measurements" in n and "308 kernels" in n for n in derived.notes)
+    assert derived.plane_stats["core_count"] == 108 and derived.device_kind == "NVIDIA A100-SXM4-40GB"
+    assert [h[0] for h in derived.host_events] == [h[0] for h in archive.host_events]
+    assert jax_derived.steps and jax_derived.hosts == ["pax_fsdp4_proc0.DERIVED"]
+
+
+def test_the_jax_program_priced_with_the_archives_hlo_dump(tmp_path, archive):
+    """--hlo DUMP: the archive's optimized HLO of the step program, printed as text, names, categorises and
+    prices the export's ops as the nsys-jax reader's own tests expect of the archive (test_nsys.py)."""
+    dump = tmp_path / "dump"
+    dump.mkdir()
+    (key,) = [k for k in archive.hlo_protos if k.startswith(STEP + "(")]  # its program id: the dump's module_0040
+    text = print_modules({key: archive.hlo_protos[key]})[key]
+    (dump / f"module_0040.{STEP}.sm_8.0_gpu_after_optimizations.txt").write_text(text)
+    prof = rl.load(_export(JAX), hlo_dir=dump)
+    module = prof.module_for(STEP)
+    ops = {s.name for s in op_stats(prof).op_stats if s.program == STEP}
+    unknown = {n for n in ops if module.find(n) is None}
+    assert len(ops) > 2000 and unknown == {f"reduce-scatter.{k}" for k in range(131, 135)}  # the wrapped four
+    rep = rl.analyze(prof)
+    assert rep.chip == "a100-sxm-40gb" and rep.steps.program == STEP and rep.steps.steps == 5
+    step = [c for c in rep.comparison if c.program == STEP and c.ratio is not None]
+    gemms = [c for c in step if c.category == "matmul" and c.opcode == "custom-call"]
+    assert len(step) >= 20 and len(gemms) >= 20
+    top = max(gemms, key=lambda c: c.total_time_s)  # the 8192 x 768 x 50304 logits GEMM
+    assert top.bound == "compute" and 1.0 < top.ratio < 1.5
+    assert any(c.category == "collective" and c.name.startswith("all-gather-start") for c in step)
+
+
+def test_an_export_beside_its_report_is_read_and_other_sqlite_files_are_not_profiles(tmp_path):
+    run = tmp_path / "run dir"
+    run.mkdir()
+    shutil.copyfile(_export(TORCH_1S), run / "node0.sqlite")
+    shutil.copyfile(fixture_path(*REPORTS, "alpa_jax_rtx3090_2023_no_xla_ranges.nsys-rep"), run / "node0.nsys-rep")
+    with sqlite3.connect(run / "notes.sqlite") as con:
+        con.execute("CREATE TABLE t (a)")
+    _, files = discover.find([str(run)])
+    assert [(Path(f.path).name, f.host) for f in files] == [("node0.sqlite", "node0")]
+    with pytest.raises(RooflensError, match="not an Nsight Systems export"):
+        rl.load(run / "notes.sqlite")
+
+
+def test_a_second_read_comes_from_the_cache(tmp_path, monkeypatch):
+    path = tmp_path / "export.sqlite"
+    shutil.copyfile(_export(TORCH_MFU), path)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    first = read_cached(path)
+    background.flush()
+    assert location(identity(path)).is_file() and sorted(p.name for p in tmp_path.iterdir()) == before
+
+    def no_decode(*a, **k):
+        raise AssertionError("decoded again")
+
+    monkeypatch.setattr(importlib.import_module("rooflens.trace.formats.nsys_sqlite.reader"), "read_nsys_sqlite",
+                        no_decode)
+    again = read_cached(path)
+    for col in ("device", "line", "name", "program", "start_ps", "dur_ps"):
+        assert np.array_equal(getattr(first.table, col), getattr(again.table, col)), col
+    assert again.table.op_meta == first.table.op_meta and again.notes == first.notes
