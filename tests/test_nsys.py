@@ -5,6 +5,7 @@ projected ranges with pyarrow (thunk ranges whose parent is a top-level XlaModul
 """
 
 import io
+import lzma
 import subprocess
 import sys
 import zipfile
@@ -119,9 +120,13 @@ def test_step_program_priced_gemms_and_collectives(report0):
     assert report0.steps.program == STEP and report0.steps.steps == 5
 
 
-def test_four_archives_are_four_hosts():
-    d = fixture_path(*DIR)
-    prof = rl.load(d)
+@pytest.fixture(scope="module")
+def four_processes():
+    return rl.load(fixture_path(*DIR))
+
+
+def test_four_archives_are_four_hosts(four_processes):
+    prof = four_processes
     assert sorted(prof.hosts) == [f"pax_fsdp4_4proc_proc{i}" for i in range(4)]
     assert sorted(set(prof.table.device.tolist())) == [0, 1, 2, 3]
     assert len(Counter(prof.table.host.tolist())) == 4
@@ -177,3 +182,233 @@ def test_l2_held_reads_explain_the_ops_faster_than_hbm(report0):
     assert len(bad) <= 3
     assert all((c.bytes_fraction_of_peak or 0) <= 1.0 and (c.flops_fraction_of_peak or 0) <= 1.0
                for c in report0.comparison)
+
+
+# -- one process driving several GPUs; archives without device-metadata.parquet --------------------
+
+def derive_one_process_archive(dst: Path, thread_names: bool = True, hlo: bool = True) -> Path:
+    """A DERIVED 1-process × 4-GPU nsys-jax archive, made mechanically from the 4 real per-process
+    archives (no public 1-process × N-GPU archive is obtainable: JAX-Toolbox's
+    ``test_data/pax_fsdp4_1proc.zip`` is over the 4 MiB the snapshot store keeps). What is derived:
+
+    * ``trace.parquet``: the 4 processes' rows, every value as recorded except PID (all process 0's),
+      TID (each process's main-thread rows moved to that process's own ``XlaLauncher`` thread, as XLA
+      launches each GPU's work from it when one process drives several) and RangeId/ParentId/RangeStack
+      (process i's ids + i × 10⁶, so they stay unique);
+    * ``thread-metadata.parquet``: the main thread and the 4 launcher threads, named as the real ones
+      with ``process=i`` → ``process=0`` (left out with ``thread_names=False``);
+    * no ``device-metadata.parquet`` (the older layout): the GPU comes from process 0's real
+      ``dump/*.gpu_target_config.pbtxt.xz``; its optimized HLO, ``system-metadata.parquet`` and host
+      ranges as recorded (the optimized HLO left out with ``hlo=False``). The 4 sessions' clocks are kept
+      (not aligned)."""
+    import re
+
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    tables, launchers, pid0 = [], [], None
+    for i in range(4):
+        with zipfile.ZipFile(_archive(i)) as z:
+            t = pq.read_table(io.BytesIO(z.read(TRACE))).replace_schema_metadata(None)
+            threads = pq.read_table(io.BytesIO(z.read("thread-metadata.parquet"))).to_pydict()
+        pid = int(pc.mode(t.column("PID"))[0]["mode"].as_py())
+        pid0 = pid if pid0 is None else pid0
+        (name, tid), = [(n, d) for n, p, d in zip(threads["Name"], threads["PID"], threads["TID"])
+                        if n.startswith("XlaLauncher:") and p == pid]
+        off = i * 1_000_000
+        tids = t.column("TID").to_numpy()
+        stack = [None if s is None else ":".join(str(int(x) + off) if x else "" for x in s.split(":"))
+                 for s in t.column("RangeStack").to_pylist()]  # ":25598:28078" (ids, ":"-joined)
+        cols = {"TID": pa.array(np.where(tids == pid, tid, tids)), "PID": pa.array(np.full(t.num_rows, pid0)),
+                "RangeId": pc.add(t.column("RangeId"), float(off)),
+                "ParentId": pc.add(t.column("ParentId"), float(off)), "RangeStack": pa.array(stack, pa.string())}
+        for col, values in cols.items():
+            t = t.set_column(t.schema.get_field_index(col), col, values)
+        tables.append(t)
+        launchers.append((name.replace(f"process={i},", "process=0,"), tid))
+    members = {TRACE: pa.concat_tables(tables)}
+    if thread_names:
+        members["thread-metadata.parquet"] = pa.table({
+            "Name": ["main.py"] + [n for n, _ in launchers], "Priority": [0] * 5, "PID": [pid0] * 5,
+            "TID": [pid0] + [t for _, t in launchers]})
+    with zipfile.ZipFile(_archive(0)) as z, zipfile.ZipFile(dst, "w", zipfile.ZIP_DEFLATED) as out:
+        for name in z.namelist():
+            wanted = r"(_gpu_after_optimizations\.hlo\.pb|\.gpu_target_config\.pbtxt)\.xz$" if hlo else \
+                r"\.gpu_target_config\.pbtxt\.xz$"
+            if re.search(wanted, name) or name in (
+                    "system-metadata.parquet", "report_nvtx_pushpop_trace.csv.xz"):
+                out.writestr(name, z.read(name))
+        for name, table in members.items():
+            buf = io.BytesIO()
+            pq.write_table(table, buf)
+            out.writestr(name, buf.getvalue())
+    return dst
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory):
+    path = derive_one_process_archive(tmp_path_factory.mktemp("nsys 1proc") / "pax_fsdp4_1proc_4gpu.DERIVED.zip")
+    return path, rl.load(path)
+
+
+def test_one_process_driving_four_gpus_is_four_devices(one_process, four_processes):
+    """Each GPU is its own device (its launcher thread says which), its 5 step-program executions are the
+    5 steps (not 4 × 5), and every op's count, time and self time (nested per GPU) is what the same
+    ranges give read as 4 per-process archives."""
+    _, prof = one_process
+    assert len(prof.hosts) == 1 and sorted(set(prof.table.device.tolist())) == [0, 1, 2, 3]
+    assert [n for n, _, _ in prof.steps] == [0, 1, 2, 3, 4]
+    assert any("5 executions of pjit__wrapped_step_fn on each of its 4 GPUs" in n for n in prof.notes)
+    mine, theirs = op_stats(prof), op_stats(four_processes)
+    key = lambda s: (s.program, s.name)  # noqa: E731
+    got = {key(s): s for s in mine.op_stats}
+    want = {key(s): s for s in theirs.op_stats}
+    assert set(got) == set(want) and len(got) > 2000
+    for k, s in want.items():
+        g = got[k]
+        assert (g.occurrences, g.devices) == (s.occurrences, s.devices), k
+        assert g.total_time_s == pytest.approx(s.total_time_s, rel=1e-9), k
+        assert g.self_time_s == pytest.approx(s.self_time_s, rel=1e-9, abs=1e-12), k
+    by_dev = {d.device: d for d in theirs.devices}
+    for d in mine.devices:
+        assert (d.events, d.busy_s, d.window_s) == pytest.approx(
+            (by_dev[d.device].events, by_dev[d.device].busy_s, by_dev[d.device].window_s), rel=1e-9)
+    step = [s for s in mine.op_stats if s.program == STEP]
+    assert {s.devices for s in step} == {4} and max(s.pct_device_time for s in mine.op_stats) <= 100
+
+
+def test_the_gpu_of_an_archive_without_device_metadata_comes_from_the_xla_dump(one_process):
+    _, prof = one_process
+    assert prof.device_kind == "NVIDIA A100-SXM4-40GB"
+    assert {k: prof.plane_stats[k] for k in ("core_count", "memory_bandwidth", "memory_size", "clock_rate",
+                                             "compute_cap_major", "compute_cap_minor")} == {
+        "core_count": 108, "memory_bandwidth": 1_555_200_000_000, "memory_size": 42_505_273_344,
+        "clock_rate": 1_410_000, "compute_cap_major": 8, "compute_cap_minor": 0}
+    assert any("gpu_target_config" in n and "no device-metadata.parquet" in n for n in prof.notes)
+    assert rl.analyze(prof).chip == "a100-sxm-40gb"
+
+
+def test_without_thread_names_the_threads_running_programs_are_the_gpus(tmp_path):
+    prof = rl.load(derive_one_process_archive(tmp_path / "no_thread_names.DERIVED.zip", thread_names=False,
+                                              hlo=False))
+    assert sorted(set(prof.table.device.tolist())) == [0, 1, 2, 3] and len(prof.steps) == 5
+    assert any("names no thread that launches work" in n and "4 threads" in n for n in prof.notes)
+
+
+def test_one_process_four_gpus_through_the_cli(one_process):
+    """What the command line says of it: 4 devices, 5 steps, the A100 (from the dump), no op over
+    100 % of its device, control ops no share of op time (the Pax step has no while loop)."""
+    import json
+
+    path, _ = one_process
+    r = _cli("report", str(path), "--json")
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["num_devices"] == 4 and sorted(d["device"] for d in rep["devices"]) == [0, 1, 2, 3]
+    assert rep["steps"]["count"] == 5 and rep["chip"] == "a100-sxm-40gb"
+    assert rep["device_kind"] == "NVIDIA A100-SXM4-40GB"
+    assert max(o["pct_device_time"] for o in rep["op_stats"]) <= 100
+    total = sum(o["self_time_s"] for o in rep["op_stats"])
+    control = sum(o["self_time_s"] for o in rep["op_stats"] if o["category"] == "control")
+    assert total > 0 and control <= 0.05 * total
+
+
+def test_gpu_target_config_of_xla_names_the_chip():
+    """XLA's own H100 spec (a GpuTargetConfigProto in text format) gives the H100, by name and, without
+    it, by its properties; the A100 archive's dumped config says what its device-metadata says."""
+    from rooflens.hardware.infer import infer_chip
+    from rooflens.trace.formats.nsys.archive import DEVICE_METADATA, Archive, gpu_info, target_config
+
+    name, stats = target_config(fixture_path("gpu_nvidia", "xla_gpu_specs", "h100_sxm.txtpb").read_text())
+    assert name == "NVIDIA H100 80GB HBM3"
+    assert stats == {"device_name": name, "device_vendor": "NVIDIA", "core_count": 132,
+                     "memory_bandwidth": 3_352_320_000_000, "memory_size": 84_942_979_072, "clock_rate": 1_980_000,
+                     "l2_cache_size": 52_428_800, "compute_cap_major": 9, "compute_cap_minor": 0}
+    assert infer_chip(name, stats)[0].name == "h100-sxm"
+    unnamed = {k: v for k, v in stats.items() if k != "device_name"}
+    chip, why = infer_chip("GPU", unnamed)
+    assert chip.name == "h100-sxm" and "132 cores" in why
+    # XLA's 2023 spec layout: the compute capability first, device_description_str a model string, no name
+    name, stats = target_config(fixture_path("gpu_nvidia", "xla_gpu_specs", "a100_hlo_opt_2023.txtpb").read_text())
+    assert name == "" and (stats["compute_cap_major"], stats["compute_cap_minor"], stats["core_count"]) == (8, 0, 56)
+    archive = Archive(_archive(0))
+    try:
+        text = lzma.decompress(archive.read("dump/module_0040.pjit__wrapped_step_fn.gpu_target_config.pbtxt.xz"))
+        name, stats = target_config(text.decode())
+        info, _ = gpu_info(archive)
+    finally:
+        archive.close()
+    assert info.source == DEVICE_METADATA and name == info.name == "NVIDIA A100-SXM4-40GB"
+    assert stats == {k: v for k, v in info.plane_stats.items() if k in stats}
+
+
+def test_thunk_names_are_the_optimized_hlos_own(proc0):
+    """Every op name of every program is an instruction of the program's optimized HLO as dumped, XLA's
+    suffixes included (``custom-call.219.0``, ``cublas-gemm.2.0``, ``reduce.3509.1``): joined as they are."""
+    from rooflens.trace.formats.nsys.reader import is_collective
+
+    names = {(proc0.table.programs[p], proc0.table.names[n]) for p, n in proc0.table.pairs().tolist()}
+    with_hlo = [(p, n) for p, n in names if proc0.module_for(p) is not None]
+    assert len(with_hlo) > 2500 and all(proc0.module_for(p).find(n) is not None for p, n in with_hlo)
+    assert {"cublas-gemm.2.0", "custom-call.219.0"} <= {n for _, n in with_hlo}
+    assert not any("not instructions of their program" in n for n in proc0.notes)
+    # without the HLO, a collective's name still says what it is, a loop's copies included
+    start = next(n for _, n in with_hlo if n.startswith("all-gather-start"))
+    assert all(is_collective({}, start + s) for s in ("", ".double_buffer_clone", ".peeled_double_buffer"))
+    assert not is_collective({}, "cublas-gemm.2.0.double_buffer_clone")
+
+
+def test_the_a100_archives_hold_no_control_op_ranges(proc0):
+    """The Pax step has no while/conditional/call thunk (XLA unrolled nothing into loops here): no
+    control op has time of its own, and every op nests within its own GPU's lanes."""
+    from rooflens.trace.stats import line_groups, self_times_ps
+
+    opcodes = {proc0.module_for(proc0.table.programs[p]).find(proc0.table.names[n]).opcode
+               for p, n in proc0.table.pairs().tolist() if proc0.module_for(proc0.table.programs[p]) is not None}
+    assert not opcodes & {"while", "conditional", "call"}
+    t = proc0.table
+    self_ps = self_times_ps(t, line_groups(t))
+    for d in op_stats(proc0).devices:
+        assert self_ps[t.device == d.device].sum() * 1e-12 <= d.window_s
+
+
+@pytest.mark.parametrize("layout", ["2024.5", "2026.1"])
+def test_newer_nsight_column_layouts_read_the_same(tmp_path, layout):
+    """Nsight 2024.5 on writes ``Text``/``Start``/``End``/``Range ID``/``Parent ID`` (names without the ``TSL:``
+    domain), 2026.1 adds a ``Domain`` column (as nsys-jax's data_loaders.py reads them): proc 0's ranges
+    renamed into each layout (a DERIVED archive: same rows and values; the HLO left out of both) read as
+    the original."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from rooflens.trace.formats.nsys.reader import read_nsys
+
+    with zipfile.ZipFile(_archive(0)) as z:
+        t = pq.read_table(io.BytesIO(z.read(TRACE))).replace_schema_metadata(None)
+        keep = {n: z.read(n) for n in z.namelist() if n != TRACE and not n.endswith(".hlo.pb.xz")}
+    domain = pc.utf8_slice_codeunits(t.column("Name"), 0, 4)  # "TSL:" / "NCCL"
+    cols = {"Text": pc.replace_substring_regex(t.column("Name"), r"^(TSL|NCCL):", ""),
+            "Start": t.column("Projected Start"),
+            "End": pc.add(t.column("Projected Start"), t.column("Projected Duration")),
+            "Children Count": t.column("NumChild"), "Range ID": t.column("RangeId"), "Parent ID": t.column("ParentId"),
+            "PID": t.column("PID"), "TID": t.column("TID"), "Stack Level": t.column("Lvl"), "Rank": t.column("Rank")}
+    if layout == "2026.1":
+        none = pa.scalar(None, pa.string())
+        cols["Domain"] = pc.if_else(pc.equal(domain, "TSL:"), "TSL", pc.if_else(pc.equal(domain, "NCCL"), "NCCL", none))
+    reads = []
+    for name, table in (("original", t), (layout, pa.table(cols))):
+        buf = io.BytesIO()
+        pq.write_table(table, buf)
+        dst = tmp_path / f"proc0_{name}.DERIVED.zip"
+        with zipfile.ZipFile(dst, "w") as out:
+            out.writestr(TRACE, buf.getvalue())
+            for n, data in keep.items():
+                out.writestr(n, data)
+        reads.append(read_nsys(dst))
+    want, got = reads
+    assert len(got.table) == len(want.table) > 13000 and got.steps == want.steps and len(got.steps) == 5
+    for col in ("name", "program", "start_ps", "dur_ps", "device", "line"):
+        assert (getattr(got.table, col) == getattr(want.table, col)).all(), col
+    assert got.table.names == want.table.names and got.table.programs == want.table.programs
+    assert [n for n in got.notes if "autotuner" in n] == [n for n in want.notes if "autotuner" in n] != []

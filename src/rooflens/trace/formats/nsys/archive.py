@@ -18,9 +18,6 @@ DEVICE_METADATA = "device-metadata.parquet"
 SYSTEM_METADATA = "system-metadata.parquet"
 HOST_RANGES = "report_nvtx_pushpop_trace.csv.xz"  # the host-side NVTX ranges (compilation included)
 _DUMP = re.compile(r"(?:^|/)dump/module_(\d+)\.([^/]+?)\.([^./]*(?:\.\d+)?[^./]*)\.hlo\.pb\.xz$")
-_XLA_DEVICE = re.compile(r"Xla:#.*?global=(\d+).*?process=(\d+)")
-#: HLO opcodes whose GPU thunk launches an NCCL kernel on a stream of its own: it overlaps compute
-COMPUTE_LINE, COLLECTIVE_LINE = "GPU ops (NVTX projected)", "NCCL collectives (NVTX projected)"
 
 
 # -- the archive ----------------------------------------------------------------------------------
@@ -108,16 +105,58 @@ def parquet(archive: Archive, name: str, columns: list[str] | None = None):
                             f"({str(e).splitlines()[0] if str(e) else type(e).__name__}).") from None
 
 
-# -- the device -----------------------------------------------------------------------------------
+# -- the devices ----------------------------------------------------------------------------------
+
+#: XLA names each GPU it drives and the thread that launches work on it, once the global topology is
+#: known (openxla/xla ``xla/pjrt/gpu/se_gpu_pjrt_client.cc``, ``NameDeviceAndLauncherThread``):
+#: ``Xla:#global=G,local=L,process=P,partition=S#`` for the device (Nsight's
+#: ``TARGET_INFO_NVTX_CUDA_DEVICE``), ``XlaLauncher:#…#`` for the thread (``ThreadNames``); ``slice=``
+#: before XLA renamed it ``partition=``. The launcher thread is used only when one process drives
+#: several GPUs; with one GPU per process the main thread launches (as nsys-jax's ``data_loaders.py``
+#: reads it: a module's ranges belong to the GPU of the thread that pushed them).
+_XLA_NAME = re.compile(r"^(Xla|XlaLauncher):#global=(\d+),local=(\d+),process=(\d+),(?:partition|slice)=(\d+)#$")
+THREAD_METADATA = "thread-metadata.parquet"
+#: ``module_<id>.<name>.gpu_target_config.pbtxt``: the GPU XLA compiled for (``xla.GpuTargetConfigProto``,
+#: ``xla/stream_executor/device_description.proto``), dumped beside the HLO; archives without
+#: ``device-metadata.parquet`` name their GPU only there
+_TARGET_CONFIG = re.compile(r"(?:^|/)dump/module_(\d+)\.(.+)\.gpu_target_config\.pbtxt(?:\.xz)?$")
+#: ``device_description_str`` is the device's name in dumps (``NVIDIA H100 80GB HBM3``) but its model
+#: string in XLA's own spec files (``sm_8.0 with 17071734784B RAM, 56 cores, …``): not a name
+_MODEL_STRING = re.compile(r"^(?:sm_|gfx)\S* with \d+B RAM")
+
+
+@dataclass(frozen=True)
+class XlaDevice:
+    """A GPU as XLA numbers it: its global id in the job, its ordinal in its process, the process."""
+
+    global_id: int
+    local: int
+    process: int
+
+
+def xla_device(name: str) -> tuple[str, XlaDevice] | None:
+    """``("Xla" | "XlaLauncher", device)`` of a name XLA gave a GPU or its launcher thread, else None."""
+    m = _XLA_NAME.match(name or "")
+    return (m.group(1), XlaDevice(int(m.group(2)), int(m.group(3)), int(m.group(4)))) if m else None
+
 
 @dataclass
 class GpuInfo:
-    """What ``device-metadata.parquet`` says of the process's GPU, under XSpace GPU plane-stat names."""
+    """What the archive says of the process's GPUs, under XSpace GPU plane-stat names (so chip
+    inference is the same): their name and properties, and the GPUs XLA named (by local ordinal)."""
 
     name: str = ""
     plane_stats: dict = field(default_factory=dict)
-    global_id: int = -1
-    process: int = -1
+    devices: list[XlaDevice] = field(default_factory=list)
+    source: str = ""  # the member it was read from
+
+    @property
+    def global_id(self) -> int:
+        return self.devices[0].global_id if self.devices else -1
+
+    @property
+    def process(self) -> int:
+        return self.devices[0].process if self.devices else -1
 
 
 def metadata_columns(table) -> dict[tuple[str, str], list]:
@@ -129,10 +168,27 @@ def metadata_columns(table) -> dict[tuple[str, str], list]:
     return out
 
 
+def _vendor(name: str) -> str:
+    word = name.split()[0] if name.split() else ""
+    return word if word.lower() in ("nvidia", "amd") else "NVIDIA"
+
+
+def _number_stat(v, scale=1):
+    """An integral number as int, else float; None for what is not a number."""
+    if isinstance(v, bool) or not isinstance(v, int | float) or v != v:
+        return None
+    x = v * scale
+    return int(x) if float(x).is_integer() else float(x)
+
+
 def gpu_info(archive: Archive) -> tuple[GpuInfo, list[str]]:
-    """The GPU this process ran on (the one XLA named, else the first), and notes."""
+    """The process's GPUs (``device-metadata.parquet``, else the XLA dump's ``gpu_target_config``), and notes."""
     if not archive.has(DEVICE_METADATA):
-        return GpuInfo(), [f"the archive has no {DEVICE_METADATA}: the GPU is unknown (give --chip)"]
+        info, notes = target_config_info(archive)
+        if info.name or info.plane_stats:
+            return info, notes
+        return GpuInfo(), notes + [f"the archive has no {DEVICE_METADATA} and its XLA dump no gpu_target_config: "
+                                   "the GPU is unknown (give --chip)"]
     cols = metadata_columns(parquet(archive, DEVICE_METADATA))
     rows = len(next(iter(cols.values()), []))
     if not rows:
@@ -142,33 +198,123 @@ def gpu_info(archive: Archive) -> tuple[GpuInfo, list[str]]:
         v = cols.get((group, key))
         return v[row] if v is not None and row < len(v) else None
 
-    xla = [r for r in range(rows) if _XLA_DEVICE.search(str(get("TARGET_INFO_NVTX_CUDA_DEVICE", "name", r) or ""))]
-    row = xla[0] if xla else 0
-    notes = []
-    if len(xla) > 1:
-        notes.append(f"the process drove {len(xla)} GPUs; its op ranges do not say which, so all are "
-                     f"counted on the first ({get('TARGET_INFO_GPU', 'name', row)})")
+    named = {}
+    for r in range(rows):
+        hit = xla_device(str(get("TARGET_INFO_NVTX_CUDA_DEVICE", "name", r) or ""))
+        if hit is not None:
+            named[r] = hit[1]
+    order = sorted(named, key=lambda r: (named[r].local, r))
+    row = order[0] if order else 0
     g = "TARGET_INFO_GPU"
     name = str(get(g, "name", row) or "")
     stats: dict = {"device_name": name}
     if name:
-        stats["device_vendor"] = name.split()[0] if name.split()[0].lower() in ("nvidia", "amd") else "NVIDIA"
+        stats["device_vendor"] = _vendor(name)
     # XSpace GPU plane stats (xla/tsl/profiler/utils/xplane_schema.h): clock_rate in kHz, memory_bandwidth
     # in bytes/s, memory_size in bytes, core_count = SMs
     for key, src, scale in (("clock_rate", "clockRate", 1e-3), ("core_count", "smCount", 1),
                             ("memory_bandwidth", "memoryBandwidth", 1), ("memory_size", "totalMemory", 1),
                             ("compute_cap_major", "computeMajor", 1), ("compute_cap_minor", "computeMinor", 1),
                             ("l2_cache_size", "l2CacheSize", 1)):
-        v = get(g, src, row)
-        if isinstance(v, int | float) and v == v:
-            stats[key] = int(v * scale) if float(v * scale).is_integer() else float(v * scale)
+        v = _number_stat(get(g, src, row), scale)
+        if v is not None:
+            stats[key] = v
     chip = get(g, "chipName", row)
     if chip:
         stats["chip_name"] = str(chip)
-    m = _XLA_DEVICE.search(str(get("TARGET_INFO_NVTX_CUDA_DEVICE", "name", row) or ""))
-    cu = get("", "cuDevice", row)
-    global_id = int(m.group(1)) if m else int(cu) if isinstance(cu, int) else -1
-    return GpuInfo(name, stats, global_id, int(m.group(2)) if m else -1), notes
+    devices = [named[r] for r in order]
+    if not devices:  # XLA named no device: the CUDA ordinal stands for it
+        cu = get("", "cuDevice", row)
+        devices = [XlaDevice(int(cu), int(cu), -1)] if isinstance(cu, int) else []
+    notes = []
+    kinds = sorted({str(get(g, "name", r) or "") for r in order} - {""})
+    if len(kinds) > 1:
+        notes.append(f"the process drove GPUs of {len(kinds)} kinds ({', '.join(kinds)}): all are priced as "
+                     f"the first ({name})")
+    return GpuInfo(name, stats, devices, DEVICE_METADATA), notes
+
+
+def target_config(text: str) -> tuple[str, dict]:
+    """(device name, XSpace GPU plane stats) of a ``GpuTargetConfigProto`` in text format (a dump's
+    ``gpu_target_config.pbtxt``): ``gpu_device_info`` (core_count, memory_bandwidth in bytes/s,
+    clock_rate_ghz, device_memory_size, l2_cache_size, cuda_compute_capability {major minor}, and in
+    newer XLA its ``name`` and ``device_vendor``), ``platform_name``, ``device_description_str``.
+    ValueError when the text is not such a message."""
+    from rooflens.trace.formats.nsys.textproto import first, parse
+
+    msg = parse(text)
+    info = first(msg, "gpu_device_info", default={})
+    if not isinstance(info, dict):
+        raise ValueError("gpu_device_info is not a message")
+    name = str(first(info, "name", default="") or "")
+    described = str(first(msg, "device_description_str", default="") or "")
+    if not name and described and not _MODEL_STRING.match(described):
+        name = described
+    platform = str(first(msg, "platform_name", default="") or "").upper()
+    vendor = str(first(info, "device_vendor", default="") or "")
+    vendor = _vendor(vendor) if vendor else {"CUDA": "NVIDIA", "ROCM": "AMD"}.get(platform, "")
+    stats: dict = {"device_name": name} if name else {}
+    if vendor:
+        stats["device_vendor"] = vendor
+    for key, src, scale in (("core_count", "core_count", 1), ("memory_bandwidth", "memory_bandwidth", 1),
+                            ("memory_size", "device_memory_size", 1), ("clock_rate", "clock_rate_ghz", 1e6),
+                            ("l2_cache_size", "l2_cache_size", 1)):
+        v = _number_stat(first(info, src), scale)
+        if v is not None and v > 0:
+            stats[key] = round(v) if key == "clock_rate" else v
+    # the compute capability: in gpu_device_info, or (before XLA moved it there) beside it
+    cc = first(info, "cuda_compute_capability", default=None) or first(msg, "cuda_compute_capability", default=None)
+    if isinstance(cc, dict):
+        stats["compute_cap_major"] = int(first(cc, "major", default=0) or 0)
+        stats["compute_cap_minor"] = int(first(cc, "minor", default=0) or 0)  # proto3: an absent 0
+    return name, stats
+
+
+def target_config_info(archive: Archive) -> tuple[GpuInfo, list[str]]:
+    """The GPU the archive's XLA dump was compiled for (``dump/module_*.gpu_target_config.pbtxt[.xz]``), and
+    notes; an empty GpuInfo when the dump holds none that can be read."""
+    members = sorted(n for n in archive.names if _TARGET_CONFIG.search(n))
+    seen: dict[tuple[str, int | None], tuple[str, dict, str]] = {}
+    bad = 0
+    for member in members:
+        try:
+            data = archive.read(member)
+            text = (lzma.decompress(data) if member.endswith(".xz") else data).decode("utf-8", "replace")
+            name, stats = target_config(text)
+        except (RooflensError, lzma.LZMAError, ValueError):
+            bad += 1
+            continue
+        seen.setdefault((name, stats.get("core_count")), (name, stats, member))
+    notes = [f"{bad} of the dump's {len(members)} gpu_target_config files cannot be read"] if bad else []
+    if not seen:
+        return GpuInfo(), notes
+    name, stats, member = next(iter(seen.values()))
+    if len(seen) > 1:
+        notes.append(f"the XLA dump was compiled for {len(seen)} different GPUs "
+                     f"({', '.join(n or '?' for n, _ in seen)}): priced as the first")
+    shown = name or "a GPU it does not name"
+    notes.append(f"the GPU, from the XLA dump's {member.rsplit('/', 1)[-1]} (the archive has no {DEVICE_METADATA}): "
+                 f"{shown}" + (f", {stats['core_count']} SMs" if "core_count" in stats else ""))
+    return GpuInfo(name, stats, [], member), notes
+
+
+def thread_devices(archive: Archive) -> dict[tuple[int, int], XlaDevice]:
+    """(PID, TID) → the GPU whose work that thread launches, for every thread XLA named ``XlaLauncher:#…#``
+    in ``thread-metadata.parquet`` (empty when the archive has none)."""
+    if not archive.has(THREAD_METADATA):
+        return {}
+    import pyarrow.compute as pc
+
+    t = parquet(archive, THREAD_METADATA)
+    if not {"Name", "PID", "TID"} <= set(t.column_names):
+        return {}
+    t = t.select(["Name", "PID", "TID"]).filter(pc.starts_with(t.column("Name"), "XlaLauncher:"))
+    out = {}
+    for name, pid, tid in zip(*(t.column(c).to_pylist() for c in ("Name", "PID", "TID"))):
+        hit = xla_device(str(name))
+        if hit is not None and pid is not None and tid is not None:
+            out[(int(pid), int(tid))] = hit[1]
+    return out
 
 
 def hostname(archive: Archive) -> str:

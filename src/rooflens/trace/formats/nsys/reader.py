@@ -43,22 +43,30 @@ from rooflens.trace.formats.nsys.archive import (
     HOST_RANGES,
     TRACE,
     Archive,
+    GpuInfo,
+    XlaDevice,
     dump_files,
     gpu_info,
     hostname,
     parquet,
     read_hlo_proto,
+    thread_devices,
 )
 from rooflens.trace.formats.raw import HOST_EVENT_MIN_PS, Progress, RawTrace, program_name
 
 _MODULE = re.compile(r"(?:^|[#,])hlo_module=([^,#]+)")
 _PROGRAM_ID = re.compile(r"(?:^|[#,])program_id=(\d+)")
-_COMPILE_KINDS = ("TSL:XlaCompile", "TSL:XlaAutotunerMeasurement", "TSL:XlaPass")  # XlaPass covers XlaPassPipeline
+_COMPILE_KINDS = ("XlaCompile", "XlaAutotunerMeasurement", "XlaPass")  # XlaPass covers XlaPassPipeline
 COLLECTIVE_OPCODES = frozenset({
     "all-gather", "all-gather-start", "all-reduce", "all-reduce-start", "reduce-scatter", "all-to-all",
     "collective-permute", "collective-permute-start", "collective-broadcast", "send", "recv", "ragged-all-to-all",
 })
 COMPUTE_LINE, COLLECTIVE_LINE = "GPU ops (NVTX projected)", "NCCL collectives (NVTX projected)"
+#: Suffixes XLA's GPU loop double-buffering gives the instructions it copies
+#: (``xla/backends/gpu/transforms/double_buffer_loop_unrolling.cc``: ``Clone("double_buffer_clone")`` in the
+#: unrolled body, ``Clone("peeled_double_buffer")`` for the iteration peeled before the loop): real
+#: instructions of the optimized module, named ``<original>.<suffix>``
+CLONE_SUFFIXES = (".double_buffer_clone", ".peeled_double_buffer")
 
 
 def _opcodes(module: bytes) -> tuple[dict[str, str], dict[str, str]]:
@@ -129,23 +137,25 @@ def _kinds(names: list[str]) -> _Kinds:
     module, thunk = np.zeros(n, bool), np.zeros(n, bool)
     compile_, autotune = np.zeros(n, bool), np.zeros(n, bool)
     program, op, scope = [""] * n, [""] * n, [""] * n
-    for k, name in enumerate(names):
-        if name.startswith("TSL:XlaModule:"):
+    for k, full in enumerate(names):
+        name = full.removeprefix("TSL:")  # Nsight 2024.5/2024.6 layouts drop the domain from the name
+        if name.startswith("XlaModule:"):
             p = _payload(name)
             m, pid = _MODULE.search(p), _PROGRAM_ID.search(p)
             module[k] = m is not None
             program[k] = program_name(m.group(1), int(pid.group(1)) if pid else None) if m else ""
-        elif name.startswith("TSL:Thunk:"):
+        elif name.startswith("Thunk:"):
             p = _payload(name)
             at = p.rfind("hlo_op=")
             if at >= 0 and (at == 0 or p[at - 1] == ","):
                 thunk[k] = True
+                # newer XLA appends ``,unique_hlo_op_id=<id>`` (annotation.cc, MakeInstructionTitle)
                 op[k] = p[at + len("hlo_op="):].split(",", 1)[0]
                 if p.startswith("name="):  # the name stack may hold commas: it ends where hlo_op begins
                     scope[k] = p[len("name="):max(at - 1, len("name="))]
         elif name.startswith(_COMPILE_KINDS):
             compile_[k] = True
-            autotune[k] = name.startswith("TSL:XlaAutotunerMeasurement")
+            autotune[k] = name.startswith("XlaAutotunerMeasurement")
     return _Kinds(module, thunk, compile_, autotune, program, op, scope)
 
 
@@ -166,10 +176,48 @@ def _ancestors(parent: np.ndarray, own: np.ndarray, flag: np.ndarray) -> tuple[n
 
 
 def _ids(col) -> np.ndarray:
-    """RangeId/ParentId (float64 with nulls) → int64, -1 for null."""
-    a = col.to_numpy(zero_copy_only=False)
-    a = np.asarray(a, dtype=np.float64)
+    """RangeId/ParentId/PID/TID (integers, or float64 with nulls) → int64, -1 for null."""
+    a = np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.float64)
     return np.where(np.isnan(a), -1, a).astype(np.int64)
+
+
+#: The layouts of ``trace.parquet`` that Nsight's ``nvtx_gpu_proj_trace`` recipe has written, as
+#: NVIDIA/JAX-Toolbox's nsys-jax reads them (``nsys_jax/data_loaders.py``): (name, start, duration, end,
+#: range id, parent id) columns. Nsight ≤ 2024.4: ``Name`` (``TSL:…``), ``Projected Start``/``Projected
+#: Duration``, ``RangeId``/``ParentId``; 2024.5 on: ``Text`` (without the ``TSL:`` domain), ``Start``/``End``,
+#: ``Range ID``/``Parent ID``; 2026.1.1 adds ``Domain`` (the name is ``Domain:Text``). Every layout has
+#: ``PID``, ``TID`` and ``Rank``. Times are ns on the GPU timeline.
+_LAYOUTS = (("Name", "Projected Start", "Projected Duration", None, "RangeId", "ParentId"),
+            ("Text", "Start", None, "End", "Range ID", "Parent ID"))
+
+
+def _range_columns(t, path: Path):
+    """(names, start ns, duration ns, timed, range id, parent id, pid, tid, rank) of any layout."""
+    import pyarrow.compute as pc
+
+    have = set(t.column_names)
+    layout = next((lay for lay in _LAYOUTS if {c for c in lay if c} <= have), None)
+    if layout is None or "PID" not in have:
+        want = ", ".join(c for c in _LAYOUTS[0] if c)
+        raise RooflensError(f"{path} is not an nsys-jax archive this reader knows: {TRACE} has none of the column "
+                            f"layouts Nsight writes (e.g. {want}, PID).")
+    name_c, start_c, dur_c, end_c, id_c, parent_c = layout
+    names = t.column(name_c)
+    if "Domain" in have and name_c == "Text":  # Nsight 2026.1: the domain in a column of its own
+        names = pc.coalesce(pc.binary_join_element_wise(t.column("Domain"), names, ":"), names)
+    start = np.asarray(t.column(start_c).to_numpy(zero_copy_only=False), np.float64)
+    if dur_c is not None:
+        dur = np.asarray(t.column(dur_c).to_numpy(zero_copy_only=False), np.float64)
+    else:
+        dur = np.asarray(t.column(end_c).to_numpy(zero_copy_only=False), np.float64) - start
+    timed = ~(np.isnan(start) | np.isnan(dur))
+    start_ns = np.where(timed, np.nan_to_num(start), 0).astype(np.int64)
+    dur_ns = np.where(timed, np.nan_to_num(dur), 0).astype(np.int64)
+    n = t.num_rows
+    tid = _ids(t.column("TID")) if "TID" in have else np.full(n, -1, np.int64)
+    rank = _ids(t.column("Rank")) if "Rank" in have else np.zeros(n, np.int64)
+    return (names, start_ns, dur_ns, timed, _ids(t.column(id_c)), _ids(t.column(parent_c)), _ids(t.column("PID")),
+            tid, rank)
 
 
 def read_nsys(path: Path, progress: Progress = None) -> RawTrace:
@@ -184,7 +232,8 @@ def read_nsys(path: Path, progress: Progress = None) -> RawTrace:
 @dataclass
 class _Ranges:
     """The trace's NVTX ranges decoded: names coded per distinct name, GPU-projected times, and where
-    each range sits (its nearest XlaModule range above it, whether compilation holds it)."""
+    each range sits (its nearest XlaModule range above it, whether compilation holds it, the thread that
+    pushed it)."""
 
     n: int
     names: int  # distinct names, plus one code for a null name
@@ -199,40 +248,31 @@ class _Ranges:
     compiling: np.ndarray  # bool: under a compilation range
     rank: np.ndarray
     pid: np.ndarray
+    tid: np.ndarray
+    parent: np.ndarray  # the row of its parent range (-1: none)
 
 
 def _ranges(t, path: Path, progress: Progress) -> _Ranges:
     """Read the ranges table: names coded, times, parent links resolved."""
     import pyarrow.compute as pc
 
-    cols = ["Name", "Projected Start", "Projected Duration", "RangeId", "ParentId", "PID", "Rank"]
-    missing = [c for c in cols if c not in t.column_names]
-    if missing:
-        raise RooflensError(f"{path} is not an nsys-jax archive this reader knows: {TRACE} lacks "
-                            f"{', '.join(missing)}.")
+    names, start_ns, dur_ns, timed, range_id, parent_id, pid, tid, rank = _range_columns(t, path)
     n = t.num_rows
     if progress:
         progress(0, max(n, 1))
-    enc = pc.dictionary_encode(t.column("Name")).combine_chunks()
+    enc = pc.dictionary_encode(names).combine_chunks()
     words = [w if w is not None else "" for w in enc.dictionary.to_pylist()]
     name_code = enc.indices.to_numpy(zero_copy_only=False)
     name_code = np.where(np.isnan(name_code.astype(np.float64)), len(words), name_code).astype(np.int64) \
         if enc.indices.null_count else name_code.astype(np.int64)
     kinds = _kinds(words + [""])
-    start_ns = t.column("Projected Start").to_numpy(zero_copy_only=False)
-    dur_ns = t.column("Projected Duration").to_numpy(zero_copy_only=False)
-    timed = ~(np.isnan(np.asarray(start_ns, np.float64)) | np.isnan(np.asarray(dur_ns, np.float64)))
-    start_ns = np.where(timed, np.nan_to_num(np.asarray(start_ns, np.float64)), 0).astype(np.int64)
-    dur_ns = np.where(timed, np.nan_to_num(np.asarray(dur_ns, np.float64)), 0).astype(np.int64)
-    range_id, parent_id = _ids(t.column("RangeId")), _ids(t.column("ParentId"))
     order = np.argsort(range_id, kind="stable")
     k = np.clip(np.searchsorted(range_id[order], parent_id), 0, max(n - 1, 0))
     parent = np.where((parent_id >= 0) & (range_id[order][k] == parent_id), order[k], -1) if n else parent_id
     is_module, is_thunk = kinds.module[name_code], kinds.thunk[name_code]
     module_row, compiling = _ancestors(parent, is_module, kinds.compile[name_code])
     return _Ranges(n, len(words) + 1, name_code, kinds, start_ns, dur_ns, timed, is_module, is_thunk, module_row,
-                   compiling, t.column("Rank").to_numpy(zero_copy_only=False).astype(np.int64),
-                   t.column("PID").to_numpy(zero_copy_only=False).astype(np.int64))
+                   compiling, rank, pid, tid, parent)
 
 
 def _select(r: _Ranges) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
@@ -252,6 +292,54 @@ def _select(r: _Ranges) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
     return ops, tuning, runs, notes
 
 
+def _lanes(r: _Ranges, rows: np.ndarray, gpu: GpuInfo, launchers: dict[tuple[int, int], XlaDevice]
+           ) -> tuple[np.ndarray, list[str]]:
+    """Each range of ``rows``: the GPU (global id) its thread launched work on, and notes.
+
+    One process driving several GPUs launches each GPU's work from a thread of its own, which XLA names
+    ``XlaLauncher:#global=G,…#`` (``thread-metadata.parquet``); single-device programs run on the calling
+    (main) thread, taken as the process's first GPU (JAX's default device), as nsys-jax does. With one
+    GPU per process the main thread launches everything: that GPU. An archive that names no launcher
+    thread but holds several threads running programs: the GPUs in the order of their threads' ids."""
+    if not len(rows):
+        return np.zeros(0, np.int64), []
+    threads, inv = E.unique_rows(r.pid[rows], r.tid[rows])
+    dev = np.full(len(threads), -1, np.int64)
+    notes: list[str] = []
+    named_gpus = gpu.devices  # by local ordinal (device-metadata); may be empty
+    for pid in np.unique(threads[:, 0]).tolist():
+        mine = np.flatnonzero(threads[:, 0] == pid)
+        own = {tid: d for (p, tid), d in launchers.items() if p == pid}
+        unnamed = [int(k) for k in mine if int(threads[k, 1]) not in own]
+        for k in mine:
+            if int(threads[k, 1]) in own:
+                dev[k] = own[int(threads[k, 1])].global_id
+        if own:
+            first = min(own.values(), key=lambda d: (d.local, d.global_id))
+            dev[unnamed] = first.global_id
+            if len(own) > 1 and unnamed:
+                count = int(np.isin(inv, unnamed).sum())
+                notes.append(f"{count} ranges ran on a thread that launches for no one GPU (the main thread: "
+                             f"single-device programs): counted on GPU {first.global_id}, the process's first "
+                             "(the archive does not say which GPU they used)")
+            continue
+        if len(unnamed) <= 1:  # one thread launches everything: the process's GPU
+            dev[unnamed] = gpu.global_id if gpu.global_id >= 0 else 0
+            continue
+        # several threads run programs and none is named: the launchers in thread-id order, the main
+        # thread (TID = PID) on the first
+        workers = sorted((int(threads[k, 1]), k) for k in unnamed if int(threads[k, 1]) != pid)
+        for ordinal, (_, k) in enumerate(workers):
+            dev[k] = named_gpus[ordinal].global_id if ordinal < len(named_gpus) else ordinal
+        main = [k for k in unnamed if int(threads[k, 1]) == pid]
+        dev[main] = dev[workers[0][1]] if workers else 0
+        notes.append(f"the archive names no thread that launches work on a GPU (no XlaLauncher names in "
+                     f"thread-metadata.parquet): its {len(workers)} threads running programs are taken as "
+                     f"GPUs {', '.join(str(int(dev[k])) for _, k in workers)} in the order of their thread ids"
+                     + (", the main thread's ranges as the first's" if main else ""))
+    return dev[inv], notes
+
+
 def _hosts(r: _Ranges, ops: np.ndarray, base: str, process: int) -> tuple[list[str], np.ndarray]:
     """The host names (one per process in the archive) and each op's host code."""
     procs, host_code = E.unique_rows(r.rank[ops], r.pid[ops]) if len(ops) else (np.zeros((0, 2), np.int64), ops)
@@ -267,9 +355,14 @@ def _program_hlo(archive: Archive, programs: list[str]) -> tuple[dict, dict, dic
     and the collectives wrapped in an async-start: (protos, opcodes, wrapped, notes)."""
     protos, opcodes, wrapped = {}, {}, {}
     dump = dump_files(archive)
+    by_name: dict[str, list] = {}
+    for (_, name), files in dump.items():
+        by_name.setdefault(name, []).append(files)
     for program in programs:
         m = re.fullmatch(r"(.*)\((\d+)\)", program)
-        files = dump.get((int(m.group(2)), m.group(1))) if m else None
+        # a module range without program_id (XLA's ModuleAnnotation(name)): its dump when the name is unique
+        files = dump.get((int(m.group(2)), m.group(1))) if m else \
+            (by_name[program][0] if len(by_name.get(program, ())) == 1 else None)
         if files and "after" in files and (proto := read_hlo_proto(archive, files["after"])) is not None:
             protos[program] = proto
             opcodes[program], wrapped[program] = _opcodes(proto)
@@ -278,9 +371,9 @@ def _program_hlo(archive: Archive, programs: list[str]) -> tuple[dict, dict, dic
     return protos, opcodes, wrapped, notes
 
 
-def _op_table(r: _Ranges, ops: np.ndarray, op_prog: np.ndarray, programs: list[str], opcodes: dict,
-              wrapped: dict, hosts: list[str], host_code: np.ndarray, device: int) -> tuple[E.EventTable, list[str]]:
-    """The op events: named as the HLO shows them, collectives on a line of their own."""
+def _op_table(r: _Ranges, ops: np.ndarray, op_prog: np.ndarray, op_dev: np.ndarray, programs: list[str],
+              opcodes: dict, wrapped: dict, hosts: list[str], host_code: np.ndarray) -> tuple[E.EventTable, list[str]]:
+    """The op events: named as the HLO shows them, on their GPU, collectives on a line of their own."""
     op_names = [r.kinds.op[c] for c in range(r.names)]
     notes = []
     # ops the HLO text shows under another name (a collective wrapped in an async-start): that name
@@ -290,8 +383,9 @@ def _op_table(r: _Ranges, ops: np.ndarray, op_prog: np.ndarray, programs: list[s
     if renamed:
         notes.append(f"{renamed} collective ops are named by the async-start that wraps them in the HLO "
                      "(the runtime names their ranges after the wrapped instruction, e.g. reduce-scatter.N)")
+    notes += _unmatched_note([(programs[p], op_names[c]) for p, c in pairs.tolist()], opcodes)
     # lines: collectives on their own (their NCCL kernels overlap compute), everything else on one
-    collective = np.asarray([_is_collective(opcodes.get(programs[p], {}), op_names[c]) for p, c in pairs.tolist()]
+    collective = np.asarray([is_collective(opcodes.get(programs[p], {}), op_names[c]) for p, c in pairs.tolist()]
                             or [False], bool)
     line = collective[pair_inv].astype(np.int64) if len(ops) else ops
     op_meta = {}
@@ -301,11 +395,26 @@ def _op_table(r: _Ranges, ops: np.ndarray, op_prog: np.ndarray, programs: list[s
                                          "bytes": None}
     name_col = (len(op_names) + np.arange(len(pairs)))[pair_inv] if len(ops) else ops
     table = E.build(
-        host=host_code.astype(np.int32), device=np.full(len(ops), device, np.int32), line=line,
+        host=host_code.astype(np.int32), device=op_dev.astype(np.int32), line=line,
         name=name_col, program=op_prog, start_ps=r.start_ns[ops] * 1000, dur_ps=r.dur_ns[ops] * 1000,
         hosts=hosts, lines=[COMPUTE_LINE, COLLECTIVE_LINE], names=op_names + shown, programs=programs or [""],
         origin_ns=0, op_meta=op_meta)
     return table, notes
+
+
+def _unmatched_note(pairs: list[tuple[str, str]], opcodes: dict) -> list[str]:
+    """The op names a program's optimized HLO does not define. XLA names a thunk's range after its
+    instruction (``annotation.cc``: ``hlo_op=<inst.name()>``) in the module it dumps as
+    ``*_gpu_after_optimizations``, suffixes included: ``cublas-gemm.2.0`` (the ``.0`` XLA's pre-fusion
+    ``AddTrackingSuffixToInstructionNames`` appends), ``….double_buffer_clone``, ``….peeled_double_buffer``
+    (:data:`CLONE_SUFFIXES`), so names join the HLO as they are; one that does not is measured but not
+    priced, and said here."""
+    missing = [(p, n) for p, n in pairs if p in opcodes and n not in opcodes[p]]
+    if not missing:
+        return []
+    shown = ", ".join(f"{n} ({_plain(p)})" for p, n in missing[:4]) + (", …" if len(missing) > 4 else "")
+    return [f"{len(missing)} op names are not instructions of their program's optimized HLO ({shown}): "
+            "measured, not priced"]
 
 
 def _tuning_note(r: _Ranges, tuning: np.ndarray) -> list[str]:
@@ -325,6 +434,9 @@ def _read(archive: Archive, path: Path, progress: Progress) -> RawTrace:
     gpu, gpu_notes = gpu_info(archive)
     notes += gpu_notes
     hosts, host_code = _hosts(r, ops, hostname(archive) or path.name.removesuffix(".zip"), gpu.process)
+    lane, lane_notes = _lanes(r, np.concatenate([ops, runs]), gpu, thread_devices(archive))
+    op_dev, run_dev = lane[:len(ops)], lane[len(ops):]
+    notes += lane_notes
 
     # programs and op names, coded (per distinct range name, then gathered)
     programs = sorted({r.kinds.program[c] for c in np.unique(r.name_code[r.is_module & ~r.compiling]).tolist()})
@@ -333,15 +445,13 @@ def _read(archive: Archive, path: Path, progress: Progress) -> RawTrace:
     run_prog = prog_of_name[r.name_code[runs]]
     op_prog = prog_of_name[r.name_code[r.module_row[ops]]]
     protos, opcodes, wrapped, hlo_notes = _program_hlo(archive, programs)
-    table, table_notes = _op_table(r, ops, op_prog, programs, opcodes, wrapped, hosts, host_code, gpu.global_id)
+    table, table_notes = _op_table(r, ops, op_prog, op_dev, programs, opcodes, wrapped, hosts, host_code)
     notes += hlo_notes + table_notes
 
-    steps, main = _steps(runs, run_prog, programs, r.start_ns, r.dur_ns)
-    if main:
-        notes.append(f"steps: the {len(steps)} executions of {_plain(main)}, the main program "
-                     "(the trace has no step annotations): each from one execution's start to the next's")
+    steps, step_note = _steps(runs, run_prog, run_dev, programs, r.start_ns, r.dur_ns)
+    notes += step_note
     notes += _tuning_note(r, tuning)
-    if gpu.name:
+    if gpu.name and gpu.source == DEVICE_METADATA:
         notes.append(f"the GPU, from the archive's {DEVICE_METADATA}: {gpu.name}")
     host_events = _compilations(archive)
     if host_events:
@@ -383,30 +493,58 @@ def _plain(program: str) -> str:
     return re.sub(r"\(\d+\)$", "", program)
 
 
-def _is_collective(opcodes: dict[str, str], name: str) -> bool:
+def is_collective(opcodes: dict[str, str], name: str) -> bool:
+    """Whether the op ``name`` is a collective: by its opcode in the HLO (``opcodes``), else by its name."""
     op = opcodes.get(name)
-    if op is None:  # no HLO: XLA names an instruction after its opcode
-        op = re.sub(r"(\.\d+)+$", "", name)
+    if op is None:  # no HLO: XLA names an instruction after its opcode (a loop's copies add a suffix)
+        base = name
+        for suffix in CLONE_SUFFIXES:
+            base = base.removesuffix(suffix)
+        op = re.sub(r"(\.\d+)+$", "", base)
     return op in COLLECTIVE_OPCODES
 
 
-def _steps(runs: np.ndarray, run_prog: np.ndarray, programs: list[str], start_ns: np.ndarray,
-           dur_ns: np.ndarray) -> tuple[list[tuple[int, int, int]], str]:
-    """The executions of the main program (most GPU time among programs run more than once, else the
-    one with the most) as steps: (number, start ps, end ps), numbered from 0 in time order."""
+def _steps(runs: np.ndarray, run_prog: np.ndarray, run_dev: np.ndarray, programs: list[str], start_ns: np.ndarray,
+           dur_ns: np.ndarray) -> tuple[list[tuple[int, int, int]], list[str]]:
+    """The executions of the main program (most GPU time among programs a GPU ran more than once, else
+    the one with the most) as steps: (number, start ps, end ps), numbered from 0 in time order, and a note.
+
+    Each GPU runs its own executions (one process may drive several): the k-th on every GPU is step k,
+    as nsys-jax numbers them (``ProgramExecution``, per device), from its first GPU's start to the next
+    step's; the last ends when its last GPU is done."""
     if not len(runs):
-        return [], ""
-    count = np.bincount(run_prog, minlength=len(programs))
+        return [], []
+    devs, dev_inv = np.unique(run_dev, return_inverse=True)
+    per_dev = np.zeros((len(programs), len(devs)), np.int64)
+    np.add.at(per_dev, (run_prog, dev_inv), 1)
+    count = per_dev.max(axis=1)
     busy = np.bincount(run_prog, weights=dur_ns[runs].astype(np.float64), minlength=len(programs))
     pool = np.flatnonzero(count > 1)
     if not len(pool):
         pool = np.arange(len(programs))
     main = int(pool[np.argmax(busy[pool])])
-    mine = runs[run_prog == main]
-    mine = mine[np.argsort(start_ns[mine], kind="stable")]
+    sel = run_prog == main
+    mine, dev = runs[sel], dev_inv[sel]
+    order = np.lexsort((start_ns[mine], dev))
+    mine, dev = mine[order], dev[order]
+    first_of_dev = np.searchsorted(dev, dev, side="left")
+    k = np.arange(len(mine)) - first_of_dev  # the execution's index on its GPU
+    n = int(k.max()) + 1
+    starts = np.full(n, np.iinfo(np.int64).max, np.int64)
+    ends = np.zeros(n, np.int64)
+    np.minimum.at(starts, k, start_ns[mine] * 1000)
+    np.maximum.at(ends, k, (start_ns[mine] + dur_ns[mine]) * 1000)
     # as rooflens infers steps elsewhere: from one execution's start to the next's (the host's work
     # between them belongs to the step, as under a step annotation); the last ends with its own span
-    starts = start_ns[mine] * 1000
-    ends = np.append(starts[1:], (start_ns[mine[-1]] + dur_ns[mine[-1]]) * 1000)
-    return [(k, int(a), int(max(b, a))) for k, (a, b) in enumerate(zip(starts.tolist(), ends.tolist()))], \
-        programs[main]
+    stops = np.append(starts[1:], ends[-1])
+    steps = [(j, int(a), int(max(b, a))) for j, (a, b) in enumerate(zip(starts.tolist(), stops.tolist()))]
+    ran = per_dev[main][per_dev[main] > 0]
+    if len(ran) == 1:
+        how = f"the {n} executions of {_plain(programs[main])}"
+    elif len(set(ran.tolist())) == 1:
+        how = f"the {n} executions of {_plain(programs[main])} on each of its {len(ran)} GPUs (the k-th on every GPU)"
+    else:
+        how = (f"the executions of {_plain(programs[main])} on its {len(ran)} GPUs "
+               f"({', '.join(map(str, ran.tolist()))} times: the k-th on every GPU)")
+    return steps, [f"steps: {how}, the main program (the trace has no step annotations): each from one "
+                   "execution's start to the next's"]
