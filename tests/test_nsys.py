@@ -12,6 +12,7 @@ import zipfile
 from collections import Counter, defaultdict
 from pathlib import Path
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
@@ -203,7 +204,6 @@ def derive_one_process_archive(dst: Path, thread_names: bool = True, hlo: bool =
       (not aligned)."""
     import re
 
-    import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -294,6 +294,8 @@ def test_without_thread_names_the_threads_running_programs_are_the_gpus(tmp_path
                                               hlo=False))
     assert sorted(set(prof.table.device.tolist())) == [0, 1, 2, 3] and len(prof.steps) == 5
     assert any("names no thread that launches work" in n and "4 threads" in n for n in prof.notes)
+    # each GPU holds one process's ranges (13,519 of process 0, 13,516 of each other), whatever its number
+    assert sorted(np.bincount(prof.table.device).tolist()) == [13516, 13516, 13516, 13519]
 
 
 def test_one_process_four_gpus_through_the_cli(one_process):

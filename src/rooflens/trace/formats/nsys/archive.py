@@ -271,31 +271,23 @@ def target_config(text: str) -> tuple[str, dict]:
 
 
 def target_config_info(archive: Archive) -> tuple[GpuInfo, list[str]]:
-    """The GPU the archive's XLA dump was compiled for (``dump/module_*.gpu_target_config.pbtxt[.xz]``), and
+    """The GPU the archive's XLA dump was compiled for (the first readable
+    ``dump/module_*.gpu_target_config.pbtxt[.xz]``: one process compiles every module for its GPUs), and
     notes; an empty GpuInfo when the dump holds none that can be read."""
     members = sorted(n for n in archive.names if _TARGET_CONFIG.search(n))
-    seen: dict[tuple[str, int | None], tuple[str, dict, str]] = {}
-    bad = 0
-    for member in members:
+    for bad, member in enumerate(members):
         try:
             data = archive.read(member)
             text = (lzma.decompress(data) if member.endswith(".xz") else data).decode("utf-8", "replace")
             name, stats = target_config(text)
-        except (RooflensError, lzma.LZMAError, ValueError):
-            bad += 1
+        except (RooflensError, lzma.LZMAError, ValueError, TypeError, RecursionError):
             continue
-        seen.setdefault((name, stats.get("core_count")), (name, stats, member))
-    notes = [f"{bad} of the dump's {len(members)} gpu_target_config files cannot be read"] if bad else []
-    if not seen:
-        return GpuInfo(), notes
-    name, stats, member = next(iter(seen.values()))
-    if len(seen) > 1:
-        notes.append(f"the XLA dump was compiled for {len(seen)} different GPUs "
-                     f"({', '.join(n or '?' for n, _ in seen)}): priced as the first")
-    shown = name or "a GPU it does not name"
-    notes.append(f"the GPU, from the XLA dump's {member.rsplit('/', 1)[-1]} (the archive has no {DEVICE_METADATA}): "
-                 f"{shown}" + (f", {stats['core_count']} SMs" if "core_count" in stats else ""))
-    return GpuInfo(name, stats, [], member), notes
+        notes = [f"{bad} of the dump's gpu_target_config files cannot be read"] if bad else []
+        shown = name or "a GPU it does not name"
+        notes.append(f"the GPU, from the XLA dump's {member.rsplit('/', 1)[-1]} (the archive has no "
+                     f"{DEVICE_METADATA}): {shown}" + (f", {stats['core_count']} SMs" if "core_count" in stats else ""))
+        return GpuInfo(name, stats, [], member), notes
+    return GpuInfo(), [f"none of the dump's {len(members)} gpu_target_config files can be read"] if members else []
 
 
 def thread_devices(archive: Archive) -> dict[tuple[int, int], XlaDevice]:

@@ -11,19 +11,26 @@ archive (or its extracted directory) holding:
   ``TSL:Thunk:#[name=<JAX name stack>,]hlo_op=<instruction>#`` per HLO op (its kernels' span);
   compilation adds ``XlaCompile``, ``XlaPassPipeline``, ``XlaPass`` and, under the GPU autotuner's
   passes, ``XlaAutotunerMeasurement`` ranges holding whole candidate modules
-  (``gemm_fusion_dot.N``, ``extracted``) that run while the program compiles;
+  (``gemm_fusion_dot.N``, ``extracted``) that run while the program compiles. A control op's thunk
+  (``while``, ``conditional``, ``call``) encloses its body's thunks (their ``ParentId``); Nsight 2024.5
+  on writes other column names (:data:`_LAYOUTS`);
+* ``thread-metadata.parquet`` (every thread's name): one process driving several GPUs launches each
+  GPU's work from a thread XLA names ``XlaLauncher:#global=G,local=L,process=P,slice=S#``;
 * ``device-metadata.parquet`` (``TARGET_INFO_GPU``: name, totalMemory, memoryBandwidth, smCount,
   clockRate, compute capability; ``TARGET_INFO_NVTX_CUDA_DEVICE``: the name XLA gave the device,
-  ``Xla:#global=G,local=L,process=P,slice=S#``), ``system-metadata.parquet`` (``Hostname``);
+  ``Xla:#global=G,local=L,process=P,slice=S#``), ``system-metadata.parquet`` (``Hostname``); older
+  archives lack ``device-metadata.parquet`` and name the GPU only in the dump's
+  ``module_<id>.<name>.gpu_target_config.pbtxt.xz``;
 * ``dump/module_<id>.<name>.{before_optimizations,<target>_after_optimizations}.hlo.pb.xz``:
   xz-compressed ``xla.HloProto``s of every program XLA compiled (``<id>`` is its program id).
 
 :func:`read_nsys` turns one archive into the :class:`RawTrace` every reader produces: one event
-per ``Thunk`` range of a program execution (named by ``hlo_op``, program ``<module>(<id>)``, on
-the process's GPU), the steps (the executions of the main program), the GPU's properties under the
-names an XSpace GPU plane uses (so chip inference is the same), and the optimized HLO of each
-program that ran. Autotuner measurements are compilation, not the program: counted in a note,
-never events. Columns are built with pyarrow and numpy: no Python object per range.
+per ``Thunk`` range of a program execution (named by ``hlo_op``, program ``<module>(<id>)``, on the
+GPU of the thread that pushed it: each GPU its own device, so ops nest within their own GPU's
+lanes), the steps (the k-th execution of the main program on every GPU is step k), the GPU's
+properties under the names an XSpace GPU plane uses (so chip inference is the same), and the
+optimized HLO of each program that ran. Autotuner measurements are compilation, not the program:
+counted in a note, never events. Columns are built with pyarrow and numpy: no Python object per range.
 """
 
 from __future__ import annotations
@@ -292,21 +299,22 @@ def _select(r: _Ranges) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
     return ops, tuning, runs, notes
 
 
-def _lanes(r: _Ranges, rows: np.ndarray, gpu: GpuInfo, launchers: dict[tuple[int, int], XlaDevice]
-           ) -> tuple[np.ndarray, list[str]]:
-    """Each range of ``rows``: the GPU (global id) its thread launched work on, and notes.
+def _lanes(r: _Ranges, rows: np.ndarray, row_prog: np.ndarray, gpu: GpuInfo,
+           launchers: dict[tuple[int, int], XlaDevice]) -> tuple[np.ndarray, list[str]]:
+    """Each range of ``rows`` (of program ``row_prog``): the GPU (global id) its thread launched work on,
+    and notes.
 
     One process driving several GPUs launches each GPU's work from a thread of its own, which XLA names
     ``XlaLauncher:#global=G,…#`` (``thread-metadata.parquet``); single-device programs run on the calling
     (main) thread, taken as the process's first GPU (JAX's default device), as nsys-jax does. With one
     GPU per process the main thread launches everything: that GPU. An archive that names no launcher
-    thread but holds several threads running programs: the GPUs in the order of their threads' ids."""
+    thread: the threads that run a program together (its executions on several threads) are its GPUs,
+    in the order of their thread ids (XLA makes them in device order); any other thread, the first."""
     if not len(rows):
         return np.zeros(0, np.int64), []
     threads, inv = E.unique_rows(r.pid[rows], r.tid[rows])
     dev = np.full(len(threads), -1, np.int64)
     notes: list[str] = []
-    named_gpus = gpu.devices  # by local ordinal (device-metadata); may be empty
     for pid in np.unique(threads[:, 0]).tolist():
         mine = np.flatnonzero(threads[:, 0] == pid)
         own = {tid: d for (p, tid), d in launchers.items() if p == pid}
@@ -323,20 +331,24 @@ def _lanes(r: _Ranges, rows: np.ndarray, gpu: GpuInfo, launchers: dict[tuple[int
                              f"single-device programs): counted on GPU {first.global_id}, the process's first "
                              "(the archive does not say which GPU they used)")
             continue
-        if len(unnamed) <= 1:  # one thread launches everything: the process's GPU
+        # no thread named: the threads that share a program's executions launch for its GPUs
+        here = np.isin(inv, mine)
+        pairs = E.unique_rows(row_prog[here], inv[here])[0]
+        progs, n_threads = np.unique(pairs[:, 0], return_counts=True)
+        shared = np.isin(pairs[:, 0], progs[n_threads > 1])
+        workers = sorted({int(k) for k in pairs[shared, 1].tolist()}, key=lambda k: int(threads[k, 1]))
+        if len(workers) <= 1:  # one thread launches everything: the process's GPU
             dev[unnamed] = gpu.global_id if gpu.global_id >= 0 else 0
             continue
-        # several threads run programs and none is named: the launchers in thread-id order, the main
-        # thread (TID = PID) on the first
-        workers = sorted((int(threads[k, 1]), k) for k in unnamed if int(threads[k, 1]) != pid)
-        for ordinal, (_, k) in enumerate(workers):
-            dev[k] = named_gpus[ordinal].global_id if ordinal < len(named_gpus) else ordinal
-        main = [k for k in unnamed if int(threads[k, 1]) == pid]
-        dev[main] = dev[workers[0][1]] if workers else 0
+        for ordinal, k in enumerate(workers):
+            dev[k] = gpu.devices[ordinal].global_id if ordinal < len(gpu.devices) else ordinal
+        rest = [k for k in unnamed if k not in set(workers)]
+        dev[rest] = dev[workers[0]]
         notes.append(f"the archive names no thread that launches work on a GPU (no XlaLauncher names in "
-                     f"thread-metadata.parquet): its {len(workers)} threads running programs are taken as "
-                     f"GPUs {', '.join(str(int(dev[k])) for _, k in workers)} in the order of their thread ids"
-                     + (", the main thread's ranges as the first's" if main else ""))
+                     f"thread-metadata.parquet): the {len(workers)} threads that run programs together are taken "
+                     f"as GPUs {', '.join(str(int(dev[k])) for k in workers)} in the order of their thread ids"
+                     + (f", {len(rest)} other thread{'s' if len(rest) > 1 else ''} (the main thread: single-device "
+                        "programs) as the first" if rest else ""))
     return dev[inv], notes
 
 
@@ -434,9 +446,6 @@ def _read(archive: Archive, path: Path, progress: Progress) -> RawTrace:
     gpu, gpu_notes = gpu_info(archive)
     notes += gpu_notes
     hosts, host_code = _hosts(r, ops, hostname(archive) or path.name.removesuffix(".zip"), gpu.process)
-    lane, lane_notes = _lanes(r, np.concatenate([ops, runs]), gpu, thread_devices(archive))
-    op_dev, run_dev = lane[:len(ops)], lane[len(ops):]
-    notes += lane_notes
 
     # programs and op names, coded (per distinct range name, then gathered)
     programs = sorted({r.kinds.program[c] for c in np.unique(r.name_code[r.is_module & ~r.compiling]).tolist()})
@@ -444,6 +453,10 @@ def _read(archive: Archive, path: Path, progress: Progress) -> RawTrace:
     prog_of_name = np.asarray([prog_code_of.get(r.kinds.program[c], -1) for c in range(r.names)], np.int64)
     run_prog = prog_of_name[r.name_code[runs]]
     op_prog = prog_of_name[r.name_code[r.module_row[ops]]]
+    lane, lane_notes = _lanes(r, np.concatenate([ops, runs]), np.concatenate([op_prog, run_prog]), gpu,
+                              thread_devices(archive))
+    op_dev, run_dev = lane[:len(ops)], lane[len(ops):]
+    notes += lane_notes
     protos, opcodes, wrapped, hlo_notes = _program_hlo(archive, programs)
     table, table_notes = _op_table(r, ops, op_prog, op_dev, programs, opcodes, wrapped, hosts, host_code)
     notes += hlo_notes + table_notes
