@@ -292,3 +292,29 @@ def test_a_second_read_comes_from_the_cache(tmp_path, monkeypatch):
     for col in ("device", "line", "name", "program", "start_ps", "dur_ps"):
         assert np.array_equal(getattr(first.table, col), getattr(again.table, col)), col
     assert again.table.op_meta == first.table.op_meta and again.notes == first.notes
+
+
+@pytest.mark.parametrize("name", [TORCH_MFU, JAX])
+def test_the_innermost_open_range_equals_a_search_of_every_range(name):
+    """Nest (sorted ranges, depths, parents, a walk up) against the definition: of the ranges open at t on
+    the thread, the one that started last (and of those, the shortest)."""
+    from rooflens.trace.formats.nsys_sqlite import db as D
+    from rooflens.trace.formats.nsys_sqlite import tables as T
+    from rooflens.trace.formats.nsys_sqlite.nest import Nest
+
+    with D.Export(_export(name)) as db:
+        r = T.ranges(db, 1 << 62)
+    nest = Nest(r.thread, r.start, r.end)
+    rng = np.random.default_rng(0)
+    pick = rng.choice(len(r), 400)
+    thread, t = r.thread[pick], r.start[pick] + rng.integers(-5000, 5000, len(pick))
+    got = nest.innermost(thread, t)
+    for i in range(len(pick)):
+        open_ = np.flatnonzero((r.thread == thread[i]) & (r.start <= t[i]) & (r.end >= t[i]) & (r.end > r.start))
+        if not len(open_):
+            assert got[i] == -1
+            continue
+        want = open_[np.lexsort((r.end[open_] - r.start[open_], -r.start[open_]))][0]
+        found = nest.rows[got[i]]
+        assert (r.start[found], r.end[found]) == (r.start[want], r.end[want])
+    assert nest.depth.max() >= 3  # nested: PyTorch's aten ranges, XLA's module → op → NCCL call

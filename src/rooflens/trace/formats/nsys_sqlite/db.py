@@ -111,6 +111,13 @@ class Export:
             raise RooflensError(f"{self.path} holds a value this reader cannot read as an integer ({e}).") from None
         return flat.reshape(-1, ncols)
 
+    def script(self, sql: str) -> None:
+        """Statements that change nothing in the export (temporary tables, pragmas)."""
+        try:
+            self.con.executescript(sql)
+        except sqlite3.Error as e:
+            raise RooflensError(f"{self.path} is damaged or truncated ({e}).") from None
+
     def rows(self, sql: str, params: tuple = ()) -> list[tuple]:
         try:
             return self._run(sql, params).fetchall()

@@ -27,7 +27,7 @@ import re
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -36,24 +36,12 @@ from rooflens.errors import RooflensError
 from rooflens.trace import events as E
 from rooflens.trace.formats import tsl
 from rooflens.trace.formats.nsys_sqlite import db as D
+from rooflens.trace.formats.nsys_sqlite import tables as T
 from rooflens.trace.formats.nsys_sqlite.nest import Nest
 from rooflens.trace.formats.raw import HOST_EVENT_MIN_PS, Progress, RawTrace
 
-KERNEL_WORK, MEMCPY_WORK, MEMSET_WORK = 0, 1, 2
-#: CUPTI's CUpti_ActivityMemcpyKind (cupti_activity.h), the ids of the export's ENUM_CUDA_MEMCPY_OPER
-MEMCPY_KINDS = {1: "Host-to-Device", 2: "Device-to-Host", 3: "Host-to-Array", 4: "Array-to-Host",
-                5: "Array-to-Array", 6: "Array-to-Device", 7: "Device-to-Array", 8: "Device-to-Device",
-                9: "Host-to-Host", 10: "Peer-to-Peer"}
-MEMSET_NAME = "[CUDA memset]"  # Nsight's own labels for the transfers: "[CUDA memcpy Host-to-Device]", …
-#: XSpace GPU plane stats (xla/tsl/profiler/utils/xplane_schema.h; clock_rate in kHz) from TARGET_INFO_GPU's
-#: columns (clockRate in Hz), so chip inference reads an export as it reads an XSpace
-GPU_PLANE_STATS = (("clock_rate", "clockRate", 1e-3), ("core_count", "smCount", 1),
-                   ("memory_bandwidth", "memoryBandwidth", 1), ("memory_size", "totalMemory", 1),
-                   ("compute_cap_major", "computeMajor", 1), ("compute_cap_minor", "computeMinor", 1),
-                   ("l2_cache_size", "l2CacheSize", 1))
-_XLA_DEVICE = re.compile(r"Xla:#.*?global=(\d+)")
-#: what PyTorch's emit_nvtx appends to an op's range name (torch/csrc/profiler: ", seq = N, op_id = N, sizes = …")
-_TORCH_ARGS = re.compile(r", (?:seq|op_id|sizes|input_op_ids) = .*$", re.S)
+#: PyTorch's per-call arguments in a range name (cut in SQL from inline names; from registered ones here)
+_TORCH_ARGS = re.compile("(?:" + "|".join(map(re.escape, T.TORCH_ARGS)) + ").*$", re.S)
 
 
 def read_nsys_sqlite(path: Path, progress: Progress = None) -> RawTrace:
@@ -98,211 +86,6 @@ def read_nsys_report(path: Path, progress: Progress = None) -> RawTrace:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-# -- the tables ------------------------------------------------------------------------------------
-
-@dataclass
-class _Work:
-    """Every kernel, memcpy and memset: times in ns on the export's clock, its names coded."""
-
-    start: np.ndarray
-    end: np.ndarray
-    device: np.ndarray
-    stream: np.ndarray
-    corr: np.ndarray  # correlationId (-1: none)
-    pid: np.ndarray  # globalPid (-1: none)
-    kind: np.ndarray  # KERNEL_WORK / MEMCPY_WORK / MEMSET_WORK
-    name: np.ndarray  # codes into names
-    graph: np.ndarray  # bool: launched inside a CUDA graph
-    names: list[str]
-    categories: dict[str, str] = field(default_factory=dict)  # a transfer's name → its category
-
-    def __len__(self) -> int:
-        return len(self.start)
-
-
-def _kernel_name_column(cols: set[str]) -> str | None:
-    return next((c for c in ("shortName", "demangledName", "mangledName") if c in cols), None)
-
-
-def _memcpy_labels(db: D.Export) -> dict[int, str]:
-    labels = dict(MEMCPY_KINDS)
-    for row in db.records("ENUM_CUDA_MEMCPY_OPER"):
-        if isinstance(row.get("id"), int) and row.get("label"):
-            labels[row["id"]] = str(row["label"])
-    return labels
-
-
-def _transfer_category(label: str) -> str:
-    """A memcpy's category by its kind: through the host (PCIe), between GPUs, or within one."""
-    return "host transfer" if "Host" in label else "collective" if "Peer" in label else "copy/transpose"
-
-
-def _work(db: D.Export) -> _Work:
-    parts, names, categories = [], [], {}
-    cols = db.columns(D.KERNEL)
-    name_col = _kernel_name_column(cols)
-    if name_col:
-        graph = "COALESCE(graphId, 0)" if "graphId" in cols else "0"
-        k = db.ints(f'SELECT start, "end", deviceId, streamId, COALESCE(correlationId, -1), COALESCE(globalPid, -1), '
-                    f"{name_col}, {graph} FROM {D.KERNEL}", 8)
-        ids, inv = np.unique(k[:, 6], return_inverse=True)
-        words = db.strings(f"SELECT DISTINCT {name_col} FROM {D.KERNEL}")
-        names += [words.get(int(i), f"kernel {int(i)}") for i in ids]
-        parts.append((k[:, :6], np.full(len(k), KERNEL_WORK, np.int8), inv.reshape(-1), k[:, 7] != 0))
-    if db.columns(D.MEMCPY) >= {"copyKind", "deviceId"}:
-        m = db.ints(f'SELECT start, "end", deviceId, streamId, COALESCE(correlationId, -1), COALESCE(globalPid, -1), '
-                    f"copyKind FROM {D.MEMCPY}", 7)
-        kinds, inv = np.unique(m[:, 6], return_inverse=True)
-        labels = _memcpy_labels(db)
-        words = [f"[CUDA memcpy {labels.get(int(c), f'kind {int(c)}')}]" for c in kinds]
-        categories.update({w: _transfer_category(w) for w in words})
-        parts.append((m[:, :6], np.full(len(m), MEMCPY_WORK, np.int8), len(names) + inv.reshape(-1),
-                      np.zeros(len(m), bool)))
-        names += words
-    if db.columns(D.MEMSET) >= {"deviceId"}:
-        s = db.ints(f'SELECT start, "end", deviceId, streamId, COALESCE(correlationId, -1), COALESCE(globalPid, -1) '
-                    f"FROM {D.MEMSET}", 6)
-        if len(s):
-            categories[MEMSET_NAME] = "data movement"
-            parts.append((s, np.full(len(s), MEMSET_WORK, np.int8), np.full(len(s), len(names)),
-                          np.zeros(len(s), bool)))
-            names.append(MEMSET_NAME)
-    if not parts:
-        return _Work(*(np.zeros(0, np.int64),) * 8, np.zeros(0, bool), [])
-    cols6 = np.concatenate([p[0] for p in parts])
-    return _Work(cols6[:, 0], cols6[:, 1], cols6[:, 2], cols6[:, 3], cols6[:, 4], cols6[:, 5],
-                 np.concatenate([p[1] for p in parts]), np.concatenate([p[2] for p in parts]).astype(np.int64),
-                 np.concatenate([p[3] for p in parts]), names, categories)
-
-
-def _launches(db: D.Export, work: _Work) -> tuple[np.ndarray, np.ndarray, int]:
-    """Each work row's launching call: (its thread's globalTid, its start in ns; -1 where the export has
-    none), and how many runtime rows were read. Joined on (process, correlationId): ids repeat across
-    processes."""
-    n = len(work)
-    none = np.full(n, -1, np.int64)
-    if not db.has(D.RUNTIME) or not (db.columns(D.RUNTIME) >= {"correlationId", "globalTid", "start"}):
-        return none, none.copy(), 0
-    sources = [t for t in (D.KERNEL, D.MEMCPY, D.MEMSET) if "correlationId" in db.columns(t)]
-    wanted = " UNION ".join(f"SELECT correlationId FROM {t}" for t in sources)
-    rt = db.ints(f"SELECT correlationId, COALESCE(globalTid, -1), start FROM {D.RUNTIME} "
-                 f"WHERE correlationId IN ({wanted})", 3)
-    if not len(rt) or not n:
-        return none, none.copy(), len(rt)
-    mask = np.int64((1 << D.TID_BITS) - 1)
-    rt_pid = np.where(rt[:, 1] >= 0, rt[:, 1] & ~mask, -1)
-    pid = work.pid
-    if (pid < 0).all():  # an export without the work's process: correlation ids alone
-        pid, rt_pid = np.zeros(n, np.int64), np.zeros(len(rt), np.int64)
-    _, inv = E.unique_rows(np.concatenate([pid, rt_pid]), np.concatenate([work.corr, rt[:, 0]]))
-    lut = np.full(int(inv.max()) + 1, -1, np.int64)
-    lut[inv[n:]] = np.arange(len(rt))
-    hit = np.where(work.corr >= 0, lut[inv[:n]], -1)
-    return np.where(hit >= 0, rt[np.clip(hit, 0, None), 1], -1), np.where(hit >= 0, rt[np.clip(hit, 0, None), 2], -1), \
-        len(rt)
-
-
-@dataclass
-class _Ranges:
-    """NVTX push/pop ranges on the threads that launched GPU work: times in ns, names coded."""
-
-    thread: np.ndarray
-    start: np.ndarray
-    end: np.ndarray
-    name: np.ndarray  # codes into words
-    words: list[str]
-
-    def __len__(self) -> int:
-        return len(self.start)
-
-
-def _ranges(db: D.Export, stop_ns: int) -> _Ranges:
-    cols = db.columns(D.NVTX)
-    if not (cols >= {"start", "eventType"}):
-        return _Ranges(*(np.zeros(0, np.int64),) * 4, [""])
-    where = f"eventType = {db.event_type(D.PUSH_POP, D.PUSH_POP_ID)}"
-    if db.has(D.RUNTIME) and "globalTid" in cols:  # only threads that launched work can give it context
-        where += f" AND globalTid IN (SELECT DISTINCT globalTid FROM {D.RUNTIME})"
-    text_id = "COALESCE(textId, -1)" if "textId" in cols else "-1"
-    has_text = "text IS NOT NULL" if "text" in cols else "0"
-    end = 'COALESCE("end", -1)' if "end" in cols else "-1"
-    tid = "COALESCE(globalTid, -1)" if "globalTid" in cols else "-1"
-    a = db.ints(f"SELECT start, {end}, {tid}, {text_id}, {has_text} FROM {D.NVTX} WHERE {where} ORDER BY rowid", 5)
-    ids = a[:, 3]
-    by_id = ids >= 0
-    u_ids, id_inv = np.unique(ids[by_id], return_inverse=True)
-    id_words = db.strings(f"SELECT DISTINCT textId FROM {D.NVTX} WHERE {where}") if "textId" in cols else {}
-    words = [id_words.get(int(i), "") for i in u_ids]
-    code = np.full(len(a), -1, np.int64)
-    code[by_id] = id_inv.reshape(-1)
-    inline = (a[:, 4] == 1) & ~by_id
-    if (a[:, 4] == 1).any():
-        index: dict[str, int] = {}
-        texts = db.rows(f"SELECT text FROM {D.NVTX} WHERE {where} AND text IS NOT NULL ORDER BY rowid")
-        got = np.fromiter((index.setdefault(t, len(index)) for (t,) in texts), np.int64, count=len(texts))
-        code[inline] = len(words) + got[inline[a[:, 4] == 1]]
-        words += list(index)
-    code[code < 0] = len(words)
-    words.append("")
-    return _Ranges(a[:, 2], a[:, 0], np.where(a[:, 1] >= 0, a[:, 1], stop_ns), code, words)
-
-
-def _clock(db: D.Export, work: _Work) -> tuple[int, int]:
-    """(the session's start on the export's clock, ns; its UTC time, ns since the epoch): an export without them
-    keeps its own clock (origin 0)."""
-    start = db.first("SELECT startTime FROM ANALYSIS_DETAILS") if "startTime" in db.columns("ANALYSIS_DETAILS") \
-        else None
-    session = db.first("SELECT utcEpochNs, systemClockNs FROM TARGET_INFO_SESSION_START_TIME") \
-        if db.columns("TARGET_INFO_SESSION_START_TIME") >= {"utcEpochNs", "systemClockNs"} else None
-    base = start[0] if start and start[0] is not None else session[1] if session and session[1] is not None else 0
-    base = min(int(base), int(work.start.min()))  # never a negative time
-    origin = 0
-    if session and session[0] is not None and session[1] is not None:
-        origin = int(session[0]) + (base - int(session[1]))
-    return base, origin
-
-
-def _gpu(db: D.Export, devices: np.ndarray) -> tuple[str, dict, list[str]]:
-    """(device kind, XSpace-named plane stats, notes) from TARGET_INFO_GPU: the first device's row."""
-    rows = db.records("TARGET_INFO_GPU")
-    if not rows:
-        return "GPU", {}, ["the export has no TARGET_INFO_GPU table: the GPU is unknown (give --chip)"]
-    first = int(devices.min()) if len(devices) else 0
-    row = next((r for key in ("cuDevice", "id") for r in rows if r.get(key) == first), rows[0])
-    name = str(row.get("name") or "")
-    stats: dict = {"device_name": name} if name else {}
-    if name:
-        stats["device_vendor"] = "NVIDIA"
-    for key, col, scale in GPU_PLANE_STATS:
-        v = row.get(col)
-        if isinstance(v, int | float) and v == v:
-            stats[key] = int(v * scale) if float(v * scale).is_integer() else float(v * scale)
-    if row.get("chipName"):
-        stats["chip_name"] = str(row["chipName"])
-    names = {str(r.get("name")) for r in rows if r.get("name")}
-    notes = [f"the GPU, from the export's TARGET_INFO_GPU: {name}"] if name else []
-    if len(names) > 1:
-        notes.append(f"the export lists several GPU models ({', '.join(sorted(names))}): the roofline is {name}'s")
-    return name or "GPU", stats, notes
-
-
-def _xla_devices(db: D.Export, device: np.ndarray) -> np.ndarray:
-    """Device ids as XLA numbers them (``Xla:#global=G,…#``, the name XLA gives each CUDA device through
-    NVTX, in TARGET_INFO_NVTX_CUDA_DEVICE) where the export has them, else the CUDA ``deviceId``."""
-    named = {}
-    for r in db.records("TARGET_INFO_NVTX_CUDA_DEVICE"):
-        m = _XLA_DEVICE.search(str(r.get("name") or ""))
-        if m and isinstance(r.get("deviceId"), int):
-            named[r["deviceId"]] = int(m.group(1))
-    if not named or len(set(named.values())) != len(named):
-        return device
-    ids = np.unique(device)
-    lut = {int(d): named.get(int(d), int(d)) for d in ids}
-    if len(set(lut.values())) != len(lut):  # a clash with an unnamed device: keep CUDA's numbering
-        return device
-    return np.asarray([lut[int(d)] for d in ids], np.int64)[np.searchsorted(ids, device)]
-
-
 # -- the two readings ------------------------------------------------------------------------------
 
 @dataclass
@@ -320,9 +103,9 @@ class _Ops:
     notes: list[str]
 
 
-def _transfer_meta(work: _Work, rows: np.ndarray, program: str = "") -> dict:
+def _transfer_meta(work: T.Work, rows: np.ndarray, program: str = "") -> dict:
     """op_meta of the transfers among ``rows``: their category, which their name says (no HLO does)."""
-    used = np.unique(work.name[rows[work.kind[rows] != KERNEL_WORK]])
+    used = np.unique(work.name[rows[work.kind[rows] != T.KERNEL_WORK]])
     return {(program, work.names[c]): {"category": work.categories[work.names[c]]} for c in used.tolist()
             if work.names[c] in work.categories}
 
@@ -331,7 +114,7 @@ def _s(ns: float) -> str:
     return f"{ns * 1e-9:.3g} s"
 
 
-def _xla(work: _Work, gtid: np.ndarray, launch: np.ndarray, r: _Ranges, kinds: tsl.RangeKinds,
+def _xla(work: T.Work, gtid: np.ndarray, launch: np.ndarray, r: T.Ranges, kinds: tsl.RangeKinds,
          base: int) -> _Ops:
     """JAX: each launch's innermost Thunk (op) and XlaModule (program) on its thread; compilation apart."""
 
@@ -346,7 +129,7 @@ def _xla(work: _Work, gtid: np.ndarray, launch: np.ndarray, r: _Ranges, kinds: t
     _, _, compiling = nest(kinds.compile)
     tuning = compiling >= 0
     is_op = (thunk >= 0) & (module >= 0) & ~tuning
-    is_transfer = ~is_op & ~tuning & (work.kind != KERNEL_WORK)
+    is_transfer = ~is_op & ~tuning & (work.kind != T.KERNEL_WORK)
     rows = np.flatnonzero(is_op | is_transfer)
     op = is_op[rows]
     n_words = len(r.words)
@@ -356,7 +139,7 @@ def _xla(work: _Work, gtid: np.ndarray, launch: np.ndarray, r: _Ranges, kinds: t
     program = np.where(op, r.name[np.where(op, module[rows], 0)], n_words)
     programs = [p if m else "" for p, m in zip(kinds.program, kinds.module)] + [""]
     notes = []
-    lost = ~is_op & ~tuning & (work.kind == KERNEL_WORK)
+    lost = ~is_op & ~tuning & (work.kind == T.KERNEL_WORK)
     if lost.any():
         launched = lost & (gtid >= 0)
         notes.append(f"{int(lost.sum())} kernels ({_s(float((work.end - work.start)[lost].sum()))} on the GPU) ran "
@@ -397,7 +180,7 @@ def _compact(codes: np.ndarray, words: list[str]) -> tuple[np.ndarray, list[str]
     return inv.reshape(-1), [words[int(u)] for u in used] or [""]
 
 
-def _steps(work: _Work, rows: np.ndarray, module: np.ndarray, r: _Ranges, kinds: tsl.RangeKinds,
+def _steps(work: T.Work, rows: np.ndarray, module: np.ndarray, r: T.Ranges, kinds: tsl.RangeKinds,
            base: int) -> tuple[list[tuple[int, int, int]], str]:
     """The main program's executions (each XlaModule range that ran work: its work's device span) as steps."""
     if not len(rows):
@@ -416,7 +199,7 @@ def _steps(work: _Work, rows: np.ndarray, module: np.ndarray, r: _Ranges, kinds:
     return steps, kinds.program[int(progs[main])] if main >= 0 else ""
 
 
-def _compilations(r: _Ranges, kinds: tsl.RangeKinds, base: int) -> list[tuple[str, int, int]]:
+def _compilations(r: T.Ranges, kinds: tsl.RangeKinds, base: int) -> list[tuple[str, int, int]]:
     """The host's XLA compilations (``XlaCompile`` ranges) as host events: ("XlaCompile <module>", ps, ps)."""
     sel = np.flatnonzero(kinds.top_compile[r.name] & ((r.end - r.start) * 1000 >= HOST_EVENT_MIN_PS))
     return sorted(((f"XlaCompile {kinds.program[c] or '?'}", (s - base) * 1000, (e - base) * 1000)
@@ -429,7 +212,7 @@ def _clean(word: str) -> str:
     return _TORCH_ARGS.sub("", word).replace("/", "∕").strip()
 
 
-def _by_kernel(work: _Work, gtid: np.ndarray, launch: np.ndarray, r: _Ranges, base: int) -> _Ops:
+def _by_kernel(work: T.Work, gtid: np.ndarray, launch: np.ndarray, r: T.Ranges, base: int) -> _Ops:
     """Not XLA: every kernel and transfer, named by itself; its scope the NVTX range path it ran under most."""
     rows = np.arange(len(work))
     op_meta = _transfer_meta(work, rows)
@@ -452,7 +235,7 @@ def _by_kernel(work: _Work, gtid: np.ndarray, launch: np.ndarray, r: _Ranges, ba
     return _Ops(rows, work.name, work.names, np.zeros(len(rows), np.int64), [""], op_meta, [], host_events, notes)
 
 
-def _dominant_scopes(work: _Work, at: np.ndarray, path: np.ndarray, up: np.ndarray, last: np.ndarray,
+def _dominant_scopes(work: T.Work, at: np.ndarray, path: np.ndarray, up: np.ndarray, last: np.ndarray,
                      words: list[str]) -> dict[int, str]:
     """Per work name code: the NVTX path its launches spent the most GPU time under, as text."""
     has = np.flatnonzero(at >= 0)
@@ -473,23 +256,23 @@ def _dominant_scopes(work: _Work, at: np.ndarray, path: np.ndarray, up: np.ndarr
 # -- the trace -------------------------------------------------------------------------------------
 
 def _read(db: D.Export, path: Path, host: str, progress: Progress) -> RawTrace:
-    work = _work(db)
+    work = T.work(db)
     if not len(work):
         raise RooflensError(f"{path} holds no GPU work (no kernel, memcpy or memset rows): profile with "
                             "`nsys profile --trace=cuda,nvtx …` so that CUDA is traced.")
     if progress:
         progress(0, 3)
-    base, origin = _clock(db, work)
-    gtid, launch, n_runtime = _launches(db, work)
-    r = _ranges(db, int(max(work.end.max(), launch.max())))
+    base, origin = T.clock(db, work)
+    gtid, launch, n_runtime = T.launches(db, work)
+    r = T.ranges(db, int(max(work.end.max(), launch.max())))
     if progress:
         progress(1, 3)
     kinds = tsl.range_kinds(r.words)
     xla = bool(len(r)) and bool(kinds.thunk[r.name].any())
     ops = _xla(work, gtid, launch, r, kinds, base) if xla else _by_kernel(work, gtid, launch, r, base)
     rows = ops.rows
-    device = _xla_devices(db, work.device)
-    device_kind, plane_stats, gpu_notes = _gpu(db, work.device[rows])
+    device = T.xla_devices(db, work.device)
+    device_kind, plane_stats, gpu_notes = T.gpu(db, work.device[rows])
     streams, line = np.unique(work.stream[rows], return_inverse=True)
     table = E.build(
         host=np.zeros(len(rows), np.int32), device=device[rows], line=line.reshape(-1), name=ops.name,
@@ -505,7 +288,7 @@ def _read(db: D.Export, path: Path, host: str, progress: Progress) -> RawTrace:
     if unlaunched:
         notes.append(f"{unlaunched} of the {len(rows)} GPU activities have no launching CUDA call in the export "
                      "(its CUDA API trace was off or cut): no NVTX range can name their context")
-    in_graph = int((work.graph[rows]).sum())
+    in_graph = work.in_graphs
     if in_graph:
         notes.append(f"{in_graph} kernels ran inside CUDA graphs, which one launch starts: each is given the "
                      "range open at its graph's launch (for JAX, XLA_FLAGS=--xla_gpu_enable_command_buffer= "

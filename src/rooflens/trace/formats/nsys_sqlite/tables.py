@@ -1,0 +1,249 @@
+"""What an Nsight Systems export says, as numpy columns: its GPU work, the calls that launched it, the NVTX
+ranges of the launching threads, its clock and its GPUs.
+
+Names are coded in SQL, never one Python string per row: kernels by their ``StringIds`` id, memcpy by
+their kind, NVTX ranges by ``textId`` or, for inline ``text``, by a code from a temporary table of the
+distinct names (in the connection's own memory: nothing is written beside the export). PyTorch's
+``emit_nvtx`` appends each call's arguments to an op's range name (``aten::mm, seq = 12, op_id = 40``):
+they are cut in that same SQL, so a run's millions of calls name a few hundred ops.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rooflens.trace import events as E
+from rooflens.trace.formats.nsys_sqlite import db as D
+
+KERNEL_WORK, MEMCPY_WORK, MEMSET_WORK = 0, 1, 2
+#: CUPTI's CUpti_ActivityMemcpyKind (cupti_activity.h), the ids of the export's ENUM_CUDA_MEMCPY_OPER
+MEMCPY_KINDS = {1: "Host-to-Device", 2: "Device-to-Host", 3: "Host-to-Array", 4: "Array-to-Host",
+                5: "Array-to-Array", 6: "Array-to-Device", 7: "Device-to-Array", 8: "Device-to-Device",
+                9: "Host-to-Host", 10: "Peer-to-Peer"}
+MEMSET_NAME = "[CUDA memset]"  # Nsight's own labels for the transfers: "[CUDA memcpy Host-to-Device]", …
+#: XSpace GPU plane stats (xla/tsl/profiler/utils/xplane_schema.h; clock_rate in kHz) from TARGET_INFO_GPU's
+#: columns (clockRate in Hz), so chip inference reads an export as it reads an XSpace
+GPU_PLANE_STATS = (("clock_rate", "clockRate", 1e-3), ("core_count", "smCount", 1),
+                   ("memory_bandwidth", "memoryBandwidth", 1), ("memory_size", "totalMemory", 1),
+                   ("compute_cap_major", "computeMajor", 1), ("compute_cap_minor", "computeMinor", 1),
+                   ("l2_cache_size", "l2CacheSize", 1))
+#: what PyTorch's emit_nvtx appends to an op's range name, in its order (torch/csrc/profiler: "<op>, seq = N,
+#: op_id = N, sizes = […], input_op_ids = […]"): the name is cut at the first of them present
+TORCH_ARGS = (", seq = ", ", op_id = ", ", sizes = ", ", input_op_ids = ")
+_XLA_DEVICE = re.compile(r"Xla:#.*?global=(\d+)")
+_NAMES = "rooflens_nvtx_names"  # the temporary table of distinct inline NVTX names
+
+
+def without_torch_args_sql(col: str) -> str:
+    """An SQL expression: ``col`` cut at the first of PyTorch's per-call arguments it holds."""
+    whens = " ".join(f"WHEN instr({col}, '{a}') > 0 THEN substr({col}, 1, instr({col}, '{a}') - 1)"
+                     for a in TORCH_ARGS)
+    return f"CASE {whens} ELSE {col} END"
+
+
+@dataclass
+class Work:
+    """Every kernel, memcpy and memset: times in ns on the export's clock, its names coded."""
+
+    start: np.ndarray
+    end: np.ndarray
+    device: np.ndarray
+    stream: np.ndarray
+    corr: np.ndarray  # correlationId (-1: none)
+    pid: np.ndarray  # globalPid (-1: none)
+    kind: np.ndarray  # KERNEL_WORK / MEMCPY_WORK / MEMSET_WORK
+    name: np.ndarray  # codes into names
+    names: list[str]
+    categories: dict[str, str] = field(default_factory=dict)  # a transfer's name → its category
+    in_graphs: int = 0  # kernels launched inside CUDA graphs
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+
+def _kernel_name_column(cols: set[str]) -> str | None:
+    return next((c for c in ("shortName", "demangledName", "mangledName") if c in cols), None)
+
+
+def _memcpy_labels(db: D.Export) -> dict[int, str]:
+    labels = dict(MEMCPY_KINDS)
+    for row in db.records("ENUM_CUDA_MEMCPY_OPER"):
+        if isinstance(row.get("id"), int) and row.get("label"):
+            labels[row["id"]] = str(row["label"])
+    return labels
+
+
+def transfer_category(label: str) -> str:
+    """A memcpy's category by its kind: through the host (PCIe), between GPUs, or within one."""
+    return "host transfer" if "Host" in label else "collective" if "Peer" in label else "copy/transpose"
+
+
+_WORK_COLUMNS = 'start, "end", deviceId, streamId, COALESCE(correlationId, -1), COALESCE(globalPid, -1)'
+
+
+def work(db: D.Export) -> Work:
+    """The export's kernels, memcpy and memset, one row each."""
+    parts, names, categories, in_graphs = [], [], {}, 0
+    cols = db.columns(D.KERNEL)
+    name_col = _kernel_name_column(cols)
+    if name_col:
+        k = db.ints(f"SELECT {_WORK_COLUMNS}, {name_col} FROM {D.KERNEL}", 7)
+        ids, inv = np.unique(k[:, 6], return_inverse=True)
+        words = db.strings(f"SELECT DISTINCT {name_col} FROM {D.KERNEL}")
+        names += [words.get(int(i), f"kernel {int(i)}") for i in ids]
+        parts.append((k[:, :6], KERNEL_WORK, inv.reshape(-1)))
+        if "graphId" in cols:
+            in_graphs = int(db.first(f"SELECT count(*) FROM {D.KERNEL} WHERE graphId IS NOT NULL AND graphId != 0")[0])
+    if db.columns(D.MEMCPY) >= {"copyKind", "deviceId"}:
+        m = db.ints(f"SELECT {_WORK_COLUMNS}, copyKind FROM {D.MEMCPY}", 7)
+        kinds, inv = np.unique(m[:, 6], return_inverse=True)
+        labels = _memcpy_labels(db)
+        words = [f"[CUDA memcpy {labels.get(int(c), f'kind {int(c)}')}]" for c in kinds]
+        categories.update({w: transfer_category(w) for w in words})
+        parts.append((m[:, :6], MEMCPY_WORK, len(names) + inv.reshape(-1)))
+        names += words
+    if db.columns(D.MEMSET) >= {"deviceId"}:
+        s = db.ints(f"SELECT {_WORK_COLUMNS} FROM {D.MEMSET}", 6)
+        if len(s):
+            categories[MEMSET_NAME] = "data movement"
+            parts.append((s, MEMSET_WORK, np.full(len(s), len(names))))
+            names.append(MEMSET_NAME)
+    if not parts:
+        return Work(*(np.zeros(0, np.int64),) * 8, [])
+    cols6 = np.concatenate([p[0] for p in parts])
+    kind = np.concatenate([np.full(len(p[0]), p[1], np.int8) for p in parts])
+    return Work(cols6[:, 0], cols6[:, 1], cols6[:, 2], cols6[:, 3], cols6[:, 4], cols6[:, 5], kind,
+                np.concatenate([p[2] for p in parts]).astype(np.int64), names, categories, in_graphs)
+
+
+def launches(db: D.Export, w: Work) -> tuple[np.ndarray, np.ndarray, int]:
+    """Each work row's launching call: (its thread's globalTid, its start in ns; -1 where the export has
+    none), and how many runtime rows were read. Joined on (process, correlationId): ids repeat across
+    processes."""
+    n = len(w)
+    none = np.full(n, -1, np.int64)
+    if not (db.columns(D.RUNTIME) >= {"correlationId", "globalTid", "start"}):
+        return none, none.copy(), 0
+    sources = [t for t in (D.KERNEL, D.MEMCPY, D.MEMSET) if "correlationId" in db.columns(t)]
+    wanted = " UNION ".join(f"SELECT correlationId FROM {t}" for t in sources)
+    rt = db.ints(f"SELECT correlationId, COALESCE(globalTid, -1), start FROM {D.RUNTIME} "
+                 f"WHERE correlationId IN ({wanted})", 3)
+    if not len(rt) or not n:
+        return none, none.copy(), len(rt)
+    mask = np.int64((1 << D.TID_BITS) - 1)
+    rt_pid = np.where(rt[:, 1] >= 0, rt[:, 1] & ~mask, -1)
+    pid = w.pid
+    if (pid < 0).all():  # an export without the work's process: correlation ids alone
+        pid, rt_pid = np.zeros(n, np.int64), np.zeros(len(rt), np.int64)
+    _, inv = E.unique_rows(np.concatenate([pid, rt_pid]), np.concatenate([w.corr, rt[:, 0]]))
+    lut = np.full(int(inv.max()) + 1, -1, np.int64)
+    lut[inv[n:]] = np.arange(len(rt))
+    hit = np.where(w.corr >= 0, lut[inv[:n]], -1)
+    at = np.clip(hit, 0, None)
+    return np.where(hit >= 0, rt[at, 1], -1), np.where(hit >= 0, rt[at, 2], -1), len(rt)
+
+
+@dataclass
+class Ranges:
+    """NVTX push/pop ranges on the threads that launched GPU work: times in ns, names coded (the last word
+    is "", a range without a name)."""
+
+    thread: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    name: np.ndarray  # codes into words
+    words: list[str]
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+
+def ranges(db: D.Export, stop_ns: int) -> Ranges:
+    """The push/pop ranges (an unclosed one ends at ``stop_ns``)."""
+    cols = db.columns(D.NVTX)
+    if not (cols >= {"start", "eventType"}):
+        return Ranges(*(np.zeros(0, np.int64),) * 4, [""])
+    where = f"n.eventType = {db.event_type(D.PUSH_POP, D.PUSH_POP_ID)}"
+    if "globalTid" in cols and db.columns(D.RUNTIME) >= {"globalTid"}:  # only launching threads give context
+        where += f" AND n.globalTid IN (SELECT DISTINCT globalTid FROM {D.RUNTIME})"
+    text_id = "COALESCE(n.textId, -1)" if "textId" in cols else "-1"
+    end = 'COALESCE(n."end", -1)' if "end" in cols else "-1"
+    tid = "COALESCE(n.globalTid, -1)" if "globalTid" in cols else "-1"
+    inline_words: list[str] = []
+    join, inline = "", "0"
+    if "text" in cols:
+        cut = without_torch_args_sql("n.text")
+        db.script(f"PRAGMA temp_store = MEMORY; DROP TABLE IF EXISTS temp.{_NAMES}; "
+                  f"CREATE TEMP TABLE {_NAMES} (t TEXT PRIMARY KEY); "
+                  f"INSERT OR IGNORE INTO temp.{_NAMES} SELECT DISTINCT {cut} FROM {D.NVTX} n "
+                  f"WHERE {where} AND n.text IS NOT NULL")
+        inline_words = [t for (t,) in db.rows(f"SELECT t FROM temp.{_NAMES} ORDER BY rowid")]
+        join, inline = f"LEFT JOIN temp.{_NAMES} m ON m.t = {cut}", "COALESCE(m.rowid, 0)"
+    a = db.ints(f"SELECT n.start, {end}, {tid}, {text_id}, {inline} FROM {D.NVTX} n {join} WHERE {where}", 5)
+    ids = a[:, 3]
+    by_id = ids >= 0
+    u_ids, id_inv = np.unique(ids[by_id], return_inverse=True)
+    id_words = db.strings(f"SELECT DISTINCT n.textId FROM {D.NVTX} n WHERE {where}") if "textId" in cols else {}
+    words = [id_words.get(int(i), "") for i in u_ids] + inline_words + [""]
+    code = np.full(len(a), len(words) - 1, np.int64)
+    code[by_id] = id_inv.reshape(-1)
+    text = ~by_id & (a[:, 4] > 0)
+    code[text] = len(u_ids) + a[text, 4] - 1  # rowids count from 1, in insertion order
+    return Ranges(a[:, 2], a[:, 0], np.where(a[:, 1] >= 0, a[:, 1], stop_ns), code, words)
+
+
+def clock(db: D.Export, w: Work) -> tuple[int, int]:
+    """(the session's start on the export's clock, ns; its UTC time, ns since the epoch): an export without them
+    keeps its own clock (origin 0)."""
+    start = db.first("SELECT startTime FROM ANALYSIS_DETAILS") if "startTime" in db.columns("ANALYSIS_DETAILS") \
+        else None
+    session = db.first("SELECT utcEpochNs, systemClockNs FROM TARGET_INFO_SESSION_START_TIME") \
+        if db.columns("TARGET_INFO_SESSION_START_TIME") >= {"utcEpochNs", "systemClockNs"} else None
+    base = start[0] if start and start[0] is not None else session[1] if session and session[1] is not None else 0
+    base = min(int(base), int(w.start.min()))  # never a negative time
+    origin = 0
+    if session and session[0] is not None and session[1] is not None:
+        origin = int(session[0]) + (base - int(session[1]))
+    return base, origin
+
+
+def gpu(db: D.Export, devices: np.ndarray) -> tuple[str, dict, list[str]]:
+    """(device kind, XSpace-named plane stats, notes) from TARGET_INFO_GPU: the first device's row."""
+    rows = db.records("TARGET_INFO_GPU")
+    if not rows:
+        return "GPU", {}, ["the export has no TARGET_INFO_GPU table: the GPU is unknown (give --chip)"]
+    first = int(devices.min()) if len(devices) else 0
+    row = next((r for key in ("cuDevice", "id") for r in rows if r.get(key) == first), rows[0])
+    name = str(row.get("name") or "")
+    stats: dict = {"device_name": name, "device_vendor": "NVIDIA"} if name else {}
+    for key, col, scale in GPU_PLANE_STATS:
+        v = row.get(col)
+        if isinstance(v, int | float) and v == v:
+            stats[key] = int(v * scale) if float(v * scale).is_integer() else float(v * scale)
+    if row.get("chipName"):
+        stats["chip_name"] = str(row["chipName"])
+    models = {str(r.get("name")) for r in rows if r.get("name")}
+    notes = [f"the GPU, from the export's TARGET_INFO_GPU: {name}"] if name else []
+    if len(models) > 1:
+        notes.append(f"the export lists several GPU models ({', '.join(sorted(models))}): the roofline is {name}'s")
+    return name or "GPU", stats, notes
+
+
+def xla_devices(db: D.Export, device: np.ndarray) -> np.ndarray:
+    """Device ids as XLA numbers them (``Xla:#global=G,…#``, the name XLA gives each CUDA device through
+    NVTX, in TARGET_INFO_NVTX_CUDA_DEVICE) where the export has them, else the CUDA ``deviceId``."""
+    named = {}
+    for r in db.records("TARGET_INFO_NVTX_CUDA_DEVICE"):
+        m = _XLA_DEVICE.search(str(r.get("name") or ""))
+        if m and isinstance(r.get("deviceId"), int):
+            named[r["deviceId"]] = int(m.group(1))
+    if not named or len(set(named.values())) != len(named):
+        return device
+    ids = np.unique(device)
+    lut = {int(d): named.get(int(d), int(d)) for d in ids}
+    if len(set(lut.values())) != len(lut):  # a clash with an unnamed device: keep CUDA's numbering
+        return device
+    return np.asarray([lut[int(d)] for d in ids], np.int64)[np.searchsorted(ids, device)]
