@@ -186,3 +186,46 @@ def test_concurrent_runs_and_a_distributed_job_keep_every_profile(env, tmp_path)
     assert len(files) == 3 and len({f.parent for f in files}) == 2
     data = json.loads(rooflens(env, "report", str(logs / "plugins" / "profile" / job[0].parent), "--json").stdout)
     assert sorted(data["hosts"]) == [f"{host}.process0", f"{host}.process1"]
+
+
+def _executions(run_dir: Path, program: str) -> int:
+    import numpy as np
+
+    import rooflens as rl
+    from rooflens.trace.warmup import execution_index
+
+    t = rl.load(run_dir).table
+    sel = np.asarray([t.programs[p] for p in t.program]) == program
+    return int(execution_index(t)[sel & (t.device == t.device[sel][0])].max()) + 1 if sel.any() else 0
+
+
+def test_a_script_that_exits_with_steps_queued_has_them_all_in_its_trace(env, tmp_path):
+    """No async tail: async_exit.py dispatches 30 steps inside main() and returns without reading a result
+    back (the outputs are gone, the steps still queued); the launcher waits for the device before it stops
+    the trace, so the trace holds the loop's 30 executions of the step (without: 1 or 2 of them)."""
+    import rooflens as rl
+
+    r = rooflens(env, "run", "--logdir", str(tmp_path), str(SCRIPTS / "async_exit.py"), "30")
+    assert r.returncode == 0 and "dispatched 30 steps" in r.stdout, r.stderr[-3000:]
+    (run,) = (tmp_path / "plugins" / "profile").iterdir()
+    assert _executions(run, "jit_step") >= 30
+    prof = rl.load(run)
+    assert sum(len(d.get("step", ())) for d in prof.dispatches_of.values()) == 31  # the loop's and the first
+    assert not [u for u in prof.unran if u.function == "step"], prof.unran
+    meta = json.loads((run / "rooflens.json").read_text())
+    assert meta["drained_s"] > 0.05  # it did wait: the steps take ~10 ms each
+
+
+def test_a_time_window_holds_the_work_dispatched_inside_it(env, tmp_path):
+    """The time window closes on the script's thread and waits for what it dispatched: every step the host
+    dispatched inside the window ran inside the trace."""
+    r = rooflens(env, "run", "--logdir", str(tmp_path), "--delay", "1", "--duration", "0.5",
+                 str(SCRIPTS / "async_exit.py"), "400")
+    assert r.returncode == 0, r.stderr[-3000:]
+    (run,) = (tmp_path / "plugins" / "profile").iterdir()
+    import rooflens as rl
+
+    prof = rl.load(run)
+    assert prof.dispatches_of, "the trace holds the host's dispatches"
+    dispatched = sum(len(d.get("step", ())) for d in prof.dispatches_of.values())
+    assert dispatched >= 5 and _executions(run, "jit_step") >= dispatched

@@ -433,16 +433,19 @@ def hook_pjit(pjit, window: Window) -> None:
 
 
 def hook_step_annotation(profiler, window: Window) -> None:
+    """Annotated steps are counted when made (``with StepTraceAnnotation(…)`` makes then enters one): the
+    profiler's ``TraceMe`` records nothing when no trace is active as it is made, so the window must be
+    open before step ``A``'s annotation is made for the trace to hold it."""
     cls = profiler.StepTraceAnnotation
-    enter, exit_ = cls.__enter__, cls.__exit__
+    init, exit_ = cls.__init__, cls.__exit__
 
-    def __enter__(self):
+    def __init__(self, *args, **kwargs):
         window.enter_step()
-        return enter(self)
+        init(self, *args, **kwargs)
 
     def __exit__(self, *exc):
         out = exit_(self, *exc)
         window.exit_step()
         return out
 
-    cls.__enter__, cls.__exit__ = __enter__, __exit__
+    cls.__init__, cls.__exit__ = __init__, __exit__
