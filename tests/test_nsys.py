@@ -164,8 +164,16 @@ def test_bad_archives_one_sentence(tmp_path):
     broken_dir = tmp_path / "broken_dir"
     (broken_dir / TRACE).parent.mkdir(parents=True)
     (broken_dir / TRACE).write_bytes(b"PAR1 not really")
+    # nsys-jax-combine's layout (a member that differs between its inputs, once per input: <member>/<stem>),
+    # made from two real archives' ranges
+    combined = tmp_path / "combined.DERIVED.zip"
+    with zipfile.ZipFile(combined, "w") as out:
+        for i in (0, 1):
+            with zipfile.ZipFile(_archive(i)) as z:
+                out.writestr(f"{TRACE}/pax_fsdp4_4proc_proc{i}", z.read(TRACE))
     for bad, words in ((not_zip, "not a zip"), (no_parquet, "without nvtx_gpu_proj_trace/trace.parquet"),
-                       (truncated, "truncated zip"), (broken_dir, "damaged or truncated")):
+                       (truncated, "truncated zip"), (broken_dir, "damaged or truncated"),
+                       (combined, "nsys-jax-combine archive of 2 processes")):
         r = _cli("report", str(bad))
         assert r.returncode == 2, (bad, r.stderr)
         err = r.stderr.strip()

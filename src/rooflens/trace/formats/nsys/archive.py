@@ -30,6 +30,8 @@ class Archive:
         self._zip: zipfile.ZipFile | None = None
         try:
             if path.is_dir():
+                if (path / TRACE).is_dir():
+                    _refuse_combined(path, [p.name for p in (path / TRACE).iterdir()])
                 if not (path / TRACE).is_file():
                     raise RooflensError(f"{path} is not an nsys-jax archive: it holds no {TRACE}.")
                 self.prefix = ""
@@ -45,6 +47,8 @@ class Archive:
                 self._zip = zipfile.ZipFile(path)
                 every = self._zip.namelist()
                 hit = next((n for n in every if n == TRACE or n.endswith("/" + TRACE)), None)
+                if hit is None and any(_COMBINED.search(n) for n in every):
+                    _refuse_combined(path, [_COMBINED.search(n).group(1) for n in every if _COMBINED.search(n)])
                 if hit is None:
                     raise RooflensError(f"{path} is a zip archive without {TRACE}: not an nsys-jax archive.")
                 self.prefix = hit[: -len(TRACE)]
@@ -74,9 +78,21 @@ class Archive:
             self._zip.close()
 
 
+#: ``nsys-jax-combine`` stores a member that differs between its input archives once per input, as
+#: ``<member>/<input archive's stem>`` (JAX-Toolbox ``nsys_jax/scripts/nsys_jax_combine.py``)
+_COMBINED = re.compile(r"(?:^|/)" + re.escape(TRACE) + r"/([^/]+)$")
+
+
+def _refuse_combined(path: Path, stems: list[str]) -> None:
+    shown = ", ".join(sorted(stems)[:4]) + (", …" if len(stems) > 4 else "")
+    raise RooflensError(f"{path} is an nsys-jax-combine archive of {len(stems)} processes ({shown}), which rooflens "
+                        "does not read: give it the per-process nsys-jax archives (or the directory holding them).")
+
+
 def is_nsys_archive(path: str | Path) -> bool:
     """Whether ``path`` is an nsys-jax archive, by its content: a directory holding
-    ``nvtx_gpu_proj_trace/trace.parquet``, or a zip whose members include it. A remote path (an
+    ``nvtx_gpu_proj_trace/trace.parquet`` (a file, or nsys-jax-combine's directory of them), or a zip
+    whose members include it. A remote path (an
     fsspec URL) is judged by its name (``*.zip``) and told apart when read."""
     s = str(path)
     if "://" in s:
@@ -84,11 +100,11 @@ def is_nsys_archive(path: str | Path) -> bool:
     p = Path(s)
     try:
         if not s.endswith(".zip"):
-            return (p / TRACE).is_file()  # one stat: false for a file, and for other directories
+            return (p / TRACE).exists()  # one stat: false for a file, and for other directories
         if not p.is_file() or not zipfile.is_zipfile(p):
             return False
-        with zipfile.ZipFile(p) as z:
-            return any(n == TRACE or n.endswith("/" + TRACE) for n in z.namelist())
+        with zipfile.ZipFile(p) as z:  # an nsys-jax-combine archive too: told apart (and refused) when read
+            return any(n == TRACE or n.endswith("/" + TRACE) or _COMBINED.search(n) for n in z.namelist())
     except (OSError, zipfile.BadZipFile):
         return False
 
