@@ -16,7 +16,8 @@ from tests.conftest import fixture_path
 
 #: the sketch's bound: a bucket's representative against any duration in it
 SKETCH_REL = (GAMMA - 1) / (GAMMA + 1)
-EXACT = ("total_time_s", "self_time_s", "min_time_s", "max_time_s", "avg_time_s", "pct_device_time")
+EXACT = ("total_time_s", "self_time_s", "min_time_s", "max_time_s", "avg_time_s", "pct_device_time",
+         "min_execution_s", "max_execution_s")
 
 
 def _same_stats(events, merged) -> None:
@@ -24,11 +25,12 @@ def _same_stats(events, merged) -> None:
     assert a.keys() == {(s.program, s.name) for s in events.op_stats}
     for s in events.op_stats:
         t = a[(s.program, s.name)]
-        assert (t.occurrences, t.devices, t.category, t.named_scope) == (s.occurrences, s.devices, s.category,
-                                                                         s.named_scope), s.name
+        assert (t.occurrences, t.executions, t.devices, t.category, t.named_scope) == (
+            s.occurrences, s.executions, s.devices, s.category, s.named_scope), s.name
         for f in EXACT:
             assert getattr(t, f) == pytest.approx(getattr(s, f), rel=1e-9, abs=1e-15), (s.name, f)
         assert t.median_time_s == pytest.approx(s.median_time_s, rel=SKETCH_REL * 1.0001), s.name
+        assert t.median_execution_s == pytest.approx(s.median_execution_s, rel=SKETCH_REL * 1.0001), s.name
     assert [(d.host, d.device, d.events) for d in merged.devices] == [(d.host, d.device, d.events)
                                                                     for d in events.devices]
     for x, y in zip(events.devices + events.hosts, merged.devices + merged.hosts, strict=True):
@@ -40,10 +42,12 @@ def _same_stats(events, merged) -> None:
             [v for g in x.largest_gaps for v in (g.start_s, g.duration_s)], rel=1e-9, abs=1e-9)
     assert merged.by_category_s == pytest.approx(events.by_category_s, rel=1e-9)
     assert merged.steps == events.steps
+    assert merged.unran == events.unran
 
 
 @pytest.mark.parametrize("parts", [("tpu", "xprof_tpu_inference_2.v6e-4.xplane.pb"),
                                    ("gpu_amd", "tracelens_mi300x_jax08_gemm.xplane.pb"),
+                                   ("gpu_amd", "tracelens_mi300x_jax_conv_minimal_legacy.xplane.pb"),
                                    ("tpu", "vllm_tpu_qwen3_2026_01_11_21_26_41.trace.json.gz")])
 def test_one_host_reduced_equals_its_events(parts):
     prof = rl.load(fixture_path(*parts))

@@ -154,6 +154,7 @@ def _meta(raw: RawTrace, key: dict | None) -> dict:
         "hlo_text": [[p, n, v] for (p, n), v in t.hlo_text.items()],
         "op_meta": [[p, n, v] for (p, n), v in t.op_meta.items()], "program_keys": t.program_keys,
         "hlo_protos": {k: base64.b64encode(v).decode() for k, v in raw.hlo_protos.items()},
+        "dispatches": {k: v.tolist() for k, v in raw.dispatches.items()}, "end_ps": raw.end_ps,
     }
 
 
@@ -259,4 +260,6 @@ def _read(src, key: dict | None) -> RawTrace | None:
         meta["host"], table, [tuple(s) for s in meta["steps"]], meta["device_kind"], meta["platform"],
         notes=meta["notes"], plane_stats=meta["plane_stats"], host_events=[tuple(h) for h in meta["host_events"]],
         hlo_protos={k: base64.b64decode(v) for k, v in meta["hlo_protos"].items()},
-        events_total=int(meta["events_total"]))
+        events_total=int(meta["events_total"]),
+        dispatches={k: np.asarray(v, np.int64) for k, v in meta.get("dispatches", {}).items()},
+        end_ps=int(meta.get("end_ps", 0)))

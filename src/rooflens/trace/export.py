@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from rooflens.trace.profile import Profile
-from rooflens.trace.stats import line_groups, self_times_ps
+from rooflens.trace.stats import op_self_ps
 
 EXPORT_FILE = "ops.parquet"
 
@@ -39,7 +39,7 @@ def op_table(profile: Profile):
         "program": words(t.program, t.programs), "op": words(t.name, t.names),
         "category": words(k, categories), "named_scope": words(k, scopes), "step": pa.array(t.step, pa.int32()),
         "start_ps": pa.array(t.start_ps, pa.int64()), "duration_ps": pa.array(t.dur_ps, pa.int64()),
-        "self_ps": pa.array(self_times_ps(t, line_groups(t)), pa.int64()),
+        "self_ps": pa.array(op_self_ps(profile), pa.int64()),
     }
     meta = {"origin_ns": str(t.origin_ns), "platform": profile.platform, "device_kind": profile.device_kind,
             "sources": json.dumps(profile.sources)}

@@ -38,7 +38,7 @@ DISK_MIN_EVENTS = 500_000
 DISK_MAX_FILES = 64
 MEMORY_ENTRIES = 8
 #: the modules whose code computes what is remembered
-_CODE = ("memo.py", "stats.py", "warmup.py", "groupby.py", "events.py", "profile.py")
+_CODE = ("memo.py", "stats.py", "warmup.py", "groupby.py", "events.py", "profile.py", "dispatch.py")
 _HEADER = struct.Struct("<I")
 _memory: OrderedDict[str, object] = OrderedDict()
 
@@ -121,7 +121,8 @@ class _Unpickler(pickle.Unpickler):
     _NUMPY = {"_reconstruct", "ndarray", "dtype", "_frombuffer", "scalar"}
 
     def find_class(self, module: str, name: str):
-        if module == "rooflens.trace.stats" or (module.split(".")[0] == "numpy" and name in self._NUMPY):
+        if module in ("rooflens.trace.stats", "rooflens.trace.dispatch") or (
+                module.split(".")[0] == "numpy" and name in self._NUMPY):
             return super().find_class(module, name)
         raise pickle.UnpicklingError(f"{module}.{name} is not allowed in a memo entry")
 

@@ -65,6 +65,10 @@ class Profile:
     # a pod merged from its hosts' aggregates (rooflens.trace.reduce.Reduced): the op stats and idle units its
     # workers measured, every op it ran; ``table`` then holds one sampled step's events per host
     reduced: Reduced | None = None
+    # per host: each jitted function's dispatches (ns of table time), and where its trace ends (ns)
+    dispatches_of: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
+    end_ns_of: dict[str, float] = field(default_factory=dict)
+    unran: tuple = ()  # rooflens.trace.dispatch.Unran: programs dispatched more often than they ran in the trace
 
     @cached_property
     def modules(self) -> dict[str, H.Module]:
@@ -382,9 +386,18 @@ def assemble(paths: list[str], runs: list[str], raws: list[RawTrace], files: lis
         assign_steps(table, host_steps, rows=np.flatnonzero(table.host == table.hosts.index(raws[k].host)))
     steps = job_steps(steps_by_host)
     notes = [n for r in raws for n in r.notes]
+    shift_ns = {r.host: float(r.table.origin_ns - table.origin_ns) for r in raws}
+    dispatches_of = {r.host: {fn: d * 1e-3 + shift_ns[r.host] for fn, d in r.dispatches.items()} for r in raws
+                     if r.dispatches}
+    end_ns_of = {r.host: r.end_ps * 1e-3 + shift_ns[r.host] for r in raws if r.end_ps}
     if not len(table):
-        raise RooflensError(f"{', '.join(paths)} has no device op events (no XLA ops on any device or CPU thread): "
-                            "was anything running on the devices while it was traced?")
+        from rooflens.trace.dispatch import unran_dispatches, unran_note
+
+        queued = [u for u in unran_dispatches(table, np.zeros(0, np.int32), dispatches_of, end_ns_of) if u.queued]
+        why = (("; " + unran_note(queued[0], stats=False)) if queued
+               else ": was anything running on the devices while it was traced?")
+        raise RooflensError(f"{', '.join(paths)} has no device op events (no XLA ops on any device or CPU "
+                            f"thread){why}.")
     platform = next((r.platform for r in raws if r.platform != "unknown"), "unknown")
     manifest = run_manifest(runs, notes)
     saved = saved_hlo(runs, hlo_dir)
@@ -400,6 +413,7 @@ def assemble(paths: list[str], runs: list[str], raws: list[RawTrace], files: lis
         hosts=[r.host for r in raws], sources=files, notes=notes, metadata=manifest.to_dict(), manifest=manifest,
         hlo_texts=hlo_texts, plane_stats=next((r.plane_stats for r in raws if r.plane_stats), {}),
         host_events=host_events, host_events_of=host_events_of, events_total=sum(r.events_total for r in raws),
+        dispatches_of=dispatches_of, end_ns_of=end_ns_of,
     )
     if not steps:
         profile.notes.append(NO_STEPS)
@@ -407,7 +421,12 @@ def assemble(paths: list[str], runs: list[str], raws: list[RawTrace], files: lis
                      if p and p not in hlo_texts and re.sub(r"\(\d+\)$", "", p) not in hlo_texts)
     if missing:
         profile.notes.append(no_hlo_note(missing))
-    from rooflens.trace.warmup import judge  # a run traced from its start: warm-up apart, steps inferred
+    from rooflens.trace.dispatch import unran_dispatches, unran_note
+    from rooflens.trace.warmup import execution_index, judge  # a run traced from its start: warm-up apart
+
+    if dispatches_of:  # before warm-up is judged: every execution in the trace ran a dispatch
+        profile.unran = unran_dispatches(table, execution_index(table), dispatches_of, end_ns_of)
+        profile.notes.extend(unran_note(u) for u in profile.unran)
     return judge(profile)
 
 

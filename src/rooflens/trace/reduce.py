@@ -2,8 +2,9 @@
 
 ``rl.load(…, merge="aggregates")`` (and ``merge="auto"`` for a pod whose files hold over 1 GiB) reads each
 host file in a worker (a process-pool worker or a Ray task, :mod:`rooflens.trace.hosts`), judges its warm-up
-and measures it there, and sends back a :class:`HostPart`: per (program, op) the executions, total and self
-time, fastest and slowest run, devices and a quantile sketch of the durations; per device and per host the
+and measures it there, and sends back a :class:`HostPart`: per (program, op) the events, total and self
+time, fastest and slowest event, devices and a quantile sketch of the durations, and the program executions it
+ran in with its fastest, slowest and a sketch of its time per execution; per device and per host the
 busy and idle time with the largest gaps; per step the host's first op start and last op end; the idle units;
 each program's executions; and the events of one step (the middle one by number) as a sample. The driver folds
 the parts in as they arrive (:class:`Merge`), so its memory holds one merged set of op aggregates, a few
@@ -11,10 +12,11 @@ numbers per host and step, and at most :data:`SAMPLE_EVENTS` sampled events, wha
 
 What is exact and what is not (docs/pod-scale.md says the same for users):
 
-* exact: executions, devices, total and self time, min and max per op, every device's and host's busy,
-  idle and largest gaps, the steps and the host × step table (its op outliers included), the idle units;
-* within 1 %: each op's median (a log-bucketed sketch: a bucket spans a ratio of :data:`GAMMA`, and its
-  representative is within (GAMMA − 1) / (GAMMA + 1) of every duration in it);
+* exact: occurrences, executions, devices, total and self time, min and max per op (per event and per
+  execution), every device's and host's busy, idle and largest gaps, the steps and the host × step table (its
+  op outliers included), the idle units, the dispatches that never ran;
+* within 1 %: each op's medians, per event and per execution (a log-bucketed sketch: a bucket spans a ratio of
+  :data:`GAMMA`, and its representative is within (GAMMA − 1) / (GAMMA + 1) of every duration in it);
 * sampled: the timeline, the Perfetto and Parquet exports and the CPU devices' concurrency read one step
   per host (the events of :attr:`HostPart.sampled_step`); a program's execution span without steps is the
   median of the hosts' medians.
@@ -40,10 +42,11 @@ from rooflens.trace.stats import (
     DeviceTime,
     OpStats,
     device_times,
+    execution_extremes,
+    execution_sums,
     host_steps_from,
-    line_groups,
+    op_self_ps,
     op_stat,
-    self_times_ps,
     stats_of,
     step_spans_ps,
 )
@@ -85,6 +88,11 @@ class HostPart:
     max_ps: np.ndarray
     op_devices: list[tuple[int, ...]]
     sketch: tuple[np.ndarray, np.ndarray, np.ndarray]  # (op, bucket, count) rows, grouped by op
+    runs: np.ndarray  # per op: the program executions it ran in (trace-cut ones left out)
+    run_min_ps: np.ndarray  # per op: its smallest and largest time in one execution (0 when none)
+    run_max_ps: np.ndarray
+    run_sketch: tuple[np.ndarray, np.ndarray, np.ndarray]  # the sketch of its times per execution
+    unran: tuple  # rooflens.trace.dispatch.Unran: its programs dispatched more often than run in the trace
     devices: list[DeviceTime]
     host_time: DeviceTime
     step_nums: np.ndarray  # the steps it has events in, with its first op start and last op end in each (ps, float)
@@ -119,6 +127,15 @@ def bucket_value(bucket: np.ndarray) -> np.ndarray:
     """A bucket's representative duration (ps): the point whose relative error to either edge is the same."""
     b = np.asarray(bucket, dtype=np.float64)
     return np.where(b > 0, 2.0 * GAMMA ** b / (GAMMA + 1.0), 0.0)
+
+
+def sketch_of(group: np.ndarray, ranked: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The sketch of durations sorted by (group, duration): (group, bucket, count) rows, grouped by group."""
+    bucket = bucket_of(ranked)
+    new = np.ones(len(ranked), bool)
+    new[1:] = (group[1:] != group[:-1]) | (bucket[1:] != bucket[:-1])
+    at = np.flatnonzero(new)
+    return group[at], bucket[at], np.diff(np.append(at, len(ranked)))
 
 
 def sketch_quantile(buckets: np.ndarray, counts: np.ndarray, rank: int) -> float:
@@ -156,15 +173,13 @@ def reduce_profile(profile: Profile, sample_events: int, pod_hosts: int = 1) -> 
     first = np.concatenate([[0], np.cumsum(cnt)[:-1]]).astype(np.int64)
     order = grouped_order(inv, m)
     total = np.add.reduceat(t.dur_ps[order], first) if m else np.zeros(0, np.int64)  # integers: exact sums
-    self_ps = self_times_ps(t, line_groups(t))
+    self_ps = op_self_ps(profile)
     selft = np.add.reduceat(self_ps[order], first) if m else np.zeros(0, np.int64)
     ranked = grouped_sorted(inv, m, t.dur_ps)  # each op's durations, sorted
-    group = np.repeat(np.arange(m), cnt)
-    bucket = bucket_of(ranked)
-    new = np.ones(len(ranked), bool)
-    new[1:] = (group[1:] != group[:-1]) | (bucket[1:] != bucket[:-1])
-    at = np.flatnonzero(new)
-    sketch = (group[at], bucket[at], np.diff(np.append(at, len(ranked))))
+    sketch = sketch_of(np.repeat(np.arange(m), cnt), ranked)
+    run_op, run_sums = execution_sums(t, inv)  # sums of integers below 2**53 ps: exact
+    runs, _, run_min, run_max = execution_extremes(run_op, run_sums, m)
+    run_sketch = sketch_of(np.repeat(np.arange(m), runs), grouped_sorted(run_op, m, run_sums))
     ops = [(t.programs[int(u // width)], t.names[int(u % width)]) for u in uniq.tolist()]
     pairs = unique_rows(inv, t.device)[0]
     op_devices: list[list[int]] = [[] for _ in range(m)]
@@ -186,7 +201,9 @@ def reduce_profile(profile: Profile, sample_events: int, pod_hosts: int = 1) -> 
         host=profile.hosts[0], origin_ns=t.origin_ns, t0_ns=float(t.start_ns.min()), ops=ops,
         count=cnt.astype(np.int64), total_ps=total.astype(np.int64), self_ps=selft.astype(np.int64),
         min_ps=ranked[first] if m else ranked, max_ps=ranked[first + cnt - 1] if m else ranked,
-        op_devices=[tuple(d) for d in op_devices], sketch=sketch, devices=devices, host_time=hosts[0],
+        op_devices=[tuple(d) for d in op_devices], sketch=sketch, runs=runs.astype(np.int64),
+        run_min_ps=np.rint(run_min).astype(np.int64), run_max_ps=np.rint(run_max).astype(np.int64),
+        run_sketch=run_sketch, unran=tuple(profile.unran), devices=devices, host_time=hosts[0],
         step_nums=nums.astype(np.int64), step_first_ps=step_first[0, :len(nums)], step_last_ps=step_last[0, :len(nums)],
         steps=np.asarray(profile.steps, np.float64).reshape(-1, 3),
         # a CPU pod of several hosts is judged host by host, as when its events are merged (its devices share cores)
@@ -230,6 +247,52 @@ def _reduce_batch(files, runs, hlo_dir, include_warmup, sample_events, pod_hosts
 
 # -- the driver ------------------------------------------------------------------------------------
 
+class MergedSketch:
+    """The hosts' sketches of one quantity per op (event durations, or times per execution) folded together:
+    (op << 32 | bucket) keys and their counts, compacted now and then."""
+
+    def __init__(self) -> None:
+        self.parts: list[np.ndarray] = []
+        self.counts: list[np.ndarray] = []
+        self.pending = 0
+
+    def add(self, gi: np.ndarray, sketch: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
+        """A host's sketch (``gi``: its ops' places in the merge)."""
+        op, bucket, n = sketch
+        self.parts.append((gi[op] << 32) | bucket)
+        self.counts.append(n)
+        self.pending += len(n)
+        if self.pending > 1 << 20:
+            self.compact()
+
+    def compact(self) -> None:
+        if len(self.parts) <= 1:
+            return
+        keys, inv = np.unique(np.concatenate(self.parts), return_inverse=True)
+        self.parts = [keys]
+        self.counts = [np.bincount(inv, weights=np.concatenate(self.counts)).astype(np.int64)]
+        self.pending = 0
+
+    def medians_ps(self, count: np.ndarray, lo_ps: np.ndarray, hi_ps: np.ndarray) -> np.ndarray:
+        """Every op's median from the merged sketch (``count`` values each), within its ``lo_ps`` and ``hi_ps``
+        (0 for an op with none)."""
+        self.compact()
+        keys = self.parts[0] if self.parts else np.zeros(0, np.int64)
+        counts = self.counts[0] if self.counts else np.zeros(0, np.int64)
+        op = keys >> 32
+        bucket = keys & 0xFFFFFFFF
+        bounds = np.searchsorted(op, np.arange(len(count) + 1))
+        out = np.zeros(len(count))
+        for g in range(len(count)):
+            b, n = bucket[bounds[g]:bounds[g + 1]], counts[bounds[g]:bounds[g + 1]]
+            c = int(count[g])
+            if not c:
+                continue
+            mid = (sketch_quantile(b, n, (c - 1) // 2) + sketch_quantile(b, n, c // 2)) / 2
+            out[g] = min(max(mid, float(lo_ps[g])), float(hi_ps[g]))
+        return out
+
+
 class Merge:
     """The hosts' parts folded in as they arrive, in any order; :meth:`profile` makes the pod's profile.
 
@@ -244,9 +307,12 @@ class Merge:
         self.min_ps = np.zeros(0, np.int64)
         self.max_ps = np.zeros(0, np.int64)
         self.devices: list[set[int]] = []
-        self.sketch_parts: list[np.ndarray] = []  # (op << 32 | bucket) keys and counts, compacted now and then
-        self.sketch_counts: list[np.ndarray] = []
-        self.pending = 0
+        self.sketch = MergedSketch()  # of the events' durations
+        self.runs = np.zeros(0, np.int64)  # per op: program executions it ran in, and its time in one
+        self.run_min_ps = np.zeros(0, np.int64)
+        self.run_max_ps = np.zeros(0, np.int64)
+        self.run_sketch = MergedSketch()
+        self.unran: list = []
         self.hosts: dict[int, HostPart] = {}  # per host: what is kept of its part (the merged rest let go of)
         self.op_codes: dict[int, np.ndarray] = {}  # per host: its ops' places in ``index``
         self.first: dict[str, tuple[int, dict]] = {}  # metadata and plane stats: the first host's with any
@@ -266,6 +332,9 @@ class Merge:
         self.min_ps = np.concatenate([self.min_ps, np.full(extra, np.iinfo(np.int64).max, np.int64)])
         self.max_ps = np.concatenate([self.max_ps, np.full(extra, np.iinfo(np.int64).min, np.int64)])
         self.devices += [set() for _ in range(extra)]
+        self.runs = np.concatenate([self.runs, np.zeros(extra, np.int64)])
+        self.run_min_ps = np.concatenate([self.run_min_ps, np.full(extra, np.iinfo(np.int64).max, np.int64)])
+        self.run_max_ps = np.concatenate([self.run_max_ps, np.zeros(extra, np.int64)])
 
     def add(self, index: int, part: HostPart) -> None:
         """Fold in host ``index`` (its place among the pod's files)."""
@@ -278,12 +347,13 @@ class Merge:
         np.maximum.at(self.max_ps, gi, part.max_ps)
         for g, devs in zip(gi.tolist(), part.op_devices):
             self.devices[g].update(devs)
-        op, bucket, n = part.sketch
-        self.sketch_parts.append((gi[op] << 32) | bucket)
-        self.sketch_counts.append(n)
-        self.pending += len(n)
-        if self.pending > 1 << 20:
-            self._compact()
+        self.sketch.add(gi, part.sketch)
+        self.runs[gi] += part.runs
+        ran = part.runs > 0
+        np.minimum.at(self.run_min_ps, gi[ran], part.run_min_ps[ran])
+        np.maximum.at(self.run_max_ps, gi[ran], part.run_max_ps[ran])
+        self.run_sketch.add(gi, part.run_sketch)
+        self.unran.extend(part.unran)
         sample = part.sample
         for mine, theirs in ((self.hlo_text, sample.hlo_text), (self.op_meta, sample.op_meta)):
             for k, v in theirs.items():
@@ -295,35 +365,22 @@ class Merge:
         self.op_codes[index] = gi
         self.hosts[index] = dataclasses.replace(
             part, ops=[], op_devices=[], sketch=(), hlo_texts={}, metadata={}, plane_stats={}, executions={},
-            sample=dataclasses.replace(sample, hlo_text={}, op_meta={}))
+            run_sketch=(), sample=dataclasses.replace(sample, hlo_text={}, op_meta={}))
         for program, text in part.hlo_texts.items():
             if program not in self.hlo or index < self.hlo[program][0]:
                 self.hlo[program] = (index, text)
         for program, (runs, ndev, span) in part.executions.items():
             self.executions.setdefault(program, []).append((index, runs, ndev, span))
 
-    def _compact(self) -> None:
-        if len(self.sketch_parts) <= 1:
-            return
-        keys, inv = np.unique(np.concatenate(self.sketch_parts), return_inverse=True)
-        self.sketch_parts = [keys]
-        self.sketch_counts = [np.bincount(inv, weights=np.concatenate(self.sketch_counts)).astype(np.int64)]
-        self.pending = 0
-
     def medians_ps(self) -> np.ndarray:
         """Every op's median duration from the merged sketch, within its min and max."""
-        self._compact()
-        keys, counts = self.sketch_parts[0], self.sketch_counts[0]
-        op = keys >> 32
-        bucket = keys & 0xFFFFFFFF
-        bounds = np.searchsorted(op, np.arange(len(self.count) + 1))
-        out = np.empty(len(self.count))
-        for g in range(len(self.count)):
-            b, n = bucket[bounds[g]:bounds[g + 1]], counts[bounds[g]:bounds[g + 1]]
-            c = int(self.count[g])
-            mid = (sketch_quantile(b, n, (c - 1) // 2) + sketch_quantile(b, n, c // 2)) / 2
-            out[g] = min(max(mid, float(self.min_ps[g])), float(self.max_ps[g]))
-        return out
+        return self.sketch.medians_ps(self.count, self.min_ps, self.max_ps)
+
+    def run_extremes_ps(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every op's median, smallest and largest time in one execution (0 for an op with none)."""
+        ran = self.runs > 0
+        lo, hi = np.where(ran, self.run_min_ps, 0), np.where(ran, self.run_max_ps, 0)
+        return self.run_sketch.medians_ps(self.runs, lo, hi), lo, hi
 
     def profile(self, paths: list[str], runs: list[str], files: list[str], hlo_dir, empty: tuple[str, ...] = ()
                 ) -> Profile:
@@ -359,6 +416,7 @@ class Merge:
                      f"aggregates): op medians are within 1 %; the timeline and the exported events are "
                      + (f"step {step} of each host" if step is not None else "each host's first events") + " only")
         reduced = Reduced(ops=ops, sampled_step=step)
+        unran = tuple(sorted(self.unran, key=lambda u: (-u.unran, u.program, u.host)))
         profile = Profile(
             path=", ".join(paths), table=table, steps=steps, platform=next(
                 (p.platform for p in parts if p.platform != "unknown"), "unknown"),
@@ -366,7 +424,7 @@ class Merge:
             hosts=[p.host for p in parts], sources=files, notes=notes,
             metadata=self.first.get("metadata", (0, {}))[1], manifest=manifest, hlo_texts=hlo_texts,
             plane_stats=self.first.get("plane_stats", (0, {}))[1],
-            events_total=sum(p.events_total for p in parts), reduced=reduced)
+            events_total=sum(p.events_total for p in parts), reduced=reduced, unran=unran)
         shifts_s = [(s + p.t0_ns - t0) * 1e-9 for p, s in zip(parts, shift_ns)]
         devices = [_shifted(d, s) for p, s in zip(parts, shifts_s) for d in p.devices]
         hosts = [_shifted(p.host_time, s) for p, s in zip(parts, shifts_s)]
@@ -390,10 +448,13 @@ class Merge:
                origin: int) -> OpStats:
         total_busy_s = sum(d.busy_s for d in devices) or 1.0
         medians = self.medians_ps()
+        run_med, run_min, run_max = self.run_extremes_ps()
         info = profile.op_info
         stats = [op_stat(info.get(key), key[0], key[1], int(self.count[g]), len(self.devices[g]),
                          float(self.total_ps[g]) * 1e-3, float(self.self_ps[g]) * 1e-3, float(medians[g]) * 1e-3,
-                         float(self.min_ps[g]) * 1e-3, float(self.max_ps[g]) * 1e-3, total_busy_s)
+                         float(self.min_ps[g]) * 1e-3, float(self.max_ps[g]) * 1e-3, total_busy_s,
+                         (int(self.runs[g]), float(run_med[g]) * 1e-3, float(run_min[g]) * 1e-3,
+                          float(run_max[g]) * 1e-3))
                  for key, g in self.index.items()]
         stats.sort(key=lambda s: (s.program, s.name))  # ties in self time: a fixed order
         table = (self._host_steps(parts, origin, {(s.program, s.name): s.category for s in stats}) if len(parts) > 1

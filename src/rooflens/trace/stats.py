@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from rooflens.trace.dispatch import Unran
 from rooflens.trace.events import row_key, unique_rows
 from rooflens.trace.formats.compiled import njit, plain_twin
 from rooflens.trace.groupby import dense, grouped_order, grouped_sorted, is_sorted, timeline_order, unique_inverse
@@ -18,21 +19,33 @@ from rooflens.trace.profile import Profile
 
 @dataclass(frozen=True)
 class OpStat:
-    """One HLO op of one program, summed over devices (and steps)."""
+    """One HLO op of one program, summed over devices (and steps).
+
+    Events and executions are apart: an *occurrence* is one op event (a kernel on GPU: a custom call, a
+    cuBLAS split-K GEMM or an NCCL collective may launch several per run; a loop body's op has one per
+    iteration); an *execution* is one execution of its program on one device (host, device, program
+    execution: :func:`rooflens.trace.warmup.execution_index`) in which it ran. The op's time per execution
+    is the sum of its events in that execution: all its kernels, and every iteration of the loops around
+    it (what its roofline times its runs per program execution compares to). Executions the trace's end
+    cut short (:func:`rooflens.trace.warmup.cut_executions`) hold partial sums and are left out of them."""
 
     name: str
     program: str
     category: str
     named_scope: str
-    occurrences: int  # executions (kernels on GPU) over all devices
+    occurrences: int  # op events (kernels on GPU, iterations in a loop) over all devices
     devices: int
     total_time_s: float
-    self_time_s: float  # total minus time inside other op events nested in it (same line)
-    avg_time_s: float
-    median_time_s: float  # robust to a few slow outliers (a noisy host, a first execution)
-    min_time_s: float
-    max_time_s: float
+    self_time_s: float  # total minus time inside other op events nested in it (same line); control ops: their body's
+    avg_time_s: float  # per event
+    median_time_s: float  # per event; robust to a few slow outliers (a noisy host, a first execution)
+    min_time_s: float  # per event
+    max_time_s: float  # per event
     pct_device_time: float  # of all devices' busy time
+    executions: int = 0  # program executions it ran in, over all devices (cut ones left out)
+    median_execution_s: float = 0.0  # per execution: the sum of its events in one program execution on one device
+    min_execution_s: float = 0.0
+    max_execution_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -83,6 +96,7 @@ class OpStats:
     in_window: dict = field(default_factory=dict)  # compilations and cache misses during the capture window
     hosts: list[DeviceTime] = field(default_factory=list)  # all devices of a host together (device = -1)
     host_steps: HostSteps | None = None  # several hosts: the host × step table
+    unran: tuple[Unran, ...] = ()  # programs the host dispatched more often than the devices ran them in the trace
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -252,6 +266,134 @@ def _self_times_plain(start, end, group, order):
     return np.maximum(np.asarray(self_t, np.int64), 0)
 
 
+#: ops that do no work of their own: a loop, a branch, a call run the ops of the computations they call
+CONTROL_OPCODES = frozenset({"while", "conditional", "call"})
+
+
+def control_rows(t, info: dict) -> np.ndarray:
+    """The events of control ops (``info``: (program, op) → OpInfo, whose opcode the HLO gives, or the op's name
+    when the trace has no HLO: ``while.5``)."""
+    width = len(t.names) + 1
+    hits = [p * width + n for p, n in t.pairs().tolist()
+            if (oi := info.get((t.programs[p], t.names[n]))) is not None and oi.opcode in CONTROL_OPCODES]
+    if not hits:
+        return np.zeros(0, np.int64)
+    lut = np.zeros(len(t.programs) * width, bool)
+    lut[hits] = True
+    return np.flatnonzero(lut[t.program.astype(np.int64) * width + t.name])
+
+
+def control_self_ps(t, rows: np.ndarray) -> np.ndarray:
+    """The self time (ps) of control-op events ``rows``: its span less the part of it covered by the other op
+    events of its program on its device that start inside it. A loop's body runs inside its span, on its line
+    (TPU, CPU: nested, XProf's rule already subtracts them) or on other lines and streams (GPU kernels, CPU
+    worker threads, a collective's stream), where nesting cannot be seen: so the body is found by time, on the
+    device, not by line. A control op has no work of its own: what is left is the loop's own overhead."""
+    if not len(rows):
+        return np.zeros(0, np.int64)
+    group = row_key(t.host, t.device, t.program)[0]
+    if group is None:
+        group = unique_rows(t.host, t.device, t.program)[1]
+    mine = np.isin(group, np.unique(group[rows]))  # the (host, device, program)s that run a control op
+    sel = np.flatnonzero(mine)
+    codes, inv = unique_inverse(group[sel])
+    start, dur = t.start_ps[sel], t.dur_ps[sel]
+    order = timeline_order(inv, len(codes), start, dur) if is_sorted(start) else np.lexsort((-dur, start, inv))
+    place = np.empty(len(sel), np.int64)
+    place[order] = np.arange(len(sel))
+    targets = place[np.searchsorted(sel, rows)]
+    covered = _covered_after(order, inv, start, start + dur, targets)
+    return np.maximum(t.dur_ps[rows] - covered, 0)
+
+
+@njit(cache=True, nogil=True)
+def _covered_after(order, group, start, end, targets):
+    """For each target (a position in ``order``: events grouped, in time order, the longest first of those
+    starting together), the length of its span covered by the events after it that start inside it."""
+    out = np.zeros(len(targets), np.int64)
+    for k in range(len(targets)):
+        p = targets[k]
+        i = order[p]
+        sc, ec, g = start[i], end[i], group[i]
+        covered = 0
+        cs = sc
+        ce = sc
+        q = p + 1
+        while q < len(order):
+            j = order[q]
+            if group[j] != g or start[j] >= ec:
+                break
+            s, e = start[j], min(end[j], ec)
+            if s > ce:
+                covered += ce - cs
+                cs, ce = s, e
+            elif e > ce:
+                ce = e
+            q += 1
+        out[k] = covered + ce - cs
+    return out
+
+
+@plain_twin(_covered_after, 200_000)
+def _covered_after_plain(order, group, start, end, targets):
+    order_l, g_l, s_l, e_l = order.tolist(), group.tolist(), start.tolist(), end.tolist()
+    out = []
+    for p in targets.tolist():
+        i = order_l[p]
+        sc, ec, g = s_l[i], e_l[i], g_l[i]
+        covered, cs, ce = 0, sc, sc
+        for j in order_l[p + 1:]:
+            if g_l[j] != g or s_l[j] >= ec:
+                break
+            s, e = s_l[j], min(e_l[j], ec)
+            if s > ce:
+                covered += ce - cs
+                cs, ce = s, e
+            elif e > ce:
+                ce = e
+        out.append(covered + ce - cs)
+    return np.asarray(out, np.int64)
+
+
+def op_self_ps(profile: Profile) -> np.ndarray:
+    """Every event's self time (ps): XProf's rule (:func:`self_times_ps`, nesting on its line), and for control
+    ops their span less their body's time on the device (:func:`control_self_ps`)."""
+    t = profile.table
+    out = self_times_ps(t, line_groups(t))
+    rows = control_rows(t, profile.op_info)
+    if len(rows):
+        out = out.copy()
+        out[rows] = control_self_ps(t, rows)
+    return out
+
+
+def execution_sums(t, inv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per (op, host, device, program execution) in which the op ran: its op (``inv``: each event's op group)
+    and the sum of its events' durations there (ps, float), by op; executions the trace's end cut short left
+    out (their sums are partial)."""
+    from rooflens.trace.warmup import cut_executions, execution_index
+
+    idx, ran = execution_index(t), ~cut_executions(t)
+    every = bool(ran.all())
+    cols = (inv, t.host, t.device, idx) if every else (inv[ran], t.host[ran], t.device[ran], idx[ran])
+    rows, kinv = unique_rows(*cols)
+    dur = t.dur_ps if every else t.dur_ps[ran]
+    return rows[:, 0], np.bincount(kinv, weights=dur, minlength=len(rows))
+
+
+def execution_extremes(op: np.ndarray, sums: np.ndarray, m: int) -> tuple[np.ndarray, ...]:
+    """Per op of ``m``: its executions, and the median, smallest and largest of its sums (:func:`execution_sums`;
+    zeros for an op with none)."""
+    cnt = np.bincount(op, minlength=m)
+    ranked = grouped_sorted(op, m, sums)
+    first = np.concatenate([[0], np.cumsum(cnt)[:-1]]).astype(np.int64)
+    has = cnt > 0
+    lo, hi = np.where(has, first, 0), np.where(has, first + cnt - 1, 0)
+    take = (lambda k: np.where(has, ranked[k], 0.0)) if len(ranked) else (lambda k: np.zeros(m))
+    median = (take(np.where(has, first + (cnt - 1) // 2, 0)) + take(np.where(has, first + cnt // 2, 0))) / 2
+    return cnt, median, take(lo), take(hi)
+
+
 def busy_union(start: np.ndarray, end: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
     """Union length of intervals, and the merged intervals (starts, ends), for sorted starts."""
     if not len(start):
@@ -312,7 +454,8 @@ def op_stats(profile: Profile, gaps_per_device: int = 5) -> OpStats:
         return profile.reduced.stats
     t = profile.table
     key = (memo.table_digest(t), gaps_per_device, memo.digest_of(
-        profile.steps, profile.platform, profile.device_kind, profile.notes, profile.metadata.get("in_window"),
+        profile.steps, profile.platform, profile.device_kind, profile.notes, profile.unran,
+        profile.metadata.get("in_window"),
         sorted(profile.hlo_texts.items()), sorted(t.hlo_text.items()), sorted(t.op_meta.items(), key=repr),
         profile.host_events, sorted(profile.host_events_of.items())))
     return memo.remembered("op_stats", key, len(t), lambda: _op_stats(profile, gaps_per_device))
@@ -340,7 +483,7 @@ def device_times(profile: Profile, gaps_per_device: int) -> tuple[list[DeviceTim
 def _op_stats(profile: Profile, gaps_per_device: int) -> OpStats:
     t = profile.table
     dur = t.dur_ns
-    self_ns = self_times_ps(t, line_groups(t)) * 1e-3
+    self_ps = self_times_ps(t, line_groups(t))
     devices, hosts = device_times(profile, gaps_per_device)
     total_busy_s = sum(d.busy_s for d in devices) or 1.0
 
@@ -348,32 +491,44 @@ def _op_stats(profile: Profile, gaps_per_device: int) -> OpStats:
     key = t.program.astype(np.int64) * (len(t.names) + 1) + t.name
     uniq, inv = unique_inverse(key)
     tot = np.bincount(inv, weights=dur)
-    selft = np.bincount(inv, weights=self_ns)
+    selft = np.bincount(inv, weights=self_ps * 1e-3)
     cnt = np.bincount(inv)
     ranked = grouped_sorted(inv, len(uniq), dur)  # grouped, each group sorted by duration
     first = np.concatenate([[0], np.cumsum(cnt)[:-1]])
     mins, maxs = ranked[first], ranked[first + cnt - 1]
     medians = (ranked[first + (cnt - 1) // 2] + ranked[first + cnt // 2]) / 2
     ndev = _devices_per_group(inv, len(uniq), t.device)
+    runs, run_med, run_min, run_max = execution_extremes(*execution_sums(t, inv), len(uniq))
     info = profile.op_info  # after the grouping: a caller may be parsing the HLO on another thread
+    ctrl = control_rows(t, info)
+    if len(ctrl):  # a control op's self time: its span less its body's, wherever the body ran
+        selft += np.bincount(inv[ctrl], weights=(control_self_ps(t, ctrl) - self_ps[ctrl]) * 1e-3,
+                             minlength=len(uniq))
     stats = []
     for k, u in enumerate(uniq):
         program, name = t.programs[int(u // (len(t.names) + 1))], t.names[int(u % (len(t.names) + 1))]
         stats.append(op_stat(info.get((program, name)), program, name, int(cnt[k]), int(ndev[k]), float(tot[k]),
-                             float(selft[k]), float(medians[k]), float(mins[k]), float(maxs[k]), total_busy_s))
+                             float(selft[k]), float(medians[k]), float(mins[k]), float(maxs[k]), total_busy_s,
+                             (int(runs[k]), float(run_med[k]) * 1e-3, float(run_min[k]) * 1e-3,
+                              float(run_max[k]) * 1e-3)))
     cat_of_op = np.asarray([s.category for s in stats] or ["unknown"], dtype=object)  # in the order of uniq
     return stats_of(profile, stats, devices, hosts,
                     host_steps(profile, cat_of_op[inv]) if len(t.hosts) > 1 else None)
 
 
 def op_stat(info, program: str, name: str, count: int, devices: int, total_ns: float, self_ns: float,
-            median_ns: float, min_ns: float, max_ns: float, total_busy_s: float) -> OpStat:
-    """One op's stat from its measured sums and extremes in ns (``info``: its OpInfo, None when unknown)."""
+            median_ns: float, min_ns: float, max_ns: float, total_busy_s: float,
+            executions: tuple[int, float, float, float] = (0, 0.0, 0.0, 0.0)) -> OpStat:
+    """One op's stat from its measured sums and extremes in ns (``info``: its OpInfo, None when unknown);
+    ``executions``: its executions and the median, smallest and largest of its time in one (ns)."""
+    runs, run_median_ns, run_min_ns, run_max_ns = executions
     return OpStat(name=name, program=program, category=info.category if info else "unknown",
                   named_scope=info.named_scope if info else "", occurrences=count, devices=devices,
                   total_time_s=total_ns * 1e-9, self_time_s=self_ns * 1e-9, avg_time_s=(total_ns / count) * 1e-9,
                   median_time_s=median_ns * 1e-9, min_time_s=min_ns * 1e-9, max_time_s=max_ns * 1e-9,
-                  pct_device_time=100.0 * self_ns * 1e-9 / total_busy_s)
+                  pct_device_time=100.0 * self_ns * 1e-9 / total_busy_s, executions=runs,
+                  median_execution_s=run_median_ns * 1e-9, min_execution_s=run_min_ns * 1e-9,
+                  max_execution_s=run_max_ns * 1e-9)
 
 
 def stats_of(profile: Profile, stats: list[OpStat], devices: list[DeviceTime], hosts: list[DeviceTime],
@@ -401,7 +556,7 @@ def stats_of(profile: Profile, stats: list[OpStat], devices: list[DeviceTime], h
         by_scope_prefix_s=dict(sorted(prefix.items(), key=lambda kv: -kv[1])),
         by_category_s=totals(lambda s: s.category), devices=devices, steps=step_summary(profile),
         platform=profile.platform, device_kind=profile.device_kind, notes=list(profile.notes),
-        in_window=profile.manifest.window.to_dict(), hosts=hosts,
+        in_window=profile.manifest.window.to_dict(), hosts=hosts, unran=tuple(profile.unran),
     )
 
 

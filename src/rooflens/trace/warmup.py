@@ -115,6 +115,53 @@ def _executions_of_np(order, bounds, name, n_names, start):
     return out
 
 
+def cut_executions(t: EventTable, exec_idx: np.ndarray | None = None) -> np.ndarray:
+    """For every event, whether it belongs to an execution the trace's end cut short (remembered for the same
+    table). A program's last execution on a device is cut when it holds fewer events than each of its other
+    executions there and nothing starts on that device after it ends: the trace stopped while it ran (its
+    first ops finished inside the trace, the rest never did). It is not a step, and its ops' sums are partial.
+    ``exec_idx``: the table's :func:`execution_index` (computed when not given)."""
+    from rooflens.trace import memo
+
+    def compute() -> np.ndarray:
+        out = _cut_executions(t, execution_index(t) if exec_idx is None else exec_idx)
+        out.setflags(write=False)
+        return out
+
+    if exec_idx is not None:  # a table's own index given by a caller that holds it: not remembered
+        return compute()
+    return memo.remembered("cut_executions", (memo.table_digest(t),), len(t), compute, in_memory=True)
+
+
+def _cut_executions(t: EventTable, exec_idx: np.ndarray) -> np.ndarray:
+    cut = np.zeros(len(t), bool)
+    if not len(t):
+        return cut
+    keys, inv = unique_rows(t.host, t.device, t.program, exec_idx)  # by (host, device, program), then execution
+    count = np.bincount(inv, minlength=len(keys))
+    _, end = group_extent(inv, len(keys), t.start_ns, t.end_ns)
+    group = keys[:, :3]
+    first = np.flatnonzero(np.concatenate([[True], (group[1:] != group[:-1]).any(axis=1)]))
+    last = np.append(first[1:], len(keys)) - 1
+    others = count.copy()
+    others[last] = np.iinfo(others.dtype).max  # each group's minimum over its executions but the last
+    fewer = (last > first) & (count[last] < np.minimum.reduceat(others, first))
+    if not fewer.any():
+        return cut
+    # nothing starts on the device after the execution ends: the trace's end, not the program's next run
+    dev_keys, dev_inv = unique_rows(t.host, t.device)
+    _, dev_last_start = group_extent(dev_inv, len(dev_keys), t.start_ns, t.start_ns)
+    dev_of = unique_rows(np.concatenate([dev_keys[:, 0], keys[last, 0]]),
+                         np.concatenate([dev_keys[:, 1], keys[last, 1]]))[1][len(dev_keys):]
+    final = dev_last_start[dev_of] <= end[last]
+    cut_keys = last[fewer & final]
+    if len(cut_keys):
+        hit = np.zeros(len(keys), bool)
+        hit[cut_keys] = True
+        cut = hit[inv]
+    return cut
+
+
 @dataclasses.dataclass(frozen=True)
 class Executions:
     program: str
@@ -126,7 +173,10 @@ def program_executions(table: EventTable) -> dict[str, Executions]:
     """Every program's executions per device and their median span (device time, gaps inside included)."""
     if not len(table):
         return {}
-    uniq, inv = unique_rows(table.program, table.host, table.device, execution_index(table))
+    idx, ran = execution_index(table), ~cut_executions(table)  # an execution cut by the trace's end is not one
+    if not ran.all():
+        table, idx = table.select(ran), idx[ran]
+    uniq, inv = unique_rows(table.program, table.host, table.device, idx)
     starts, ends = group_extent(inv, len(uniq), table.start_ns.astype(float), table.end_ns.astype(float))
     out: dict[str, Executions] = {}
     spans: dict[int, list[float]] = {}
@@ -259,10 +309,11 @@ def _warmup_programs(t: EventTable, exec_idx: np.ndarray, manifest: RunManifest)
     return sorted(out, key=lambda p: -((p.get("compile_s") or 0.0) + p["first_run_s"]))
 
 
-def _infer_steps(t: EventTable, exec_idx: np.ndarray) -> tuple[str, list[tuple[int, float, float]]]:
-    """The main program's executions as steps: (program, [(n, start ns, end ns)]). Each step runs
-    from the start of one execution to the start of the next (the host work between them is part
-    of the step, as with a step annotation around a loop body); the last ends with its own ops."""
+def _infer_steps(t: EventTable, exec_idx: np.ndarray) -> tuple[str, list[tuple[int, float, float]], int]:
+    """The main program's executions as steps: (program, [(n, start ns, end ns)], executions left out). Each
+    step runs from the start of one execution to the start of the next (the host work between them is part
+    of the step, as with a step annotation around a loop body); the last ends with its own ops. An execution
+    the trace's end cut short (:func:`cut_executions`) is not a step: it is left out and counted."""
     best, best_time = None, 0.0
     for code, _program in enumerate(t.programs):
         sel = t.program == code
@@ -274,19 +325,25 @@ def _infer_steps(t: EventTable, exec_idx: np.ndarray) -> tuple[str, list[tuple[i
         if busy > best_time:
             best, best_time = code, busy
     if best is None:
-        return "", []
+        return "", [], 0
     sel = t.program == best
     k = exec_idx[sel]
     starts = np.full(k.max() + 1, np.inf)
     ends = np.full(k.max() + 1, -np.inf)
     np.minimum.at(starts, k, t.start_ns[sel])
     np.maximum.at(ends, k, t.end_ns[sel])
-    nums = [i for i in range(len(starts)) if np.isfinite(starts[i])]
+    cut = set(np.unique(k[cut_executions(t, exec_idx)[sel]]).tolist())
+    nums = [i for i in range(len(starts)) if np.isfinite(starts[i]) and i not in cut]
     steps = []
     for j, i in enumerate(nums):
         end = starts[nums[j + 1]] if j + 1 < len(nums) else ends[i]
         steps.append((i, float(starts[i]), float(max(end, ends[i]) if j + 1 == len(nums) else end)))
-    return t.programs[best], steps
+    return t.programs[best], steps, len(cut)
+
+
+def cut_note(program: str) -> str:
+    return (f"the last execution of {program} was cut short by the trace's end (its first ops ran inside the "
+            "trace, the rest never did): it is not a step")
 
 
 def _host_steady_start(t: EventTable, exec_idx: np.ndarray, code: int, meta: RunManifest, offset_ns: float,
@@ -369,7 +426,9 @@ def judge(profile):
         info["steady_start_ns"] = float(steps[0][1])
         assign_steps(steady, steps)
     else:
-        main, steps = _infer_steps(steady, steady_idx)
+        main, steps, cut = _infer_steps(steady, steady_idx)
+        if cut:
+            notes.append(cut_note(main))
         if main:  # the steady state begins when the main program's first run ends
             code = t.programs.index(main)
             first = warm & (t.program == code)
@@ -399,7 +458,7 @@ def judge_window(profile):
     from rooflens.trace.formats.raw import assign_steps
 
     window = profile.metadata["window"]
-    main, steps = _infer_steps(profile.table, execution_index(profile.table))
+    main, steps, cut = _infer_steps(profile.table, execution_index(profile.table))
     if not steps:
         return profile
     first = 0
@@ -413,6 +472,8 @@ def judge_window(profile):
     edges = "" if "steps" in window or len(steps) < 2 else ", the executions cut by the window's edges left out"
     notes.append(f"no step annotations: the {len(steps)} steps are the executions of {main}, the main program, "
                  f"in the window{edges}")
+    if cut:
+        notes.append(cut_note(main))
     return dataclasses.replace(profile, steps=steps, notes=notes)
 
 
@@ -429,7 +490,9 @@ def with_warmup(profile):
                           "for compilations count in the stats"]
     steps = list(full.steps)
     if not steps:
-        main, steps = _infer_steps(full.table, execution_index(full.table))
+        main, steps, cut = _infer_steps(full.table, execution_index(full.table))
+        if cut:
+            notes.append(cut_note(main))
         if steps:
             assign_steps(full.table, steps)
             notes = [n for n in notes if "no step annotations" not in n]

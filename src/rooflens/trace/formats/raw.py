@@ -47,6 +47,42 @@ class RawTrace:
     host_events: list[tuple[str, int, int]] = field(default_factory=list)  # Python frames ≥ 0.2 ms: name, start, end
     hlo_protos: dict[str, bytes] = field(default_factory=dict)  # program → serialized HloModuleProto
     events_total: int = 0  # every event the file holds, kept or not
+    # the host's dispatches of jitted functions (``PjitFunction(<fn>)`` events, outermost only): fn → starts (ps)
+    dispatches: dict[str, np.ndarray] = field(default_factory=dict)
+    end_ps: int = 0  # where the trace ends: its last event's end, or the profiler's recorded stop when later
+
+
+#: a host event that dispatches a jitted function: ``PjitFunction(train_step)`` (jaxlib's C++ dispatch path, on
+#: the thread that called it; jax 0.4 to 0.10 on CPU, GPU and TPU), ``PmapFunction(f)`` for pmap
+DISPATCH = re.compile(r"^(?:PjitFunction|PmapFunction)\((.*)\)$")
+DISPATCH_PREFIXES = ("PjitFunction(", "PmapFunction(")
+
+
+def top_level_dispatches(fn: list[str], line: np.ndarray, start: np.ndarray, dur: np.ndarray
+                         ) -> dict[str, np.ndarray]:
+    """Each function's dispatches (start times, sorted) from its dispatch events (``fn``: the function each
+    names; ``line``: the thread it is on). An event nested in another dispatch event on its thread is not a
+    dispatch of its own: jaxlib records ``PjitFunction(f)`` twice, one inside the other, for one call, and a
+    jitted function called while another is traced (its first call) is part of that call."""
+    if not len(start):
+        return {}
+    order = np.lexsort((-dur, start, line))
+    ln, s, e = line[order], start[order], (start + dur)[order]
+    nested = np.zeros(len(order), bool)
+    for lo, hi in zip(*_runs(ln)):
+        run_end = np.maximum.accumulate(e[lo:hi])
+        nested[lo + 1:hi] = s[lo + 1:hi] < run_end[:-1]
+    names = np.asarray(fn, dtype=object)[order]
+    out: dict[str, list] = {}
+    for name, t in zip(names[~nested].tolist(), s[~nested].tolist()):
+        out.setdefault(name, []).append(t)
+    return {k: np.sort(np.asarray(v, np.int64)) for k, v in out.items()}
+
+
+def _runs(sorted_key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """[lo, hi) of each run of equal values in a sorted array."""
+    cut = np.flatnonzero(sorted_key[1:] != sorted_key[:-1]) + 1
+    return np.concatenate([[0], cut]), np.concatenate([cut, [len(sorted_key)]])
 
 
 def op_name(text: str) -> str:

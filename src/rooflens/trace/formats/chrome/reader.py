@@ -11,12 +11,15 @@ from rooflens.errors import RooflensError
 from rooflens.trace import events as E
 from rooflens.trace.formats.raw import (
     DEVICE_PLANE,
+    DISPATCH,
+    DISPATCH_PREFIXES,
     HOST_EVENT_MIN_PS,
     Progress,
     RawTrace,
     containing,
     device_span,
     op_name,
+    top_level_dispatches,
     trace_op_meta,
 )
 
@@ -111,7 +114,19 @@ def read_chrome(path: Path, progress: Progress = None) -> RawTrace:
     host_events = [(words[k], s_, s_ + d) for k, s_, d in zip(c["name"][py].tolist(), start[py].tolist(),
                                                                dur[py].tolist()) if words[k].startswith("$")]
     return RawTrace(host, table, sorted(steps), device_kind or "unknown", platform, host_events=host_events,
-                    events_total=ev.count)
+                    events_total=ev.count, dispatches=_dispatches(c, words, kind, line_inv, event_start, event_dur),
+                    end_ps=int((event_start + event_dur).max()) if n else 0)
+
+
+def _dispatches(c: dict, words: list[str], kind: np.ndarray, line: np.ndarray, start: np.ndarray, dur: np.ndarray
+                ) -> dict[str, np.ndarray]:
+    """The host's dispatches of jitted functions: its outermost ``PjitFunction(<fn>)`` events."""
+    if not len(start):
+        return {}
+    fn = [m.group(1) if w.startswith(DISPATCH_PREFIXES) and (m := DISPATCH.match(w)) else None for w in words]
+    is_dispatch = np.asarray([f is not None for f in fn] + [False])
+    rows = np.flatnonzero((kind == 0) & is_dispatch[c["name"]])
+    return top_level_dispatches([fn[k] for k in c["name"][rows].tolist()], line[rows], start[rows], dur[rows])
 
 
 def _chrome_programs(c: dict, rows: np.ndarray, word: np.ndarray, code) -> np.ndarray:

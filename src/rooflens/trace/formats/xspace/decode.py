@@ -155,7 +155,7 @@ def line_flags(plane_name: str, line_name: str) -> int:
     if plane_name.startswith("/host:"):
         if plane_name == "/host:metadata":
             return 0
-        return W.KEEP_KEYED | (W.KEEP_LONG if line_name == "python" else 0)
+        return W.KEEP_KEYED | W.KEEP_META | (W.KEEP_LONG if line_name == "python" else 0)
     return 0
 
 
@@ -257,7 +257,8 @@ def _events(buf, mm: mmap.mmap, lines: np.ndarray, planes: list[Plane], line_ind
         if progress is not None:
             progress(min(done, total), total)
 
-    got = walk.walk(buf, lines, _stat_tables(planes), line_index, events, walk.threads_for(total), on_chunk)
+    tables = (*_stat_tables(planes), dispatch_metadata(buf, planes))
+    got = walk.walk(buf, lines, tables, line_index, events, walk.threads_for(total), on_chunk)
     if got.err is not None:  # the line that holds the byte where the walk broke
         li = int(np.searchsorted(lines[:, 0], got.err[1], side="right")) - 1 if len(lines) else 0
         where = (f"line {line_names[line_index[li]]!r} of plane {planes[int(lines[li, 2])].name!r}"
@@ -278,8 +279,8 @@ def warm_up() -> None:
     rows = np.empty((1, W.N_COLS), np.int64)
     W.decode_events(buf, np.zeros((0, 5), np.int64), np.zeros(4, np.int64), 1, 0, np.zeros(0, np.int64),
                     np.zeros(0, np.int64), np.zeros((0, 2), np.int64), np.zeros((0, 2), np.int64),
-                    rows, np.zeros(4, np.int64), np.zeros(4, np.int32), np.empty((1, 2), np.int64),
-                    np.zeros(1, np.int64), np.zeros(0, np.int64), err)
+                    np.zeros(0, np.int64), rows, np.zeros(4, np.int64), np.zeros(4, np.int32),
+                    np.empty((1, 2), np.int64), np.zeros(1, np.int64), np.zeros(0, np.int64), err)
     W.place(rows, 0, tuple(np.empty(0, np.int64) for _ in range(W.N_COLS)), 0, np.zeros(0, np.int64),
             np.zeros(0, np.int64), 0, np.zeros(W.N_COLS, np.int64))
 
@@ -308,6 +309,24 @@ def _stat_tables(planes: list[Plane]) -> tuple[np.ndarray, np.ndarray, np.ndarra
     return (np.concatenate(ids) if ids else np.zeros(0, np.int64), np.concatenate(cols) if cols else
             np.zeros(0, np.int64), np.ascontiguousarray(np.concatenate(names)) if names else
             np.zeros((0, 2), np.int64), np.asarray(bounds, np.int64).reshape(-1, 2))
+
+
+def dispatch_metadata(buf: np.ndarray, planes: list[Plane]) -> np.ndarray:
+    """The host planes' event metadata that name a dispatch (``PjitFunction(…)``, ``PmapFunction(…)``), as
+    sorted keys ``plane << 40 | metadata id`` (what :func:`wire.decode_events` keeps on KEEP_META lines)."""
+    from rooflens.trace.formats.raw import DISPATCH_PREFIXES
+
+    keys = []
+    for p in planes:
+        if not p.name.startswith("/host:") or not len(p.meta_rows):
+            continue
+        rows = p.meta_rows
+        for prefix in (np.frombuffer(w.encode(), np.uint8) for w in DISPATCH_PREFIXES):
+            ok = (rows[:, 2] >= 0) & (rows[:, 3] - rows[:, 2] > len(prefix))
+            at = rows[ok, 2][:, None] + np.arange(len(prefix))
+            hit = (buf[at] == prefix).all(axis=1) if len(at) else np.zeros(0, bool)
+            keys += [(p.index << 40) | int(m) for m in rows[ok, 1][hit].tolist()]
+    return np.asarray(sorted(keys), np.int64)
 
 
 def _columns_of(ids: np.ndarray, stat_names: dict[int, str], col_of: dict[str, int]) -> np.ndarray:

@@ -354,7 +354,7 @@ def _event(w: _Wire, pos: int, ev_end: int, cols: dict, names: dict, interner) -
 
 
 @compiled.plain_twin(W.decode_events, PLAIN_MAX_BYTES)
-def decode_events(buf, lines, state, budget_bytes, long_ps, sm_ids, sm_col, sm_name, plane_sm,
+def decode_events(buf, lines, state, budget_bytes, long_ps, sm_ids, sm_col, sm_name, plane_sm, want,
                   rows, tkeys, tcodes, strs, nstr, ref_code, err):  # ref_code: the interner's dict does its work
     w = _wire(buf)
     interner = compiled.PlainInterner(w.b, tkeys, tcodes, strs, nstr)
@@ -383,6 +383,7 @@ def decode_events(buf, lines, state, budget_bytes, long_ps, sm_ids, sm_col, sm_n
             planes[plane] = _plane_stats(sm_ids, sm_col, sm_name, *plane_sm[plane].tolist())
         cols, names = planes[plane]
         keep_all, keep_keyed, keep_long = flags & W.KEEP_ALL, flags & W.KEEP_KEYED, flags & W.KEEP_LONG
+        wanted = {k & ((1 << 40) - 1) for k in want.tolist() if k >> 40 == plane} if flags & W.KEEP_META else ()
         pos = int(state[1]) if state[1] > 0 and li == int(state[0]) else start
         seg = pos
         budget_at = seg + budget_bytes - spent  # the position where this call's byte budget runs out
@@ -418,7 +419,7 @@ def decode_events(buf, lines, state, budget_bytes, long_ps, sm_ids, sm_col, sm_n
             seen += 1
             if (keep_all or (keep_keyed and (vals[k_op] != _NONE or vals[k_step] != _NONE
                                              or vals[k_step_id] != _NONE or vals[k_dev] != _NONE))
-                    or (keep_long and dur >= long_ps)):
+                    or (keep_long and dur >= long_ps) or meta in wanted):
                 kept.append([li, meta, base_ps + off, dur, *vals])
         spent += end - seg
         state[1] = 0

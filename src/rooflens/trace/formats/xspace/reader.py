@@ -17,6 +17,7 @@ from rooflens.trace import events as E
 from rooflens.trace.formats.compiled import njit, plain_twin
 from rooflens.trace.formats.raw import (
     DEVICE_PLANE,
+    DISPATCH,
     Progress,
     RawTrace,
     containing,
@@ -24,6 +25,7 @@ from rooflens.trace.formats.raw import (
     hlo_module_of,
     op_name,
     program_name,
+    top_level_dispatches,
     trace_op_meta,
     uint64,
 )
@@ -80,6 +82,7 @@ def read_xspace(path: Path, progress: Progress = None, device_time: bool = True)
         parts.append(cpu)
     rows = _joined([p[0] for p in parts])
     steps, host_events, protos, origin_ns = _steps(x, ev), _host_events(x, ev), _hlo_protos(x), _absolute_origin(x)
+    dispatches, end_ps = _dispatches(x, ev), _end_ps(x)
     # the decoded columns go as soon as they are used, before the table's are made: a 1 GB trace's
     # peak is lower, and the table's columns reuse memory this process has just let go of
     start, dur = ev.start, ev.dur
@@ -98,7 +101,7 @@ def read_xspace(path: Path, progress: Progress = None, device_time: bool = True)
         op_meta=op_meta)
     return RawTrace(table.hosts[0], table, sorted(steps), device_kind or ("cpu" if platform == "cpu" else "unknown"),
                     platform, plane_stats=plane_stats, host_events=host_events, hlo_protos=protos,
-                    events_total=x.events_total)
+                    events_total=x.events_total, dispatches=dispatches, end_ps=end_ps)
 
 
 def _joined(arrays: list[np.ndarray]) -> np.ndarray:
@@ -234,6 +237,31 @@ def _host_events(x, ev: _Events) -> list[tuple[str, int, int]]:
     ok = np.asarray([n.startswith("$") for n in names] + [False])[inv]
     return [(names[i], s, s + d) for i, s, d in zip(inv[ok].tolist(), ev.start[py[ok]].tolist(),
                                                     ev.dur[py[ok]].tolist())]
+
+
+def _dispatches(x, ev: _Events) -> dict[str, np.ndarray]:
+    """The host's dispatches of jitted functions: its outermost ``PjitFunction(<fn>)`` events (kept by the walk
+    for the metadata :func:`~rooflens.trace.formats.xspace.decode.dispatch_metadata` names)."""
+    host = np.flatnonzero((ev.kind == 3) & (x.col("hlo_op") == W.NONE))  # op events are never dispatches
+    if not len(host):
+        return {}
+    uk, inv = np.unique(_metadata_key(x, ev, host), return_inverse=True)
+    fn = [m.group(1) if (m := DISPATCH.match(_metadata_of(x, k)[0])) else None for k in uk.tolist()]
+    hit = np.asarray([f is not None for f in fn] + [False])[inv.ravel()]
+    rows = host[hit]
+    return top_level_dispatches([fn[k] for k in inv.ravel()[hit].tolist()], x.line[rows], ev.event_start[rows],
+                                x.dur_ps[rows])
+
+
+def _end_ps(x) -> int:
+    """Where the trace ends (ps from its origin): its last kept event's end, or the profiler's stop time (the
+    ``Task Environment`` plane's ``profile_stop_time``) when that is later."""
+    end = int((x.start_ps + x.dur_ps).max()) if len(x) else 0
+    for p in x.planes:
+        start, stop = p.stats.get("profile_start_time"), p.stats.get("profile_stop_time")
+        if p.name == "Task Environment" and isinstance(start, int) and isinstance(stop, int) and stop > start:
+            end = max(end, (stop - start - x.origin_ns) * 1000)
+    return end
 
 
 def _hlo_protos(x) -> dict[str, bytes]:

@@ -247,7 +247,7 @@ class _Walk:
         full)."""
         lo, hi = self.pieces[i]
         lines = np.ascontiguousarray(self.lines[lo:hi])
-        sm_ids, sm_col, sm_name, plane_sm = self.tables
+        sm_ids, sm_col, sm_name, plane_sm, want = self.tables
         rows = self.scratch(self.piece_events[i])
         tkeys, tcodes = np.zeros(1 << 12, np.int64), np.zeros(1 << 12, np.int32)
         strs = np.empty((1 << 11, 2), np.int64)
@@ -258,7 +258,7 @@ class _Walk:
         done = 0
         while True:
             status = W.decode_events(self.buf, lines, state, CHUNK_BYTES, HOST_EVENT_MIN_PS, sm_ids, sm_col, sm_name,
-                                     plane_sm, rows, tkeys, tcodes, strs, nstr, ref_code, err)
+                                     plane_sm, want, rows, tkeys, tcodes, strs, nstr, ref_code, err)
             if status == W.FAILED:
                 return _Piece(i, lo, rows, int(state[2]), strs[:0], err)
             if status == W.OUT_FULL:  # more kept events than the headers counted: cannot be, but stay safe

@@ -50,6 +50,7 @@ NONE = np.iinfo(np.int64).min  # "stat absent"
 KEEP_ALL = 1  # every event (TPU XLA Ops / XLA Modules, Steps lines)
 KEEP_KEYED = 2  # events with an hlo_op, step_num/step_id or global_device_id stat
 KEEP_LONG = 4  # events at least ``long_ps`` long (the Python tracer's frames)
+KEEP_META = 8  # events whose (plane, metadata id) is among the wanted ones (the host's dispatch events)
 
 # decode status
 DONE, BUDGET, OUT_FULL, TABLE_FULL, FAILED = 0, 1, 2, 3, 4
@@ -255,7 +256,7 @@ def _stat_slot(sm_ids, lo, hi, sid):
 
 
 @njit(cache=True, nogil=True)  # pure array work: other threads run meanwhile
-def decode_events(buf, lines, state, budget_bytes, long_ps, sm_ids, sm_col, sm_name, plane_sm,
+def decode_events(buf, lines, state, budget_bytes, long_ps, sm_ids, sm_col, sm_name, plane_sm, want,
                   rows, tkeys, tcodes, strs, nstr, ref_code, err):
     """Decode the events of ``lines`` into ``rows`` (int64 [capacity, N_COLS]), resumably.
 
@@ -266,6 +267,7 @@ def decode_events(buf, lines, state, budget_bytes, long_ps, sm_ids, sm_col, sm_n
     per plane (``plane_sm[p]`` = its [lo, hi)), ``sm_col`` its column (-1: not kept), ``sm_name``
     its name's (start, end), which is the value of a ``ref`` stat. ``ref_code`` (one per stat metadata,
     -1 at first) keeps the code each ``ref`` string got, so a name every op event refers to is interned once.
+    ``want``: sorted keys ``plane << 40 | metadata id`` of the events KEEP_META lines keep.
     """
     vals = np.empty(len(STAT_NAMES), np.int64)
     li = state[0]
@@ -411,6 +413,10 @@ def decode_events(buf, lines, state, budget_bytes, long_ps, sm_ids, sm_col, sm_n
                         or vals[S_GLOBAL_DEVICE_ID] != NONE)
             if not keep and (flags & KEEP_LONG) != 0:
                 keep = dur >= long_ps
+            if not keep and (flags & KEEP_META) != 0 and len(want):
+                wk = (plane << 40) | meta
+                at_w = np.searchsorted(want, wk)
+                keep = at_w < len(want) and want[at_w] == wk
             if not keep:
                 continue
             row = rows[n]  # one event's values side by side: one write stream, not one per column

@@ -1,0 +1,168 @@
+"""The host's dispatches against the device's executions: work a trace ended with, dispatched and never run.
+
+JAX dispatches asynchronously: a jitted call returns as soon as its program is queued on the devices, so a
+loop can run far ahead of them, and a trace stopped without waiting (no ``block_until_ready`` before
+``stop_trace``, or before leaving ``jax.profiler.trace``) ends while steps are still queued. The host side
+records each dispatch (jaxlib's ``PjitFunction(<fn>)`` event on the calling thread, read by the formats as
+:attr:`RawTrace.dispatches`); the device side, each program execution (:func:`execution_index`).
+
+Dispatches and executions are matched first in, first out: the executions of a program that start after
+its first dispatch in the trace are its dispatches' (earlier ones were dispatched before the trace began),
+in order, on its most complete device. Dispatches left over never ran inside the trace. They were *queued*
+at its end when nothing the host dispatched after them ran, and the time left after them (from the later
+of the first one and the device's last event, to the trace's end) is shorter than the device's backlog (what
+every program's leftover dispatches take: their number × the program's median execution span; unknown when
+none ran); otherwise the device had the time and ran later work, so the trace *dropped* their events (a
+profiler buffer), which a report says too. (A device's events are recorded as its ops finish: the execution
+it was running when the trace stopped shows none, or only its first ops — :func:`rooflens.trace.warmup.cut_executions`.)
+
+A jitted function's program is ``jit_<fn>`` (``pjit_``/``pmap_`` in older jax), its name's other characters
+replaced as JAX writes module names (``jax._src.interpreters.mlir.sanitize_name``; ``<lambda>`` →
+``jit__lambda``): they are matched on letters and digits. The capture's own barrier (``rooflens_drain``,
+:data:`~rooflens.trace.manifest.DRAIN_FUNCTION`) runs no op and is left out.
+
+Pure functions of the event table and what the formats read: no files, no printing.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from rooflens.trace.events import EventTable, unique_rows
+from rooflens.trace.groupby import group_extent
+from rooflens.trace.manifest import DRAIN_FUNCTION
+
+_UNSAFE = re.compile(r"[^\w.-]")  # what JAX replaces by "_" in a module name
+_OTHER = re.compile(r"[^0-9A-Za-z]")
+PREFIXES = ("jit_", "pjit_", "pmap_")
+
+
+@dataclass(frozen=True)
+class Unran:
+    """A program's dispatches on one host that never ran on its devices inside the trace."""
+
+    program: str  # the program's name as the trace has it (its base name when it never ran: ``jit_step``)
+    function: str  # the jitted function the host dispatched (``PjitFunction(step)``)
+    host: str
+    dispatched: int  # its dispatches in the trace
+    ran: int  # of them, the executions the devices show (its most complete device)
+    queued: bool  # still queued when the trace ended (True), or run with their events dropped (False)
+    missing_s: float  # device time they would take (their number × the median execution span; 0: unknown)
+
+    @property
+    def unran(self) -> int:
+        return self.dispatched - self.ran
+
+
+def _letters(name: str) -> str:
+    """A function's or a program's name with its prefix (``jit_``), program id and all but letters and digits
+    taken out: JAX names the program of ``<lambda>`` ``jit__lambda``, of ``step`` ``jit_step``."""
+    name = re.sub(r"\(\d+\)$", "", name)
+    for prefix in PREFIXES:
+        if name.startswith(prefix):
+            name = name[len(prefix):]
+            break
+    return _OTHER.sub("", name)
+
+
+def program_of(function: str, programs: list[str]) -> list[int]:
+    """The codes of the programs a jitted function's dispatches run (compilations of it for other shapes
+    included: ``jit_dot(5)``, ``jit_dot(21)``)."""
+    want = _letters(function)
+    return [k for k, p in enumerate(programs) if p.startswith(PREFIXES) and _letters(p) == want] if want else []
+
+
+def unran_dispatches(table: EventTable, exec_idx: np.ndarray, dispatches_of: dict[str, dict[str, np.ndarray]],
+                     end_ns_of: dict[str, float]) -> tuple[Unran, ...]:
+    """Every program whose host dispatched it more often than its devices ran it inside the trace (see the
+    module doc). ``exec_idx``: each event's execution (:func:`rooflens.trace.warmup.execution_index`);
+    ``dispatches_of``: per host, each function's dispatch starts (ns of table time); ``end_ns_of``: per
+    host, where its trace ends (ns of table time)."""
+    out = []
+    t = table
+    for host, dispatches in dispatches_of.items():
+        dispatches = {fn: d for fn, d in dispatches.items() if fn != DRAIN_FUNCTION}  # the capture's, no work
+        if not dispatches or host not in t.hosts:
+            continue
+        h = t.hosts.index(host)
+        mine = np.flatnonzero(t.host == h)
+        runs = _runs(t, exec_idx, mine)  # per program code: its executions' (device, start, end), by start
+        matched = {fn: program_of(fn, t.programs) for fn in dispatches}
+        # every program's matched executions with the dispatch time each ran for, to judge first in, first out
+        ran_for: list[np.ndarray] = []  # the dispatch times of the executions matched to a dispatch
+        counted = {}
+        for fn, starts in dispatches.items():
+            ex = _executions_after(runs, matched[fn], float(starts[0]))
+            n = min(len(ex), len(starts))
+            counted[fn] = (n, ex)
+            if n:
+                ran_for.append(np.asarray(starts[:n], float))
+        dev_end = float(t.end_ns[mine].max()) if len(mine) else -np.inf
+        end = max(float(end_ns_of.get(host, 0.0)), dev_end)
+        left: dict[str, tuple] = {}  # fn → (ran, its first unran dispatch, later work ran, their device time)
+        for fn, starts in dispatches.items():
+            n, ex = counted[fn]
+            if len(starts) > n:
+                span_ns = float(np.median(ex[:, 2] - ex[:, 1])) if len(ex) else 0.0
+                left[fn] = (n, float(starts[n]), any((d > float(starts[n])).any() for d in ran_for),
+                            span_ns * (len(starts) - n))
+        # the device's backlog at the trace's end: what every program left unrun would take (the device works
+        # through it in order; its events are recorded as they finish, so the one it was running shows none)
+        backlog_ns = sum(m for _, _, later, m in left.values() if not later)
+        for fn, (n, first_unran, later, missing_ns) in left.items():
+            time_left_ns = end - max(first_unran, dev_end)
+            queued = not later and (not missing_ns or backlog_ns > time_left_ns)
+            if not n and not queued:
+                continue  # never ran and not waiting: a function whose program has another name, or no device op
+            codes = matched[fn]
+            program = t.programs[codes[0]] if len(codes) == 1 else (
+                re.sub(r"\(\d+\)$", "", t.programs[codes[0]]) if codes else "jit_" + _UNSAFE.sub("_", fn))
+            out.append(Unran(program, fn, host, len(dispatches[fn]), n, queued, missing_ns * 1e-9))
+    return tuple(sorted(out, key=lambda u: (-u.unran, u.program, u.host)))
+
+
+def _runs(t: EventTable, exec_idx: np.ndarray, rows: np.ndarray) -> dict[int, np.ndarray]:
+    """Per program code: its executions on the rows' devices as rows of (device, start ns, end ns), by start."""
+    if not len(rows):
+        return {}
+    keys, inv = unique_rows(t.program[rows], t.device[rows], exec_idx[rows])
+    s, e = group_extent(inv, len(keys), t.start_ns[rows], t.end_ns[rows])
+    out: dict[int, np.ndarray] = {}
+    for p in np.unique(keys[:, 0]).tolist():
+        sel = keys[:, 0] == p
+        ex = np.stack([keys[sel, 1].astype(float), s[sel], e[sel]], axis=1)
+        out[p] = ex[np.argsort(ex[:, 1], kind="stable")]
+    return out
+
+
+def _executions_after(runs: dict[int, np.ndarray], codes: list[int], first_dispatch_ns: float) -> np.ndarray:
+    """The executions of the programs ``codes`` that started after ``first_dispatch_ns`` on their most complete
+    device (rows of device, start, end, by start)."""
+    rows = [runs[c] for c in codes if c in runs]
+    if not rows:
+        return np.zeros((0, 3))
+    ex = np.concatenate(rows)
+    ex = ex[ex[:, 1] >= first_dispatch_ns]
+    if not len(ex):
+        return ex
+    devices, counts = np.unique(ex[:, 0], return_counts=True)
+    ex = ex[ex[:, 0] == devices[np.argmax(counts)]]
+    return ex[np.argsort(ex[:, 1], kind="stable")]
+
+
+def unran_note(u: Unran, stats: bool = True) -> str:
+    """One sentence: how many of how many dispatches never ran, and why (the fix, when the trace stopped early);
+    ``stats``: say that the stats hold the executions that ran."""
+    where = f" on {u.host}" if u.host else ""
+    if u.queued:
+        return (f"{u.unran} of {u.dispatched} dispatches of {u.program} ({u.function}){where} never ran on the device "
+                "inside the trace: it stopped while they were still queued (JAX dispatches asynchronously); call "
+                "jax.block_until_ready on the step's output before stop_trace (or before leaving "
+                "jax.profiler.trace) so the device finishes them" + ("; the stats hold the executions that ran"
+                                                                     if stats else ""))
+    return (f"{u.unran} of {u.dispatched} dispatches of {u.program} ({u.function}){where} have no execution on the "
+            "device in the trace although it ran on after them: their device events were dropped (the profiler's "
+            "buffer?), so the stats hold the executions it kept")
