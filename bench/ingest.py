@@ -9,6 +9,9 @@ Inputs (made once, cached under bench/.cache/):
 * a ≥ 2 M-event XSpace: that file five times over (a concatenated XSpace is valid protobuf: its
   planes repeat, and rooflens merges them), and a ≥ 2 M-event Chrome JSON (the trace's events
   four times over, shifted in time);
+* a ~2.3 M-event Nsight Systems SQLite export: the real PyTorch export of tests/fixtures (kernels, memcpy,
+  memset, CUDA runtime calls, NVTX ranges) 80 times over, each copy later in time (its events/s sit beside
+  the XSpace rows of the same run: there is no ProfileData walk of an export);
 * a ≥ 1 GB XSpace, the same way (``--gb``; ``--no-gb`` skips it).
 
 Each measurement runs in a fresh process (wall time and peak RSS are its own: see ``LAUNCH``):
@@ -41,6 +44,7 @@ import textwrap
 from pathlib import Path
 
 CACHE = Path(__file__).resolve().parent / ".cache"
+ROOT = Path(__file__).resolve().parents[1]
 
 MAKE = textwrap.dedent("""
     import os, sys
@@ -61,10 +65,9 @@ MAKE = textwrap.dedent("""
 DECODE = textwrap.dedent("""
     import json, sys, time
     from pathlib import Path
-    from rooflens.trace.formats.chrome.reader import read_chrome
-    from rooflens.trace.formats.xspace.reader import read_xspace
+    from rooflens.trace.formats import reader_for
     path = Path(sys.argv[1])
-    reader = read_xspace if path.name.endswith(".xplane.pb") else read_chrome
+    reader = reader_for(str(path)).read  # the format's own reader: XSpace, Chrome JSON, Nsight SQLite
     t0 = time.perf_counter()
     raw = reader(path)
     print(json.dumps({"seconds": time.perf_counter() - t0, "events": raw.events_total}))
@@ -165,6 +168,12 @@ def make_inputs(args) -> dict[str, Path]:
     if not j4.exists():
         _repeat_json(inputs["0.5M trace.json.gz"], j4, 4)
     inputs["2M trace.json.gz (x4)"] = j4
+    nsys = ROOT / "tests" / "fixtures" / "gpu_nvidia" / "nsys_sqlite" / "nsysai_pytorch_h100x2_mfu_before.sqlite"
+    if nsys.is_file():
+        s80 = big / "x80.sqlite"
+        if not s80.exists():
+            _repeat_sqlite(nsys, s80, 80)
+        inputs["2.3M nsys sqlite (x80)"] = s80
     if not args.no_gb:
         n = max(1, int(args.gb * 1e9 / xplane.stat().st_size + 0.999))
         gb = big / f"x{n}.xplane.pb"
@@ -179,6 +188,35 @@ def _repeat_file(src: Path, dst: Path, n: int) -> None:
     with dst.open("wb") as fh:
         for _ in range(n):
             fh.write(data)
+
+
+def _repeat_sqlite(src: Path, dst: Path, n: int) -> None:
+    """A real Nsight Systems export's GPU work, runtime calls and NVTX ranges ``n`` times over, each copy shifted
+    past the last in time and in correlation ids (an export of a run ``n`` times as long)."""
+    import sqlite3
+
+    dst.unlink(missing_ok=True)
+    with sqlite3.connect(f"file:{src}?mode=ro", uri=True) as a, sqlite3.connect(dst) as b:
+        a.backup(b)
+    db = sqlite3.connect(dst)
+    tables = ["CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
+              "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS"]
+    lo, hi = db.execute('SELECT min(start), max("end") FROM CUPTI_ACTIVITY_KIND_RUNTIME').fetchone()
+    corr = db.execute("SELECT max(correlationId) FROM CUPTI_ACTIVITY_KIND_RUNTIME").fetchone()[0] + 1
+    span = hi - lo + 1
+    for t in tables:
+        cols = [r[1] for r in db.execute(f"PRAGMA table_info({t})")]
+        db.execute(f"CREATE TEMP TABLE one AS SELECT * FROM {t}")
+        for k in range(1, n):
+            shift = {"start": f"start + {k * span}", "end": f'"end" + {k * span}',
+                     "correlationId": f"correlationId + {k * corr}"}
+            exprs = ", ".join(shift.get(c, f'"{c}"') for c in cols)
+            db.execute(f"INSERT INTO {t} ({', '.join(f'{chr(34)}{c}{chr(34)}' for c in cols)}) SELECT {exprs} FROM one")
+        db.execute("DROP TABLE one")
+    db.commit()
+    db.execute("UPDATE ANALYSIS_DETAILS SET stopTime = stopTime + ?", ((n - 1) * span,))
+    db.commit()
+    db.close()
 
 
 def _repeat_json(src: Path, dst: Path, n: int) -> None:

@@ -162,6 +162,10 @@ def test_report_json_through_the_cli(tmp_path):
     top = max(want, key=lambda n: want[n][1])
     assert names[top]["occurrences"] == want[top][0]
     assert names["[CUDA memcpy Host-to-Device]"]["category"] == "host transfer"
+    assert data["num_devices"] == 2 and data["platform"] == "gpu"
+    # 2,184 kernels and transfers per GPU in one second, half under 2.4 µs: judged over the capture (no program)
+    tiny = [f for f in data["findings"] if f["rule"] == "tiny-ops"]
+    assert len(tiny) == 1 and "vectorized_elementwise_kernel" in str(tiny[0])
 
 
 def test_an_nsys_rep_without_nsys_is_one_sentence_naming_the_export(tmp_path):

@@ -112,7 +112,8 @@ def _render_step_memory_findings(console: Console, report) -> None:
         mfu = f", MFU {s.mfu:.1%}" if s.mfu is not None else ", MFU unknown" if report.roofs is not None else ""
         roof = f", roofline sum {ms(s.predicted_s)}" if report.roofs is not None else ""
         unit = {"executions": "per execution", "window": "the capture window"}.get(s.basis, "per device")
-        console.print(f"\n[bold]Step[/bold] ({e(s.program)}, {unit}): measured {ms(s.step_time_s)}{roof}{mfu}")
+        of = f"{e(s.program)}, " if s.program else ""  # "": kernels of no XLA program (an Nsight trace of PyTorch)
+        console.print(f"\n[bold]Step[/bold] ({of}{unit}): measured {ms(s.step_time_s)}{roof}{mfu}")
         console.print(f"  compute {ms(s.compute_s)} · communication {ms(s.communication_s)} · copies/layout "
                       f"{ms(s.layout_s)} · host transfers {ms(s.host_s)} · other {ms(s.other_s)} · idle {ms(s.idle_s)}"
                       + (f" · unpriced {ms(s.unpriced_s)}" if s.unpriced_s and report.roofs is not None else ""))

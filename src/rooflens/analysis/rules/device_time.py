@@ -114,7 +114,9 @@ def rule_tiny_ops(report: Report) -> list[Finding]:
         return []
     if report.steps and report.steps.steps:
         per_step = sum(s.occurrences for s in ops) / n_dev / report.steps.steps
-    elif report.steady.warmup_judged:  # a whole run with no step function (ops dispatched one by one): the run
+    elif report.steady.warmup_judged or not max(st.by_program_s, key=st.by_program_s.get):
+        # a whole run with no step function (ops dispatched one by one), or kernels of no XLA program (an
+        # Nsight trace of PyTorch): the capture
         per_step = sum(s.occurrences for s in ops) / n_dev
     else:  # no step annotations: each op of the busiest program runs once per execution of it
         main = max(st.by_program_s, key=st.by_program_s.get)
