@@ -92,8 +92,8 @@ def _refuse_combined(path: Path, stems: list[str]) -> None:
 def is_nsys_archive(path: str | Path) -> bool:
     """Whether ``path`` is an nsys-jax archive, by its content: a directory holding
     ``nvtx_gpu_proj_trace/trace.parquet`` (a file, or nsys-jax-combine's directory of them), or a zip
-    whose members include it. A remote path (an
-    fsspec URL) is judged by its name (``*.zip``) and told apart when read."""
+    whose members include it. A remote path (an fsspec URL) is judged by its name (``*.zip``) and told
+    apart when read."""
     s = str(path)
     if "://" in s:
         return s.rstrip("/").endswith(".zip")

@@ -327,7 +327,7 @@ def _lanes(r: _Ranges, rows: np.ndarray, row_prog: np.ndarray, gpu: GpuInfo,
             dev[unnamed] = first.global_id
             if len(own) > 1 and unnamed:
                 count = int(np.isin(inv, unnamed).sum())
-                notes.append(f"{count} ranges ran on a thread that launches for no one GPU (the main thread: "
+                notes.append(f"{count} ranges ran on a thread XLA did not name for a GPU (the main thread runs "
                              f"single-device programs): counted on GPU {first.global_id}, the process's first "
                              "(the archive does not say which GPU they used)")
             continue
