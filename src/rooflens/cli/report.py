@@ -55,7 +55,9 @@ def report(logdirs: tuple[str, ...], hlo_dir: str | None, chip_name: str | None,
     """What ran, against its roofline: op stats, expected vs observed, the step, and findings.
 
     Reads TensorBoard/XProf logdirs, run directories, or *.xplane.pb / *.trace.json.gz files, from
-    CPU, GPU or TPU, local or in a bucket (gs://, s3://): every host of the run, in one report.
+    CPU, GPU or TPU, local or in a bucket (gs://, s3://): every host of the run, in one report. Also
+    Nsight Systems: nsys-jax archives (*.zip), SQLite exports (`nsys export --type sqlite`: *.sqlite)
+    and raw *.nsys-rep reports (exported through `nsys` when it is on PATH).
     """
     check_outputs(force, ("--html", html_path), ("--out", json_path), ("--perfetto", perfetto_path))
     if hlo_dir:
