@@ -318,6 +318,9 @@ def test_one_process_four_gpus_through_the_cli(one_process):
     assert rep["num_devices"] == 4 and sorted(d["device"] for d in rep["devices"]) == [0, 1, 2, 3]
     assert rep["steps"]["count"] == 5 and rep["chip"] == "a100-sxm-40gb"
     assert rep["device_kind"] == "NVIDIA A100-SXM4-40GB"
+    # the logits GEMM runs once per step on every GPU: 5 steps per device
+    (gemm,) = [o for o in rep["op_stats"] if o["program"] == STEP and o["name"] == "custom-call.219.0"]
+    assert (gemm["occurrences"], gemm["devices"]) == (20, 4)
     assert max(o["pct_device_time"] for o in rep["op_stats"]) <= 100
     total = sum(o["self_time_s"] for o in rep["op_stats"])
     control = sum(o["self_time_s"] for o in rep["op_stats"] if o["category"] == "control")
