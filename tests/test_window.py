@@ -84,7 +84,8 @@ def test_steps_window_traces_those_steps_only_and_reports_the_recompilation_befo
     # a step of a few hundred kB on a machine with gigabytes: memory is information, never an alarm
     assert all(f["severity"] == "low" for f in data["findings"] if f["rule"] == "memory-peak")
     assert data["memory"]["main_program"] == "jit_step" and data["memory"]["peak_over_device"] < 0.01
-    assert not any("normal" in op for f in data["findings"] for op in f["ops"])  # nothing about the init programs
+    # nothing about the init programs
+    assert not any("normal" in op["program"] + op["name"] for f in data["findings"] for op in f["ops"])
 
 
 def test_a_window_the_run_never_reaches_says_so_and_keeps_the_exit_status(env, tmp_path):
@@ -272,8 +273,9 @@ def test_whole_run_of_a_flax_script_holds_every_step_it_dispatched(env, tmp_path
 
 
 def test_session_waits_for_work_whose_outputs_were_dropped(tmp_path):
-    """A loop that drops its results leaves executions queued when the window closes: the Session's trace
-    waits for them (its steps' own wait only covers the arrays still alive)."""
+    """A loop that drops its results leaves executions queued when the window opens and closes: the
+    Session's trace holds none of the warm-up's and all of its two steps' (its steps' own wait only covers
+    the arrays still alive; without the waits for the devices it held 5 of the 24)."""
     f = jax.jit(lambda x: jnp.tanh(x @ x) * 0.5)
     x = jnp.ones((256, 256))
     f(x).block_until_ready()

@@ -1,10 +1,11 @@
 """One profiler window on a logdir, shared by ``rl.capture``, ``rl.trace.Session`` and ``rooflens run``.
 
 Opening waits until the run directory the profiler will create is fresh (it names runs by the
-second), starts the trace and the recording of compilations and transfers; closing waits until
-every local device has finished everything dispatched (``common.drain_devices``: no async tail),
-stops both, finds the new run directory and writes ``rooflens.json`` into it (versions, devices, what was
-recorded, and whatever the caller adds), even when the traced code raised.
+second) and the devices have finished what ran before, then starts the trace and the recording of
+compilations and transfers; closing waits until every local device has finished everything
+dispatched (``common.drain_devices``: no async tail), stops both, finds the new run directory and
+writes ``rooflens.json`` into it (versions, devices, what was recorded, and whatever the caller
+adds), even when the traced code raised.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ class TraceWindow:
         wait_for_fresh_run_name(self.logdir)
         self._before = _runs(self.logdir)
         drain_devices.prepare()  # the barrier close() waits on, compiled before the trace starts
+        drain_devices()  # and no tail of what ran before the window inside it (a warm-up's dropped results)
         self._t0 = time.time()
         jax.profiler.start_trace(str(self.logdir))
         self._rec_ctx = recording()
