@@ -81,7 +81,12 @@ def transfer_category(label: str) -> str:
     return "host transfer" if "Host" in label else "collective" if "Peer" in label else "copy/transpose"
 
 
-_WORK_COLUMNS = 'start, "end", deviceId, streamId, COALESCE(correlationId, -1), COALESCE(globalPid, -1)'
+def _work_columns(cols: set[str]) -> str:
+    """start, end, device, stream, correlation id, process of a work table (-1 for a column an older export lacks)."""
+    def have(c: str) -> str:
+        return f'COALESCE("{c}", -1)' if c in cols else "-1"
+
+    return f'start, "end", {have("deviceId")}, {have("streamId")}, {have("correlationId")}, {have("globalPid")}'
 
 
 def work(db: D.Export) -> Work:
@@ -89,24 +94,24 @@ def work(db: D.Export) -> Work:
     parts, names, categories, in_graphs = [], [], {}, 0
     cols = db.columns(D.KERNEL)
     name_col = _kernel_name_column(cols)
-    if name_col:
-        k = db.ints(f"SELECT {_WORK_COLUMNS}, {name_col} FROM {D.KERNEL}", 7)
+    if name_col and cols >= {"start", "end"}:
+        k = db.ints(f"SELECT {_work_columns(cols)}, {name_col} FROM {D.KERNEL}", 7)
         ids, inv = np.unique(k[:, 6], return_inverse=True)
         words = db.strings(f"SELECT DISTINCT {name_col} FROM {D.KERNEL}")
         names += [words.get(int(i), f"kernel {int(i)}") for i in ids]
         parts.append((k[:, :6], KERNEL_WORK, inv.reshape(-1)))
         if "graphId" in cols:
             in_graphs = int(db.first(f"SELECT count(*) FROM {D.KERNEL} WHERE graphId IS NOT NULL AND graphId != 0")[0])
-    if db.columns(D.MEMCPY) >= {"copyKind", "deviceId"}:
-        m = db.ints(f"SELECT {_WORK_COLUMNS}, copyKind FROM {D.MEMCPY}", 7)
+    if db.columns(D.MEMCPY) >= {"start", "end", "copyKind"}:
+        m = db.ints(f"SELECT {_work_columns(db.columns(D.MEMCPY))}, copyKind FROM {D.MEMCPY}", 7)
         kinds, inv = np.unique(m[:, 6], return_inverse=True)
         labels = _memcpy_labels(db)
         words = [f"[CUDA memcpy {labels.get(int(c), f'kind {int(c)}')}]" for c in kinds]
         categories.update({w: transfer_category(w) for w in words})
         parts.append((m[:, :6], MEMCPY_WORK, len(names) + inv.reshape(-1)))
         names += words
-    if db.columns(D.MEMSET) >= {"deviceId"}:
-        s = db.ints(f"SELECT {_WORK_COLUMNS} FROM {D.MEMSET}", 6)
+    if db.columns(D.MEMSET) >= {"start", "end"}:
+        s = db.ints(f"SELECT {_work_columns(db.columns(D.MEMSET))} FROM {D.MEMSET}", 6)
         if len(s):
             categories[MEMSET_NAME] = "data movement"
             parts.append((s, MEMSET_WORK, np.full(len(s), len(names))))
