@@ -114,7 +114,8 @@ def test_json_out_and_perfetto(report_html, tmp_path):
                         str(perf)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     doc = json.loads(out.read_text())
-    assert doc["schema_version"] == 1 and {"op_stats", "comparison", "findings", "steps", "memory"} <= set(doc)
+    assert doc["schema_version"] == 2 and {"op_stats", "comparison", "findings", "steps", "memory"} <= set(doc)
+    assert all({"program", "name"} <= set(o) for f in doc["findings"] for o in f["ops"])
     trace = json.loads(gzip.decompress(perf.read_bytes()))
     ops = [e for e in trace["traceEvents"] if e["ph"] == "X"]
     assert ops and all("predicted_us" in e["args"] and "ratio" in e["args"] for e in ops if e["args"].get("bound")

@@ -7,7 +7,7 @@
 """
 
 from rooflens.analysis.compare import analyze, infer_chip
-from rooflens.analysis.findings import Finding, Severity
+from rooflens.analysis.findings import Finding, OpRef, Severity
 from rooflens.analysis.report import (
     Bound,
     Category,
@@ -22,6 +22,6 @@ from rooflens.analysis.report import (
 )
 from rooflens.analysis.rules import FINDING_IDS, RULES, Rule, run_rules
 
-__all__ = ["FINDING_IDS", "RULES", "Bound", "Category", "Compilation", "Finding", "InWindow", "OpComparison",
+__all__ = ["FINDING_IDS", "RULES", "Bound", "Category", "Compilation", "Finding", "InWindow", "OpComparison", "OpRef",
            "Report", "Roofs", "Rule", "Severity", "StepBreakdown", "Timeline", "TimelineOp", "analyze", "infer_chip",
            "run_rules"]

@@ -11,6 +11,10 @@ A budget file (TOML)::
     [max_share]                 # share of the step
     collective = 0.25
     all-gather = 0.05
+    max_recoverable_share = 0.1 # no finding's fix may give back more than this share of the step
+    [max_recoverable_s]         # time per step a fix would give back, summed over the findings of an id
+    overheads = 0.002
+    slow-op = 0.005
     [program."jit_train_step"]  # the same keys for one program
     max_step_time_s = 0.04
 
@@ -25,12 +29,14 @@ import tomllib
 from dataclasses import dataclass, field
 
 from rooflens.analysis.diff import op_kind, program_key
+from rooflens.analysis.findings import Finding
 from rooflens.analysis.report import OpComparison, Report, StepBreakdown
 from rooflens.errors import RooflensError
 from rooflens.hlo.opcodes import CATEGORIES
 
-SCALARS = {"max_recompiles": int, "max_idle_fraction": float, "min_mfu": float, "max_step_time_s": float}
-TABLES = ("max_ratio", "max_share")
+SCALARS = {"max_recompiles": int, "max_idle_fraction": float, "min_mfu": float, "max_step_time_s": float,
+           "max_recoverable_share": float}
+TABLES = ("max_ratio", "max_share", "max_recoverable_s")
 
 
 class BudgetError(RooflensError):
@@ -43,8 +49,10 @@ class Limits:
     max_idle_fraction: float | None = None
     min_mfu: float | None = None
     max_step_time_s: float | None = None
+    max_recoverable_share: float | None = None  # the largest finding's recoverable_s / its step
     max_ratio: dict[str, float] = field(default_factory=dict)  # category or opcode → limit
     max_share: dict[str, float] = field(default_factory=dict)
+    max_recoverable_s: dict[str, float] = field(default_factory=dict)  # finding id → s per step
 
 
 @dataclass(frozen=True)
@@ -126,8 +134,17 @@ def _limits(table: dict, where: str, source: str, allow_programs: bool) -> Limit
             scalars[key] = _number(value, SCALARS[key], name, source)
         elif key in TABLES:
             if not isinstance(value, dict):
-                raise BudgetError(f"{source}: {name} must be a table of category or opcode = limit "
-                                  f"(e.g. [{key}] collective = 0.25), not {type(value).__name__}.")
+                what, eg = (("finding id", "overheads = 0.002") if key == "max_recoverable_s" else
+                            ("category or opcode", "collective = 0.25"))
+                raise BudgetError(f"{source}: {name} must be a table of {what} = limit "
+                                  f"(e.g. [{key}] {eg}), not {type(value).__name__}.")
+            if key == "max_recoverable_s":
+                from rooflens.analysis.rules import FINDING_IDS
+
+                unknown = [k for k in value if k not in FINDING_IDS]
+                if unknown:
+                    raise BudgetError(f"{source}: {name}.{unknown[0]} names no finding (finding ids: "
+                                      f"{', '.join(FINDING_IDS)}).")
             tables[key] = {str(k): float(_number(v, float, f"{name}.{k}", source)) for k, v in value.items()}
         elif key == "program" and allow_programs:
             continue
@@ -154,8 +171,8 @@ def budget_from_mapping(data: dict, source: str = "the budget") -> Budget:
     limits = _limits(data, "", source, allow_programs=True)
     per = {name: _limits(t, f'program."{name}".', source, allow_programs=False) for name, t in programs.items()}
     if limits == Limits() and not per:
-        raise BudgetError(f"{source} sets no budget (keys: {', '.join(SCALARS)}, [max_ratio], [max_share], "
-                          '[program."NAME"]).')
+        raise BudgetError(f"{source} sets no budget (keys: {', '.join(SCALARS)}, "
+                          f"{', '.join(f'[{t}]' for t in TABLES)}, " '[program."NAME"]).')
     return Budget(limits, per, source)
 
 
@@ -178,7 +195,8 @@ def idle_fraction(report: Report) -> float | None:
 
 
 def _measure(report: Report, limits: Limits, prefix: str, step: StepBreakdown | None,
-             ops: list[OpComparison], recompiles: int, idle: float | None) -> list[BudgetCheck]:
+             ops: list[OpComparison], recompiles: int, idle: float | None,
+             findings: list[Finding]) -> list[BudgetCheck]:
     out = []
     per_step = (max(step.steps, 1) if step else 1) * max(report.num_devices, 1)
     step_time = step.step_time_s if step else 0.0
@@ -200,7 +218,7 @@ def _measure(report: Report, limits: Limits, prefix: str, step: StepBreakdown | 
                                t is not None and t <= limits.max_step_time_s))
     for key, limit in limits.max_ratio.items():
         sel = [c for c in ops if _selects(key, c) and c.priced]
-        predicted = sum(c.predicted_s * c.occurrences for c in sel)
+        predicted = sum(c.predicted_s * c.runs for c in sel)
         ratio = sum(c.total_time_s for c in sel) / predicted if predicted else None
         worst = max(sel, key=lambda c: c.ratio or 0.0, default=None)
         out.append(BudgetCheck(f"{prefix}max_ratio.{key}", limit, ratio, ratio is None or ratio <= limit,
@@ -213,13 +231,25 @@ def _measure(report: Report, limits: Limits, prefix: str, step: StepBreakdown | 
         top = ", ".join(c.name for c in sorted(sel, key=lambda c: -c.total_time_s)[:3])
         out.append(BudgetCheck(f"{prefix}max_share.{key}", limit, share, share is not None and share <= limit,
                                f"{len(sel)} op(s): {top}" if sel else ""))
+    if limits.max_recoverable_share is not None:
+        shares = [(f.recoverable_s / f.step_s, f) for f in findings if f.step_s > 0]
+        worst = max(shares, key=lambda sf: sf[0], default=None)
+        limit = limits.max_recoverable_share
+        out.append(BudgetCheck(f"{prefix}max_recoverable_share", limit, worst[0] if worst else 0.0,
+                               worst is None or worst[0] <= limit,
+                               f"{worst[1].rule}: {worst[1].title}" if worst else "no finding gives back time"))
+    for key, limit in limits.max_recoverable_s.items():
+        sel = [f for f in findings if f.rule == key]
+        total = sum(f.recoverable_s for f in sel)
+        out.append(BudgetCheck(f"{prefix}max_recoverable_s.{key}", limit, total, total <= limit,
+                               "; ".join(f.title for f in sel[:3]) if sel else f"no {key} finding"))
     return out
 
 
 def evaluate(report: Report, budget: Budget) -> CheckResult:
     """Every limit of ``budget`` measured on ``report``."""
     checks = _measure(report, budget.limits, "", report.steps, report.comparison,
-                      len(report.in_window.compilations), idle_fraction(report))
+                      len(report.in_window.compilations), idle_fraction(report), report.findings)
     for name, limits in budget.programs.items():
         prefix = f'program."{name}".'
         step = next((p for p in report.programs if _program_matches(name, p.program)), None)
@@ -235,5 +265,6 @@ def evaluate(report: Report, budget: Budget) -> CheckResult:
         ops = [c for c in report.comparison if c.program == step.program]
         recompiles = sum(1 for c in report.in_window.compilations if _program_matches(name, c.module))
         idle = step.idle_s / step.step_time_s if step.step_time_s else None
-        checks += _measure(report, limits, prefix, step, ops, recompiles, idle)
+        findings = [f for f in report.findings if f.program == step.program]
+        checks += _measure(report, limits, prefix, step, ops, recompiles, idle, findings)
     return CheckResult(tuple(checks), budget.source)

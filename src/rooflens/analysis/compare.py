@@ -307,7 +307,7 @@ def step_breakdown(stats: OpStats, comparison: list[OpComparison], roofs: Roofs 
         mfu=flops / (step_time * peak) if step_time and peak and flops else None, compute_s=split["compute"],
         communication_s=split["communication"], layout_s=split["layout"], host_s=split["host"],
         other_s=split["other"], idle_s=max(step_time - busy, 0.0), unpriced_s=unpriced, basis=basis,
-        bound_excess_s=bound_excess,
+        bound_excess_s=bound_excess, periods=per_step / n_dev,
     )
 
 

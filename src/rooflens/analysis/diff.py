@@ -207,8 +207,9 @@ def side_of_json(doc: dict, label: str = "") -> Side:
     figures ``side_of_report`` takes from the Report, read from its documented fields."""
     from rooflens.analysis.report import SCHEMA_VERSION
 
-    if not isinstance(doc, dict) or doc.get("schema_version") != SCHEMA_VERSION:
-        raise ValueError(f"not a rooflens report of schema version {SCHEMA_VERSION}")
+    # version 1 differs from 2 in the findings' ops alone, which a side does not read
+    if not isinstance(doc, dict) or doc.get("schema_version") not in (1, SCHEMA_VERSION):
+        raise ValueError(f"not a rooflens report of schema version 1 or {SCHEMA_VERSION}")
     try:
         br = (doc.get("steps") or {}).get("breakdown") or {}
         step_time = float(br.get("step_time_s") or 0.0)

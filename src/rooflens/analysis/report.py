@@ -17,7 +17,7 @@ from rooflens.trace.idle import SteadyState
 from rooflens.trace.manifest import Compilation, RunManifest
 from rooflens.trace.stats import OpStat, OpStats
 
-SCHEMA_VERSION = 1  # of Report.to_json(); see docs/report-schema.md
+SCHEMA_VERSION = 2  # of Report.to_json(); see docs/report-schema.md (2: findings' ops are {program, name})
 
 #: what limits an op on the roofline (the cost model's ``bound``), or why it has none
 Bound = Literal["compute", "memory", "communication", "latency", "host-transfer", "overhead", "none", "unpriced"]
@@ -114,6 +114,8 @@ class StepBreakdown:
     unpriced_s: float
     basis: str = "steps"  # "steps" (markers or inferred), "executions" (no steps: one program execution), "window"
     bound_excess_s: float = 0.0  # time in kernels priced by a lower bound beyond that bound (inside kernels)
+    periods: float = 1.0  # per device, what its measured totals are divided by: the steps, or (basis executions)
+    # the program's executions; an op's runs per step are its runs / (devices × periods)
 
 
 @dataclass(frozen=True)
@@ -204,6 +206,13 @@ class Report:
     def chip_peaks(self) -> dict[str, float]:
         return dict(self.roofs.peak_flops_per_s) if self.roofs else {}
 
+    def _breakdown_json(self, b: StepBreakdown) -> dict:
+        """A step breakdown; with no roofline its roofline figures are unknown (null), not zero."""
+        d = asdict(b)
+        if self.roofs is None:
+            d.update(predicted_s=None, unpriced_s=None, bound_excess_s=None)
+        return d
+
     def to_json(self) -> dict:
         """The one JSON document (``--json`` and ``--out``; docs/report-schema.md)."""
         return {
@@ -215,9 +224,9 @@ class Report:
             "op_stats": [asdict(s) for s in self.op_stats],
             "comparison": [asdict(c) for c in self.comparison],
             "findings": [f.to_dict() for f in self.findings],
-            "programs": [asdict(p) for p in self.programs],
+            "programs": [self._breakdown_json(p) for p in self.programs],
             "steps": {**(asdict(self.stats.steps) if self.stats.steps else {"count": 0}),
-                      "breakdown": asdict(self.steps) if self.steps else None},
+                      "breakdown": self._breakdown_json(self.steps) if self.steps else None},
             "devices": [asdict(d) for d in self.stats.devices],
             "host_steps": asdict(self.stats.host_steps) if self.stats.host_steps else None,
             "by_category_s": dict(self.stats.by_category_s), "by_program_s": dict(self.stats.by_program_s),

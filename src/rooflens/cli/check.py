@@ -12,8 +12,8 @@ from rooflens.cli.common import emit, load_report
 @click.command()
 @click.argument("logdir", metavar="LOGDIR|RUN_DIR|TRACE_FILE")
 @click.option("--budget", "budget_path", required=True, metavar="FILE",
-              help="The budgets (TOML): max_recompiles, max_idle_fraction, min_mfu, max_step_time_s, [max_ratio], "
-                   '[max_share], [program."NAME"].')
+              help="The budgets (TOML): max_recompiles, max_idle_fraction, min_mfu, max_step_time_s, "
+                   'max_recoverable_share, [max_ratio], [max_share], [max_recoverable_s], [program."NAME"].')
 @click.option("--chip", "chip_name", help="Compare with this chip's roofline (default: inferred from the trace).")
 @click.option("--json", "as_json", is_flag=True, help="Print every budget and its measured value as JSON.")
 @click.option("--no-calibrate", is_flag=True, help="On a CPU trace with no calibration yet, do not measure this "

@@ -274,3 +274,47 @@ def explain_op(module: Module, op_name: str):
                            + (f" of its {exp.flops:,.0f} FLOPs; the other {rest:,.0f} are elementwise work"
                               if rest > 0 else ", all of its FLOPs"))
     return exp
+
+
+@dataclass(frozen=True, slots=True)
+class MatmulDims:
+    """The dims a matrix unit tiles: ``batch`` independent ``[M, K] × [K, N]`` products (batch dims are
+    not tiled: each batch element is its own product)."""
+
+    batch: int
+    m: int
+    n: int
+    k: int
+
+
+def matmul_dims(module: Module, ins: Instruction) -> MatmulDims | None:
+    """M, N, K (and the batch) of a dot, a convolution (M: batch × output positions, K: input features per
+    group, N: output features) or a matmul-shaped custom call; None for anything else."""
+    if ins.opcode in MATMUL and len(ins.operands) >= 2:
+        lhs, rhs = module.operand_shape(ins.operands[0]), module.operand_shape(ins.operands[1])
+        if lhs is None or rhs is None or not lhs.is_array or not rhs.is_array:
+            return None
+        lb, lc = _dims(ins.attrs.get("lhs_batch_dims")), _dims(ins.attrs.get("lhs_contracting_dims"))
+        rb, rc = _dims(ins.attrs.get("rhs_batch_dims")), _dims(ins.attrs.get("rhs_contracting_dims"))
+        if any(d >= len(lhs.dims) for d in lb + lc) or any(d >= len(rhs.dims) for d in rb + rc):
+            return None
+        batch = math.prod(lhs.dims[d] for d in lb)
+        k = math.prod(lhs.dims[d] for d in lc)
+        m = math.prod(x for d, x in enumerate(lhs.dims) if d not in lb + lc)
+        n = math.prod(x for d, x in enumerate(rhs.dims) if d not in rb + rc)
+        return MatmulDims(batch, m, n, k)
+    if ins.opcode == "convolution" and len(ins.operands) >= 2:
+        lhs, out = module.operand_shape(ins.operands[0]), _first_array(ins.shape)
+        labels = ins.attrs.get("dim_labels")
+        if lhs is None or out is None or not isinstance(labels, tuple) or "f" not in labels[0] + labels[2]:
+            return None
+        groups = max(int(ins.attrs.get("feature_group_count", 1) or 1), 1)
+        n_out = out.dims[labels[2].index("f")]
+        return MatmulDims(groups, out.num_elements // max(n_out, 1), n_out // groups,
+                          lhs.dims[labels[0].index("f")] // groups)
+    if ins.opcode == "custom-call":
+        from rooflens.cost.kernels import matmul_signature
+
+        mm = matmul_signature(module, ins)
+        return MatmulDims(mm.batch, mm.m, mm.n, mm.k) if mm is not None else None
+    return None

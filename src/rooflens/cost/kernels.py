@@ -13,7 +13,13 @@ otherwise be "unpriced". This module prices the ones it recognises, each with it
   are counted in :mod:`rooflens.cost.counts`; here only their bytes, without the scratch workspace;
 * the grouped GEMM of MoE experts (``__cublas$lt$groupedMatmul``, XLA's lowering of ``ragged_dot`` on
   CUDA and on ROCm, where hipBLASLt runs it under the same name): FLOPs here, exact when the
-  group sizes (runtime data) cover the ragged dimension, an upper bound otherwise.
+  group sizes (runtime data) cover the ragged dimension, an upper bound otherwise;
+* any other custom call whose operands and result have a matmul's signature (``[B…, M, K] × [B…, K, N]
+  → [B…, M, N]``, the weight possibly ``[N, K]`` or shared over the batch, with small extra operands
+  such as per-channel or per-block scales): a Pallas quantized matmul (vLLM TPU's
+  ``quantized_matmul_kernel``: ``bf16[1024,5120] custom-call(bf16[1024,5120], f4e2m1fn[5120,5120],
+  f32[10,1,5120])``) is priced as the matmul its shapes say, at the activation dtype's matrix-unit
+  rate, with the bytes of its real (int8, fp8, fp4) operands; its bound is ``inferred`` (from shapes).
 
 Bytes of every recognised kernel are what it reads and writes in device memory: its operands and
 its results, without the trailing ``u8``/``s8`` workspace buffer a library call returns (scratch,
@@ -35,8 +41,9 @@ from rooflens.hlo import Instruction, Module, Shape
 from rooflens.units import fmt_bytes
 
 #: exact: the formula is the work; lower: the least the shapes allow (lengths are runtime data);
-#: estimate: the kernel author's own figure
-Bound = Literal["exact", "lower", "estimate"]
+#: estimate: the kernel author's own figure; inferred: the work its operand and result shapes imply (a
+#: matmul's signature), the kernel's own code unseen
+Bound = Literal["exact", "lower", "estimate", "inferred"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +58,7 @@ class KernelCost:
     bytes_formula: str
     bound: Bound = "exact"
     note: str = ""  # which bound, and why
+    dtype: str = ""  # the dtype its math runs in, when the call says (a matmul's activation); "" otherwise
 
 
 def _hbm(shape: Shape | None) -> float:
@@ -97,14 +105,108 @@ def _cost_estimate(ins: Instruction) -> dict | None:
 
 def pallas_estimate(module: Module, ins: Instruction) -> KernelCost | None:
     """The Pallas kernel's ``CostEstimate`` (jax ``pallas_call(cost_estimate=…)``, serialised by
-    ``jax/_src/tpu_custom_call.py`` into ``custom_call_config.cost_estimate``)."""
+    ``jax/_src/tpu_custom_call.py`` into ``custom_call_config.cost_estimate``). An attention kernel's or
+    a matmul-shaped one's FLOPs are matrix-unit work (model FLOPs), at the activation's dtype."""
     est = _cost_estimate(ins) or {}
     flops, trans, nbytes = (float(est.get(k) or 0) for k in ("flops", "transcendentals", "bytes_accessed"))
-    attention = _is_attention_name(ins)
+    mm = matmul_signature(module, ins)
+    matrix = _is_attention_name(ins) or mm is not None
     return KernelCost(
-        "pallas cost estimate", flops, trans, nbytes, 0.0, flops if attention else 0.0,
+        "pallas cost estimate", flops, trans, nbytes, 0.0, flops if matrix else 0.0,
         f"{_fmt(flops)} (the kernel's own CostEstimate)", f"{fmt_bytes(nbytes)} (the kernel's own CostEstimate)",
-        "estimate", "the kernel author's CostEstimate, as the program carries it")
+        "estimate", "the kernel author's CostEstimate, as the program carries it", mm.dtype if mm else "")
+
+
+# -- a matmul's signature -------------------------------------------------------------------------
+
+#: an extra operand of a matmul-shaped call (a scale, a zero point, a block's absolute max) holds at most
+#: this share of the weight's elements; a second operand as large as the weight is not a scale
+SCALE_SHARE = 1 / 8
+
+
+@dataclass(frozen=True)
+class MatmulShape:
+    """What a call's shapes say when they are a matmul's: ``[B…, M, K] × [B…, K, N] → [B…, M, N]``."""
+
+    batch: int  # product of the batch dims (1 when none)
+    m: int
+    n: int
+    k: int
+    activation: int  # operand index of [B…, M, K]
+    weight: int  # operand index of the weight
+    weight_transposed: bool  # the weight is [N, K] (out features first, as vLLM stores it)
+    extra: tuple[int, ...]  # the other operands (scales, zero points)
+    dtype: str  # the activation's dtype: the matrix unit's rate
+    weight_dtype: str
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.batch * self.m * self.n * self.k
+
+
+def _matmul_pair(r: Shape, ops: list[Shape], i: int, j: int) -> tuple[int, bool] | None:
+    """(K, weight transposed) when operand ``i`` is ``[B…, M, K]`` and ``j`` the weight of result ``r``."""
+    a, w = ops[i], ops[j]
+    if len(a.dims) != len(r.dims) or a.dims[:-1] != r.dims[:-1]:
+        return None
+    k, n = a.dims[-1], r.dims[-1]
+    if k < 2 or len(w.dims) not in (2, len(r.dims)) or (len(w.dims) > 2 and w.dims[:-2] != r.dims[:-2]):
+        return None
+    if tuple(w.dims[-2:]) == (k, n):
+        return k, False
+    if tuple(w.dims[-2:]) == (n, k):
+        return k, True
+    return None
+
+
+def matmul_signature(module: Module, ins: Instruction) -> MatmulShape | None:
+    """The matmul a custom call's operand and result shapes describe, or None.
+
+    One array result ``[B…, M, N]`` (a trailing library workspace aside); one operand ``[B…, M, K]``
+    (the activation), one ``[B…, K, N]``, ``[K, N]`` or the transposed ``[N, K]`` (the weight, any dtype:
+    int8, fp8, fp4), and every other operand small beside the weight (≤ 1/8 of its elements: per-channel
+    or per-block scales, zero points). Where several pairings fit, the first operand that can be the
+    activation is taken (calls pass the activation first)."""
+    if ins.opcode != "custom-call":
+        return None
+    outs = [s for s in _outputs(ins) if s.is_array]
+    if len(outs) != 1 or len(outs[0].dims) < 2 or len(ins.operands) < 2:
+        return None
+    r = outs[0]
+    ops = [module.operand_shape(o) for o in ins.operands]
+    if any(s is None or not s.is_array for s in ops):
+        return None
+    for i in range(len(ops)):
+        for j in range(len(ops)):
+            if i == j or (found := _matmul_pair(r, ops, i, j)) is None:
+                continue
+            k, transposed = found
+            extra = tuple(x for x in range(len(ops)) if x not in (i, j))
+            if any(ops[x].num_elements > max(ops[j].num_elements * SCALE_SHARE, 1) for x in extra):
+                continue
+            batch = math.prod(r.dims[:-2])
+            return MatmulShape(batch, r.dims[-2], r.dims[-1], k, i, j, transposed, extra, ops[i].dtype, ops[j].dtype)
+    return None
+
+
+def matmul_shaped(module: Module, ins: Instruction) -> KernelCost | None:
+    """A custom call priced as the matmul its shapes describe (:func:`matmul_signature`): FLOPs
+    2·B·M·N·K, bytes of its operands and result in their own dtypes, the activation's dtype for the rate."""
+    mm = matmul_signature(module, ins)
+    if mm is None:
+        return None
+    r, w, bf = io_bytes(module, ins)
+    ops = _operand_shapes(module, ins)
+    weight = "ᵀ" if mm.weight_transposed else ""
+    batch = f"{mm.batch}·" if mm.batch > 1 else ""
+    formula = (f"inferred from shapes, a matmul: {ops[mm.activation].dtype}[{batch}{mm.m}×{mm.k}] × "
+               f"{ops[mm.weight].dtype}[{mm.k}×{mm.n}]{weight} → 2·{batch}{mm.m}·{mm.n}·{mm.k} = {_fmt(mm.flops)}")
+    scales = ", ".join(f"{ops[x].dtype}[{','.join(map(str, ops[x].dims))}]" for x in mm.extra)
+    note = ("inferred from shapes: the operands and result have a matmul's signature"
+            + (f" (extra operands {scales}: scales or zero points, read once)" if scales else "")
+            + f"; priced at the {mm.dtype} matrix rate")
+    return KernelCost("matmul-shaped custom call", mm.flops, 0.0, r, w, mm.flops, formula, bf, "inferred", note,
+                      mm.dtype)
 
 
 # -- attention ------------------------------------------------------------------------------------
@@ -305,6 +407,9 @@ REGISTRY: tuple[tuple[str, Callable[[Instruction], bool], Callable[[Module, Inst
      and _is_attention_name(ins), pallas_attention),
     ("grouped gemm", _t("groupedmatmul"), cublas_grouped_gemm),
     ("library gemm", _t("gemm", "matmul"), gemm_bytes),
+    # (library convolutions are counted in rooflens.cost.counts; a host callback is Python on the host, no kernel)
+    ("matmul-shaped custom call", lambda ins: not any(w in _target(ins) for w in ("conv", "callback")),
+     matmul_shaped),
 )
 
 

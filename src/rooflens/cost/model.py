@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 from rooflens.cost.comm import Span, Topology, collective_cost, group_span, parse_topology, place_group
 from rooflens.cost.counts import Counts, contracted_size, instruction_counts, model_flops
 from rooflens.cost.fuse import NO_VALUE, Group, plan_groups
+from rooflens.cost.kernels import kernel_cost
 from rooflens.cost.traffic import SLICING as SLICING_OPS
 from rooflens.cost.traffic import Traffic, hbm_bytes, instruction_traffic, result_shape
 from rooflens.errors import RooflensError
@@ -39,7 +40,7 @@ from rooflens.hlo.shape import HOST_MEMORY_SPACE
 MATMUL_OPCODES = MODEL_FLOP_OPCODES  # dots and convolutions: the one table in rooflens.hlo.opcodes
 DTYPE_PEAK_KEY = {
     "bf16": "bf16", "f16": "fp16", "f32": "fp32", "f64": "fp64", "s8": "int8", "u8": "int8", "s4": "int8",
-    "u4": "int8", "tf32": "tf32",
+    "u4": "int8", "tf32": "tf32", "f4e2m1fn": "fp4", "f6e2m3fn": "fp6", "f6e3m2fn": "fp6",
 }
 PRECISION_PASSES = {"default": 1, "high": 3, "highest": 6}  # bf16 passes of an f32 matmul on TPU
 
@@ -250,6 +251,8 @@ def _matmul_of(module: Module, ins: Instruction) -> Instruction | None:
 
 
 def _math_dtype(module: Module, ins: Instruction, mm: Instruction | None) -> str:
+    if mm is not None and mm.opcode == "custom-call" and (kc := kernel_cost(module, mm)) is not None and kc.dtype:
+        return kc.dtype  # a kernel that says which operand its math runs in (a matmul's activation)
     if mm is not None and mm.operands:
         s = module.operand_shape(mm.operands[0])
         if s is not None and s.is_array and s.dtype[0] in "fbc":  # (a kernel's int metadata is not its math)

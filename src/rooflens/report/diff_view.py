@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from rooflens.report.text import e
+from rooflens.report.text import e, percent
 from rooflens.units import fmt_seconds as ms
 
 
@@ -14,7 +14,11 @@ def _t(v: float | None) -> str:
 
 
 def _pct(v: float | None) -> str:
-    return "—" if v is None else f"{v:.1%}"
+    return "—" if v is None else percent(v)
+
+
+def _mfu(v: float | None) -> str:
+    return "unknown" if v is None else percent(v)
 
 
 def _delta(a: float, b: float) -> str:
@@ -36,7 +40,7 @@ def render_diff(console: Console, d, top: int = 20) -> None:
     console.print(f"[bold]A[/bold] {e(d.label_a)} ({e(d.chip_a or 'no roofline')})")
     console.print(f"[bold]B[/bold] {e(d.label_b)} ({e(d.chip_b or 'no roofline')})")
     console.print(f"\n[bold]Step[/bold] (per device): {_t(s.step_time_a_s)} → {_t(s.step_time_b_s)} "
-                  f"({_delta(s.step_time_a_s, s.step_time_b_s)}); MFU {_pct(s.mfu_a)} → {_pct(s.mfu_b)}; roofline sum "
+                  f"({_delta(s.step_time_a_s, s.step_time_b_s)}); MFU {_mfu(s.mfu_a)} → {_mfu(s.mfu_b)}; roofline sum "
                   f"{_t(s.predicted_a_s)} → {_t(s.predicted_b_s)}; program {e(s.program_a)} → {e(s.program_b)}")
     table = Table(title="Time per step and share of the step, by category", title_justify="left")
     for col in ("category", "A", "B", "B/A", "share A", "share B", "Δ share"):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from importlib import resources
 
-from rooflens.report.text import memory_line
+from rooflens.report.text import memory_line, mfu_text, saving_line
 
 MAX_OPS = 2000
 
@@ -35,35 +35,41 @@ def page_data(report, prediction=None, title: str = "") -> dict:
     steps = stats.steps
     st = report.steps
     roofs = report.roofs
-    cards = [["chip", f"{report.chip or 'no roofline'} ({report.num_devices} device"
+    cards = [["chip", f"{report.chip or 'unknown'} ({report.num_devices} device"
                       f"{'s' if report.num_devices != 1 else ''})"],
              ["platform", f"{report.platform} · {report.device_kind}"]]
+    if roofs is None:
+        cards.append(["roofline", f"unknown: {report.chip_reason}"])
     if steps:
         cards.append(["step time", f"{steps.mean_s * 1e3:.3g} ± {steps.std_s * 1e3:.2g} ms ({steps.count} steps)"])
     if st:
         if roofs is not None:
             cards.append(["roofline step", f"{st.predicted_s * 1e3:.3g} ms"])
-        if st.mfu is not None:
-            cards.append(["MFU", f"{st.mfu:.1%}"])
+        mfu = mfu_text(st, roofs)
+        cards.append(["MFU", mfu.removeprefix("MFU ")])
         cards.append(["communication", f"{st.communication_s * 1e3:.3g} ms of the step"])
     cards.append(["findings", str(len(report.findings))])
     ordered = sorted(report.comparison, key=lambda c: -c.total_time_s)[:MAX_OPS]
     ops = [{"key": f"{c.program}/{c.name}", "name": c.name, "program": c.program, "category": c.category,
-            "scope": c.named_scope, "runs": c.occurrences, "total": c.total_time_s, "measured": c.measured_s,
+            "scope": c.named_scope, "runs": c.runs, "events": c.occurrences,
+            "executions": c.executions, "total": c.total_time_s, "measured": c.measured_s,
             "predicted": c.predicted_s, "ratio": c.ratio, "bound": c.bound, "unpriced": c.unpriced_reason,
+            "reliable": c.roofline_reliable, "roofline_bound": c.roofline_bound, "roofline_note": c.roofline_note,
             "explanation": list(c.explanation), "hlo": list(c.hlo)} for c in ordered]
     peak = roofs.peak_max_flops_per_s if roofs else 0.0
     bw = roofs.hbm_bytes_per_s if roofs else 0.0
     ridge = roofs.ridge_flops_per_byte if roofs else None
-    points = [{"key": f"{c.program}/{c.name}", "name": c.name, "category": c.category, "x": c.flops / c.bytes,
+    points = [{"key": f"{c.program}/{c.name}", "name": f"{c.program}/{c.name}", "category": c.category,
+               "x": c.flops / c.bytes,
                "y": c.achieved_flops_per_s, "time": c.total_time_s}
               for c in ordered if c.priced and c.flops > 0 and c.bytes > 0 and c.achieved_flops_per_s > 0]
     label = (f"{roofs.chip}: peak {peak:.3g} FLOP/s, memory {bw:.3g} B/s, ridge at {ridge:.3g} FLOP/B"
              if peak and ridge else "")
-    expected = [{"name": c.name, "measured": c.measured_s, "predicted": c.predicted_s, "ratio": c.ratio}
+    several = len({c.program for c in ordered[:15]}) > 1  # the same name may be an op of two programs
+    expected = [{"name": f"{c.program}/{c.name}" if several else c.name, "key": f"{c.program}/{c.name}",
+                 "program": c.program, "measured": c.measured_s, "predicted": c.predicted_s, "ratio": c.ratio}
                 for c in ordered[:15]]
-    programs = {c.name: c.program for c in report.comparison}
-    findings = [{**f.to_dict(), "program": programs.get(f.ops[0], "") if f.ops else ""} for f in report.findings]
+    findings = [{**f.to_dict(), "saving": saving_line(f)} for f in report.findings]
     memory = None
     mem = report.memory
     if mem and mem.programs:

@@ -21,6 +21,7 @@ from rooflens.analysis.report import Report
 from rooflens.cost import Prediction
 from rooflens.memory.summary import MemorySummary
 from rooflens.report.pages import FONT, TYPES, check_fragment, memory_fragment, page_html, text
+from rooflens.report.text import saving_line
 from rooflens.units import fmt_seconds
 
 #: the interactive page's height in a cell (it scrolls inside); wide enough for two charts side by side
@@ -43,11 +44,11 @@ def _cards(cards: list[list[str]]) -> str:
 
 def _finding(f) -> str:
     colour = SEVERITY_COLOURS.get(f.severity, "#667085")
-    where = f" · {text(', '.join(f.ops[:4]))}" if f.ops else ""
+    where = f" · {text(', '.join(str(o) for o in f.ops[:4]))}" if f.ops else ""
     evidence = "".join(f"<li>{text(e)}</li>" for e in f.evidence)
     return (f'<details class="rooflens-finding" style="border-left:4px solid {colour};padding:2px 10px;margin:4px 0">'
             f'<summary><b>{text(f.title)}</b> <span style="color:#667085;font-size:12px">{text(f.severity)} · '
-            f"{text(f.rule)} · {fmt_seconds(f.time_s)}{where}</span></summary>"
+            f"{text(f.rule)}{where}</span></summary><div>{text(saving_line(f))}</div>"
             f'<ul style="margin:2px 0 2px 18px;padding:0">{evidence}</ul>'
             f"<div><i>cause</i>: {text(f.cause)}</div><div><i>fix</i>: {text(f.fix)}</div></details>")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from rooflens.report.text import e
+from rooflens.report.text import e, percent
 from rooflens.units import fmt_bytes, fmt_seconds, fmt_si
 
 
@@ -68,7 +68,7 @@ def render_check(console: Console, c) -> None:
         t.add_column(col, justify="left" if not col else "right")
     for label, p, m, fmt in (("model FLOPs per step", c.planned_flops, c.measured_flops, lambda v: fmt_si(v, "FLOP")),
                              ("step time", c.planned_step_s, c.measured_step_s, fmt_seconds),
-                             ("MFU", c.planned_mfu, c.measured_mfu, lambda v: f"{v:.1%}"),
+                             ("MFU", c.planned_mfu, c.measured_mfu, percent),
                              ("memory per chip", c.planned_memory_per_chip_bytes, c.measured_memory_per_chip_bytes,
                               lambda v: fmt_bytes(v, 3))):
         t.add_row(label, "—" if p is None else fmt(p), "—" if m is None else fmt(m),

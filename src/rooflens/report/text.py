@@ -4,7 +4,37 @@ from __future__ import annotations
 
 import math
 
-from rooflens.units import fmt_bytes
+from rooflens.units import fmt_bytes, fmt_seconds
+
+
+def saving_line(f) -> str:
+    """What fixing a finding is worth: ``fixing this would save ~2.1 ms of a 9.8 ms step``."""
+    if f.headroom_bytes is not None:
+        return f"fixing this would save no device time; it frees up to {fmt_bytes(f.headroom_bytes)} of device memory"
+    if not f.recoverable_s:
+        return "fixing this would save no device time"
+    if f.step_s:
+        return (f"fixing this would save ~{fmt_seconds(f.recoverable_s)} of a {fmt_seconds(f.step_s)} {f.per} "
+                f"({f.recoverable_s / f.step_s:.0%})")
+    return f"fixing this would save ~{fmt_seconds(f.recoverable_s)} per {f.per}"
+
+
+def percent(x: float) -> str:
+    """A share as a percentage that never shows a non-zero share as 0.0 % (``0.04%``)."""
+    v = 100 * x
+    return "0%" if v == 0 else f"{v:.1f}%" if abs(v) >= 0.1 else f"{v:.2g}%"
+
+
+def mfu_text(step, roofs, chip_reason: str = "") -> str:
+    """``MFU 34.6%``, or why it is unknown (never a zero for an unknown): no roofline, or no model FLOPs."""
+    if step is not None and step.mfu is not None:
+        return f"MFU {percent(step.mfu)}"
+    if roofs is None:
+        return "MFU unknown (no roofline" + (f": {chip_reason})" if chip_reason else ")")
+    if step is None:
+        return "MFU unknown (no step measured)"
+    return ("MFU unknown (the step's model FLOPs are unknown: no dot, convolution or priced matmul-like kernel "
+            "in it)")
 
 
 def memory_line(mem) -> str:

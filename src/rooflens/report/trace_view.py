@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from rooflens.report.text import e, memory_line
+from rooflens.report.text import e, memory_line, mfu_text, saving_line
 from rooflens.units import fmt_seconds as ms
 
 
@@ -16,11 +16,13 @@ def render_op_stats(console: Console, report, source: str, top: int = 20) -> Non
                   f"{len(stats.devices)} device(s), {sum(d.events for d in stats.devices):,} op events")
     table = Table(title=f"Top {min(top, len(stats.op_stats))} of {len(stats.op_stats)} HLO ops by self time "
                         "(summed over devices)", title_justify="left")
-    for col in ("op", "program", "category", "scope", "occurrences", "total", "self", "average", "% device"):
+    for col in ("op", "program", "category", "scope", "occurrences", "executions", "total", "self", "per execution",
+                "% device"):
         table.add_column(col, justify="left" if col in ("op", "program", "category", "scope") else "right")
     for s in stats.op_stats[:top]:
-        table.add_row(e(s.name), e(s.program), s.category, e(s.named_scope), f"{s.occurrences:,}", ms(s.total_time_s),
-                      ms(s.self_time_s), ms(s.avg_time_s), f"{s.pct_device_time:.1f}%")
+        table.add_row(e(s.name), e(s.program), s.category, e(s.named_scope), f"{s.occurrences:,}", f"{s.executions:,}",
+                      ms(s.total_time_s), ms(s.self_time_s), ms(s.median_execution_s) if s.executions else "—",
+                      f"{s.pct_device_time:.1f}%")
     console.print(table)
     for title, totals in (("by category", stats.by_category_s), ("by program", stats.by_program_s),
                           ("by named scope", stats.by_scope_prefix_s)):
@@ -74,31 +76,35 @@ def _render_comparison(console: Console, report, top: int) -> None:
     console.print(f"\n[bold]Expected vs observed[/bold] on {e(report.chip)} ({e(report.chip_reason)}); times per "
                   "execution on one device")
     table = Table(title_justify="left")
-    for col in ("op", "category", "scope", "runs", "measured", "roofline", "ratio", "bound", "achieved"):
-        table.add_column(col, justify="left" if col in ("op", "category", "scope", "bound") else "right")
+    for col in ("op", "program", "category", "scope", "events", "executions", "measured", "roofline", "ratio",
+                "bound", "achieved"):
+        table.add_column(col, justify="left" if col in ("op", "program", "category", "scope", "bound") else "right")
     for c in sorted(report.comparison, key=lambda c: -c.total_time_s)[:top]:
         ratio = (f"{c.ratio:.2f}×" if c.ratio is not None else "unreliable" if not c.roofline_reliable
                  else "unpriced")
-        ratio = ("≥ " if c.roofline_bound == "lower" and c.ratio is not None else "") + ratio
+        ratio = ("≥ " if c.roofline_bound == "lower" and c.ratio is not None else
+                 "~" if c.roofline_bound == "inferred" and c.ratio is not None else "") + ratio
         achieved = ""
         if c.flops_fraction_of_peak is not None and c.bound == "compute":
             achieved = f"{c.flops_fraction_of_peak:.0%} of peak FLOP/s"
         elif c.bytes_fraction_of_peak is not None:
             achieved = f"{c.bytes_fraction_of_peak:.0%} of HBM B/s"
-        table.add_row(e(c.name), c.category, e(c.named_scope), f"{c.occurrences:,}", ms(c.measured_s),
+        table.add_row(e(c.name), e(c.program), c.category, e(c.named_scope), f"{c.occurrences:,}",
+                      f"{c.executions:,}", ms(c.measured_s),
                       ms(c.predicted_s) if c.predicted_s is not None else "—",
                       f"[{_ratio_style(c.ratio)}]{ratio}[/]", c.bound, achieved)
     console.print(table)
     unpriced = [c for c in report.comparison if not c.priced]
     if unpriced:
         console.print(f"unpriced ({len(unpriced)} ops, {ms(sum(c.total_time_s for c in unpriced))} in all): "
-                      + ", ".join(f"{e(c.name)} ({e(c.unpriced_reason)})" for c in unpriced[:5])
+                      + ", ".join(f"{e(c.program)}/{e(c.name)} ({e(c.unpriced_reason)})" for c in unpriced[:5])
                       + _share_of_device(report, unpriced))
     kernels = [c for c in report.comparison if c.priced and c.opcode == "custom-call"]
     if kernels:
         console.print(f"custom kernels priced ({len(kernels)} ops, {ms(sum(c.total_time_s for c in kernels))} in all"
                       f"{_share_of_device(report, kernels)}); lower bounds: "
-                      f"{sum(1 for c in kernels if c.roofline_bound == 'lower')}")
+                      f"{sum(1 for c in kernels if c.roofline_bound == 'lower')}, inferred from shapes (~): "
+                      f"{sum(1 for c in kernels if c.roofline_bound == 'inferred')}")
 
 
 def _share_of_device(report, ops) -> str:
@@ -109,8 +115,8 @@ def _share_of_device(report, ops) -> str:
 def _render_step_memory_findings(console: Console, report) -> None:
     s = report.steps
     if s:
-        mfu = f", MFU {s.mfu:.1%}" if s.mfu is not None else ", MFU unknown" if report.roofs is not None else ""
-        roof = f", roofline sum {ms(s.predicted_s)}" if report.roofs is not None else ""
+        mfu = ", " + e(mfu_text(s, report.roofs))
+        roof = f", roofline sum {ms(s.predicted_s)}" if report.roofs is not None else ", roofline sum unknown"
         unit = {"executions": "per execution", "window": "the capture window"}.get(s.basis, "per device")
         of = f"{e(s.program)}, " if s.program else ""  # "": kernels of no XLA program (an Nsight trace of PyTorch)
         console.print(f"\n[bold]Step[/bold] ({of}{unit}): measured {ms(s.step_time_s)}{roof}{mfu}")
@@ -120,16 +126,17 @@ def _render_step_memory_findings(console: Console, report) -> None:
     mem = report.memory
     if mem and mem.programs:
         console.print(f"\n[bold]Memory[/bold]: {e(memory_line(mem))} — `rooflens memory` for the buffers")
-    console.print(f"\n[bold]Findings[/bold] ({len(report.findings)}, most costly first)")
+    console.print(f"\n[bold]Findings[/bold] ({len(report.findings)}, the most time a fix would save first)")
     if not report.findings:
         console.print("  none: every rule passed.")
     colors = {"high": "red", "medium": "yellow", "low": "cyan"}
     for f in report.findings:
         console.print(f"[{colors.get(f.severity, 'white')}]{f.severity.upper()}[/] [bold]{e(f.title)}[/bold] "
-                      f"[dim]({f.rule}, {ms(f.time_s)})[/dim]")
+                      f"[dim]({f.rule})[/dim]")
+        console.print(f"    {e(saving_line(f))}")
         for line in f.evidence:
             console.print(f"    evidence: {e(line)}")
         if f.ops:
-            console.print(f"    ops: {e(', '.join(f.ops))}")
+            console.print(f"    ops: {e(', '.join(str(o) for o in f.ops))}")
         console.print(f"    cause: {e(f.cause)}")
         console.print(f"    fix: {e(f.fix)}")

@@ -4,8 +4,9 @@ Every rule is declared once in ``RULES``: its id, the finding ids it may produce
 summary (README.md's findings list says the same) and its function ``fn(report) -> list[Finding]``.
 One module per family: device time, communication, the host, memory, several hosts, kernels.
 Thresholds are module constants there, so a finding can quote the line it crossed.
-``run_rules`` runs them all, most costly finding first. A rule reads the Report only (the
-measurements it judges, such as idle time over the steady state, are computed into it).
+``run_rules`` runs them all and orders them by what fixing each would give back per step
+(``Finding.recoverable_s``), most first. A rule reads the Report only (the measurements it judges,
+such as idle time over the steady state, are computed into it).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from rooflens.analysis.findings import Finding, Severity
+from rooflens.analysis.findings import Finding, OpRef, Severity
 from rooflens.analysis.report import Report
 from rooflens.analysis.rules import communication, device_time, host, hosts, kernels, memory
 
@@ -41,6 +42,8 @@ RULES: tuple[Rule, ...] = (
          "chip is wrong", kernels.roofline_trust),
     Rule("slow-op", ("slow-op",), "a dot, convolution or fusion more than 2× off its roofline, with its cause",
          device_time.rule_slow_ops),
+    Rule("kernel-inefficiency", ("kernel-inefficiency",), "many ops each moderately off their roofline: the "
+         "step's time inside kernels beyond their rooflines", device_time.rule_kernel_inefficiency),
     Rule("slow-collective", ("slow-collective",), "collectives far slower than their bandwidth prediction",
          communication.rule_slow_collectives),
     Rule("communication", ("communication-share", "weights-all-gathered"), "collectives take a large share of "
@@ -54,8 +57,8 @@ RULES: tuple[Rule, ...] = (
          "inside the window", host.rule_in_window),
     Rule("variance", ("step-variance", "device-straggler"), "uneven step times, or one device busy far longer than "
          "another", device_time.rule_variance),
-    Rule("overheads", ("overheads",), "the step far above its roofline sum, beyond what its slow ops explain",
-         device_time.rule_overheads),
+    Rule("overheads", ("overheads",), "device time outside kernels within the step (launch and dispatch latency, "
+         "host round-trips), measured from the gaps between ops", device_time.rule_overheads),
     Rule("hosts", ("straggler", "host-outlier"), "several hosts: the host the others wait for, and ops slow "
          "on one host only", hosts.rule_hosts),
 )
@@ -65,9 +68,11 @@ FINDING_IDS: tuple[str, ...] = tuple(i for r in RULES for i in r.finding_ids)
 
 
 def run_rules(report: Report) -> list[Finding]:
+    """Every rule's findings, the one whose fix gives back the most time per step first (ties: the more
+    severe, then the more device time involved)."""
     found = [f for rule in RULES for f in rule(report)]
     rank: dict[Severity, int] = {"high": 0, "medium": 1, "low": 2}
-    return sorted(found, key=lambda f: (rank.get(f.severity, 3), -f.time_s))
+    return sorted(found, key=lambda f: (-f.recoverable_s, rank.get(f.severity, 3), -f.time_s))
 
 
-__all__ = ["FINDING_IDS", "RULES", "Finding", "Rule", "Severity", "run_rules"]
+__all__ = ["FINDING_IDS", "RULES", "Finding", "OpRef", "Rule", "Severity", "run_rules"]

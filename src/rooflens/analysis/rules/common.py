@@ -1,9 +1,12 @@
-"""What the rules share: severity from a share of time, per-step scaling, and the HLO walks."""
+"""What the rules share: severity from a share of time, per-step scaling, what a fix is worth, the
+device time outside kernels, and the HLO walks."""
 
 from __future__ import annotations
 
-from rooflens.analysis.findings import Severity
-from rooflens.analysis.report import Report
+from dataclasses import dataclass, replace
+
+from rooflens.analysis.findings import Finding, OpRef, Severity
+from rooflens.analysis.report import OpComparison, Report, StepBreakdown
 from rooflens.hlo import Instruction, Module
 from rooflens.hlo.opcodes import MODEL_FLOP_OPCODES
 
@@ -23,6 +26,102 @@ def per_device_step(report: Report, total_s: float) -> float:
 
 def busy_total(report: Report) -> float:
     return sum(d.busy_s for d in report.stats.devices) or 1.0
+
+
+def ref(c) -> OpRef:
+    """An op of the comparison (or the op stats) as a finding names it: its program and its name."""
+    return OpRef(c.program, c.name)
+
+
+def step_of(report: Report, program: str | None = None) -> StepBreakdown | None:
+    """The step a program's ops are judged in: its own breakdown (an execution of it when the trace has
+    no steps), else the main program's."""
+    if program is not None:
+        for p in report.programs:
+            if p.program == program:
+                return p
+    return report.steps
+
+
+def runs_per_step(report: Report, c: OpComparison) -> float:
+    """How many times one device runs the op per step of its program (per execution, without steps)."""
+    st = step_of(report, c.program)
+    periods = st.periods if st is not None and st.periods > 0 else 1.0
+    return c.runs / max(report.num_devices, 1) / periods
+
+
+def excess_per_step(report: Report, c: OpComparison) -> float:
+    """What the op spends beyond its roofline per step on one device: (measured − roofline) × runs per step."""
+    if not c.priced or c.ratio is None:
+        return 0.0
+    return max(c.measured_s - c.predicted_s, 0.0) * runs_per_step(report, c)
+
+
+def per_step_of(report: Report, total_s: float, program: str | None = None) -> float:
+    """A time summed over devices and runs, per device per step of ``program`` (per execution of it when
+    there are no steps)."""
+    st = step_of(report, program)
+    periods = st.periods if st is not None and st.periods > 0 else 1.0
+    return total_s / max(report.num_devices, 1) / periods
+
+
+def with_saving(report: Report, f: Finding, recoverable_s: float, program: str | None = None, *,
+                severity: bool = True, headroom_bytes: float | None = None) -> Finding:
+    """``f`` with what fixing it gives back per step (capped at the step) and, unless ``severity`` is
+    False, its severity from that share of the step."""
+    st = step_of(report, program)
+    step_s = st.step_time_s if st is not None and st.step_time_s > 0 else 0.0
+    rec = max(float(recoverable_s), 0.0)
+    if step_s:
+        rec = min(rec, step_s)
+    per = f"execution of {st.program}" if st is not None and st.basis == "executions" else "step"
+    sev = severity_of(rec / step_s) if severity and step_s else f.severity
+    return replace(f, severity=sev, recoverable_s=rec, step_s=step_s, per=per, headroom_bytes=headroom_bytes,
+                   program=st.program if st is not None else "")
+
+
+@dataclass(frozen=True)
+class OutsideKernels:
+    """Device time outside kernels over the steady state, measured from the gaps between op events
+    (summed over the units the idle rule judges: each device, or a CPU's devices together)."""
+
+    within_s: float  # gaps inside program executions: launch and dispatch latency between ops, in-program waits
+    between_s: float  # gaps between program executions (the host dispatching, feeding or synchronising) …
+    counted_s: float  # … of which not left out (not the idle finding's)
+    window_s: float  # the steady window measured (first execution to last, warm-up and set-up left out)
+    units: int
+    gaps: tuple = ()  # the largest gaps inside executions (rooflens.trace.stats.Gap), largest first
+
+    @property
+    def executing_s(self) -> float:
+        """The time inside program executions."""
+        return max(self.window_s - self.between_s, 0.0)
+
+
+def outside_kernels(report: Report, leave_out: frozenset[int] = frozenset()) -> OutsideKernels:
+    """The device's gaps, from the op events' busy union (``DeviceTime``) and the steady state's gaps between
+    executions (``IdleUnit``): a unit's gaps inside executions are all its gaps less those between
+    executions (warm-up ones included, as measured over the same events). ``leave_out``: indices of
+    ``report.steady.idle`` whose gaps between executions are counted elsewhere (the idle finding's)."""
+    within = between = counted = window = 0.0
+    n, inside = 0, []
+    for k, u in enumerate(report.steady.idle):
+        d = u.unit
+        if d.window_s <= 0:
+            continue
+        n += 1
+        window += d.window_s
+        between += u.idle_s
+        if k not in leave_out:
+            counted += u.idle_s
+        if u.gaps is None:  # no events measured: its gaps cannot be told apart
+            continue
+        within += max(d.idle_s - u.idle_s - u.warmup_s, 0.0)
+        # the stats' largest gaps that are not a gap between executions (those start where one ends)
+        ends = {round(g.start_s, 6) for g in u.gaps}
+        inside += [g for g in d.largest_gaps if round(g.start_s, 6) not in ends and g.duration_s > 0]
+    inside.sort(key=lambda g: -g.duration_s)
+    return OutsideKernels(within, between, counted, window, n, tuple(inside[:3]))
 
 
 def producer_chain(module: Module, ins: Instruction, depth: int = 3) -> list[Instruction]:

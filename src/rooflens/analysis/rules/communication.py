@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from rooflens.analysis.findings import Finding
 from rooflens.analysis.report import Report
-from rooflens.analysis.rules.common import busy_total, per_device_step, producer_chain, severity_of
+from rooflens.analysis.rules.common import (
+    busy_total,
+    per_device_step,
+    producer_chain,
+    ref,
+    runs_per_step,
+    severity_of,
+    with_saving,
+)
 from rooflens.analysis.rules.device_time import MIN_SHARE
 from rooflens.hlo import Instruction, Module
 from rooflens.units import fmt_seconds as _ms
@@ -27,13 +35,19 @@ def rule_slow_collectives(report: Report) -> list[Finding]:
     if report.platform == "cpu":
         cause = ("on a CPU with forced devices every device is a thread pool sharing the same cores, so a collective "
                  "mostly waits for the other devices' threads to reach it")
-    return [Finding(
+    main = report.steps.program if report.steps else None
+    per_exec = report.steps is not None and report.steps.basis == "executions"
+    # what they spend beyond their bandwidth/latency model (their measured time is what is exposed of them)
+    saved = sum(max(c.measured_s - c.predicted_s, 0.0) * runs_per_step(report, c) for c in slow
+                if not per_exec or c.program == main)
+    f = Finding(
         "slow-collective", severity_of(total / busy),
         f"{len(slow)} collective(s) take {min(c.ratio for c in slow):.0f}–{max(c.ratio for c in slow):.0f}× their "
-        "bandwidth prediction", tuple(c.name for c in slow[:8]), per_device_step(report, total),
-        tuple(f"{c.name}: {_ms(c.measured_s)} vs {_ms(c.predicted_s)} for {c.comm_bytes / 1e6:.3g} MB sent per "
-              "device" for c in slow[:4]),
-        cause, "look at what runs just before it on the slowest device; check the mesh axes against the topology")]
+        "bandwidth prediction", tuple(ref(c) for c in slow[:8]), per_device_step(report, total),
+        tuple(f"{ref(c)}: {_ms(c.measured_s)} vs {_ms(c.predicted_s)} for {c.comm_bytes / 1e6:.3g} MB sent per "
+              "device" for c in slow[:4]) + (f"{_ms(saved)} per step beyond their bandwidth and latency model",),
+        cause, "look at what runs just before it on the slowest device; check the mesh axes against the topology")
+    return [with_saving(report, f, saved, main)]
 
 
 def _gathers_weights(module: Module, ins: Instruction) -> bool:
@@ -58,22 +72,29 @@ def rule_communication_share(report: Report) -> list[Finding]:
     module = report.modules.get(st.program)
     weights = [c for c in colls if module is not None and "all-gather" in c.opcode
                and module.find(c.name) is not None and _gathers_weights(module, module.find(c.name))]
-    ops = tuple(c.name for c in colls[:6])
-    evidence = [f"collectives take {_ms(st.communication_s)} of a {_ms(st.step_time_s)} step ({share:.0%})"]
-    evidence += [f"{c.name}: {_ms(c.total_time_s / max(c.occurrences, 1))} per run, "
+    ops = tuple(ref(c) for c in colls[:6])
+    # exposed: the collectives' time, but no more than the step leaves once its other ops have run
+    others = st.compute_s + st.layout_s + st.host_s + st.other_s
+    exposed = min(st.communication_s, max(st.step_time_s - others, 0.0))
+    evidence = [f"collectives take {_ms(st.communication_s)} of a {_ms(st.step_time_s)} step ({share:.0%}); "
+                f"exposed, at most {_ms(exposed)} (the step less its other ops)"]
+    evidence += [f"{ref(c)}: {_ms(c.total_time_s / max(c.runs, 1))} per run, "
                  f"{c.comm_bytes / 1e6:.3g} MB per device" for c in colls[:3]]
     if weights:
         evidence.append(f"{len(weights)} all-gather(s) read program parameters: the weights are gathered every step")
-        return [Finding(
+        gathered = sum(c.total_time_s for c in weights) / max(report.num_devices, 1) / (st.periods or 1.0)
+        return [with_saving(report, Finding(
             "weights-all-gathered", severity_of(share), "Weights are all-gathered every step (FSDP-style sharding)",
-            tuple(c.name for c in weights), st.communication_s, tuple(evidence),
+            tuple(ref(c) for c in weights), st.communication_s, tuple(evidence),
             "parameters are sharded over a mesh axis, so every step gathers them back before the matmuls; "
             "on a model this small the gathers cost more than the memory they save",
             "replicate the weights and shard only the batch (data parallelism), or pin the intended layout with "
-            "jax.lax.with_sharding_constraint / shard_map, or use a mesh whose axis matches the sharding")]
-    return [Finding(
+            "jax.lax.with_sharding_constraint / shard_map, or use a mesh whose axis matches the sharding"),
+            min(gathered, exposed), st.program)]
+    return [with_saving(report, Finding(
         "communication-share", severity_of(share), f"Collectives take {share:.0%} of the step", ops,
         st.communication_s, tuple(evidence),
         "the sharding makes devices exchange activations or gradients more than they compute",
         "check which tensors the collectives move (`rooflens hlo --op`); add with_sharding_constraint on the "
-        "intermediate that XLA gathers, or change the mesh so the heavy matmuls need no communication")]
+        "intermediate that XLA gathers, or change the mesh so the heavy matmuls need no communication"),
+        exposed, st.program)]

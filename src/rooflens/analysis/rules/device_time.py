@@ -1,22 +1,35 @@
-"""Device time: ops slower than their roofline, copies, tiny ops, uneven steps and devices, and
-time between ops (overheads)."""
+"""Device time: ops slower than their roofline, many ops each moderately off it, copies, tiny ops,
+uneven steps and devices, and time outside kernels (overheads).
+
+Time inside a kernel beyond its roofline is the op's (slow-op, kernel-inefficiency); time outside
+kernels is the step's overhead, judged from the measured gaps between op events, never from the
+step less the roofline sum.
+"""
 
 from __future__ import annotations
 
 import statistics
 
 from rooflens.analysis.findings import Finding
-from rooflens.analysis.report import Report
+from rooflens.analysis.report import OpComparison, Report
 from rooflens.analysis.rules.common import (
     TINY_OP_S,
     TINY_OPS_PER_STEP,
     busy_total,
     dot_of,
+    excess_per_step,
+    outside_kernels,
     per_device_step,
+    per_step_of,
     producer_chain,
-    severity_of,
+    ref,
+    runs_per_step,
+    step_of,
+    with_saving,
 )
+from rooflens.analysis.rules.host import idle_flagged
 from rooflens.analysis.rules.kernels import launched_one_by_one, tiny_programs
+from rooflens.analysis.trust import is_async
 from rooflens.units import fmt_seconds as _ms
 
 SLOW_RATIO = 2.0  # an op this many times slower than its roofline is worth a look (seed 000's red flag)
@@ -30,56 +43,210 @@ STEP_CV_CPU = 0.50  # a shared CPU's own noise reaches ~40 % on steps of a few m
 STEP_SPREAD_CPU_S = 0.012
 STRAGGLER_RATIO = 1.3  # slowest device's busy time / fastest's
 STRAGGLER_RATIO_CPU = 5.0  # forced CPU devices share cores; healthy data parallelism measured up to 3.5×
-OVERHEAD_RATIO = 2.0
-SMALL_DIM = 128  # MXU / tensor-core tile edge: smaller dims pad
+OVERHEAD_SHARE = 0.10  # device time outside kernels above a tenth of the step
+INEFFICIENCY_SHARE = 0.10  # ops' time beyond their rooflines above a tenth of the step …
+INEFFICIENT_OPS = 3  # … spread over at least this many ops ("many ops, each moderately off")
+PAD_USEFUL = 0.75  # a matmul whose tiles are less than this useful pads visibly
+SUBLANES = 8  # a TPU vector register's rows: the minor-but-one tile edge every layout shows, T(8,128)
+LAUNCH_GAP_S = 20e-6  # a gap this short between ops is a launch or dispatch, not a host round-trip
+
+
+def _judged(c: OpComparison) -> bool:
+    """An op whose roofline the comparison can hold it to: priced, reliable, not a lower bound."""
+    return c.priced and c.ratio is not None and c.roofline_reliable and c.roofline_bound != "lower"
+
+
+def _matrix_op(c: OpComparison) -> bool:
+    return c.category in ("matmul", "convolution", "fusion") or (c.category == "custom-call" and c.model_flops > 0)
+
+
+def is_slow_op(report: Report, c: OpComparison, busy: float | None = None) -> bool:
+    """What the slow-op finding names: a matmul-like op or fusion more than SLOW_RATIO × its roofline,
+    at least MIN_SHARE of device time and longer than a launch."""
+    if not _judged(c) or not _matrix_op(c) or c.ratio <= SLOW_RATIO or c.measured_s < TINY_OP_S:
+        return False
+    return c.total_time_s / (busy or busy_total(report)) >= MIN_SHARE
+
+
+def _in_step(report: Report, c: OpComparison) -> bool:
+    """An op of the step: any program's with steps, the judged program's when each execution is a step."""
+    st = report.steps
+    return st is None or st.basis != "executions" or c.program == st.program
+
+
+# -- causes the HLO shows -------------------------------------------------------------------------
+
+def _mxu_edge(report: Report) -> int:
+    """The matrix unit's tile edge on this chip (TPU MXU rows/columns, from the catalogue), 0 when unpublished."""
+    from rooflens.hardware import chip as get_chip
+
+    try:
+        ch = get_chip(report.chip) if report.chip else None
+    except Exception:  # a custom or shared chip not in the catalogue
+        return 0
+    if ch is None or ch.kind != "tpu":
+        return 0
+    return int(ch.value("compute.mxu_cols") or ch.value("compute.mxu_rows") or 0)
+
+
+def tile_use(mm, edge: int) -> float:
+    """The useful share of a matrix unit's work on a ``MatmulDims``: N and K padded to the unit's ``edge``,
+    M to a vector register's SUBLANES rows; batch dims are separate products and pad nothing."""
+    def up(x: int, t: int) -> int:
+        return -(-x // t) * t
+
+    return (mm.k / up(mm.k, edge)) * (mm.n / up(mm.n, edge)) * (mm.m / up(mm.m, SUBLANES)) if mm.m and mm.n and mm.k \
+        else 1.0
+
+
+def _padding_cause(report: Report, c: OpComparison, module, ins) -> tuple[str, str] | None:
+    """The matrix unit's tiles padded by small M, N or K (batch dims are not tiled), when the HLO shows it
+    and the padded work alone would take longer than the roofline."""
+    from rooflens.cost.counts import matmul_dims
+
+    edge = _mxu_edge(report)
+    mm = matmul_dims(module, dot_of(module, ins) or ins) if edge else None
+    if mm is None or not c.model_flops:
+        return None
+    useful = tile_use(mm, edge)
+    peak = report.roofs.mfu_peak_flops_per_s if report.roofs else 0.0
+    padded_s = c.model_flops / useful / peak if peak and useful else 0.0
+    if useful >= PAD_USEFUL or padded_s <= 1.25 * c.predicted_s:
+        return None
+    small = [f"{what}={x}" for what, x, t in (("M", mm.m, SUBLANES), ("N", mm.n, edge), ("K", mm.k, edge))
+             if x % t]
+    batch = f" (× {mm.batch} batch, not tiled)" if mm.batch > 1 else ""
+    return (f"its matmul dims ({', '.join(small)}){batch} pad the {edge}×{edge} matrix unit's tiles: {useful:.0%} of "
+            f"the work done is useful, so its matrix work alone takes ~{_ms(padded_s)} against a roofline of "
+            f"{_ms(c.predicted_s)}",
+            f"make N and K multiples of {edge} and M of {SUBLANES} (fuse heads or projections, batch more tokens), "
+            "or keep this small product off the matrix unit")
+
+
+def _slow_op_causes(report: Report, c: OpComparison) -> tuple[list[str], list[str], list[str]]:
+    """(causes, fixes, notes) the HLO shows for a slow op."""
+    module = report.modules.get(c.program)
+    ins = module.find(c.name) if module else None
+    causes, fixes, notes = [], [], []
+    if ins is None:
+        return causes, fixes, ["the program's HLO is not in the trace: no cause can be checked"]
+    inside = [i for i in module.fusion_body(ins) if i.opcode in ("transpose", "copy")] if ins.opcode == "fusion" else []
+    dot = dot_of(module, ins)
+    if inside and dot is not None:
+        causes.append(f"its fusion transposes an operand inside the kernel ({', '.join(i.name for i in inside[:3])}): "
+                      "the matrix unit reads it with strided accesses")
+        fixes.append("let XLA choose the layout (AUTO input layouts) or change the einsum so the contraction order "
+                     "matches the stored layout")
+    layout = [p for p in producer_chain(module, ins) if p.opcode in ("copy", "transpose")
+              or (p.opcode == "fusion" and p.category == "copy/transpose")]
+    if layout:
+        notes.append(f"a layout change feeds it ({', '.join(p.name for p in layout[:3])}): its time is that op's, "
+                     "not this one's")
+    if report.platform == "tpu":
+        pad = _padding_cause(report, c, module, ins)
+        if pad is not None:
+            causes.append(pad[0])
+            fixes.append(pad[1])
+    lhs = module.operand_shape(dot.operands[0]) if dot is not None and dot.operands else None
+    peaks = report.chip_peaks
+    if lhs is not None and lhs.dtype == "f32" and peaks.get("bf16", 0) > 1.5 * peaks.get("fp32", 0):
+        notes.append("it multiplies in f32 (its roofline is priced so): in bf16 the chip's peak is far higher")
+    return causes, fixes, notes
 
 
 def rule_slow_ops(report: Report) -> list[Finding]:
-    """A dot/convolution/fusion more than 2× slower than its roofline, with the next check done."""
+    """A matmul-like op or fusion more than 2× slower than its roofline, with the causes its HLO shows."""
     out = []
     busy = busy_total(report)
     for c in report.comparison:
-        if not c.priced or c.category not in ("matmul", "convolution", "fusion") or c.ratio is None:
+        if not is_slow_op(report, c, busy):
             continue
         share = c.total_time_s / busy
-        if c.ratio <= SLOW_RATIO or share < MIN_SHARE or c.measured_s < TINY_OP_S:
-            continue  # an op shorter than a launch is the tiny-ops rule's business
-        module = report.modules.get(c.program)
-        ins = module.find(c.name) if module else None
-        causes, fixes = [], []
+        causes, fixes, notes = _slow_op_causes(report, c)
+        runs = runs_per_step(report, c)
+        saved = excess_per_step(report, c)
+        st = step_of(report, c.program)
         evidence = [f"measured {_ms(c.measured_s)} per run vs roofline {_ms(c.predicted_s)} "
-                    f"({c.ratio:.1f}×, {c.bound}-bound), {share:.0%} of device time"]
-        if ins is not None:
-            layout = [p for p in producer_chain(module, ins) if p.opcode in ("copy", "transpose")
-                      or (p.opcode == "fusion" and p.category == "copy/transpose")]
-            if layout:
-                causes.append(f"a layout change feeds it ({', '.join(p.name for p in layout[:3])}): its operands are "
-                              "retiled before it can start")
-                fixes.append("let XLA choose the layout (AUTO input layouts) or restructure so the transpose "
-                             "folds into the dot's dimension numbers")
-            dot = dot_of(module, ins) if report.platform in ("tpu", "gpu") else None  # tiles: TPU/GPU units
-            if dot is not None:
-                dims = [d for op in dot.operands for d in (module.operand_shape(op).dims
-                                                           if module.operand_shape(op) else ())]
-                small = [d for d in dims if d < SMALL_DIM]
-                if small:
-                    causes.append(f"small dimensions ({', '.join(map(str, sorted(set(small))))} < {SMALL_DIM}) "
-                                  "pad to the matrix unit's tile")
-                    fixes.append("batch more work into each matmul (larger batch, fuse heads) so every dim "
-                                 f"is a multiple of {SMALL_DIM}")
-                lhs = module.operand_shape(dot.operands[0]) if dot.operands else None
-                peaks = report.chip_peaks
-                if lhs is not None and lhs.dtype == "f32" and peaks.get("bf16", 0) > 1.5 * peaks.get("fp32", 0):
-                    causes.append("it multiplies in f32 on a chip whose bf16 peak is far higher")
-                    fixes.append("keep weights/activations in bf16 (or set precision) where f32 was not meant")
+                    f"({c.ratio:.1f}×, {c.bound}-bound), {share:.0%} of device time",
+                    f"{runs:.3g} run(s) per {'execution' if st and st.basis == 'executions' else 'step'}: "
+                    f"{_ms(saved)} beyond the roofline"] + notes
+        if c.roofline_bound != "exact":
+            evidence.append(f"its roofline: {c.roofline_note}")
         if not causes:
-            causes.append("the kernel runs below the roofline with no layout, padding or dtype cause visible "
-                          "in the HLO")
+            causes.append("the kernel runs below its roofline with no layout, padding or dtype cause visible in the "
+                          "HLO")
             fixes.append("check its fusion in the HLO (`rooflens hlo --op`) and whether it overlaps other work")
-        out.append(Finding(
-            "slow-op", severity_of(share), f"{c.name} is {c.ratio:.1f}× slower than its roofline", (c.name,),
-            per_device_step(report, c.total_time_s), tuple(evidence), "; ".join(causes), "; ".join(fixes)))
+        f = Finding("slow-op", "low", f"{ref(c)} is {c.ratio:.1f}× slower than its roofline", (ref(c),),
+                    per_step_of(report, c.total_time_s, c.program), tuple(evidence), "; ".join(causes),
+                    "; ".join(fixes))
+        out.append(with_saving(report, f, saved, c.program))
     return out
+
+
+def rule_kernel_inefficiency(report: Report) -> list[Finding]:
+    """Many ops each moderately off their roofline: together, time inside kernels beyond their rooflines."""
+    st = report.steps
+    if st is None or st.step_time_s <= 0:
+        return []
+    busy = busy_total(report)
+    ops = [(c, x) for c in report.comparison
+           if _in_step(report, c) and _judged(c) and c.category not in ("collective", "host transfer")
+           and not is_async(c) and not is_slow_op(report, c, busy) and (x := excess_per_step(report, c)) > 0]
+    total = sum(x for _, x in ops)
+    if total < INEFFICIENCY_SHARE * st.step_time_s or len(ops) < INEFFICIENT_OPS:
+        return []
+    ops.sort(key=lambda cx: -cx[1])
+
+    def part(pred) -> float:
+        return sum(x for c, x in ops if pred(c))
+
+    short = part(lambda c: c.measured_s < TINY_OP_S)
+    memory = part(lambda c: c.bound == "memory" and c.measured_s >= TINY_OP_S)
+    compute = part(lambda c: c.bound == "compute" and c.measured_s >= TINY_OP_S)
+    measured = sum(c.measured_s * runs_per_step(report, c) for c, _ in ops)
+    several = len({c.program for c, _ in ops}) > 1  # then an op is named with its program
+
+    def name(c: OpComparison) -> str:
+        return str(ref(c)) if several else c.name
+
+    unit = "execution" if st.basis == "executions" else "step"
+    evidence = [f"{len(ops)} ops take {measured / (measured - total):.2g}× their rooflines together: "
+                f"{_ms(total)} per {unit} beyond them, {total / st.step_time_s:.0%} of the {_ms(st.step_time_s)} "
+                f"{unit}",
+                "the largest contributors: " + ", ".join(f"{name(c)} ({c.ratio:.2g}×, +{_ms(x)})" for c, x in ops[:5])]
+    split = [(memory, "in memory-bound ops"), (compute, "in compute-bound ops"),
+             (short, f"in ops shorter than {_ms(TINY_OP_S)} (a fixed cost per op)"),
+             (total - memory - compute - short, "in ops bound by launch or latency")]
+    evidence.append("of it: " + ", ".join(f"{_ms(x)} {what}" for x, what in split if x > 0.01 * total))
+
+    def achieved(bound: str, frac) -> str:
+        sel = [(c, x) for c, x in ops if c.bound == bound and c.measured_s >= TINY_OP_S and frac(c)]
+        t = sum(c.measured_s * runs_per_step(report, c) for c, _ in sel)
+        return f"{sum(frac(c) * c.measured_s * runs_per_step(report, c) for c, _ in sel) / t:.0%}" if t else ""
+
+    biggest = max(split[:3], key=lambda xw: xw[0])[1]
+    if biggest == split[2][1]:
+        cause = ("many short ops each pay a fixed cost their rooflines leave out (pipeline fill, DMA set-up, "
+                 "synchronisation at the kernel's end), which dominates an op of a few microseconds")
+        fix = "fuse the short ops into their neighbours (fewer, larger kernels: larger batches, jit more of the step)"
+    elif biggest == split[0][1]:
+        if rate := achieved("memory", lambda c: c.bytes_fraction_of_peak):
+            evidence.append(f"the memory-bound ops reach {rate} of HBM bandwidth (time-weighted)")
+        cause = ("memory-bound kernels read and write below HBM bandwidth: transfers too small to reach full "
+                 "bandwidth, strided or transposed accesses, or operands padded by their layout")
+        fix = ("fuse neighbouring elementwise and reduction ops into fewer, larger kernels (bigger batches or "
+               "sequence chunks), and keep minor dimensions contiguous and multiples of the layout's tile")
+    else:
+        if rate := achieved("compute", lambda c: c.flops_fraction_of_peak):
+            evidence.append(f"the compute-bound ops reach {rate} of peak FLOP/s (time-weighted)")
+        cause = ("compute-bound kernels keep the matrix units below peak: shapes that fill the units' tiles "
+                 "partly, conversions or epilogues inside the fusions, or tile sizes the compiler chose for them")
+        fix = ("give the matmuls larger dims that are multiples of the matrix unit's tile (batch, fuse projections), "
+               "keep operands in the chip's fast dtype, and check the largest contributors with `rooflens hlo --op`")
+    f = Finding("kernel-inefficiency", "low",
+                f"The step's ops together spend {_ms(total)} beyond their rooflines", tuple(ref(c) for c, _ in ops[:8]),
+                total, tuple(evidence), cause, fix)
+    return [with_saving(report, f, total, st.program)]
 
 
 def rule_copies(report: Report) -> list[Finding]:
@@ -90,14 +257,17 @@ def rule_copies(report: Report) -> list[Finding]:
     if share < COPY_SHARE:
         return []
     copies.sort(key=lambda c: -c.total_time_s)
-    return [Finding(
-        "copies", severity_of(share), f"Copies and transposes take {share:.0%} of device time",
-        tuple(c.name for c in copies[:6]), per_device_step(report, total),
-        tuple(f"{c.name}: {_ms(c.total_time_s)} in all" for c in copies[:4]),
+    main = report.steps.program if report.steps else None
+    saved = sum(c.measured_s * runs_per_step(report, c) for c in copies if _in_step(report, c))
+    f = Finding(
+        "copies", "low", f"Copies and transposes take {share:.0%} of device time",
+        tuple(ref(c) for c in copies[:6]), per_step_of(report, total, main),
+        tuple(f"{c.program}/{c.name}: {_ms(c.total_time_s)} in all" for c in copies[:4]),
         "arrays are retiled between ops whose preferred layouts differ (a transpose or layout change that XLA "
         "could not fold into its neighbours)",
         "use AUTO layouts for jitted inputs, avoid explicit transposes of large arrays between matmuls, or "
-        "change the einsum so the contraction order matches the stored layout")]
+        "change the einsum so the contraction order matches the stored layout")
+    return [with_saving(report, f, saved, main)]
 
 
 def rule_tiny_ops(report: Report) -> list[Finding]:
@@ -131,24 +301,33 @@ def rule_tiny_ops(report: Report) -> list[Finding]:
             break
     if median >= TINY_OP_S or per_step < TINY_OPS_PER_STEP:
         return []
-    total = sum(s.total_time_s for s in ops if s.avg_time_s < TINY_OP_S)
+    tiny = [s for s in ops if s.avg_time_s < TINY_OP_S]
+    total = sum(s.total_time_s for s in tiny)
     programs = len(st.by_program_s)
-    return [Finding(
-        "tiny-ops", "high" if per_step >= 10 * TINY_OPS_PER_STEP else "medium",
-        f"Many tiny ops: {per_step:.0f} per step per device, median {_ms(median)}",
-        tuple(s.name for s in sorted((s for s in ops if s.avg_time_s < TINY_OP_S),
-                                     key=lambda s: -s.occurrences)[:6]), per_device_step(report, total),
+    # fusing them keeps their work (their roofline) and saves the rest: their launches and ramp-up
+    compared = {(c.program, c.name): c for c in report.comparison}
+    saved = 0.0
+    for s in tiny:
+        c = compared.get((s.program, s.name))
+        if c is not None and _in_step(report, c):
+            saved += (c.measured_s - min(c.predicted_s or 0.0, c.measured_s)) * runs_per_step(report, c)
+    main = report.steps.program if report.steps else None
+    f = Finding(
+        "tiny-ops", "low", f"Many tiny ops: {per_step:.0f} per step per device, median {_ms(median)}",
+        tuple(ref(s) for s in sorted(tiny, key=lambda s: -s.occurrences)[:6]), per_device_step(report, total),
         (f"median op time {_ms(median)} < {_ms(TINY_OP_S)} (about the cost of launching one)",
          f"{per_step:.0f} op executions per step per device across {programs} program(s)"),
         "the work is split into kernels too small to amortise their launch and synchronisation (a Python loop "
         "of small jitted calls, or ops XLA could not fuse)",
         "jit the whole step (one program), turn Python loops into lax.scan / vmap, or give each op more work "
-        "(larger batch)")]
+        "(larger batch)")
+    return [with_saving(report, f, saved, main)]
 
 
 def rule_variance(report: Report) -> list[Finding]:
     out = []
     st = report.stats.steps
+    main = report.steps.program if report.steps else None
     if st is not None and st.count >= 4 and st.mean_s > 0:
         # the interquartile spread over the median: one slow outlier step (noise, a GC pause) does not
         # move it, steps that really differ (every other step waits for input) do
@@ -157,65 +336,90 @@ def rule_variance(report: Report) -> list[Finding]:
         cpu = report.platform == "cpu"
         if spread > (STEP_CV_CPU if cpu else STEP_CV) and (not cpu or q3 - q1 > STEP_SPREAD_CPU_S):
             slow = max(range(st.count), key=lambda i: st.times_s[i])
-            out.append(Finding(
-                "step-variance", severity_of(spread / 2), f"Step times vary by {spread:.0%} (IQR/median)", (),
+            f = Finding(
+                "step-variance", "low", f"Step times vary by {spread:.0%} (IQR/median)", (),
                 max(st.times_s) - min(st.times_s),
                 (f"steps: median {_ms(med)}, quartiles {_ms(q1)}–{_ms(q3)}, min {_ms(st.min_s)}, max {_ms(st.max_s)}",
-                 f"slowest: step {st.steps[slow]}"),
+                 f"slowest: step {st.steps[slow]}; steps as fast as the median would save {_ms(st.mean_s - med)} "
+                 "per step on average"),
                 "some steps do extra work or wait (recompilation, input stalls, garbage collection, a slow batch)",
-                "look at the slowest step in the trace; make per-step work uniform"))
+                "look at the slowest step in the trace; make per-step work uniform")
+            out.append(with_saving(report, f, st.mean_s - med, main))
     devs = [d for d in report.stats.devices if d.busy_s > 0]
     # forced CPU devices: thread scheduling alone skews busy times by ~3× between devices
     limit = STRAGGLER_RATIO_CPU if report.platform == "cpu" else STRAGGLER_RATIO
     if len(devs) > 1 and report.stats.host_steps is None:  # several hosts: see rule_hosts
         fast, slow = min(devs, key=lambda d: d.busy_s), max(devs, key=lambda d: d.busy_s)
         if slow.busy_s / fast.busy_s > limit:
-            out.append(Finding(
+            mean = statistics.mean(d.busy_s for d in devs)
+            bd = step_of(report, main)
+            periods = bd.periods if bd is not None and bd.periods > 0 else 1.0
+            f = Finding(
                 "device-straggler", "medium",
                 f"Device {slow.device} is busy {slow.busy_s / fast.busy_s:.1f}× longer than device {fast.device}", (),
                 per_device_step(report, slow.busy_s - fast.busy_s),
-                (f"busy {_ms(slow.busy_s)} vs {_ms(fast.busy_s)}",),
+                (f"busy {_ms(slow.busy_s)} vs {_ms(fast.busy_s)}; balanced, each device would be busy the mean "
+                 f"{_ms(mean)}",),
                 "uneven work across devices (an imbalanced sharding) or a slow device; collectives make everyone "
-                "wait for it", "balance the sharding (shapes divisible by the mesh), check the slow device's ops"))
+                "wait for it", "balance the sharding (shapes divisible by the mesh), check the slow device's ops")
+            out.append(with_saving(report, f, (slow.busy_s - mean) / periods, main))
     return out
 
 
 def rule_overheads(report: Report) -> list[Finding]:
-    """The step far above its roofline sum once the slow ops' own excess is taken out.
-
-    A slow op explains its excess over its roofline (the slow-op finding's business); what the
-    step spends beyond the roofline sum and that excess is time between ops."""
+    """Device time outside kernels within the step, from the measured gaps between op events: gaps inside
+    program executions (launch and dispatch latency between ops, in-program waits) and, where a step
+    spans several executions, the gaps between them (host round-trips). Gaps between executions that
+    the idle finding reports are its own, not counted again; with no steps, the step is one execution
+    and only the gaps inside executions are in it."""
     st = report.steps
-    if not st or st.predicted_s <= 0 or st.step_time_s <= 0:
+    if not st or st.step_time_s <= 0:
         return []
-    ratio = st.step_time_s / st.predicted_s
-    slow = [c for c in report.comparison if c.priced and c.ratio and c.ratio > SLOW_RATIO
-            and c.roofline_bound == "exact" and c.total_time_s / busy_total(report) >= MIN_SHARE]
-    if st.basis == "executions":  # one execution of the program: its own ops, once each
-        slow = [c for c in slow if c.program == st.program]
-        slow_excess_s = sum(c.measured_s * (1 - 1 / c.ratio) for c in slow)
+    per_execution = st.basis == "executions"
+    gaps = outside_kernels(report, frozenset(idle_flagged(report)))
+    if gaps.window_s <= 0:
+        return []
+    between = 0.0 if per_execution else gaps.counted_s
+    if per_execution:
+        share = gaps.within_s / gaps.executing_s if gaps.executing_s else 0.0
     else:
-        slow_excess_s = sum(per_device_step(report, c.total_time_s * (1 - 1 / c.ratio)) for c in slow)
-    # time inside kernels the model cannot price (or prices only by a lower bound) is not between ops
-    inside_s = st.unpriced_s + st.bound_excess_s
-    between_s = st.step_time_s - slow_excess_s - inside_s
-    if between_s / st.predicted_s <= OVERHEAD_RATIO:
+        share = (gaps.within_s + between) / gaps.window_s
+    if share < OVERHEAD_SHARE:
         return []
-    evidence = [f"step {_ms(st.step_time_s)} vs roofline sum {_ms(st.predicted_s)}",
-                f"idle {_ms(st.idle_s)}, unpriced ops {_ms(st.unpriced_s)}, beyond lower-bound rooflines "
-                f"{_ms(st.bound_excess_s)} (inside kernels, not counted as overhead)"]
-    if slow:
-        evidence.append(f"ops slower than their roofline explain {_ms(slow_excess_s)} of it: "
-                        + ", ".join(c.name for c in slow[:3]))
+    overhead_s = share * st.step_time_s
+    within_share = gaps.within_s / (gaps.within_s + between) if gaps.within_s + between else 0.0
+    n_ops = sum(c.occurrences for c in report.comparison if _in_step(report, c)) / max(report.num_devices, 1)
+    n_ops /= st.periods if st.periods > 0 else 1.0
+    per_gap = overhead_s * within_share / n_ops if n_ops else 0.0
+    unit = "execution of " + st.program if per_execution else "step"
+    evidence = [f"the device runs no op {share:.0%} of the {unit} ({_ms(overhead_s)} of {_ms(st.step_time_s)}), "
+                "measured from the gaps between its op events",
+                f"inside program executions: {_ms(gaps.within_s)} of gaps over {_ms(gaps.window_s)} measured"
+                + (f", ≈ {_ms(per_gap)} per op boundary ({n_ops:.0f} ops per {unit})" if n_ops else "")]
+    if between:
+        evidence.append(f"between program executions inside the steps: {_ms(between)} (host round-trips)")
+    evidence += [f"gap inside an execution: {_ms(g.duration_s)} at {_ms(g.start_s)} between {g.before} and {g.after}"
+                 + (f"; the host was in {g.host}" if g.host else "") for g in gaps.gaps[:2]]
     evidence += _profiler_cost(report, st.step_time_s)
-    title = (f"The step is {ratio:.1f}× its roofline sum though no big op is slow" if not slow else
-             f"The step is {ratio:.1f}× its roofline sum; slow ops explain only {_ms(slow_excess_s)} of it")
-    return [Finding(
-        "overheads", severity_of(1 - st.predicted_s / between_s), title,
-        (), between_s - st.predicted_s, tuple(evidence),
-        "time goes between ops rather than in them: launch and dispatch overhead, synchronisation, small "
-        "ops and idle gaps add up",
-        "fuse more of the step into one program, remove host round-trips, and check the idle and tiny-op findings")]
+    if within_share >= 0.5 and per_gap and per_gap < LAUNCH_GAP_S:
+        cause = ("launch and dispatch latency between ops: each of the step's many short kernels waits a few "
+                 "microseconds for the next to be launched")
+        fix = ("fewer, larger kernels: fuse (jit the whole step), let XLA capture the step as command buffers / CUDA "
+               "graphs, or give each op more work (larger batch)")
+    elif within_share >= 0.5:
+        cause = ("the device waits inside its programs for the host: the runtime launching each op slower than the "
+                 "device runs it (a library call's set-up, per-op host work), host callbacks, or transfers and "
+                 "synchronisation the program waits for")
+        fix = ("give each op more work so launches keep ahead of the device (larger batch, fewer and larger ops), "
+               "remove host callbacks and in-program transfers from the step (jax.debug.print, io_callback), and "
+               "check the gaps above")
+    else:
+        cause = ("host round-trips inside the step: the step runs several programs and the device waits for the "
+                 "host to dispatch each")
+        fix = "jit the whole step as one program, and drop per-step synchronisations (device_get, printing values)"
+    f = Finding("overheads", "low", f"The device runs no kernel {share:.0%} of the {unit}", (), overhead_s,
+                tuple(evidence), cause, fix)
+    return [with_saving(report, f, overhead_s, st.program)]
 
 
 PROFILER_TINY_STEP_S = 1e-3  # a step this short is where the tracer's per-op recording shows

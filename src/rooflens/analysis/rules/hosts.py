@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import statistics
 
-from rooflens.analysis.findings import Finding
+from rooflens.analysis.findings import Finding, OpRef
 from rooflens.analysis.report import Report
-from rooflens.analysis.rules.common import severity_of
+from rooflens.analysis.rules.common import severity_of, step_of, with_saving
 from rooflens.units import fmt_seconds as _ms
 
 STRAGGLER_WAIT = 0.10  # the others wait in collectives at least this share of the step for one host
@@ -31,7 +31,7 @@ def rule_hosts(report: Report) -> list[Finding]:
     if step_s > 0 and wait > STRAGGLER_WAIT * step_s and coll[k] < 0.7 * statistics.median(others):
         host = hs.hosts[k]
         mine = [x for x in hs.times_s[k] if x is not None]
-        out.append(Finding(
+        out.append(with_saving(report, Finding(
             "straggler", severity_of(wait / step_s), f"Host {host} is the straggler: the other hosts wait for it "
             f"{_ms(wait)} per step inside collectives", (), wait * len(mine) * (len(hs.hosts) - 1),
             (f"time inside collectives per step: {host} {_ms(coll[k])}, the other {len(others)} hosts "
@@ -44,17 +44,22 @@ def rule_hosts(report: Report) -> list[Finding]:
             "before the step (input pipeline, Python, logging, checkpointing), a slower or busier machine, or more "
             "work on its shard",
             f"look at what {host}'s host does between steps (its idle gaps and Python frames), prefetch its input, "
-            "and balance its shard"))
+            "and balance its shard"), wait))
     busy = {d.host: d.busy_s for d in report.stats.hosts}
+    devices = dict(zip(hs.hosts, hs.devices))
+    st = step_of(report)
+    periods = st.periods if st is not None and st.periods > 0 else 1.0
     for program, op, host, mean_s, median_s, runs in hs.op_outliers:
         excess_s = (mean_s - median_s) * runs
         if excess_s < OUTLIER_SHARE * busy.get(host, float("inf")):
             continue
-        out.append(Finding(
-            "host-outlier", "medium", f"{op} takes {mean_s / median_s:.1f}× longer on {host} than on the "
-            "other hosts", (op,), excess_s,
+        # the others wait for that host's devices in the next collective: its excess per step and device
+        saved = excess_s / max(devices.get(host, 1), 1) / periods
+        out.append(with_saving(report, Finding(
+            "host-outlier", "medium", f"{OpRef(program, op)} takes {mean_s / median_s:.1f}× longer on {host} "
+            "than on the other hosts", (OpRef(program, op),), excess_s,
             (f"{program}/{op}: {_ms(mean_s)} per run on {host} ({runs} runs), median over hosts "
              f"{_ms(median_s)}; {_ms(excess_s)} more in all, of {host}'s {_ms(busy[host])} busy",),
             "a slower or thermally throttled device, another job sharing the host, or a larger shard there",
-            f"compare {host}'s devices and load with the others'; check the op's input shapes on that host"))
+            f"compare {host}'s devices and load with the others'; check the op's input shapes on that host"), saved))
     return out

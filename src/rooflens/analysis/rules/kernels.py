@@ -6,7 +6,14 @@ import statistics
 
 from rooflens.analysis.findings import Finding
 from rooflens.analysis.report import Report
-from rooflens.analysis.rules.common import TINY_OP_S, TINY_OPS_PER_STEP, per_device_step
+from rooflens.analysis.rules.common import (
+    TINY_OP_S,
+    TINY_OPS_PER_STEP,
+    outside_kernels,
+    per_device_step,
+    ref,
+    with_saving,
+)
 from rooflens.analysis.trust import is_async, rates_of_comparison
 from rooflens.hardware.infer import chips_fitting, describe_rates
 from rooflens.units import fmt_seconds as _ms
@@ -25,12 +32,20 @@ def tiny_programs(report: Report) -> list[Finding]:
     median = statistics.median([p.step_time_s for p in execs])
     if median >= TINY_OP_S or per_step < TINY_OPS_PER_STEP:
         return []
-    return [Finding(
+    # what dispatching them one by one costs the device: its gaps between executions, per step
+    gaps = outside_kernels(report)
+    main = report.steps.program if report.steps else None
+    periods = report.steps.periods if report.steps and report.steps.periods > 0 else 1.0
+    saved = gaps.between_s / max(gaps.units, 1) / periods
+    f = Finding(
         "tiny-ops", "medium", f"Many tiny programs: {per_step:.0f} executions per device, median {_ms(median)}",
-        tuple(p.program for p in execs[:6]), 0.0,
-        (f"median program execution {_ms(median)} < {_ms(TINY_OP_S)}", f"{len(st.by_program_s)} program(s)"),
+        (), 0.0,
+        (f"median program execution {_ms(median)} < {_ms(TINY_OP_S)}", f"{len(st.by_program_s)} program(s): "
+         + ", ".join(p.program for p in execs[:6]),
+         f"the device waits {_ms(saved)} per step between program executions"),
         "each program execution is dispatched by the host; programs this short cannot amortise it",
-        "jit the loop into one program (lax.scan / fori_loop) or give each call more work")]
+        "jit the loop into one program (lax.scan / fori_loop) or give each call more work")
+    return [with_saving(report, f, saved, main)]
 
 
 def roofline_trust(report: Report) -> list[Finding]:
@@ -41,24 +56,25 @@ def roofline_trust(report: Report) -> list[Finding]:
     total = sum(c.total_time_s for c in bad)
     rates = list(report.trace_rates) or rates_of_comparison(report.comparison)
     fit = [c.name for c in chips_fitting(rates, report.roofs and _kind_of(report) or "")]
-    evidence = [f"{len(bad)} op(s) faster than their roofline on {report.chip}; e.g. {c.name}: {c.roofline_note}"
+    evidence = [f"{len(bad)} op(s) faster than their roofline on {report.chip}; e.g. {ref(c)}: {c.roofline_note}"
                 for c in sorted(bad, key=lambda c: -c.total_time_s)[:1]]
     evidence.append(f"fastest rates reached: {describe_rates(rates, [])}")
     given = "given" in report.chip_reason
     if given:
         evidence.append("catalogue chips those rates fit: " + (", ".join(fit) if fit else "none"))
-    return [Finding(
+    return [with_saving(report, Finding(
         "roofline-trust", "medium" if given else "low",
         (f"The trace beats {report.chip}: {len(bad)} op(s) run faster than its roofline" if given else
          f"{len(bad)} op(s) run faster than the cost model allows: their rooflines are marked unreliable"),
-        tuple(c.name for c in sorted(bad, key=lambda c: -c.total_time_s)[:6]), per_device_step(report, total),
+        tuple(ref(c) for c in sorted(bad, key=lambda c: -c.total_time_s)[:6]), per_device_step(report, total),
         tuple(evidence),
         ("the chip given is not the one that ran the trace (a faster generation), or the model counts bytes the "
          "kernel never moves to HBM" if given else
          "the model counts bytes or FLOPs these kernels do not spend (on-chip memory, aliased or sliced buffers, "
          "async transfers timed at their issue), so their figures are not printed"),
         ("give the chip that ran the trace (--chip) — one the rates fit" if given else
-         "read these ops' times as measured only; `rooflens hlo --op` shows what the model counted"))]
+         "read these ops' times as measured only; `rooflens hlo --op` shows what the model counted")),
+        0.0, severity=False)]  # a wrong model or chip costs the device nothing: fixing it gives back no time
 
 
 def _kind_of(report: Report) -> str:

@@ -7,8 +7,9 @@ device's memory (recorded by the capture), not only against the state it holds.
 
 from __future__ import annotations
 
-from rooflens.analysis.findings import Finding
+from rooflens.analysis.findings import Finding, OpRef
 from rooflens.analysis.report import Report
+from rooflens.analysis.rules.common import with_saving
 from rooflens.memory.summary import PEAK_OVER_STATE
 
 MEMORY_NEAR_FULL = 0.90  # the main program's peak above this share of the device: near an out-of-memory error
@@ -55,13 +56,18 @@ def rule_memory_peak(report: Report) -> list[Finding]:
              f"Peak memory of {main.program} is {share:.0%} of the device's memory" if near else
              f"Peak memory is {ratio:.1f}× the state the program holds"
              + (f" ({share:.1%} of the device's memory)" if share is not None else ""))
-    return [Finding(
-        "memory-peak", _memory_severity(mem, ratio or 0.0), title, tuple(b.name for b in bufs), 0.0,
-        tuple(evidence),
+    # what a fix frees: the growth (a leak), else what the peak holds above the program's own state
+    live = [s.total_bytes for s in mem.snapshots if s.label.startswith("step_")]
+    headroom = (max(live[-1] - live[0], 0) if mem.growing and len(live) > 1
+                else max(main.peak_bytes - main.state_bytes, 0))
+    evidence.append(f"fixing it frees up to {headroom / 1e6:.3g} MB of device memory (no device time: 0 s per step)")
+    return [with_saving(report, Finding(
+        "memory-peak", _memory_severity(mem, ratio or 0.0), title, tuple(OpRef(main.program, b.name) for b in bufs),
+        0.0, tuple(evidence),
         "arrays kept alive across steps (a growing cache, a list of per-step outputs, a leak)" if mem.growing else
         "retained activations (kept for the backward pass), XLA temporaries and tiling padding come on top of "
         "the weights, optimizer state and batch",
         "find what the loop keeps from each step (jax.live_arrays(), `rooflens memory`) and drop it" if mem.growing
         else "reduce the batch size; recompute activations (jax.checkpoint / remat on the big scopes above); shard "
         "the state further (FSDP/ZeRO, tensor parallelism) or lower its precision; check the peak buffers' "
-        "scopes for activations kept longer than needed")]
+        "scopes for activations kept longer than needed"), 0.0, severity=False, headroom_bytes=float(headroom))]
