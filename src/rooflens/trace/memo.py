@@ -52,11 +52,12 @@ def code_digest() -> str:
     return h.hexdigest()[:16]
 
 
-def table_digest(t) -> str:
+def table_digest(t, steps: bool = True) -> str:
     """A digest of an event table's content: its columns and vocabularies (a table changed in place,
-    e.g. its steps assigned, digests differently)."""
+    e.g. its steps assigned, digests differently; ``steps=False``: not its steps, for what does not depend on
+    them, such as the executions)."""
     h = hashlib.sha1(str(len(t)).encode())
-    for col in (t.host, t.device, t.line, t.name, t.program, t.start_ps, t.dur_ps, t.step):
+    for col in (t.host, t.device, t.line, t.name, t.program, t.start_ps, t.dur_ps) + ((t.step,) if steps else ()):
         h.update(struct.pack("<Iq", zlib.crc32(np.ascontiguousarray(col).view(np.uint8)), col.dtype.itemsize))
     h.update(repr((t.hosts, t.lines, t.names, t.programs, t.origin_ns)).encode())
     return h.hexdigest()

@@ -427,7 +427,25 @@ def assemble(paths: list[str], runs: list[str], raws: list[RawTrace], files: lis
     if dispatches_of:  # before warm-up is judged: every execution in the trace ran a dispatch
         profile.unran = unran_dispatches(table, execution_index(table), dispatches_of, end_ns_of)
         profile.notes.extend(unran_note(u) for u in profile.unran)
+        if profile.steps and any(u.queued for u in profile.unran):
+            profile.steps = ran_steps(profile)
     return judge(profile)
+
+
+def ran_steps(profile: Profile) -> list[tuple[int, float, float]]:
+    """The annotated steps whose work ran inside the trace: a trace that stopped with work still queued has
+    steps the host annotated (and dispatched) whose work never ran; the last steps go, one per dispatch of the
+    program left most unrun (said in a note). Step annotations time the host: when it runs ahead of the
+    devices, a step's device work runs inside later steps' spans."""
+    u = max((u for u in profile.unran if u.queued), key=lambda u: (u.unran, u.missing_s))
+    steps = sorted(profile.steps)
+    keep = max(len(steps) - u.unran, 0)
+    if keep < len(steps):
+        profile.notes.append(f"the last {len(steps) - keep} annotated step(s) dispatched work of {u.program} that "
+                             "never ran inside the trace: left out of the steps")
+        t = profile.table
+        t.step[~np.isin(t.step, [n for n, _, _ in steps[:keep]])] = -1
+    return steps[:keep]
 
 
 NO_STEPS = ("the trace has no step annotations (jax.profiler.StepTraceAnnotation) or Steps line, so there are no "

@@ -47,7 +47,7 @@ def execution_index(t: EventTable) -> np.ndarray:
         out.setflags(write=False)  # one array for every caller: none may change it
         return out
 
-    return memo.remembered("execution_index", (memo.table_digest(t),), len(t), compute, in_memory=True)
+    return memo.remembered("execution_index", (memo.table_digest(t, steps=False),), len(t), compute, in_memory=True)
 
 
 def _execution_index(t: EventTable) -> np.ndarray:
@@ -130,7 +130,7 @@ def cut_executions(t: EventTable, exec_idx: np.ndarray | None = None) -> np.ndar
 
     if exec_idx is not None:  # a table's own index given by a caller that holds it: not remembered
         return compute()
-    return memo.remembered("cut_executions", (memo.table_digest(t),), len(t), compute, in_memory=True)
+    return memo.remembered("cut_executions", (memo.table_digest(t, steps=False),), len(t), compute, in_memory=True)
 
 
 def _cut_executions(t: EventTable, exec_idx: np.ndarray) -> np.ndarray:
