@@ -10,6 +10,7 @@ the same archive.
 import importlib
 import json
 import os
+import shlex
 import shutil
 import sqlite3
 import subprocess
@@ -176,15 +177,14 @@ def test_an_nsys_rep_without_nsys_is_one_sentence_naming_the_export(tmp_path):
                        env=_env(tmp_path, no_nsys), timeout=300)
     assert r.returncode == 2 and r.stdout == ""
     (line,) = r.stderr.strip().splitlines()
-    sqlite_name = str(rep.with_suffix("").with_suffix(".sqlite"))
-    assert "nsys export --type sqlite" in line and f"--output {sqlite_name} {rep}" in line
-    assert f"rooflens report {sqlite_name}" in line and "Traceback" not in r.stderr
+    sqlite_name = str(rep.with_suffix("").with_suffix(".sqlite"))  # beside it, named after it (quoted if need be)
+    assert "nsys export --type sqlite" in line and f"--output {shlex.join([sqlite_name, str(rep)])}" in line
+    assert f"rooflens report {shlex.quote(sqlite_name)}" in line and "Traceback" not in r.stderr
 
 
-_FAKE_NSYS = """#!{python}
-import shutil, sys
+_FAKE_NSYS = """import shutil, sys
 args = sys.argv[1:]
-open({log!r}, "w").write(" ".join(args))
+open({log!r}, "w").write("\\n".join(args))
 assert args[:3] == ["export", "--type", "sqlite"] and args[3] == "--output"
 shutil.copyfile({export!r}, args[4])
 """
@@ -201,14 +201,15 @@ def test_an_nsys_rep_is_exported_into_the_user_cache_never_beside_it(tmp_path):
     bindir = tmp_path / "bin"
     bindir.mkdir()
     log = tmp_path / "nsys-args.txt"
-    (bindir / "nsys").write_text(_FAKE_NSYS.format(python=sys.executable, log=str(log), export=str(_export(JAX))))
+    (bindir / "nsys.py").write_text(_FAKE_NSYS.format(log=str(log), export=str(_export(JAX))))
+    (bindir / "nsys").write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} {shlex.quote(str(bindir / "nsys.py"))} "$@"\n')
     (bindir / "nsys").chmod(0o755)
     before = sorted(p.name for p in reports.iterdir())
     r = subprocess.run([sys.executable, "-m", "rooflens.cli", "report", str(rep), "--json", "--no-calibrate"],
                        capture_output=True, text=True, env=_env(tmp_path, f"{bindir}:{os.environ['PATH']}"),
                        timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
-    args = log.read_text().split()
+    args = log.read_text().splitlines()
     out = Path(args[4])
     assert args[-1] == str(rep) and out.name == "run.sqlite" and (tmp_path / "cache") in out.parents
     assert not out.exists()  # the temporary export is gone: the columnar cache holds what was read

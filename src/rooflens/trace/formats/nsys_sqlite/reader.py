@@ -24,6 +24,7 @@ installed (into a temporary file in the user cache, never beside the report).
 from __future__ import annotations
 
 import re
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -65,8 +66,8 @@ def read_nsys_report(path: Path, progress: Progress = None) -> RawTrace:
     exe = shutil.which("nsys")
     if exe is None:
         raise RooflensError(f"{path} is a raw Nsight Systems report, which only Nsight Systems reads: run "
-                            f"`{' '.join(export_command(path, sqlite_name))}` (Nsight Systems), then "
-                            f"`rooflens report {sqlite_name}`.")
+                            f"`{shlex.join(export_command(path, sqlite_name))}` (Nsight Systems), then "
+                            f"`{shlex.join(['rooflens', 'report', str(sqlite_name)])}`.")
     from rooflens.userdirs import cache_dir
 
     root = cache_dir() / "nsys-export"
@@ -118,15 +119,14 @@ def _xla(work: T.Work, gtid: np.ndarray, launch: np.ndarray, r: T.Ranges, kinds:
          base: int) -> _Ops:
     """JAX: each launch's innermost Thunk (op) and XlaModule (program) on its thread; compilation apart."""
 
-    def nest(flag: np.ndarray) -> tuple[np.ndarray, Nest, np.ndarray]:
+    def innermost(flag: np.ndarray) -> np.ndarray:
+        """Per launch: the innermost range of the kinds ``flag`` marks open at it (its row of ``r``; -1: none)."""
         sel = np.flatnonzero(flag[r.name])
-        nst = Nest(r.thread[sel], r.start[sel], r.end[sel])
-        at = nst.innermost(gtid, launch)
-        return sel, nst, np.where(at >= 0, sel[nst.rows[np.clip(at, 0, None)]], -1) if len(nst) else at
+        nest = Nest(r.thread[sel], r.start[sel], r.end[sel])
+        at = nest.innermost(gtid, launch)
+        return np.where(at >= 0, sel[nest.rows[np.clip(at, 0, None)]], -1) if len(nest) else at
 
-    _, _, thunk = nest(kinds.thunk)
-    _, _, module = nest(kinds.module)
-    _, _, compiling = nest(kinds.compile)
+    thunk, module, compiling = innermost(kinds.thunk), innermost(kinds.module), innermost(kinds.compile)
     tuning = compiling >= 0
     is_op = (thunk >= 0) & (module >= 0) & ~tuning
     is_transfer = ~is_op & ~tuning & (work.kind != T.KERNEL_WORK)
