@@ -171,8 +171,10 @@ def _guess_from_name(name: str) -> tuple[str, str, str]:
     low = base.lower()
     if low.startswith("nccl"):  # NCCL's kernels (ncclDevKernel_AllReduce_…, ncclKernel_SendRecv…): communication
         return "collective", "", "custom-call"
+    # CUDA kernel names: nvjet_… are cuBLAS's GEMMs; flash_fwd_kernel / fmha_… fused attention, which XLA runs as a
+    # custom call (cuDNN)
     for key, cat in (("gemm", "matmul"), ("cublas", "matmul"), ("nvjet", "matmul"), ("conv", "convolution"),
-                     ("elementwise", "elementwise")):  # nvjet: cuBLAS's own GEMM kernels (nvjet_tst_…)
+                     ("elementwise", "elementwise"), ("flash", "custom-call"), ("fmha", "custom-call")):
         if key in low:
             return cat, "", "custom-call"
     for tok in reversed(tokens):
