@@ -30,6 +30,7 @@ from rooflens.analysis.rules.common import (
 from rooflens.analysis.rules.host import idle_flagged
 from rooflens.analysis.rules.kernels import launched_one_by_one, tiny_programs
 from rooflens.analysis.trust import is_async
+from rooflens.cost.kernels import instruction_module
 from rooflens.units import fmt_seconds as _ms
 
 SLOW_RATIO = 2.0  # an op this many times slower than its roofline is worth a look (seed 000's red flag)
@@ -128,15 +129,18 @@ def _slow_op_causes(report: Report, c: OpComparison) -> tuple[list[str], list[st
     module = report.modules.get(c.program)
     ins = module.find(c.name) if module else None
     causes, fixes, notes = [], [], []
-    if ins is None:
-        return causes, fixes, ["the program's HLO is not in the trace: no cause can be checked"]
-    inside = [i for i in module.fusion_body(ins) if i.opcode in ("transpose", "copy")] if ins.opcode == "fusion" else []
+    if ins is None:  # no program HLO: the op's own line, where the trace carries it (TPU long_name)
+        text = (getattr(report.events, "hlo_text", None) or {}).get((c.program, c.name))
+        module = instruction_module(text) if text else None
+        ins = module.instructions()[0] if module is not None else None
+        if ins is None:
+            return causes, fixes, ["the trace carries no HLO for this op: no cause can be checked"]
     dot = dot_of(module, ins)
-    if inside and dot is not None:
-        causes.append(f"its fusion transposes an operand inside the kernel ({', '.join(i.name for i in inside[:3])}): "
-                      "the matrix unit reads it with strided accesses")
-        fixes.append("let XLA choose the layout (AUTO input layouts) or change the einsum so the contraction order "
-                     "matches the stored layout")
+    if dot is not None and dot is not ins:  # a transpose inside the kernel feeding its matmul: shown, not proven slow
+        inside = [p for p in producer_chain(module, dot) if p.opcode in ("transpose", "copy")]
+        if inside:
+            notes.append(f"its fusion transposes an operand of its matmul inside the kernel "
+                         f"({', '.join(p.name for p in inside[:3])})")
     layout = [p for p in producer_chain(module, ins) if p.opcode in ("copy", "transpose")
               or (p.opcode == "fusion" and p.category == "copy/transpose")]
     if layout:
@@ -173,9 +177,10 @@ def rule_slow_ops(report: Report) -> list[Finding]:
         if c.roofline_bound != "exact":
             evidence.append(f"its roofline: {c.roofline_note}")
         if not causes:
-            causes.append("the kernel runs below its roofline with no layout, padding or dtype cause visible in the "
-                          "HLO")
-            fixes.append("check its fusion in the HLO (`rooflens hlo --op`) and whether it overlaps other work")
+            causes.append("the kernel runs below its roofline and its HLO shows no cause (no matrix-unit padding, "
+                          "dtype or layout change that explains the gap)")
+            fixes.append("check its fusion in the HLO (`rooflens hlo --op`), whether it overlaps other work, and the "
+                         "kernel the compiler chose (its tiling)")
         f = Finding("slow-op", "low", f"{ref(c)} is {c.ratio:.1f}× slower than its roofline", (ref(c),),
                     per_step_of(report, c.total_time_s, c.program), tuple(evidence), "; ".join(causes),
                     "; ".join(fixes))
