@@ -37,7 +37,7 @@ from rooflens.analysis.trust import (
     trace_hbm_bytes,
 )
 from rooflens.cost.cache import from_l2, l2_capacity_bytes, l2_resident_reads
-from rooflens.cost.model import OpCost, OpPrediction, costs, price
+from rooflens.cost.model import OpCost, OpPrediction, costs, price, trip_count
 from rooflens.errors import RooflensError
 from rooflens.hardware import Chip, ChipError, shared_by
 from rooflens.hardware import chip as get_chip
@@ -192,12 +192,41 @@ def price_programs(profile: Profile, modules: dict[str, Module], chip: Chip) -> 
     for (program, name), counts in trace_counts(profile).items():
         if (program, name) not in preds:
             preds[(program, name)] = price(_cost_from_trace(profile, program, name, counts), chip)
-    text_preds, kernels = price_from_text(profile.table, set(preds), chip, modules)
+    # a custom call the trace counts bytes for but no FLOPs (XLA cannot see inside it) is priced from its own
+    # line when that says more (a matmul's signature, a known kernel)
+    text_preds, kernels = price_from_text(
+        profile.table, {k for k, p in preds.items() if p.flops or p.category != "custom-call"}, chip, modules)
     preds.update(text_preds)
     return Pricing(preds, async_done, modules, {**module_kernels(modules), **kernels}, cached)
 
 
 # -- the join -------------------------------------------------------------------------------------
+
+def runs_in_execution(module: Module) -> dict[str, float | None]:
+    """How many times each op that runs as an op (entry, loop bodies and conditions, branches, calls) runs in
+    one execution of its program in which it runs: 1 in the entry and what a call runs, × the trip count of
+    each loop around it (a condition: one more); None where the HLO does not say (a loop without a known trip
+    count, a branch inside a loop: it runs some of the iterations)."""
+    out: dict[str, float | None] = {}
+    if module.entry is None:
+        return out
+    stack: list[tuple[object, float | None]] = [(module.entry, 1.0)]
+    while stack:  # every call path (a computation called from two places runs for both)
+        comp, n = stack.pop()
+        for ins in comp.instructions:
+            had = out.get(ins.name, 0.0)
+            out[ins.name] = None if n is None or had is None else had + n
+            if ins.opcode == "while":
+                k = trip_count(module, ins)
+                for c in module.called(ins):
+                    stack.append((c, None if n is None or k is None else n * (k + 1 if c.kind == "while condition"
+                                                                              else k)))
+            elif ins.opcode == "conditional":
+                stack.extend((c, n if n == 1 else None) for c in module.called(ins))
+            elif ins.opcode == "call" or (ins.opcode.endswith("-start") and ins.opcode != "copy-start"):
+                stack.extend((c, n) for c in module.called(ins) if c.kind not in ("fusion", "applied"))
+    return out
+
 
 def _unpriced_reason(pred: OpPrediction | None, opcode: str, category: str) -> str:
     if pred is None:
@@ -219,12 +248,18 @@ def join(profile: Profile, stats: OpStats, pricing: Pricing, roofs: Roofs | None
     peaks = roofs.peak_flops_per_s if roofs else {}
     hbm = roofs.hbm_bytes_per_s if roofs else 0.0
     measured = {(s.program, s.name) for s in stats.op_stats}
+    runs_in = {program: runs_in_execution(m) for program, m in pricing.modules.items()}
     for s in stats.op_stats:
         key = (s.program, s.name)
         p = pricing.preds.get(key)
         info = profile.op_info.get(key)
         opcode = info.opcode if info else ""
-        per = s.median_time_s  # per execution; the median, so one noisy run does not make an op "slow"
+        # per run: its time in one program execution (all its kernels, every iteration), over its runs in one;
+        # the median over executions, so one noisy run does not make an op "slow"
+        k = runs_in.get(s.program, {}).get(s.name)
+        if k is None or k <= 0:  # runs unknown to the HLO: one event per run (TPU, CPU; GPU: one kernel per op)
+            k = s.occurrences / s.executions if s.executions else 1.0
+        per = s.median_execution_s / k if s.executions else s.median_time_s
         why = no_roofline or _unpriced_reason(p, opcode, s.category)
         if key in pricing.async_done and (s.program, pricing.async_done[key]) in measured:
             # (a GPU trace whose start carries the NCCL kernel and has no done op: compared on the start)
@@ -243,7 +278,8 @@ def join(profile: Profile, stats: OpStats, pricing: Pricing, roofs: Roofs | None
             flops_fraction_of_peak=((mflops or flops) / per / peak) if per and peak and flops else None,
             bytes_fraction_of_peak=(nbytes / per / hbm) if per and nbytes and hbm else None,
             unpriced_reason=why, explanation=p.explanation if p else (), model_flops=mflops,
-            shape=_shape_of(pricing.modules.get(s.program), s.name),
+            shape=_shape_of(pricing.modules.get(s.program), s.name), executions=s.executions,
+            runs_per_execution=float(k),
         ))
         out[-1] = check_roofline(out[-1], pricing.kernels.get(key), physical=profile.platform != "cpu",
                                  cached=None if why else pricing.cached.get(key), hbm_bytes_per_s=hbm)
@@ -278,10 +314,12 @@ def step_breakdown(stats: OpStats, comparison: list[OpComparison], roofs: Roofs 
     per_step = (runs.runs_per_device if runs else max(steps, 1)) * n_dev  # executions of a once-per-step op
     split = {"compute": 0.0, "communication": 0.0, "layout": 0.0, "host": 0.0, "other": 0.0}
     predicted = flops = unpriced = bound_excess = 0.0
+    # a control op (a loop, a branch) holds its body's ops, counted as theirs: its own time is its self time
+    control_s = {(s.program, s.name): s.self_time_s for s in stats.op_stats if s.category == "control"}
     for c in ops:
-        t = c.total_time_s / per_step
+        t = control_s.get((c.program, c.name), c.total_time_s) / per_step
         split[group_of(c.category)] += t
-        n = c.occurrences / per_step
+        n = c.runs / per_step
         if not c.priced:
             unpriced += t
         elif not c.roofline_reliable:  # faster than its roofline: it took what it took

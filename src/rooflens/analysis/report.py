@@ -61,16 +61,22 @@ class Roofs:
 
 @dataclass(frozen=True)
 class OpComparison:
-    """One measured op next to its roofline (times per execution on one device)."""
+    """One measured op next to its roofline (times per run of the op on one device).
+
+    A *run* is one execution of the op as the HLO counts it (the roofline's unit): once per execution of its
+    program, times the trip counts of the loops around it. ``measured_s`` is the op's time in one program
+    execution (the sum of its kernels there: :attr:`OpStat.median_execution_s`, the median over executions)
+    divided by its runs per execution; ``occurrences`` are its events (kernels), ``executions`` the program
+    executions it ran in."""
 
     name: str
     program: str
     category: Category
     named_scope: str
     opcode: str
-    occurrences: int
+    occurrences: int  # op events (kernels on GPU, loop iterations), over devices
     total_time_s: float  # measured, summed over devices and executions
-    measured_s: float  # per execution (median)
+    measured_s: float  # per run: the median time in one program execution over its runs per execution
     predicted_s: float | None  # None: the cost model could not price it
     ratio: float | None  # measured / predicted
     bound: Bound
@@ -89,10 +95,18 @@ class OpComparison:
     roofline_reliable: bool = True  # False: measured above 100 % of a roof, so the model or the chip is wrong
     roofline_bound: str = "exact"  # "lower": lengths are runtime data, the roofline is the least time; "estimate"
     roofline_note: str = ""  # why unreliable, or which bound
+    executions: int = 0  # program executions (one program run on one device) it ran in, over devices
+    runs_per_execution: float = 1.0  # its runs in one (HLO trip counts; unknown there: its events per execution)
 
     @property
     def priced(self) -> bool:
         return self.predicted_s is not None
+
+    @property
+    def runs(self) -> float:
+        """Its runs over devices and executions, what its roofline multiplies by (its events when no execution
+        of its program is known)."""
+        return self.executions * self.runs_per_execution if self.executions else float(self.occurrences)
 
 
 @dataclass(frozen=True)
@@ -230,7 +244,7 @@ class Report:
             "devices": [asdict(d) for d in self.stats.devices],
             "host_steps": asdict(self.stats.host_steps) if self.stats.host_steps else None,
             "by_category_s": dict(self.stats.by_category_s), "by_program_s": dict(self.stats.by_program_s),
-            "in_window": self.in_window.to_json(),
+            "in_window": self.in_window.to_json(), "unran": [asdict(u) for u in self.stats.unran],
             "memory": self.memory.to_dict() if self.memory else {}, "notes": list(self.notes),
             "graphs": {k: g.to_dict() for k, g in self.graphs.items()},
             **({"plan": self.plan.to_dict()} if self.plan is not None else {}),

@@ -53,6 +53,8 @@ RULES: tuple[Rule, ...] = (
          device_time.rule_tiny_ops),
     Rule("idle", ("idle",), "device gaps between executions over the steady state, located",
          host.rule_idle),
+    Rule("async-tail", ("async-tail",), "the trace stopped with dispatched steps still queued on the device: "
+         "fewer executions than the host dispatched", host.rule_async_tail),
     Rule("in-window", ("recompilation", "host-transfers"), "compilations and implicit host↔device transfers "
          "inside the window", host.rule_in_window),
     Rule("variance", ("step-variance", "device-straggler"), "uneven step times, or one device busy far longer than "

@@ -87,6 +87,33 @@ def rule_idle(report: Report) -> list[Finding]:
     return out
 
 
+def rule_async_tail(report: Report) -> list[Finding]:
+    """The trace stopped while the host's dispatches were still queued on the device (OpStats.unran): it holds
+    fewer executions than the host dispatched, so its steps are the ones that ran, and the rest is missing."""
+    queued = [u for u in report.stats.unran if u.queued]
+    if not queued:
+        return []
+    unran, dispatched = sum(u.unran for u in queued), sum(u.dispatched for u in queued)
+    worst = max(queued, key=lambda u: u.unran / u.dispatched)
+    evidence = [f"{u.unran} of {u.dispatched} dispatches of {u.program} ({u.function}"
+                + (f", on {u.host}" if len(report.hosts) > 1 else "") + ") never ran on the device inside the trace"
+                + (f": about {_ms(u.missing_s)} of device work" if u.missing_s else "") for u in queued[:5]]
+    main = report.steps.program if report.steps else ""
+    if main and report.steps.steps:
+        evidence.append(f"the {report.steps.steps} step(s) here are executions of {main} that ran inside the trace")
+    # a trace cut short costs the run no device time: fixing it gives back none, it makes the report whole
+    return [with_saving(report, Finding(
+        "async-tail", "high" if worst.unran * 2 >= worst.dispatched else "medium",
+        f"The trace stopped with {unran} of {dispatched} dispatches still queued on the device", (),
+        sum(u.missing_s for u in queued), tuple(evidence),
+        "JAX dispatches asynchronously: the script queued work faster than the device ran it and the trace "
+        "stopped (or the script exited) before the device had run it, so the trace holds only the first "
+        "executions and its last one may be cut short",
+        "block until the device is done before the trace stops: jax.block_until_ready(state) (or "
+        ".block_until_ready() on the step's output) before jax.profiler.stop_trace, or before leaving the "
+        "jax.profiler.trace block"), 0.0, severity=False)]
+
+
 _AVAL = re.compile(r"([a-z][a-z0-9_]*)\[([0-9, ]*)\]")
 
 

@@ -1,0 +1,355 @@
+"""The measurement model on real traces: an op's time per execution is all its kernels in one execution of its
+program (not one kernel), a trace that stopped with dispatched work still queued says so, and control ops
+(``while``, ``conditional``, ``call``) hold no time of their own whichever line their body ran on.
+
+Every expected figure is computed here from the raw events by other means than rooflens's (jax's own
+``ProfileData`` reader and the host's dispatch events; the nsys-jax archive's NVTX ranges), never taken from
+the code under test."""
+
+import dataclasses
+import io
+import json
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+import rooflens as rl
+from rooflens.analysis import analyze
+from rooflens.analysis.compare import runs_in_execution
+from rooflens.trace import op_stats
+from rooflens.trace.dispatch import unran_dispatches
+from rooflens.trace.formats.chrome.reader import read_chrome
+from rooflens.trace.formats.xspace.reader import read_xspace
+from rooflens.trace.stats import line_groups, self_times_ps
+from rooflens.trace.warmup import cut_executions, execution_index, judge_window, program_executions
+from tests.conftest import fixture_path
+
+SCRIPTS = Path(__file__).parent / "run_scripts"
+
+
+def _stat(stats, name: str, program: str | None = None):
+    return next(s for s in stats.op_stats if s.name == name and (program is None or s.program == program))
+
+
+# -- time per execution: the sum of an op's kernels in one execution -------------------------------------------
+
+def _outermost(events: list[tuple[float, float]]) -> list[float]:
+    """Starts of the events not nested in an earlier one (jaxlib records a dispatch twice, one inside the other)."""
+    out, end = [], -np.inf
+    for s, d in sorted(events):
+        if s >= end:
+            out.append(s)
+        end = max(end, s + d)
+    return out
+
+
+def test_an_amd_convolution_is_timed_by_its_two_kernels_per_execution():
+    """MIOpen runs the convolution as two kernels (``Im3d2Col`` and a GEMM) under one HLO op: its time per
+    execution is their sum, computed here from jax's own reader, each execution the kernels between one host
+    dispatch of the function and the next."""
+    from jax.profiler import ProfileData
+
+    path = fixture_path("gpu_amd", "tracelens_mi300x_jax_conv_minimal_legacy.xplane.pb")
+    data = ProfileData.from_file(str(path))
+    kernels, dispatches = [], []
+    for plane in data.planes:
+        for line in plane.lines:
+            for e in line.events:
+                st = dict(e.stats)
+                if plane.name.startswith("/device:GPU") and st.get("hlo_op") == "cudnn-conv.1.0":
+                    kernels.append((e.start_ns, e.duration_ns))
+                elif plane.name == "/host:CPU" and e.name == "PjitFunction(forward_3d_conv)":
+                    dispatches.append((e.start_ns, e.duration_ns))
+    starts = _outermost(dispatches)
+    bounds = np.asarray(starts + [np.inf])
+    at = np.searchsorted(bounds, [s for s, _ in kernels], side="right") - 1
+    sums = np.bincount(at, weights=[d for _, d in kernels])
+    per_execution = sums[sums > 0] * 1e-9
+    assert len(kernels) == 10 and len(per_execution) == 5  # two kernels in each of five executions
+
+    prof = rl.load(path)
+    s = _stat(op_stats(prof), "cudnn-conv.1.0")
+    assert (s.occurrences, s.executions) == (10, 5)
+    assert s.median_execution_s == pytest.approx(np.median(per_execution), rel=1e-9)
+    assert s.min_execution_s == pytest.approx(per_execution.min(), rel=1e-9)
+    assert s.max_execution_s == pytest.approx(per_execution.max(), rel=1e-9)
+    assert s.median_execution_s > 1.8 * s.median_time_s  # the per-kernel figure is half the op
+
+    # the comparison measures the op by its executions, with events and executions kept apart
+    rep = analyze(prof)
+    c = next(c for c in rep.comparison if c.name == "cudnn-conv.1.0")
+    assert (c.occurrences, c.executions, c.runs_per_execution) == (10, 5, 1.0)
+    assert c.measured_s == pytest.approx(np.median(per_execution), rel=1e-9)
+    doc = rep.to_json()
+    row = next(r for r in doc["comparison"] if r["name"] == "cudnn-conv.1.0")
+    assert (row["occurrences"], row["executions"]) == (10, 5)
+    op = next(r for r in doc["op_stats"] if r["name"] == "cudnn-conv.1.0")
+    assert op["median_execution_s"] == pytest.approx(np.median(per_execution), rel=1e-9)
+
+    # its Chrome twin (jaxlib's export of the same XSpace) gives the same figures
+    chrome = _stat(op_stats(rl.load(fixture_path("gpu_amd",
+                                                 "tracelens_mi300x_jax_conv_minimal_legacy.DERIVED.trace.json.gz"))),
+                   "cudnn-conv.1.0")
+    assert (chrome.occurrences, chrome.executions) == (10, 5)
+    assert chrome.median_execution_s == pytest.approx(s.median_execution_s, rel=1e-6)
+
+
+def test_an_nvidia_op_with_eight_thunks_per_step_is_timed_by_their_sum():
+    """In the Pax A100 archive ``copy_fusion`` runs 8 times in every step program execution: its time per
+    execution is the sum of its 8 NVTX-projected ranges under that execution's ``XlaModule`` range."""
+    import pyarrow.parquet as pq
+
+    path = fixture_path("gpu_nvidia", "nsys_jax_pax_fsdp4_a100", "pax_fsdp4_4proc_proc0.zip")
+    with zipfile.ZipFile(path) as z:
+        rows = pq.read_table(io.BytesIO(z.read("nvtx_gpu_proj_trace/trace.parquet"))).to_pydict()
+    name = [n or "" for n in rows["Name"]]
+    module = {rows["RangeId"][i] for i, n in enumerate(name) if "XlaModule:#hlo_module=pjit__wrapped_step_fn," in n}
+    sums: dict[float, int] = {}
+    for i, n in enumerate(name):
+        if n.endswith("hlo_op=copy_fusion#") and rows["ParentId"][i] in module:
+            sums[rows["ParentId"][i]] = sums.get(rows["ParentId"][i], 0) + rows["Projected Duration"][i]
+    per_execution = np.asarray(list(sums.values())) * 1e-9
+    assert len(per_execution) == 5
+
+    s = _stat(op_stats(rl.load(path)), "copy_fusion", "pjit__wrapped_step_fn")
+    assert (s.occurrences, s.executions) == (40, 5)
+    assert s.median_execution_s == pytest.approx(np.median(per_execution), rel=1e-9)
+    assert (s.min_execution_s, s.max_execution_s) == pytest.approx((per_execution.min(), per_execution.max()),
+                                                                   rel=1e-9)
+
+
+@pytest.fixture(scope="module")
+def loops(tmp_path_factory):
+    """A real JAX CPU program with a scan (3 iterations of sin and a 256×256 matmul), a fori_loop (2) and a
+    cond, captured for 3 steps."""
+    @jax.jit
+    def loops_step(x):
+        def body(c, _):
+            return jnp.sin(c) @ c * 1e-3, None
+        y, _ = lax.scan(body, x, None, length=3)
+        z = lax.fori_loop(0, 2, lambda i, c: c * 0.5 + 1.0, y)
+        return lax.cond(z.sum() > 0, lambda a: a + 1.0, lambda a: a - 1.0, z)
+
+    x = jax.device_put(jnp.ones((256, 256)), jax.devices()[0])
+    return rl.capture(loops_step, x, steps=3, logdir=str(tmp_path_factory.mktemp("loops")))
+
+
+def test_a_loop_body_op_is_measured_per_run_of_it(loops):
+    """An op in a loop body runs its trip count times per program execution: its time in an execution holds
+    every iteration, and the comparison divides it by the runs the HLO gives, as its roofline is per run."""
+    module = loops.module_for(next(p for p in loops.table.programs if "loops_step" in p))
+    runs = runs_in_execution(module)
+    body = [n for n, k in runs.items() if k == 3 and module.find(n).opcode == "fusion"]
+    assert body, runs
+    rep = analyze(loops, require_roofline=False)
+    t = loops.table
+    ex = execution_index(t)
+    for c in (c for c in rep.comparison if c.name in body):
+        sel = np.flatnonzero(t.name == t.names.index(c.name))
+        per_execution = np.bincount(ex[sel], weights=t.dur_ps[sel]) * 1e-12
+        assert c.runs_per_execution == 3 and c.executions == 3 and c.occurrences == 9
+        assert c.measured_s == pytest.approx(np.median(per_execution) / 3, rel=1e-9)
+        assert c.runs == 9
+
+
+# -- control ops: no time of their own -------------------------------------------------------------------------
+
+def test_control_ops_hold_no_time_of_their_own_on_any_line(loops):
+    """The loops' and the branch's self time is their span less their body's; with the body's events moved to
+    another line (as a GPU's streams or a CPU's worker threads hold them) it still is, where XProf's rule
+    (children nested on the same line) would give the loop its whole span."""
+    t = loops.table
+    info = loops.op_info
+    control = {n for (p, n), oi in info.items() if oi.opcode in ("while", "conditional")}
+    assert {info[k].opcode for k in info if k[1] in control} == {"while", "conditional"}
+    stats = op_stats(loops)
+    for s in (s for s in stats.op_stats if s.name in control):  # a few µs of loop overhead per execution
+        assert s.self_time_s <= 0.25 * s.total_time_s, (s.name, s.self_time_s, s.total_time_s)
+    body_total = sum(s.total_time_s for s in stats.op_stats if s.name not in control)
+    assert sum(s.self_time_s for s in stats.op_stats if s.name in control) <= 0.05 * body_total
+    assert sum(s.self_time_s for s in stats.op_stats) == pytest.approx(body_total, rel=0.05)
+
+    # the body's events on a line of their own: nesting on the line no longer sees them
+    is_control = np.isin(t.name, [t.names.index(n) for n in control])
+    moved = dataclasses.replace(t, line=np.where(is_control, t.line, len(t.lines)).astype(np.int32),
+                                lines=[*t.lines, "another stream"])
+    other = dataclasses.replace(loops, table=moved)
+    line_rule = self_times_ps(moved, line_groups(moved))
+    assert line_rule[is_control].sum() == t.dur_ps[is_control].sum()  # XProf's rule: the whole span
+    moved_stats = op_stats(other)
+    for s in (s for s in moved_stats.op_stats if s.name in control):
+        assert s.self_time_s == pytest.approx(_stat(stats, s.name, s.program).self_time_s, abs=1e-9)
+
+
+# -- the async tail: dispatches against executions -------------------------------------------------------------
+
+def _traced(tmp: Path, steps: int, *flags: str) -> Path:
+    logdir = tmp / ("run" + "".join(flags))
+    r = subprocess.run([sys.executable, str(SCRIPTS / "traced_tail.py"), str(logdir), str(steps), *flags],
+                       capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return logdir
+
+
+@pytest.fixture(scope="module")
+def tail(tmp_path_factory):
+    """The same 30-step loop under its own jax.profiler.trace, not waiting for the device, and waiting."""
+    tmp = tmp_path_factory.mktemp("tail")
+    return _traced(tmp, 30), _traced(tmp, 30, "--block")
+
+
+def _dispatches(logdir: Path) -> int:
+    """The host's dispatches of train_step in the XSpace, read by jax's own reader (outermost events only)."""
+    from jax.profiler import ProfileData
+
+    xspace = next(logdir.rglob("*.xplane.pb"))
+    events = [(e.start_ns, e.duration_ns) for p in ProfileData.from_file(str(xspace)).planes
+              if p.name == "/host:CPU" for line in p.lines for e in line.events if e.name == "PjitFunction(train_step)"]
+    return len(_outermost(events))
+
+
+def test_a_trace_stopped_with_steps_queued_says_how_many_never_ran(tail):
+    unblocked, _ = tail
+    assert _dispatches(unblocked) == 30
+    prof = rl.load(unblocked)
+    t = prof.table
+    ran = len(np.unique(execution_index(t)[t.program == t.programs.index("jit_train_step")]))
+    complete = program_executions(t)["jit_train_step"].runs_per_device
+    assert complete in (ran, ran - 1)  # the one running when the trace stopped may show its first ops only
+    u = next(u for u in prof.unran if u.program == "jit_train_step")
+    assert (u.function, u.dispatched, u.ran, u.queued) == ("train_step", 30, ran, True)
+    assert 0 < ran < 30 and u.missing_s > 0
+    assert any(n.startswith(f"{30 - ran} of 30 dispatches of jit_train_step") and "block_until_ready" in n
+               for n in prof.notes), prof.notes
+    # the Chrome trace written beside it tells the same
+    chrome = rl.load(next(unblocked.rglob("*.trace.json.gz")))
+    assert [(v.program, v.dispatched, v.ran, v.queued) for v in chrome.unran] == \
+        [(v.program, v.dispatched, v.ran, v.queued) for v in prof.unran]
+
+    rep = analyze(prof, require_roofline=False)
+    f = next(f for f in rep.findings if f.rule == "async-tail")
+    assert f.severity == "high" and "block_until_ready" in f.fix and f"{30 - ran} of 30" in f.evidence[0]
+    out = subprocess.run([sys.executable, "-m", "rooflens.cli", "report", str(unblocked), "--json",
+                          "--no-calibrate"], capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr[-2000:]
+    doc = json.loads(out.stdout)
+    assert "async-tail" in {f["rule"] for f in doc["findings"]}
+    assert {(u["program"], u["dispatched"], u["ran"]) for u in doc["unran"]} >= {("jit_train_step", 30, ran)}
+
+
+def test_a_trace_that_waited_for_the_device_has_no_tail(tail):
+    _, blocked = tail
+    assert _dispatches(blocked) == 30
+    prof = rl.load(blocked)
+    assert prof.unran == () and program_executions(prof.table)["jit_train_step"].runs_per_device == 30
+    assert "async-tail" not in {f.rule for f in analyze(prof, require_roofline=False).findings}
+
+
+def test_annotated_steps_whose_work_never_ran_are_not_steps(tmp_path):
+    """Each dispatch inside a StepTraceAnnotation, not waiting at the end: the host annotated 30 steps, the
+    devices ran the work of fewer; the steps are those whose work ran."""
+    prof = rl.load(_traced(tmp_path, 30, "--annotate"))
+    u = next(u for u in prof.unran if u.program == "jit_train_step")
+    assert u.queued and u.ran < 30
+    assert [n for n, _, _ in prof.steps] == list(range(30 - u.unran))
+    assert any(n.startswith(f"the last {u.unran} annotated step(s)") for n in prof.notes), prof.notes
+    assert set(np.unique(prof.table.step).tolist()) <= {-1, *range(30 - u.unran)}
+
+
+def test_a_trace_with_no_device_event_at_all_names_the_queued_dispatches(tmp_path):
+    """A loop of heavy steps dispatched and left: the trace ends before the device has finished one op."""
+    script = tmp_path / "all_queued.py"
+    script.write_text(
+        "import sys, jax, jax.numpy as jnp\n"
+        "f = jax.jit(lambda x: jnp.tanh(x @ x) @ x)\n"
+        "x = jnp.ones((1024, 1024)); f(x).block_until_ready()\n"
+        "with jax.profiler.trace(sys.argv[1]):\n"
+        "    for _ in range(20):\n"
+        "        x = f(x)\n")
+    r = subprocess.run([sys.executable, str(script), str(tmp_path / "log")], capture_output=True, text=True,
+                       timeout=240)
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = subprocess.run([sys.executable, "-m", "rooflens.cli", "report", str(tmp_path / "log"), "--no-calibrate"],
+                         capture_output=True, text=True, timeout=240)
+    if out.returncode == 0:  # a machine fast enough to run some: then the report says how many did not
+        assert "dispatches of jit__lambda" in out.stdout or "async-tail" in out.stdout, out.stdout[-3000:]
+        return
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "of 20 dispatches of jit__lambda" in out.stderr and "block_until_ready" in out.stderr, out.stderr
+
+
+def test_dispatches_read_alike_from_xspace_and_chrome_and_counted_once():
+    """The TPU capture's host records ``PjitFunction(f)`` twice per call, one inside the other: 100 calls, all
+    run by every device."""
+    x = read_xspace(fixture_path("tpu", "xprof_tpu_inference_2.v6e-4.xplane.pb"))
+    c = read_chrome(fixture_path("tpu", "xprof_tpu_inference_2.v6e-4.DERIVED.trace.json.gz"))
+    assert {k: len(v) for k, v in x.dispatches.items()} == {k: len(v) for k, v in c.dispatches.items()}
+    assert len(x.dispatches["f"]) == 100
+    prof = rl.load(fixture_path("tpu", "xprof_tpu_inference_2.v6e-4.xplane.pb"))
+    assert program_executions(prof.table)["jit_f"].runs_per_device == 100 and prof.unran == ()
+
+
+def test_dispatches_whose_device_events_the_trace_dropped_are_not_a_tail():
+    """The AMD convolution trace: 10 dispatches, kernels of 5 on the device, then 8 s of trace with nothing:
+    the device had the time, so the trace dropped those events; it is said, and no async-tail is found."""
+    prof = rl.load(fixture_path("gpu_amd", "tracelens_mi300x_jax_conv_minimal_legacy.xplane.pb"))
+    assert [(u.program, u.dispatched, u.ran, u.queued) for u in prof.unran] == [("jit_forward_3d_conv", 10, 5, False)]
+    assert any("dropped" in n for n in prof.notes)
+    assert "async-tail" not in {f.rule for f in analyze(prof).findings}
+
+
+def test_an_execution_cut_by_the_traces_end_is_not_a_step(tail):
+    """The waited-for trace cut in the middle of its last step execution (as a stop at that moment leaves it):
+    that execution is cut short, so it is not a step and its partial sums are not an execution of any op."""
+    _, blocked = tail
+    prof = rl.load(blocked)
+    t = prof.table
+    step = t.programs.index("jit_train_step")
+    ex = execution_index(t)
+    mine = t.program == step
+    last = int(ex[mine].max())
+    in_last = np.flatnonzero(mine & (ex == last))
+    stop = t.start_ns[in_last[len(in_last) // 2]]
+    cut = t.select(np.flatnonzero((t.start_ns < stop) | ~mine & (t.start_ns < stop)))
+    assert len(cut) < len(t)
+    flagged = cut_executions(cut)
+    cut_ex = execution_index(cut)
+    assert flagged.any() and set(cut_ex[flagged].tolist()) == {last}
+    assert (cut.program[flagged] == step).all()
+    assert cut_executions(t).sum() == 0  # the whole trace has none
+
+    truncated = dataclasses.replace(prof, table=cut, steps=[], notes=[], metadata={"window": {"steps": [0, 30]}})
+    judged = judge_window(truncated)
+    assert len(judged.steps) == last  # executions 0 … last - 1 are steps; the cut one is not
+    assert any("cut short by the trace's end" in n for n in judged.notes)
+    runs = program_executions(cut)["jit_train_step"]
+    assert runs.runs_per_device == last
+    whole = op_stats(prof)
+    part = op_stats(dataclasses.replace(prof, table=cut))
+    for s in (s for s in part.op_stats if s.program == "jit_train_step"):
+        w = _stat(whole, s.name, s.program)
+        assert s.executions == last and s.min_execution_s >= 0.5 * w.min_execution_s
+
+
+def test_unran_dispatches_is_pure_and_matches_programs_by_their_names():
+    """Programs are matched by name as JAX writes them (``<lambda>`` → ``jit__lambda``; ``pjit_`` in older jax),
+    several compilations of one function together."""
+    prof = rl.load(fixture_path("gpu_amd", "tracelens_mi300x_jax08_gemm.xplane.pb"))
+    t = prof.table
+    dots = [p for p in t.programs if p.startswith("jit_dot")]
+    assert len(dots) >= 2
+    ex = execution_index(t)
+    assert unran_dispatches(t, ex, prof.dispatches_of, prof.end_ns_of) == ()
+    # one dispatch more than the devices ran, at the very end: queued
+    host = t.hosts[0]
+    more = {fn: np.append(d, prof.end_ns_of[host] - 1.0) for fn, d in prof.dispatches_of[host].items()}
+    u = unran_dispatches(t, ex, {host: more}, prof.end_ns_of)
+    assert {v.function for v in u} == set(more) and all(v.unran == 1 and v.queued for v in u)
+    assert next(v for v in u if v.function == "dot").program == "jit_dot"
