@@ -141,22 +141,32 @@ def loops(tmp_path_factory):
     return rl.capture(loops_step, x, steps=3, logdir=str(tmp_path_factory.mktemp("loops")))
 
 
-def test_a_loop_body_op_is_measured_per_run_of_it(loops):
-    """An op in a loop body runs its trip count times per program execution: its time in an execution holds
-    every iteration, and the comparison divides it by the runs the HLO gives, as its roofline is per run."""
-    module = loops.module_for(next(p for p in loops.table.programs if "loops_step" in p))
+def test_a_loop_body_op_is_measured_per_execution_against_its_roofline_times_its_trip_count(loops):
+    """An op in a scan body runs 3 times per program execution: its time in an execution holds every
+    iteration, and its roofline for an execution is 3 runs of it (the HLO's trip count)."""
+    from rooflens.cost.model import costs, price
+
+    program = next(p for p in loops.table.programs if "loops_step" in p)
+    module = loops.module_for(program)
     runs = runs_in_execution(module)
     body = [n for n, k in runs.items() if k == 3 and module.find(n).opcode == "fusion"]
     assert body, runs
-    rep = analyze(loops, require_roofline=False)
+    chip = rl.chip("tpu-v5e")  # any catalogue chip: the roofline's arithmetic, not this machine's
+    per_run = {oc.name: price(oc, chip, num_devices=module.num_devices).t_pred_s for oc in costs(module)}
+    rep = analyze(loops, chip=chip)
     t = loops.table
     ex = execution_index(t)
+    checked = 0
     for c in (c for c in rep.comparison if c.name in body):
         sel = np.flatnonzero(t.name == t.names.index(c.name))
         per_execution = np.bincount(ex[sel], weights=t.dur_ps[sel]) * 1e-12
-        assert c.runs_per_execution == 3 and c.executions == 3 and c.occurrences == 9
-        assert c.measured_s == pytest.approx(np.median(per_execution) / 3, rel=1e-9)
-        assert c.runs == 9
+        assert c.runs_per_execution == 3 and c.executions == 3 and c.occurrences == 9 and c.runs == 3
+        assert c.measured_s == pytest.approx(np.median(per_execution), rel=1e-9)
+        if c.predicted_s is not None:
+            assert c.predicted_s == pytest.approx(3 * per_run[c.name], rel=1e-9)
+            assert any("× 3 runs in one execution" in line for line in c.explanation)
+            checked += 1
+    assert checked
 
 
 # -- control ops: no time of their own -------------------------------------------------------------------------

@@ -2,8 +2,9 @@
 
 ``analyze(profile, chip=None, memory=None)`` prices the HLO that actually ran (the programs'
 optimized modules, as the trace or the capture recorded them) on the chip the trace ran on, and
-joins it with the measured op stats by program and instruction name. Times are per device: a
-measured op's time per execution is its total over devices and executions divided by their number.
+joins it with the measured op stats by program and instruction name. Times are per device and per
+execution of the op's program: its events there summed (all its kernels, every loop iteration), against
+its roofline times its runs in one execution (:func:`runs_in_execution`).
 
 It is pure and made of small stages: the chip (``resolve_chip``, ``share_cpu``), the pricing
 (``price_programs``), the join (``join``), the steps (``step_breakdowns``), the views' data
@@ -251,15 +252,15 @@ def join(profile: Profile, stats: OpStats, pricing: Pricing, roofs: Roofs | None
     runs_in = {program: runs_in_execution(m) for program, m in pricing.modules.items()}
     for s in stats.op_stats:
         key = (s.program, s.name)
-        p = pricing.preds.get(key)
         info = profile.op_info.get(key)
         opcode = info.opcode if info else ""
-        # per run: its time in one program execution (all its kernels, every iteration), over its runs in one;
-        # the median over executions, so one noisy run does not make an op "slow"
+        # per execution of its program on one device: all its kernels there, every iteration of its loops (the
+        # median over executions, so one noisy run does not make an op "slow"); its roofline × its runs in one
         k = runs_in.get(s.program, {}).get(s.name)
-        if k is None or k <= 0:  # runs unknown to the HLO: one event per run (TPU, CPU; GPU: one kernel per op)
+        if k is None or k <= 0:  # runs unknown to the HLO: one event per run (TPU, CPU)
             k = s.occurrences / s.executions if s.executions else 1.0
-        per = s.median_execution_s / k if s.executions else s.median_time_s
+        per = s.median_execution_s if s.executions else s.median_time_s
+        p = per_execution(pricing.preds.get(key), k, s.program)
         why = no_roofline or _unpriced_reason(p, opcode, s.category)
         if key in pricing.async_done and (s.program, pricing.async_done[key]) in measured:
             # (a GPU trace whose start carries the NCCL kernel and has no done op: compared on the start)
@@ -282,8 +283,21 @@ def join(profile: Profile, stats: OpStats, pricing: Pricing, roofs: Roofs | None
             runs_per_execution=float(k),
         ))
         out[-1] = check_roofline(out[-1], pricing.kernels.get(key), physical=profile.platform != "cpu",
-                                 cached=None if why else pricing.cached.get(key), hbm_bytes_per_s=hbm)
+                                 cached=None if why else per_execution(pricing.cached.get(key), k, s.program),
+                                 hbm_bytes_per_s=hbm)
     return out
+
+
+def per_execution(p: OpPrediction | None, runs: float, program: str) -> OpPrediction | None:
+    """An op's roofline for one execution of its program: ``runs`` of it (the trip counts of the loops around
+    it), its counts and times that many times over, and the arithmetic says so."""
+    if p is None or runs == 1:
+        return p
+    return replace(p, flops=p.flops * runs, bytes=p.bytes * runs, comm_bytes=p.comm_bytes * runs,
+                   model_flops=p.model_flops * runs, t_math_s=p.t_math_s * runs, t_mem_s=p.t_mem_s * runs,
+                   t_comm_s=p.t_comm_s * runs, t_pred_s=p.t_pred_s * runs, t_latency_s=p.t_latency_s * runs,
+                   explanation=(*p.explanation, f"× {runs:g} runs in one execution of {program} (the trip counts of "
+                                f"the loops around it): {p.t_pred_s * runs:.4g} s per execution"))
 
 
 # -- steps ----------------------------------------------------------------------------------------

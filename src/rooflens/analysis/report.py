@@ -61,13 +61,14 @@ class Roofs:
 
 @dataclass(frozen=True)
 class OpComparison:
-    """One measured op next to its roofline (times per run of the op on one device).
+    """One measured op next to its roofline, per execution of its program on one device.
 
-    A *run* is one execution of the op as the HLO counts it (the roofline's unit): once per execution of its
-    program, times the trip counts of the loops around it. ``measured_s`` is the op's time in one program
-    execution (the sum of its kernels there: :attr:`OpStat.median_execution_s`, the median over executions)
-    divided by its runs per execution; ``occurrences`` are its events (kernels), ``executions`` the program
-    executions it ran in."""
+    ``measured_s`` is the op's time in one program execution: the sum of its events there, all its kernels (a
+    custom call, a split-K GEMM, a collective may launch several) and every iteration of the loops around it
+    (:attr:`OpStat.median_execution_s`, the median over executions). ``predicted_s``, ``flops``, ``bytes``,
+    ``comm_bytes`` and ``model_flops`` are its roofline's for the same: one run of the op (the cost model's
+    unit) × ``runs_per_execution`` (1, or the trip counts of its loops). ``occurrences`` are its events,
+    ``executions`` the program executions it ran in (over devices)."""
 
     name: str
     program: str
@@ -76,7 +77,7 @@ class OpComparison:
     opcode: str
     occurrences: int  # op events (kernels on GPU, loop iterations), over devices
     total_time_s: float  # measured, summed over devices and executions
-    measured_s: float  # per run: the median time in one program execution over its runs per execution
+    measured_s: float  # per execution of its program (median): the sum of its events in one
     predicted_s: float | None  # None: the cost model could not price it
     ratio: float | None  # measured / predicted
     bound: Bound
@@ -96,7 +97,7 @@ class OpComparison:
     roofline_bound: str = "exact"  # "lower": lengths are runtime data, the roofline is the least time; "estimate"
     roofline_note: str = ""  # why unreliable, or which bound
     executions: int = 0  # program executions (one program run on one device) it ran in, over devices
-    runs_per_execution: float = 1.0  # its runs in one (HLO trip counts; unknown there: its events per execution)
+    runs_per_execution: float = 1.0  # its runs in one, the roofline's multiple (HLO trip counts; else events per one)
 
     @property
     def priced(self) -> bool:
@@ -104,9 +105,9 @@ class OpComparison:
 
     @property
     def runs(self) -> float:
-        """Its runs over devices and executions, what its roofline multiplies by (its events when no execution
-        of its program is known)."""
-        return self.executions * self.runs_per_execution if self.executions else float(self.occurrences)
+        """How many times its ``measured_s`` and ``predicted_s`` happened, over devices: its program executions
+        (its events when none is known)."""
+        return float(self.executions or self.occurrences)
 
 
 @dataclass(frozen=True)

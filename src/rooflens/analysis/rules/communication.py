@@ -78,7 +78,7 @@ def rule_communication_share(report: Report) -> list[Finding]:
     exposed = min(st.communication_s, max(st.step_time_s - others, 0.0))
     evidence = [f"collectives take {_ms(st.communication_s)} of a {_ms(st.step_time_s)} step ({share:.0%}); "
                 f"exposed, at most {_ms(exposed)} (the step less its other ops)"]
-    evidence += [f"{ref(c)}: {_ms(c.total_time_s / max(c.runs, 1))} per run, "
+    evidence += [f"{ref(c)}: {_ms(c.total_time_s / max(c.runs, 1))} per execution, "
                  f"{c.comm_bytes / 1e6:.3g} MB per device" for c in colls[:3]]
     if weights:
         evidence.append(f"{len(weights)} all-gather(s) read program parameters: the weights are gathered every step")

@@ -170,9 +170,9 @@ def rule_slow_ops(report: Report) -> list[Finding]:
         runs = runs_per_step(report, c)
         saved = excess_per_step(report, c)
         st = step_of(report, c.program)
-        evidence = [f"measured {_ms(c.measured_s)} per run vs roofline {_ms(c.predicted_s)} "
+        evidence = [f"measured {_ms(c.measured_s)} per execution vs roofline {_ms(c.predicted_s)} "
                     f"({c.ratio:.1f}×, {c.bound}-bound), {share:.0%} of device time",
-                    f"{runs:.3g} run(s) per {'execution' if st and st.basis == 'executions' else 'step'}: "
+                    f"{runs:.3g} execution(s) per {'execution' if st and st.basis == 'executions' else 'step'}: "
                     f"{_ms(saved)} beyond the roofline"] + notes
         if c.roofline_bound != "exact":
             evidence.append(f"its roofline: {c.roofline_note}")
