@@ -262,7 +262,9 @@ _DEFINED = re.compile(r"(?:^|\s)%?([^\s=%]+) = ", re.M)  # the instruction names
 
 def job_steps(steps_by_host: list[list[tuple[int, float, float]]]) -> list[tuple[int, float, float]]:
     """The job's steps: one per step number, from the first host's start to the last host's end (hosts
-    share the wall clock; a step of a multi-host job is over when its slowest host is done)."""
+    share one time axis; a step of a multi-host job is over when its slowest host is done, and the next begins
+    no earlier: hosts whose steps follow each other without a gap start the next one at slightly different
+    times, and the job's steps would overlap by that)."""
     if len(steps_by_host) == 1:
         return steps_by_host[0]
     merged: dict[int, tuple[float, float]] = {}
@@ -270,7 +272,13 @@ def job_steps(steps_by_host: list[list[tuple[int, float, float]]]) -> list[tuple
         for n, s, e in host_steps:
             a, b = merged.get(n, (s, e))
             merged[n] = (min(a, s), max(b, e))
-    return sorted((n, s, e) for n, (s, e) in merged.items())
+    steps = sorted((n, s, e) for n, (s, e) in merged.items())
+    for k in range(1, len(steps)):
+        (m, a, b), (n, s, e) = steps[k - 1], steps[k]
+        if s < b:  # the boundary: the slowest host's end of the step before, never past this step's end
+            cut = max(min(b, e), a)
+            steps[k - 1], steps[k] = (m, a, cut), (n, cut, max(e, cut))
+    return steps
 
 
 def _has_saved_hlo(run: str) -> bool:
@@ -382,12 +390,15 @@ def assemble(paths: list[str], runs: list[str], raws: list[RawTrace], files: lis
              hlo_dir: str | Path | None = None) -> Profile:
     """The hosts read (``raws``, in the order of ``files``) as one profile: one time axis, the job's steps,
     the run's manifest and HLO, its warm-up judged."""
+    from rooflens.trace.align import aligned_hosts
+
+    raws, clock_notes = aligned_hosts(raws)  # hosts on clocks of their own (Nsight sessions): one time axis
     table = concat([r.table for r in raws])
     steps_by_host = [shifted(r.steps, (r.table.origin_ns - table.origin_ns) * 1000) for r in raws]
     for k, host_steps in enumerate(steps_by_host):  # each host's steps hold its own events
         assign_steps(table, host_steps, rows=np.flatnonzero(table.host == table.hosts.index(raws[k].host)))
     steps = job_steps(steps_by_host)
-    notes = [n for r in raws for n in r.notes]
+    notes = [n for r in raws for n in r.notes] + clock_notes
     shift_ns = {r.host: float(r.table.origin_ns - table.origin_ns) for r in raws}
     dispatches_of = {r.host: {fn: d * 1e-3 + shift_ns[r.host] for fn, d in r.dispatches.items()} for r in raws
                      if r.dispatches}

@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from rooflens.trace.align import CollectiveEnds, align_clocks, collective_ends
 from rooflens.trace.events import EventTable, concat, unique_rows
 from rooflens.trace.groupby import grouped_order, grouped_sorted, unique_inverse
 from rooflens.trace.idle import IdleUnit, UnitRuns, judge_units, left_out_ns, steady_info, unit_runs
@@ -112,6 +113,9 @@ class HostPart:
     metadata: dict
     hlo_texts: dict[str, str]
     events_total: int
+    # its collectives' ends, where its trace keeps a clock of its own (rooflens.trace.align): the driver aligns
+    # the hosts' clocks on them, as the events' merge does
+    collectives: CollectiveEnds | None = None
 
 
 def bucket_of(dur_ps: np.ndarray) -> np.ndarray:
@@ -155,12 +159,15 @@ def reduce_host(hf, runs: list[str], hlo_dir, include_warmup: bool, sample_event
     raw = read_one(hf, progress)
     if not len(raw.table):
         return None
+    collectives = collective_ends(raw.table) if raw.session_clock else None  # as read: every execution
     profile = assemble([hf.path], runs, [raw], [hf.path], hlo_dir)
     if include_warmup:
         from rooflens.trace.warmup import with_warmup
 
         profile = with_warmup(profile)
-    return reduce_profile(profile, sample_events, pod_hosts)
+    part = reduce_profile(profile, sample_events, pod_hosts)
+    part.collectives = collectives
+    return part
 
 
 def reduce_profile(profile: Profile, sample_events: int, pod_hosts: int = 1) -> HostPart:
@@ -389,6 +396,8 @@ class Merge:
         from rooflens.trace.profile import run_manifest, saved_hlo
 
         parts = [self.hosts[i] for i in sorted(self.hosts)]
+        offsets, clock_notes = align_clocks([p.collectives for p in parts], [p.host for p in parts])
+        parts = [_moved(p, off) for p, off in zip(parts, offsets)]  # one time axis, as the events' merge has
         origin = min(p.origin_ns for p in parts)
         table = dataclasses.replace(concat([p.sample for p in parts]),
                                     hlo_text={k: v for k, (_, v) in self.hlo_text.items()},
@@ -397,7 +406,7 @@ class Merge:
         shift_ns = [float(p.origin_ns - table_origin) for p in parts]
         t0 = min(p.t0_ns + s for p, s in zip(parts, shift_ns))
         steps = job_steps([[(int(n), a + s, b + s) for n, a, b in p.steps.tolist()] for p, s in zip(parts, shift_ns)])
-        notes = list(dict.fromkeys(n for p in parts for n in p.notes))
+        notes = list(dict.fromkeys(n for p in parts for n in p.notes)) + clock_notes
         manifest = run_manifest(runs, [])  # its problems are in every host's notes already
         hlo_texts = {k: v for k, (_, v) in self.hlo.items()}
         hlo_texts.update(saved_hlo(runs, hlo_dir))
@@ -485,6 +494,15 @@ class Merge:
                                np.asarray([len(p.devices) for p in parts]),
                                ([(*op, parts[h].host) for op, h, _, _ in rows],
                                 np.asarray([mu for _, _, mu, _ in rows]), np.asarray([n for *_, n in rows], np.int64)))
+
+
+def _moved(p: HostPart, offset_ns: int) -> HostPart:
+    """A host's part with its clock moved back by ``offset_ns``: its origin and its sample's (every time in it
+    counts from them)."""
+    if not offset_ns:
+        return p
+    return dataclasses.replace(p, origin_ns=p.origin_ns - offset_ns,
+                               sample=dataclasses.replace(p.sample, origin_ns=p.sample.origin_ns - offset_ns))
 
 
 def _shifted(d: DeviceTime, shift_s: float) -> DeviceTime:

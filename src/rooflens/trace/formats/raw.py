@@ -50,6 +50,9 @@ class RawTrace:
     # the host's dispatches of jitted functions (``PjitFunction(<fn>)`` events, outermost only): fn → starts (ps)
     dispatches: dict[str, np.ndarray] = field(default_factory=dict)
     end_ps: int = 0  # where the trace ends: its last event's end, or the profiler's recorded stop when later
+    # its times are on the clock of its process's own profiler session (Nsight Systems), not one the job's hosts
+    # share: a pod's hosts are aligned on their collectives (rooflens.trace.align)
+    session_clock: bool = False
 
 
 #: a host event that dispatches a jitted function: ``PjitFunction(train_step)`` (jaxlib's C++ dispatch path, on

@@ -474,7 +474,8 @@ def _read(archive: Archive, path: Path, progress: Progress) -> RawTrace:
     if progress:
         progress(r.n, max(r.n, 1))
     return RawTrace(hosts[0], table, steps, gpu.name or "GPU", "gpu", notes=notes, plane_stats=gpu.plane_stats,
-                    host_events=host_events, hlo_protos=protos, events_total=r.n)
+                    host_events=host_events, hlo_protos=protos, events_total=r.n,
+                    session_clock=True)  # ns from the start of the process's own Nsight session
 
 
 def _compilations(archive: Archive) -> list[tuple[str, int, int]]:

@@ -296,4 +296,5 @@ def _read(db: D.Export, path: Path, host: str, progress: Progress) -> RawTrace:
     if progress:
         progress(3, 3)
     return RawTrace(host, table, ops.steps, device_kind, "gpu", notes=notes, plane_stats=plane_stats,
-                    host_events=ops.host_events, events_total=len(work) + n_runtime + len(r))
+                    host_events=ops.host_events, events_total=len(work) + n_runtime + len(r),
+                    session_clock=True)  # the session's start on its host's clock, one session per process
