@@ -4,7 +4,8 @@ The device work is every kernel, memcpy and memset (one device per ``deviceId``,
 stream), timed in ns from the session start (``ANALYSIS_DETAILS.startTime``; the table's origin is
 the session's UTC start, so several hosts' exports share one time axis). Each is launched by a CUDA
 runtime or driver call with the same ``correlationId`` in the same process: that call's thread and
-start say which NVTX ranges were open when it was launched (:mod:`.nest`).
+start say which NVTX ranges were open when it was launched (:mod:`.tables` reads them, :mod:`.nest`
+finds the ranges open).
 
 * **JAX** (XLA's ``TSL`` ranges present, :mod:`rooflens.trace.formats.tsl`): a kernel belongs to the
   innermost ``Thunk`` range open at its launch (its HLO op) and to the innermost ``XlaModule`` range
@@ -154,7 +155,7 @@ def _xla(work: T.Work, gtid: np.ndarray, launch: np.ndarray, r: T.Ranges, kinds:
                      f"({int(kinds.autotune[r.name].sum())} GPU autotuner measurements"
                      f"{', candidate modules ' + shown if shown else ''}); left out of the op stats")
     # op_meta: the JAX name stack of each op (its scope where the HLO has none), the transfers' categories
-    op_meta = _transfer_meta(work, rows)
+    op_meta = _transfer_meta(work, rows[~op])
     if op.any():
         pairs = E.unique_rows(program[op], name[op])[0]
         for p, c in pairs.tolist():
