@@ -18,9 +18,11 @@ nsys-jax aligns the processes of one job (``align_profiler_data_timestamps`` in 
 offset is taken off the host's origin, which moves all of its times together: op events, steps, host
 events, dispatches and where its trace ends.
 
-Only programs that ran as many times on every host are used (their k-th executions are the same one; a
-trace that began an execution later on one host would pair the wrong ones). Pure functions over event
-tables, vectorised: no Python object per event.
+Only the collectives of XLA programs that ran as many times on every host are used (their k-th executions
+are the same one; a trace that began an execution later on one host would pair the wrong ones, and kernels
+of no program, such as PyTorch's NCCL calls, have no execution to pair them by). Where none ran on every
+host, the hosts stay on their own clocks and a note says so. Pure functions over event tables, vectorised:
+no Python object per event.
 """
 
 from __future__ import annotations
@@ -39,8 +41,6 @@ from rooflens.trace.formats.raw import RawTrace
 #: the collectives whose end is one instant on every device of the group: all of them wait for the last
 #: device's data (a collective-permute or send/recv pairs devices, each pair on its own time)
 SYNCHRONISING = frozenset({"all-gather", "all-reduce", "reduce-scatter", "all-to-all"})
-#: NCCL's kernels of those collectives, for a trace without XLA's op names (``ncclDevKernel_AllReduce_Sum_f32_…``)
-_NCCL = re.compile(r"^nccl\w*?_(allreduce|allgather|reducescatter|alltoall)", re.I)
 #: XLA names an instruction after its opcode, then ``.N`` and copies' suffixes (``all-gather-start.3.0``)
 _OPCODE = re.compile(r"^[a-z]+(?:-[a-z]+)*")
 #: the collective executions a host hands on (the first ones in a fixed order): a median needs few, and a
@@ -79,11 +79,9 @@ class ClockAlignment:
 
 
 def is_synchronising(name: str) -> bool:
-    """Whether an op or kernel name is a collective that ends at once on every device of its group."""
+    """Whether an HLO op's name is a collective that ends at once on every device of its group."""
     m = _OPCODE.match(name)
-    if m is not None and COLLECTIVE_KINDS.get(m.group(0)) in SYNCHRONISING:
-        return True
-    return _NCCL.match(name) is not None
+    return m is not None and COLLECTIVE_KINDS.get(m.group(0)) in SYNCHRONISING
 
 
 def collective_ends(t: EventTable, limit: int = MAX_COLLECTIVES) -> CollectiveEnds:
@@ -95,7 +93,10 @@ def collective_ends(t: EventTable, limit: int = MAX_COLLECTIVES) -> CollectiveEn
                            np.zeros(0, np.int64), ())
     if not len(t):
         return empty
-    coll = np.fromiter((is_synchronising(n) for n in t.names), bool, len(t.names))[t.name]
+    # of an XLA program: its executions pair the hosts' collectives (kernels outside any program, PyTorch's
+    # NCCL calls, have no execution to pair them by: the k-th of a windowed export is not another's k-th)
+    named = np.asarray([bool(p) for p in t.programs] or [False])
+    coll = np.fromiter((is_synchronising(n) for n in t.names), bool, len(t.names))[t.name] & named[t.program]
     if not coll.any():
         return empty
     ex = execution_index(t)
