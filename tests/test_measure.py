@@ -28,7 +28,13 @@ from rooflens.trace.dispatch import unran_dispatches
 from rooflens.trace.formats.chrome.reader import read_chrome
 from rooflens.trace.formats.xspace.reader import read_xspace
 from rooflens.trace.stats import line_groups, self_times_ps
-from rooflens.trace.warmup import cut_executions, execution_index, judge_window, program_executions
+from rooflens.trace.warmup import (
+    cut_executions,
+    execution_index,
+    execution_spans,
+    judge_window,
+    program_executions,
+)
 from tests.conftest import fixture_path
 
 SCRIPTS = Path(__file__).parent / "run_scripts"
@@ -355,11 +361,11 @@ def test_unran_dispatches_is_pure_and_matches_programs_by_their_names():
     t = prof.table
     dots = [p for p in t.programs if p.startswith("jit_dot")]
     assert len(dots) >= 2
-    ex = execution_index(t)
-    assert unran_dispatches(t, ex, prof.dispatches_of, prof.end_ns_of) == ()
+    spans = execution_spans(t)
+    assert unran_dispatches(t, spans, prof.dispatches_of, prof.end_ns_of) == ()
     # one dispatch more than the devices ran, at the very end: queued
     host = t.hosts[0]
     more = {fn: np.append(d, prof.end_ns_of[host] - 1.0) for fn, d in prof.dispatches_of[host].items()}
-    u = unran_dispatches(t, ex, {host: more}, prof.end_ns_of)
+    u = unran_dispatches(t, spans, {host: more}, prof.end_ns_of)
     assert {v.function for v in u} == set(more) and all(v.unran == 1 and v.queued for v in u)
     assert next(v for v in u if v.function == "dot").program == "jit_dot"

@@ -31,8 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rooflens.trace.events import EventTable, unique_rows
-from rooflens.trace.groupby import group_extent
+from rooflens.trace.events import EventTable
 from rooflens.trace.manifest import DRAIN_FUNCTION
 
 _UNSAFE = re.compile(r"[^\w.-]")  # what JAX replaces by "_" in a module name
@@ -75,21 +74,21 @@ def program_of(function: str, programs: list[str]) -> list[int]:
     return [k for k, p in enumerate(programs) if p.startswith(PREFIXES) and _letters(p) == want] if want else []
 
 
-def unran_dispatches(table: EventTable, exec_idx: np.ndarray, dispatches_of: dict[str, dict[str, np.ndarray]],
+def unran_dispatches(table: EventTable, spans: tuple[np.ndarray, ...], dispatches_of: dict[str, dict[str, np.ndarray]],
                      end_ns_of: dict[str, float]) -> tuple[Unran, ...]:
     """Every program whose host dispatched it more often than its devices ran it inside the trace (see the
-    module doc). ``exec_idx``: each event's execution (:func:`rooflens.trace.warmup.execution_index`);
+    module doc). ``spans``: the table's executions (:func:`rooflens.trace.warmup.execution_spans`);
     ``dispatches_of``: per host, each function's dispatch starts (ns of table time); ``end_ns_of``: per
     host, where its trace ends (ns of table time)."""
     out = []
     t = table
+    keys, _, starts_ns, ends_ns, _ = spans
     for host, dispatches in dispatches_of.items():
         dispatches = {fn: d for fn, d in dispatches.items() if fn != DRAIN_FUNCTION}  # the capture's, no work
         if not dispatches or host not in t.hosts:
             continue
-        h = t.hosts.index(host)
-        mine = np.flatnonzero(t.host == h)
-        runs = _runs(t, exec_idx, mine)  # per program code: its executions' (device, start, end), by start
+        mine = keys[:, 0] == t.hosts.index(host)
+        runs = _runs(keys[mine], starts_ns[mine], ends_ns[mine])  # per program: (device, start, end), by start
         matched = {fn: program_of(fn, t.programs) for fn in dispatches}
         # every program's matched executions with the dispatch time each ran for, to judge first in, first out
         ran_for: list[np.ndarray] = []  # the dispatch times of the executions matched to a dispatch
@@ -100,7 +99,7 @@ def unran_dispatches(table: EventTable, exec_idx: np.ndarray, dispatches_of: dic
             counted[fn] = (n, ex)
             if n:
                 ran_for.append(np.asarray(starts[:n], float))
-        dev_end = float(t.end_ns[mine].max()) if len(mine) else -np.inf
+        dev_end = float(ends_ns[mine].max()) if mine.any() else -np.inf
         end = max(float(end_ns_of.get(host, 0.0)), dev_end)
         left: dict[str, tuple] = {}  # fn → (ran, its first unran dispatch, later work ran, their device time)
         for fn, starts in dispatches.items():
@@ -124,16 +123,13 @@ def unran_dispatches(table: EventTable, exec_idx: np.ndarray, dispatches_of: dic
     return tuple(sorted(out, key=lambda u: (-u.unran, u.program, u.host)))
 
 
-def _runs(t: EventTable, exec_idx: np.ndarray, rows: np.ndarray) -> dict[int, np.ndarray]:
-    """Per program code: its executions on the rows' devices as rows of (device, start ns, end ns), by start."""
-    if not len(rows):
-        return {}
-    keys, inv = unique_rows(t.program[rows], t.device[rows], exec_idx[rows])
-    s, e = group_extent(inv, len(keys), t.start_ns[rows], t.end_ns[rows])
+def _runs(keys: np.ndarray, start_ns: np.ndarray, end_ns: np.ndarray) -> dict[int, np.ndarray]:
+    """Per program code: its executions (``keys``: rows of host, device, program, execution) as rows of (device,
+    start ns, end ns), by start."""
     out: dict[int, np.ndarray] = {}
-    for p in np.unique(keys[:, 0]).tolist():
-        sel = keys[:, 0] == p
-        ex = np.stack([keys[sel, 1].astype(float), s[sel], e[sel]], axis=1)
+    for p in np.unique(keys[:, 2]).tolist():
+        sel = keys[:, 2] == p
+        ex = np.stack([keys[sel, 1].astype(float), start_ns[sel], end_ns[sel]], axis=1)
         out[p] = ex[np.argsort(ex[:, 1], kind="stable")]
     return out
 

@@ -55,12 +55,19 @@ def code_digest() -> str:
 def table_digest(t, steps: bool = True) -> str:
     """A digest of an event table's content: its columns and vocabularies (a table changed in place,
     e.g. its steps assigned, digests differently; ``steps=False``: not its steps, for what does not depend on
-    them, such as the executions)."""
-    h = hashlib.sha1(str(len(t)).encode())
-    for col in (t.host, t.device, t.line, t.name, t.program, t.start_ps, t.dur_ps) + ((t.step,) if steps else ()):
-        h.update(struct.pack("<Iq", zlib.crc32(np.ascontiguousarray(col).view(np.uint8)), col.dtype.itemsize))
-    h.update(repr((t.hosts, t.lines, t.names, t.programs, t.origin_ns)).encode())
-    return h.hexdigest()
+    them, such as the executions). Only the steps of a table are ever changed in place: the digest of the
+    rest is made once per table."""
+    rest = t.__dict__.get("_rooflens_digest")
+    if rest is None:
+        h = hashlib.sha1(str(len(t)).encode())
+        for col in (t.host, t.device, t.line, t.name, t.program, t.start_ps, t.dur_ps):
+            h.update(struct.pack("<Iq", zlib.crc32(np.ascontiguousarray(col).view(np.uint8)), col.dtype.itemsize))
+        h.update(repr((t.hosts, t.lines, t.names, t.programs, t.origin_ns)).encode())
+        rest = t.__dict__["_rooflens_digest"] = h.hexdigest()
+    if not steps:
+        return rest
+    step = np.ascontiguousarray(t.step)
+    return hashlib.sha1((rest + str(zlib.crc32(step.view(np.uint8))) + str(step.dtype.itemsize)).encode()).hexdigest()
 
 
 def digest_of(*parts) -> str:

@@ -406,7 +406,8 @@ def assemble(paths: list[str], runs: list[str], raws: list[RawTrace], files: lis
     if not len(table):
         from rooflens.trace.dispatch import unran_dispatches, unran_note
 
-        queued = [u for u in unran_dispatches(table, np.zeros(0, np.int32), dispatches_of, end_ns_of) if u.queued]
+        none = (np.zeros((0, 4), np.int64), np.zeros(0, np.int64), np.zeros(0), np.zeros(0), np.zeros(0, bool))
+        queued = [u for u in unran_dispatches(table, none, dispatches_of, end_ns_of) if u.queued]
         why = (("; " + unran_note(queued[0], stats=False)) if queued
                else ": was anything running on the devices while it was traced?")
         raise RooflensError(f"{', '.join(paths)} has no device op events (no XLA ops on any device or CPU "
@@ -435,10 +436,10 @@ def assemble(paths: list[str], runs: list[str], raws: list[RawTrace], files: lis
     if missing:
         profile.notes.append(no_hlo_note(missing))
     from rooflens.trace.dispatch import unran_dispatches, unran_note
-    from rooflens.trace.warmup import execution_index, judge  # a run traced from its start: warm-up apart
+    from rooflens.trace.warmup import execution_spans, judge  # a run traced from its start: warm-up apart
 
     if dispatches_of:  # before warm-up is judged: every execution in the trace ran a dispatch
-        profile.unran = unran_dispatches(table, execution_index(table), dispatches_of, end_ns_of)
+        profile.unran = unran_dispatches(table, execution_spans(table), dispatches_of, end_ns_of)
         profile.notes.extend(unran_note(u) for u in profile.unran)
         if profile.steps and any(u.queued for u in profile.unran):
             profile.steps = ran_steps(profile)

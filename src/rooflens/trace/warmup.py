@@ -39,21 +39,25 @@ def base_name(program: str) -> str:
 
 def execution_index(t: EventTable) -> np.ndarray:
     """For every event, which execution (0, 1, …) of its program on its device it belongs to (remembered
-    for the same table: :mod:`rooflens.trace.memo`)."""
+    for the same table: :mod:`rooflens.trace.memo`; its :func:`execution_spans` are made beside it)."""
     from rooflens.trace import memo
 
+    key = (memo.table_digest(t, steps=False),)
+
     def compute() -> np.ndarray:
-        out = _execution_index(t)
+        out, spans = _execution_index(t)
         out.setflags(write=False)  # one array for every caller: none may change it
+        memo.remembered("execution_spans", key, len(t), lambda: _frozen(spans), in_memory=True)
         return out
 
-    return memo.remembered("execution_index", (memo.table_digest(t, steps=False),), len(t), compute, in_memory=True)
+    return memo.remembered("execution_index", key, len(t), compute, in_memory=True)
 
 
-def _execution_index(t: EventTable) -> np.ndarray:
+def _execution_index(t: EventTable) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
     n = len(t)
     if not n:
-        return np.zeros(n, dtype=np.int32)
+        return np.zeros(n, dtype=np.int32), _spans_of(np.zeros((0, 4), np.int64), np.zeros(0, np.int64),
+                                                      np.zeros(0), np.zeros(0))
     keys, inv = unique_rows(t.host, t.device, t.program)  # one group per (host, device, program)
     start = t.start_ns
     if is_sorted(start):  # the table's own order (by start): grouped in O(n)
@@ -61,7 +65,53 @@ def _execution_index(t: EventTable) -> np.ndarray:
     else:
         order = np.lexsort((start, inv))
     bounds = np.concatenate([[0], np.cumsum(np.bincount(inv, minlength=len(keys)))])
-    return executions_of(order, bounds, t.name.astype(np.int64), max(len(t.names), 1), start)
+    idx = executions_of(order, bounds, t.name.astype(np.int64), max(len(t.names), 1), start)
+    group, execution, count, first, last = execution_rows(order, bounds, idx, start, t.end_ns)
+    return idx, _spans_of(np.column_stack([keys[group], execution]), count, first, last)
+
+
+@njit(cache=True, nogil=True)
+def execution_rows(order, bounds, idx, start, end):
+    """Every execution of the groups (``order[bounds[g]:bounds[g + 1]]``: group g's events in time order, whose
+    executions ``idx`` therefore never decrease): its group, execution, events, first start and last end."""
+    m = 0
+    for g in range(len(bounds) - 1):
+        prev = -1
+        for k in range(bounds[g], bounds[g + 1]):
+            if idx[order[k]] != prev:
+                m += 1
+                prev = idx[order[k]]
+    group = np.empty(m, np.int64)
+    execution = np.empty(m, np.int64)
+    count = np.zeros(m, np.int64)
+    first = np.full(m, np.inf)
+    last = np.full(m, -np.inf)
+    r = -1
+    for g in range(len(bounds) - 1):
+        prev = -1
+        for k in range(bounds[g], bounds[g + 1]):
+            i = order[k]
+            if idx[i] != prev:
+                r += 1
+                prev = idx[i]
+                group[r], execution[r] = g, prev
+            count[r] += 1
+            first[r] = min(first[r], start[i])
+            last[r] = max(last[r], end[i])
+    return group, execution, count, first, last
+
+
+@plain_twin(execution_rows, NUMPY_TWIN)
+def _execution_rows_np(order, bounds, idx, start, end):
+    g = np.repeat(np.arange(len(bounds) - 1), np.diff(bounds))
+    e = idx[order].astype(np.int64)
+    new = np.ones(len(order), bool)
+    new[1:] = (g[1:] != g[:-1]) | (e[1:] != e[:-1])
+    at = np.flatnonzero(new)
+    if not len(at):
+        return (np.zeros(0, np.int64),) * 3 + (np.zeros(0), np.zeros(0))
+    return (g[at], e[at], np.diff(np.append(at, len(order))), np.minimum.reduceat(start[order], at),
+            np.maximum.reduceat(end[order], at))
 
 
 @njit(cache=True, nogil=True)
@@ -115,51 +165,73 @@ def _executions_of_np(order, bounds, name, n_names, start):
     return out
 
 
-def cut_executions(t: EventTable, exec_idx: np.ndarray | None = None) -> np.ndarray:
-    """For every event, whether it belongs to an execution the trace's end cut short (remembered for the same
-    table). A program's last execution on a device is cut when it holds fewer events than each of its other
-    executions there and nothing starts on that device after it ends: the trace stopped while it ran (its
-    first ops finished inside the trace, the rest never did). It is not a step, and its ops' sums are partial.
-    ``exec_idx``: the table's :func:`execution_index` (computed when not given)."""
+def execution_spans(t: EventTable, exec_idx: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
+    """Every execution of every program on every device: rows (host, device, program, execution) in that
+    order, each with its events, its first op's start and its last op's end (ns), and whether the trace's end
+    cut it short (:func:`cut_executions`); remembered for the same table (made with :func:`execution_index`).
+    ``exec_idx``: the table's execution index (when given, the spans are made from it and not remembered)."""
     from rooflens.trace import memo
 
-    def compute() -> np.ndarray:
-        out = _cut_executions(t, execution_index(t) if exec_idx is None else exec_idx)
-        out.setflags(write=False)
-        return out
+    if exec_idx is not None:
+        return _frozen(_execution_spans(t, exec_idx))
 
-    if exec_idx is not None:  # a table's own index given by a caller that holds it: not remembered
-        return compute()
-    return memo.remembered("cut_executions", (memo.table_digest(t, steps=False),), len(t), compute, in_memory=True)
+    def compute() -> tuple[np.ndarray, ...]:  # the index was remembered without them (read from the disk)
+        return _frozen(_execution_spans(t, execution_index(t)))
+
+    key = (memo.table_digest(t, steps=False),)
+    if len(t):
+        execution_index(t)  # makes them beside it when it is computed now
+    return memo.remembered("execution_spans", key, len(t), compute, in_memory=True)
 
 
-def _cut_executions(t: EventTable, exec_idx: np.ndarray) -> np.ndarray:
-    cut = np.zeros(len(t), bool)
+def _frozen(arrays: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+    for a in arrays:
+        a.setflags(write=False)
+    return arrays
+
+
+def _execution_spans(t: EventTable, exec_idx: np.ndarray) -> tuple[np.ndarray, ...]:
     if not len(t):
-        return cut
+        return _spans_of(np.zeros((0, 4), np.int64), np.zeros(0, np.int64), np.zeros(0), np.zeros(0))
     keys, inv = unique_rows(t.host, t.device, t.program, exec_idx)  # by (host, device, program), then execution
-    count = np.bincount(inv, minlength=len(keys))
-    _, end = group_extent(inv, len(keys), t.start_ns, t.end_ns)
+    start, end = group_extent(inv, len(keys), t.start_ns, t.end_ns)
+    return _spans_of(keys, np.bincount(inv, minlength=len(keys)), start, end)
+
+
+def _spans_of(keys: np.ndarray, count: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The spans of executions (rows of host, device, program, execution, in that order) with the ones the trace's
+    end cut short marked."""
+    cut = np.zeros(len(keys), bool)
+    if not len(keys):
+        return keys, count, start, end, cut
     group = keys[:, :3]
     first = np.flatnonzero(np.concatenate([[True], (group[1:] != group[:-1]).any(axis=1)]))
     last = np.append(first[1:], len(keys)) - 1
     others = count.copy()
     others[last] = np.iinfo(others.dtype).max  # each group's minimum over its executions but the last
     fewer = (last > first) & (count[last] < np.minimum.reduceat(others, first))
-    if not fewer.any():
-        return cut
-    # nothing starts on the device after the execution ends: the trace's end, not the program's next run
-    dev_keys, dev_inv = unique_rows(t.host, t.device)
-    _, dev_last_start = group_extent(dev_inv, len(dev_keys), t.start_ns, t.start_ns)
-    dev_of = unique_rows(np.concatenate([dev_keys[:, 0], keys[last, 0]]),
-                         np.concatenate([dev_keys[:, 1], keys[last, 1]]))[1][len(dev_keys):]
-    final = dev_last_start[dev_of] <= end[last]
-    cut_keys = last[fewer & final]
-    if len(cut_keys):
-        hit = np.zeros(len(keys), bool)
-        hit[cut_keys] = True
-        cut = hit[inv]
-    return cut
+    if fewer.any():
+        # nothing starts on the device after the execution ends: the trace's end, not the program's next run
+        dev_keys, dev_inv = unique_rows(keys[:, 0], keys[:, 1])
+        _, dev_last_start = group_extent(dev_inv, len(dev_keys), start, start)
+        cut[last[fewer & (dev_last_start[dev_inv[last]] <= end[last])]] = True
+    return keys, count, start, end, cut
+
+
+def cut_executions(t: EventTable, exec_idx: np.ndarray | None = None) -> np.ndarray:
+    """For every event, whether it belongs to an execution the trace's end cut short. A program's last
+    execution on a device is cut when it holds fewer events than each of its other executions there and
+    nothing starts on that device after it ends: the trace stopped while it ran (its first ops finished
+    inside the trace, the rest never did). It is not a step, and its ops' sums are partial. ``exec_idx``: the
+    table's :func:`execution_index` (computed when not given)."""
+    keys, _, _, _, cut = execution_spans(t, exec_idx)
+    if not cut.any():
+        return np.zeros(len(t), bool)
+    idx = execution_index(t) if exec_idx is None else exec_idx
+    rows = keys[cut]
+    both = unique_rows(np.concatenate([rows[:, 0], t.host]), np.concatenate([rows[:, 1], t.device]),
+                       np.concatenate([rows[:, 2], t.program]), np.concatenate([rows[:, 3], idx]))[1]
+    return np.isin(both[len(rows):], both[:len(rows)])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,15 +245,12 @@ def program_executions(table: EventTable) -> dict[str, Executions]:
     """Every program's executions per device and their median span (device time, gaps inside included)."""
     if not len(table):
         return {}
-    idx, ran = execution_index(table), ~cut_executions(table)  # an execution cut by the trace's end is not one
-    if not ran.all():
-        table, idx = table.select(ran), idx[ran]
-    uniq, inv = unique_rows(table.program, table.host, table.device, idx)
-    starts, ends = group_extent(inv, len(uniq), table.start_ns.astype(float), table.end_ns.astype(float))
+    keys, _, starts, ends, cut = execution_spans(table)
+    ran = ~cut  # an execution cut by the trace's end is not one
     out: dict[str, Executions] = {}
     spans: dict[int, list[float]] = {}
     devices: dict[int, set] = {}
-    for (p, h, d, _), s, e in zip(uniq.tolist(), starts.tolist(), ends.tolist(), strict=True):
+    for (h, d, p, _), s, e in zip(keys[ran].tolist(), starts[ran].tolist(), ends[ran].tolist(), strict=True):
         spans.setdefault(p, []).append((e - s) * 1e-9)
         devices.setdefault(p, set()).add((h, d))
     for p, sp in spans.items():
