@@ -131,6 +131,24 @@ def test_an_nvidia_op_with_eight_thunks_per_step_is_timed_by_their_sum():
                                                                    rel=1e-9)
 
 
+@pytest.mark.parametrize("parts", [("gpu_nvidia", "nsys_jax_pax_fsdp4_a100", "pax_fsdp4_4proc_proc0.zip"),
+                                   ("tpu", "xprof_tpu_inference_2.v6e-4.xplane.pb")])
+def test_execution_sums_by_key_tables_equal_the_grouped_ones(parts, monkeypatch):
+    """The sums per (op, execution) made from tables indexed by their key (a trace with many events per key)
+    are the ones grouping every key gives."""
+    from rooflens.trace import stats as S
+    from rooflens.trace.groupby import unique_inverse
+
+    t = rl.load(fixture_path(*parts)).table
+    inv = unique_inverse(t.program.astype(np.int64) * (len(t.names) + 1) + t.name)[1]
+    monkeypatch.setattr(S, "SUMS_BY_KEY_EVENTS", 0)
+    by_key = S.execution_sums(t, inv)
+    monkeypatch.setattr(S, "SUMS_BY_KEY_EVENTS", 1 << 40)
+    grouped = S.execution_sums(t, inv)
+    assert np.array_equal(by_key[0], grouped[0]) and np.array_equal(by_key[1], grouped[1])
+    assert len(grouped[0]) <= len(t) and grouped[1].sum() == t.dur_ps.sum()
+
+
 @pytest.fixture(scope="module")
 def loops(tmp_path_factory):
     """A real JAX CPU program with a scan (3 iterations of sin and a 256×256 matmul), a fori_loop (2) and a

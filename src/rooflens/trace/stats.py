@@ -367,6 +367,10 @@ def op_self_ps(profile: Profile) -> np.ndarray:
     return out
 
 
+#: events per possible (op, host, device, execution) key from which the sums are tables indexed by the key
+SUMS_BY_KEY_EVENTS = 4
+
+
 def execution_sums(t, inv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per (op, host, device, program execution) in which the op ran: its op (``inv``: each event's op group)
     and the sum of its events' durations there (ps, float), by op; executions the trace's end cut short left
@@ -376,8 +380,14 @@ def execution_sums(t, inv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     idx, ran = execution_index(t), ~cut_executions(t)
     every = bool(ran.all())
     cols = (inv, t.host, t.device, idx) if every else (inv[ran], t.host[ran], t.device[ran], idx[ran])
-    rows, kinv = unique_rows(*cols)
     dur = t.dur_ps if every else t.dur_ps[ran]
+    key, n_keys = row_key(*cols)
+    if key is not None and n_keys * SUMS_BY_KEY_EVENTS <= len(key):  # tables by key: no sort, no inverse
+        count = np.bincount(key, minlength=n_keys)
+        at = np.flatnonzero(count)
+        lo, width = int(cols[0].min()), int(cols[0].max()) - int(cols[0].min()) + 1
+        return lo + at // (n_keys // width), np.bincount(key, weights=dur, minlength=n_keys)[at]
+    rows, kinv = unique_rows(*cols)
     return rows[:, 0], np.bincount(kinv, weights=dur, minlength=len(rows))
 
 
