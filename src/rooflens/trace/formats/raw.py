@@ -61,12 +61,12 @@ DISPATCH = re.compile(r"^(?:PjitFunction|PmapFunction)\((.*)\)$")
 DISPATCH_PREFIXES = ("PjitFunction(", "PmapFunction(")
 
 
-def top_level_dispatches(fn: list[str], line: np.ndarray, start: np.ndarray, dur: np.ndarray
+def top_level_dispatches(fn: np.ndarray, functions: list[str], line: np.ndarray, start: np.ndarray, dur: np.ndarray
                          ) -> dict[str, np.ndarray]:
     """Each function's dispatches (start times, sorted) from its dispatch events (``fn``: the function each
-    names; ``line``: the thread it is on). An event nested in another dispatch event on its thread is not a
-    dispatch of its own: jaxlib records ``PjitFunction(f)`` twice, one inside the other, for one call, and a
-    jitted function called while another is traced (its first call) is part of that call."""
+    names, a code into ``functions``; ``line``: the thread it is on). An event nested in another dispatch event
+    on its thread is not a dispatch of its own: jaxlib records ``PjitFunction(f)`` twice, one inside the other,
+    for one call, and a jitted function called while another is traced (its first call) is part of that call."""
     if not len(start):
         return {}
     order = np.lexsort((-dur, start, line))
@@ -75,11 +75,14 @@ def top_level_dispatches(fn: list[str], line: np.ndarray, start: np.ndarray, dur
     for lo, hi in zip(*_runs(ln)):
         run_end = np.maximum.accumulate(e[lo:hi])
         nested[lo + 1:hi] = s[lo + 1:hi] < run_end[:-1]
-    names = np.asarray(fn, dtype=object)[order]
-    out: dict[str, list] = {}
-    for name, t in zip(names[~nested].tolist(), s[~nested].tolist()):
-        out.setdefault(name, []).append(t)
-    return {k: np.sort(np.asarray(v, np.int64)) for k, v in out.items()}
+    code, at = fn[order][~nested], s[~nested]
+    by = np.lexsort((at, code))
+    code, at = code[by], at[by]
+    out: dict[str, np.ndarray] = {}
+    for lo, hi in zip(*_runs(code)):  # one per function: several codes may name one function
+        name = functions[int(code[lo])]
+        out[name] = np.sort(np.concatenate([out[name], at[lo:hi]])) if name in out else at[lo:hi].astype(np.int64)
+    return out
 
 
 def _runs(sorted_key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -126,7 +126,7 @@ def _dispatches(c: dict, words: list[str], kind: np.ndarray, line: np.ndarray, s
     fn = [m.group(1) if w.startswith(DISPATCH_PREFIXES) and (m := DISPATCH.match(w)) else None for w in words]
     is_dispatch = np.asarray([f is not None for f in fn] + [False])
     rows = np.flatnonzero((kind == 0) & is_dispatch[c["name"]])
-    return top_level_dispatches([fn[k] for k in c["name"][rows].tolist()], line[rows], start[rows], dur[rows])
+    return top_level_dispatches(c["name"][rows], [f or "" for f in fn], line[rows], start[rows], dur[rows])
 
 
 def _chrome_programs(c: dict, rows: np.ndarray, word: np.ndarray, code) -> np.ndarray:

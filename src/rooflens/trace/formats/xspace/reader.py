@@ -247,10 +247,10 @@ def _dispatches(x, ev: _Events) -> dict[str, np.ndarray]:
         return {}
     uk, inv = np.unique(_metadata_key(x, ev, host), return_inverse=True)
     fn = [m.group(1) if (m := DISPATCH.match(_metadata_of(x, k)[0])) else None for k in uk.tolist()]
-    hit = np.asarray([f is not None for f in fn] + [False])[inv.ravel()]
+    inv = inv.ravel()
+    hit = np.asarray([f is not None for f in fn] + [False])[inv]
     rows = host[hit]
-    return top_level_dispatches([fn[k] for k in inv.ravel()[hit].tolist()], x.line[rows], ev.event_start[rows],
-                                x.dur_ps[rows])
+    return top_level_dispatches(inv[hit], [f or "" for f in fn], x.line[rows], ev.event_start[rows], x.dur_ps[rows])
 
 
 def _end_ps(x) -> int:
