@@ -354,3 +354,194 @@ def test_host_round_trips_inside_a_step_are_priced_once(tmp_path, local_chip):
     assert 0.006 <= f.recoverable_s <= f.step_s
     if f.rule == "overheads":
         assert "host round-trips" in f.cause and f.severity in ("medium", "high")
+
+
+# -- host↔device transfers the trace measures (issue 35: plain Nsight; XLA host offload) -----------------
+
+NSYS_H100 = ("gpu_nvidia", "nsys_sqlite", "nsysai_pytorch_h100x2_1s.sqlite")
+NSYS_H100_MFU = ("gpu_nvidia", "nsys_sqlite", "nsysai_pytorch_h100x2_mfu_before.sqlite")
+
+
+def _merged(intervals: list) -> list[list[int]]:
+    out: list[list[int]] = []
+    for s, e in sorted(intervals):
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return out
+
+
+def _overlap(a: list, b: list) -> int:
+    """The length two merged interval lists share: a two-pointer walk."""
+    i = j = total = 0
+    while i < len(a) and j < len(b):
+        total += max(min(a[i][1], b[j][1]) - max(a[i][0], b[j][0]), 0)
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def nsight_transfers(path) -> dict[int, dict]:
+    """Straight from the export, per deviceId: its memcpy through the host (the kind's label names the host:
+    Host-to-Device, Device-to-Host, …) as ns intervals, every other GPU activity (kernels, memsets, copies within
+    or between GPUs), and the count of host-to-device copies."""
+    import sqlite3
+
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    out: dict[int, dict] = {}
+    rows = con.execute("SELECT m.deviceId, m.start, m.end, k.label FROM CUPTI_ACTIVITY_KIND_MEMCPY m "
+                       "JOIN ENUM_CUDA_MEMCPY_OPER k ON k.id = m.copyKind").fetchall()
+    for dev, s, e, label in rows:
+        d = out.setdefault(dev, {"transfers": [], "other": [], "h2d": 0})
+        d["transfers" if "Host" in label else "other"].append((s, e))
+        d["h2d"] += label == "Host-to-Device"
+    for table in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMSET"):
+        for dev, s, e in con.execute(f"SELECT deviceId, start, end FROM {table}"):
+            out.setdefault(dev, {"transfers": [], "other": [], "h2d": 0})["other"].append((s, e))
+    con.close()
+    for d in out.values():
+        every = d["transfers"] + d["other"]
+        t, o = _merged(d["transfers"]), _merged(d["other"])
+        d["time_ns"] = sum(e - s for s, e in t)
+        d["exposed_ns"] = d["time_ns"] - _overlap(t, o)
+        d["window_ns"] = max(e for _, e in every) - min(s for s, _ in every)
+    return out
+
+
+def _nsight_report(parts, chip=None):
+    key = ("nsight", parts, chip)
+    if key not in _REPORTS:
+        _REPORTS[key] = analyze(rl.load(str(fixture_path(*parts))), chip=chip, require_roofline=False)
+    return _REPORTS[key]
+
+
+def test_memcpy_time_of_a_real_nsight_export_is_a_transfers_finding_priced_at_its_exposed_time():
+    """PyTorch on 2 × H100, plain Nsight: host-to-device memcpy is ~95 % of the device's time, on the stream the
+    kernels run on. The finding's numbers are the export's own, summed here in SQL and plain Python."""
+    path = fixture_path(*NSYS_H100)
+    sql = nsight_transfers(path)
+    rep = _nsight_report(NSYS_H100)
+    assert sorted(sql) == sorted(d.device for d in rep.stats.devices) == [0, 1]
+    for d in rep.stats.devices:  # the measurement, device by device
+        (x,) = d.transfers
+        assert x.time_s == pytest.approx(sql[d.device]["time_ns"] * 1e-9, rel=1e-9)
+        assert x.exposed_s == pytest.approx(sql[d.device]["exposed_ns"] * 1e-9, rel=1e-9)
+        assert x.events == len(sql[d.device]["transfers"])
+    (f,) = [f for f in rep.findings if f.rule == "host-transfers"]
+    time_s = sum(d["time_ns"] for d in sql.values()) / 2 * 1e-9
+    exposed_s = sum(d["exposed_ns"] for d in sql.values()) / 2 * 1e-9
+    step_s = sum(d["window_ns"] for d in sql.values()) / 2 * 1e-9  # no steps: the capture window
+    assert 0.9 < time_s / step_s < 1.0
+    assert f.time_s == pytest.approx(time_s, rel=1e-9) and f.recoverable_s == pytest.approx(exposed_s, rel=1e-9)
+    assert f.step_s == pytest.approx(step_s, rel=1e-6) and f.per == "step" and f.severity == "high"
+    assert f"take {time_s / step_s:.0%} of the step" in f.title
+    assert rep.findings[0] is f  # the most a fix gives back
+    h2d = sql[0]["h2d"]
+    assert sql[1]["h2d"] == h2d
+    assert any(e.startswith(f"[CUDA memcpy Host-to-Device] (host→device): {h2d} per step") for e in f.evidence)
+    assert any("[CUDA memcpy Device-to-Host] (device→host)" in e for e in f.evidence)
+    assert {o.name for o in f.ops} >= {"[CUDA memcpy Host-to-Device]", "[CUDA memcpy Device-to-Host]"}
+    assert any("no byte counts" in e for e in f.evidence)  # the reader carries no bytes: none are claimed
+    assert any(e.startswith("the chip is unknown") and "--chip" in e for e in f.evidence)
+    assert "pin the host memory" in f.fix and "prefetch" in f.fix
+    assert "Host↔device transfers take" in terminal(rep)
+    doc = json.loads(json.dumps(rep.to_json(), default=str))
+    (j,) = [x for x in doc["findings"] if x["rule"] == "host-transfers"]
+    assert j["recoverable_s"] == pytest.approx(exposed_s, rel=1e-9)
+    assert doc["devices"][0]["transfers"][0]["exposed_s"] == pytest.approx(sql[0]["exposed_ns"] * 1e-9, rel=1e-9)
+
+
+def test_nsight_transfers_against_the_named_chips_host_link():
+    rep = _nsight_report(NSYS_H100, "h100-sxm")
+    (f,) = [f for f in rep.findings if f.rule == "host-transfers"]
+    source = rl.chip("h100-sxm").source("interconnect.pcie_bytes_per_s")
+    assert source and any("64 GB/s per direction" in e and source in e for e in f.evidence)
+    assert not any(e.startswith("the chip is unknown") for e in f.evidence)
+
+
+def test_a_few_microseconds_of_transfers_are_measured_and_no_finding():
+    """The other real Nsight export moves a few bytes back to the host (.item()): measured, not a finding."""
+    sql = nsight_transfers(fixture_path(*NSYS_H100_MFU))
+    rep = _nsight_report(NSYS_H100_MFU)
+    for d in rep.stats.devices:
+        (x,) = d.transfers
+        assert x.time_s == pytest.approx(sql[d.device]["time_ns"] * 1e-9, rel=1e-9) and 0 < x.time_s < 1e-4
+    assert "host-transfers" not in {f.rule for f in rep.findings}
+    gemm = report_of("gemm")  # JAX GEMMs on MI300X: no transfer at all
+    assert all(not d.transfers for d in gemm.stats.devices)
+    assert "host-transfers" not in {f.rule for f in gemm.findings}
+
+
+def test_xla_host_offload_waits_are_a_transfers_finding_with_bytes_from_the_hlo():
+    """XProf's own TPU v6e test capture is a host-offload stress test: jit_f copies three f32[5,1024,1024,256]
+    arrays in from host memory (S(5)), adds, and copies the results back; the device waits in copy-done."""
+    import math
+    import re
+
+    rep = report_of("xprof")
+    check_findings(rep)
+    (f,) = [f for f in rep.findings if f.rule == "host-transfers"]
+    assert f.per == "execution of jit_f" and f.severity == "high"
+    # nothing runs beside a TPU's copy-done wait: the exposed time is all the transfer ops' time per execution
+    assert f.recoverable_s == pytest.approx(rep.steps.host_s, rel=1e-6) and f.recoverable_s / f.step_s > 0.9
+    hlo = fixture_path("tpu", "hlo", "v6e_from_xplane")
+    text = next(hlo.glob("jit_f_*.txt")).read_text()
+    # each copy-start: its destination's shape, and what it copies (a parameter in S(5), or a fusion's result)
+    starts = re.findall(r"%copy-start(?:\.\d+)? = \((f32\[[\d,]+\])\{[^}]*\}[^\n]*copy-start\(%([\w.]+)\)", text)
+    assert len(starts) == 6
+    size = {name: 4 * math.prod(int(d) for d in shape[4:-1].split(",")) for shape, name in starts}
+    inbound = sum(b for name, b in size.items() if name.startswith("param"))  # from the S(5) parameters
+    outbound = sum(b for name, b in size.items() if not name.startswith("param"))
+    assert inbound == outbound == 3 * 5 * 1024 * 1024 * 256 * 4
+    line = next(e for e in f.evidence if "moved per execution of jit_f" in e)
+    assert f"{inbound / 1e9:.4g} GB host→device" in line and f"{outbound / 1e9:.4g} GB device→host" in line
+    source = rl.chip("tpu-v6e").source("interconnect.pcie_bytes_per_s")
+    assert "32 GB/s" in line and source in line
+    rate = inbound / f.time_s / 32e9
+    assert f"{rate:.0%} of the host link" in line and "link is the limit" in f.cause
+    assert any(e.startswith("copy-done.5 (device→host)") for e in f.evidence)
+    assert any(e.startswith("copy-done.2 (host→device)") for e in f.evidence)
+
+
+def test_covered_time_of_real_intervals_matches_a_two_pointer_walk():
+    """The overlap the exposed time subtracts, on real intervals that do overlap: device 1's transfers against
+    device 0's kernels of the same export (both ran at once)."""
+    import numpy as np
+
+    from rooflens.trace.stats import busy_union, covered_ns
+
+    sql = nsight_transfers(fixture_path(*NSYS_H100))
+    a, b = _merged(sql[1]["transfers"]), _merged(sql[0]["other"])
+    want = _overlap(a, b)
+    assert want > 0
+    _, as_, ae = busy_union(*(np.asarray(c, float) for c in zip(*sorted(sql[1]["transfers"]))))
+    _, bs, be = busy_union(*(np.asarray(c, float) for c in zip(*sorted(sql[0]["other"]))))
+    assert covered_ns(as_, ae, bs, be) == pytest.approx(want, rel=1e-12)
+    assert covered_ns(bs, be, as_, ae) == pytest.approx(want, rel=1e-12)
+    assert covered_ns(as_, ae, bs[:0], be[:0]) == 0.0
+
+
+def test_implicit_transfers_the_capture_recorded_join_the_measured_finding(tmp_path):
+    """A run whose capture recorded implicit transfers (NumPy inputs every step, a real CPU capture) and whose
+    trace measures transfer time: one host-transfers finding, not two."""
+    import numpy as np
+
+    from rooflens.analysis.report import InWindow
+    from rooflens.analysis.rules.host import rule_in_window
+
+    prof = rl.capture(jax.jit(lambda x, w: x @ w), jnp.ones((256, 256)), jnp.ones((256, 256)), steps=3,
+                      logdir=tmp_path, feed=lambda out, args: (np.ones((256, 256), np.float32), args[1]))
+    recorded = InWindow.from_manifest(prof.manifest)
+    assert recorded.transfers
+    big = dataclasses.replace(_nsight_report(NSYS_H100), in_window=recorded)
+    (f,) = [f for f in rule_in_window(big) if f.rule == "host-transfers"]
+    assert f.title.startswith("Host↔device transfers take")
+    assert any(e.startswith(f"the capture recorded {len(recorded.transfers)} implicit transfer(s)") for e in f.evidence)
+    small = dataclasses.replace(_nsight_report(NSYS_H100_MFU), in_window=recorded)
+    (g,) = [f for f in rule_in_window(small) if f.rule == "host-transfers"]
+    exposed = sum(x.exposed_s for d in small.stats.devices for x in d.transfers) / small.num_devices
+    assert "implicit" in g.title and g.recoverable_s == pytest.approx(exposed, rel=1e-9)
+    assert any(e.startswith("the trace measures") for e in g.evidence)

@@ -59,6 +59,18 @@ class Gap:
 
 
 @dataclass(frozen=True)
+class TransferTime:
+    """One program's host↔device transfers on one device: its op events of category ``host transfer`` (memcpy and
+    memset through the host, XLA's host-offload copies to and from ``S(5)``, infeed/outfeed), those inside a step
+    where the trace has steps."""
+
+    program: str
+    time_s: float  # the union of its transfer events
+    exposed_s: float  # of which no other op event of the device ran alongside (not hidden under kernels)
+    events: int
+
+
+@dataclass(frozen=True)
 class DeviceTime:
     device: int
     host: str
@@ -68,6 +80,7 @@ class DeviceTime:
     op_time_s: float  # plain sum of op durations (≥ busy when ops overlap)
     events: int
     largest_gaps: tuple[Gap, ...]
+    transfers: tuple[TransferTime, ...] = ()  # per program with any (a device's; not a host's devices together)
 
 
 @dataclass(frozen=True)
@@ -431,7 +444,7 @@ def _host_during(host_events: list[tuple[str, float, float]], g0: float, g1: flo
 
 
 def _device_time(t, start, end, dur, sel: np.ndarray, dev: int, t0: float, n_gaps: int,
-                 host_events: list | None = None) -> DeviceTime:
+                 host_events: list | None = None, transfers: tuple[TransferTime, ...] = ()) -> DeviceTime:
     """Busy (union of op intervals), idle and the largest gaps of the events ``sel`` (sorted by start)."""
     every = len(sel) == len(start)  # all events (one host's, of a one-host trace): no copies
     s, e = (start, end) if every else (start[sel], end[sel])
@@ -452,7 +465,60 @@ def _device_time(t, start, end, dur, sel: np.ndarray, dev: int, t0: float, n_gap
     host = t.hosts[int(t.host[sel[0]])] if len(sel) else ""
     return DeviceTime(dev, host, busy * 1e-9, window * 1e-9, (window - busy) * 1e-9,
                       float((dur if every else dur[sel]).sum()) * 1e-9,
-                      len(sel), tuple(gaps))
+                      len(sel), tuple(gaps), transfers)
+
+
+def transfer_mask(t, info: dict) -> np.ndarray:
+    """Which events are host↔device transfers (``info``: (program, op) → OpInfo, category ``host transfer``): a
+    table by (program, name) code, looked up once per event; no event-sized work when there is none."""
+    wanted = {key for key, oi in info.items() if oi.category == "host transfer"}
+    if not wanted:
+        return np.zeros(len(t), bool)
+    width = len(t.names) + 1
+    in_programs, in_names = {p for p, _ in wanted}, {n for _, n in wanted}
+    programs = [i for i, w in enumerate(t.programs) if w in in_programs]
+    names = [i for i, w in enumerate(t.names) if w in in_names]
+    lut = np.zeros(len(t.programs) * width, bool)
+    for p in programs:
+        for n in names:
+            lut[p * width + n] = (t.programs[p], t.names[n]) in wanted
+    return lut[t.program.astype(np.int64) * width + t.name]
+
+
+def covered_ns(a_start: np.ndarray, a_end: np.ndarray, b_start: np.ndarray, b_end: np.ndarray) -> float:
+    """The length of the intersection of two sets of disjoint intervals, each sorted (``busy_union``'s merged
+    intervals): for each interval of ``a``, how much of ``b`` lies before its end less before its start."""
+    if not len(a_start) or not len(b_start):
+        return 0.0
+    length = b_end - b_start
+    before = np.concatenate([[0.0], np.cumsum(length)])  # before[k]: the length of b's first k intervals
+
+    def upto(x: np.ndarray) -> np.ndarray:  # b's length before x
+        k = np.searchsorted(b_start, x, side="right")  # b's intervals starting at or before x
+        last = np.maximum(k - 1, 0)
+        return np.where(k > 0, before[last] + np.clip(x - b_start[last], 0.0, length[last]), 0.0)
+
+    return float((upto(a_end) - upto(a_start)).sum())
+
+
+def _transfer_times(t, start, end, sel: np.ndarray, transfer: np.ndarray, counted: np.ndarray
+                    ) -> tuple[TransferTime, ...]:
+    """Per program, the transfers ``counted`` among one device's events ``sel`` (sorted by start): the union of
+    their spans, and the part of it no other (non-transfer) event of the device covers."""
+    mine = counted[sel]
+    if not mine.any():
+        return ()
+    s, e = start[sel], end[sel]
+    other = ~transfer[sel]
+    _, os_, oe = busy_union(s[other], e[other])
+    program = t.program[sel]
+    out = []
+    for p in np.unique(program[mine]).tolist():
+        these = mine & (program == p)
+        time_ns, ms, me = busy_union(s[these], e[these])
+        exposed = max(time_ns - covered_ns(ms, me, os_, oe), 0.0)
+        out.append(TransferTime(t.programs[p], time_ns * 1e-9, exposed * 1e-9, int(these.sum())))
+    return tuple(out)
 
 
 def op_stats(profile: Profile, gaps_per_device: int = 5) -> OpStats:
@@ -472,7 +538,8 @@ def op_stats(profile: Profile, gaps_per_device: int = 5) -> OpStats:
 
 
 def device_times(profile: Profile, gaps_per_device: int) -> tuple[list[DeviceTime], list[DeviceTime]]:
-    """Per device: busy (union), idle, gaps; and per host with all its devices together (device -1)."""
+    """Per device: busy (union), idle, gaps, host↔device transfers (inside the steps where there are steps: the
+    set-up's uploads are not the step's); and per host with all its devices together (device -1)."""
     t = profile.table
     start, dur = t.start_ns, t.dur_ns
     end = start + dur
@@ -483,7 +550,10 @@ def device_times(profile: Profile, gaps_per_device: int) -> tuple[list[DeviceTim
     def frames(h: int) -> list:  # the host's own Python frames (a profile built by hand may lack the split)
         return profile.host_events_of.get(t.hosts[h], profile.host_events if len(t.hosts) == 1 else [])
 
-    devices = [_device_time(t, start, end, dur, sel, int(d), t0, gaps_per_device, frames(int(h)))
+    transfer = transfer_mask(t, profile.op_info) if len(t) else np.zeros(0, bool)
+    counted = transfer & (t.step >= 0) if profile.steps else transfer
+    devices = [_device_time(t, start, end, dur, sel, int(d), t0, gaps_per_device, frames(int(h)),
+                            _transfer_times(t, start, end, sel, transfer, counted) if counted.any() else ())
                for (h, d), sel in zip(dev_keys, by_dev)]
     hosts = [_device_time(t, start, end, dur, sel, -1, t0, gaps_per_device, frames(int(t.host[sel[0]])))
              for sel in _groups(t.host)]
@@ -494,8 +564,6 @@ def _op_stats(profile: Profile, gaps_per_device: int) -> OpStats:
     t = profile.table
     dur = t.dur_ns
     self_ps = self_times_ps(t, line_groups(t))
-    devices, hosts = device_times(profile, gaps_per_device)
-    total_busy_s = sum(d.busy_s for d in devices) or 1.0
 
     # per (program, op)
     key = t.program.astype(np.int64) * (len(t.names) + 1) + t.name
@@ -510,6 +578,8 @@ def _op_stats(profile: Profile, gaps_per_device: int) -> OpStats:
     ndev = _devices_per_group(inv, len(uniq), t.device)
     runs, run_med, run_min, run_max = execution_extremes(*execution_sums(t, inv), len(uniq))
     info = profile.op_info  # after the grouping: a caller may be parsing the HLO on another thread
+    devices, hosts = device_times(profile, gaps_per_device)  # its transfers: by the ops' categories
+    total_busy_s = sum(d.busy_s for d in devices) or 1.0
     ctrl = control_rows(t, info)
     if len(ctrl):  # a control op's self time: its span less its body's, wherever the body ran
         selft += np.bincount(inv[ctrl], weights=(control_self_ps(t, ctrl) - self_ps[ctrl]) * 1e-3,

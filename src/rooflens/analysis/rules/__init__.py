@@ -55,8 +55,9 @@ RULES: tuple[Rule, ...] = (
          host.rule_idle),
     Rule("async-tail", ("async-tail",), "the trace stopped with dispatched steps still queued on the device: "
          "fewer executions than the host dispatched", host.rule_async_tail),
-    Rule("in-window", ("recompilation", "host-transfers"), "compilations and implicit host↔device transfers "
-         "inside the window", host.rule_in_window),
+    Rule("in-window", ("recompilation", "host-transfers"), "compilations and host↔device transfers inside the "
+         "window: the transfer time the trace measures, and the implicit transfers the capture recorded",
+         host.rule_in_window),
     Rule("variance", ("step-variance", "device-straggler"), "uneven step times, or one device busy far longer than "
          "another", device_time.rule_variance),
     Rule("overheads", ("overheads",), "device time outside kernels within the step (launch and dispatch latency, "

@@ -1,21 +1,36 @@
-"""The host: devices left idle between executions, compilations and implicit transfers inside the window."""
+"""The host: devices left idle between executions, compilations inside the window, and host↔device transfers:
+the time the trace measures in them (memcpy through the host, XLA's host-offload copies), and the implicit ones
+the capture recorded."""
 
 from __future__ import annotations
 
 import re
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from rooflens.analysis.findings import Finding
 from rooflens.analysis.report import Report
-from rooflens.analysis.rules.common import per_device_step, severity_of, step_of, with_saving
-from rooflens.hlo.shape import element_bytes
+from rooflens.analysis.rules.common import (
+    per_device_step,
+    per_step_of,
+    ref,
+    runs_per_step,
+    severity_of,
+    step_of,
+    with_saving,
+)
+from rooflens.hlo.shape import HOST_MEMORY_SPACE, element_bytes
 from rooflens.trace.idle import IdleUnit
+from rooflens.units import fmt_bytes
 from rooflens.units import fmt_seconds as _ms
 
 IDLE_SHARE = 0.40
 MIN_GAP_S = 1e-3
 RECOMPILE_MANY = 3  # this many recompilations in a run traced from its start: high
 TRANSFERS_PER_STEP = 0.75  # implicit transfers in (nearly) every step: medium
+TRANSFER_SHARE = 0.05  # measured transfer time no kernel hides, over the step: a finding
+TRANSFER_HIDDEN_SHARE = 0.25  # transfers this share of the step, hidden under kernels or not: a finding (what
+# they would cost once the kernels around them are faster)
+LINK_BOUND = 0.5  # bytes over transfer time at least this share of the host link's bandwidth: the link is the limit
 
 
 def _where(unit: IdleUnit) -> tuple[list, list[str]]:
@@ -130,18 +145,26 @@ def transfer_bytes(line: str) -> float | None:
     return n * size
 
 
+def _host_link(report: Report) -> tuple[float, str]:
+    """The chip's host link (PCIe) in bytes/s per direction and the catalogue's source for it; (0, "") when the
+    chip is unknown or the catalogue has no such figure."""
+    if not report.chip:
+        return 0.0, ""
+    from rooflens.hardware import chip as get_chip
+
+    try:
+        c = get_chip(report.chip)
+    except Exception:  # a custom chip not in the catalogue
+        return 0.0, ""
+    return float(c.value("interconnect.pcie_bytes_per_s") or 0.0), c.source("interconnect.pcie_bytes_per_s")
+
+
 def _transfer_rate(report: Report) -> tuple[float, str]:
     """Bytes/s of a host↔device copy on this chip, and which figure: PCIe (TPU/GPU), host memory on a CPU."""
     if report.platform == "cpu":
         bw = report.roofs.hbm_bytes_per_s if report.roofs else 0.0
         return bw, "the CPU's memory bandwidth"
-    from rooflens.hardware import chip as get_chip
-
-    try:
-        pcie = float(get_chip(report.chip).value("interconnect.pcie_bytes_per_s") or 0.0) if report.chip else 0.0
-    except Exception:  # a custom chip not in the catalogue
-        pcie = 0.0
-    return pcie, "the chip's PCIe bandwidth"
+    return _host_link(report)[0], "the chip's PCIe bandwidth"
 
 
 def rule_in_window(report: Report) -> list[Finding]:
@@ -172,6 +195,26 @@ def rule_in_window(report: Report) -> list[Finding]:
             "jit once outside the loop")
         # churn is judged by its count (one recompilation is a second warm-up); what it costs is its time
         out.append(with_saving(report, f, per, report.steps.program if report.steps else None, severity=False))
+    implicit = _implicit_transfers(report)
+    measured = measured_transfers(report)
+    if measured is not None and transfers_matter(report, measured):
+        out.append(_measured_finding(report, measured, implicit))
+    elif implicit is not None:
+        out.append(_implicit_finding(report, implicit, measured))
+    return out
+
+
+@dataclass(frozen=True)
+class Implicit:
+    """The implicit host↔device transfers the capture recorded in the steady state (transfer-guard lines)."""
+
+    lines: tuple[str, ...]
+    nbytes: float
+    steps: int
+
+
+def _implicit_transfers(report: Report) -> Implicit | None:
+    w = report.in_window
     transfers = list(w.transfers)
     times = list(w.transfer_times_unix_s or ())
     steps = report.steps.steps if report.steps and report.steps.steps else 1
@@ -192,22 +235,196 @@ def rule_in_window(report: Report) -> list[Finding]:
         last = transfer_bytes(x) if "(a repeat" not in x else last
         sizes.append(last)
     kept = [(x, b) for x, b, d in zip(w.transfers, sizes, data) if d]
-    transfers = [x for x, _ in kept]
-    if transfers:
-        nbytes = sum(b or 0.0 for _, b in kept)
-        rate, what = _transfer_rate(report)
-        per = nbytes / rate / steps if rate else 0.0
-        priced = (f"{nbytes / 1e6:.3g} MB in all, {_ms(per)} per step at {what} ({rate / 1e9:.3g} GB/s); the trace "
-                  "does not time implicit transfers, so this is their roofline" if rate else
-                  f"{nbytes / 1e6:.3g} MB in all; no bandwidth is known for them on this chip, so their time is not "
-                  "priced")
-        f = Finding(
-            "host-transfers", "medium" if len(transfers) >= TRANSFERS_PER_STEP * steps else "low",
-            f"{len(transfers)} implicit host↔device transfer(s) inside the window", (), 0.0,
-            tuple([f"{len(transfers) / steps:.1f} per step", priced] + transfers[:2]),
-            "NumPy arrays or Python scalars cross to the device each step (or device values are read back), "
-            "which serialises host and device",
-            "device_put inputs ahead of time (prefetch), keep the loop state on the device, and read values back "
-            "only when needed")
-        out.append(with_saving(report, f, per, report.steps.program if report.steps else None, severity=False))
-    return out
+    if not kept:
+        return None
+    return Implicit(tuple(x for x, _ in kept), sum(b or 0.0 for _, b in kept), steps)
+
+
+def _implicit_finding(report: Report, implicit: Implicit, measured: MeasuredTransfers | None) -> Finding:
+    """The implicit transfers the capture recorded; priced at the host link's roofline, or at the transfer time
+    the trace measures where it measures some (not enough for a finding of their own)."""
+    transfers, nbytes, steps = list(implicit.lines), implicit.nbytes, implicit.steps
+    rate, what = _transfer_rate(report)
+    per = nbytes / rate / steps if rate else 0.0
+    priced = (f"{nbytes / 1e6:.3g} MB in all, {_ms(per)} per step at {what} ({rate / 1e9:.3g} GB/s); the trace "
+              "does not time implicit transfers, so this is their roofline" if rate else
+              f"{nbytes / 1e6:.3g} MB in all; no bandwidth is known for them on this chip, so their time is not "
+              "priced")
+    evidence = [f"{len(transfers) / steps:.1f} per step", priced] + transfers[:2]
+    if measured is not None:  # the trace times the transfers (these among them): what it measures is what they cost
+        per = measured.exposed_s
+        evidence.insert(2, f"the trace measures {_ms(measured.time_s)} per {_per(report)} in host↔device transfers on "
+                           f"each device, {_ms(measured.exposed_s)} of it with no kernel alongside: what fixing them "
+                           "gives back at most")
+    f = Finding(
+        "host-transfers", "medium" if len(transfers) >= TRANSFERS_PER_STEP * steps else "low",
+        f"{len(transfers)} implicit host↔device transfer(s) inside the window", (), 0.0, tuple(evidence),
+        "NumPy arrays or Python scalars cross to the device each step (or device values are read back), "
+        "which serialises host and device",
+        "device_put inputs ahead of time (prefetch), keep the loop state on the device, and read values back "
+        "only when needed")
+    return with_saving(report, f, per, report.steps.program if report.steps else None, severity=False)
+
+
+@dataclass(frozen=True)
+class MeasuredTransfers:
+    """The host↔device transfers the trace measures in the step (``DeviceTime.transfers``: op events of category
+    ``host transfer``), per device per step (per execution of the step's program when the trace has no steps),
+    the mean over the devices."""
+
+    time_s: float  # in transfers (the union of their events)
+    exposed_s: float  # of which no kernel ran alongside on the same device: what the device waited
+    events: float  # transfer events
+    worst: tuple[str, float]  # the device with the most exposed transfer time, and that time
+    ops: tuple  # the transfer ops (OpStat) of the step, most time first
+    scope: str | None  # the program they were counted in (None: every program, in the steps or the window)
+
+
+def _per(report: Report) -> str:
+    st = report.steps
+    return f"execution of {st.program}" if st is not None and st.basis == "executions" else "step"
+
+
+def measured_transfers(report: Report) -> MeasuredTransfers | None:
+    """What the devices spent in host↔device transfers per step, and how much of it no kernel hid; None when the
+    trace measures none (in the step's program, for a trace judged per execution)."""
+    st = report.steps
+    scope = st.program if st is not None and st.basis == "executions" else None
+    time = exposed = events = 0.0
+    worst = ("", 0.0)
+    for d in report.stats.devices:
+        xs = [x for x in d.transfers if scope is None or x.program == scope]
+        mine = sum(x.exposed_s for x in xs)
+        time += sum(x.time_s for x in xs)
+        exposed += mine
+        events += sum(x.events for x in xs)
+        if xs and mine >= worst[1]:
+            worst = (f"{d.host}:{d.device}" if len(report.hosts) > 1 else str(d.device), mine)
+    if not time:
+        return None
+    n, periods = max(report.num_devices, 1), _periods(report)
+    ops = sorted((s for s in report.stats.op_stats if s.category == "host transfer"
+                  and (scope is None or s.program == scope)), key=lambda s: -s.total_time_s)
+    return MeasuredTransfers(time / n / periods, exposed / n / periods, events / n / periods,
+                             (worst[0], worst[1] / periods), tuple(ops), scope)
+
+
+def _step_s(report: Report) -> float:
+    """The step (execution) the transfers are judged in; the devices' mean window where none was measured."""
+    st = report.steps
+    if st is not None and st.step_time_s > 0:
+        return st.step_time_s
+    windows = [d.window_s for d in report.stats.devices if d.window_s > 0]
+    return sum(windows) / len(windows) / _periods(report) if windows else 0.0
+
+
+def transfers_matter(report: Report, m: MeasuredTransfers) -> bool:
+    """Transfers a finding: the time no kernel hides a share of the step (TRANSFER_SHARE), or the transfers
+    themselves a large one (TRANSFER_HIDDEN_SHARE) even where kernels hide them."""
+    step = _step_s(report)
+    return step > 0 and (m.exposed_s >= TRANSFER_SHARE * step or m.time_s >= TRANSFER_HIDDEN_SHARE * step)
+
+
+def transfer_direction(report: Report, program: str, name: str) -> str:
+    """Which way a transfer op moves data: by its name (Nsight labels ``[CUDA memcpy Host-to-Device]``), else by
+    its HLO (a copy to or from host memory ``S(5)``, infeed, outfeed); "" when neither says."""
+    low = name.lower()
+    if "host-to-device" in low or "host-to-array" in low:
+        return "host→device"
+    if "device-to-host" in low or "array-to-host" in low:
+        return "device→host"
+    module = report.modules.get(program)
+    ins = module.find(name) if module is not None else None
+    if ins is None:
+        return ""
+    if ins.opcode in ("infeed", "outfeed"):
+        return "host→device" if ins.opcode == "infeed" else "device→host"
+    if ins.opcode in ("copy-start", "copy-done", "copy") and ins.shape.leaves():
+        # a copy-done's result is the destination; a copy-start's is (destination, source, context)
+        return "device→host" if ins.shape.leaves()[0].memory_space == HOST_MEMORY_SPACE else "host→device"
+    return ""
+
+
+def _bytes_by_direction(report: Report, scope: str | None) -> tuple[dict[str, float], float] | None:
+    """Bytes each direction moves per step per device, from the comparison's transfer ops (their HLO's shapes),
+    and the transfers per step; None unless every transfer op's bytes are known (an async copy is counted once:
+    a copy-start's bytes are its copy-done's)."""
+    rows = [c for c in report.comparison if c.category == "host transfer" and c.opcode != "copy-start"
+            and (scope is None or c.program == scope)]
+    if not rows or any(not c.bytes for c in rows):
+        return None
+    out: dict[str, float] = {}
+    for c in rows:
+        d = transfer_direction(report, c.program, c.name) or "either way"
+        out[d] = out.get(d, 0.0) + c.bytes * runs_per_step(report, c)
+    return out, sum(runs_per_step(report, c) for c in rows)
+
+
+def _measured_finding(report: Report, m: MeasuredTransfers, implicit: Implicit | None) -> Finding:
+    per, step = _per(report), _step_s(report)
+    steps_basis = report.steps is not None and report.steps.basis == "steps"
+    evidence = [f"{_ms(m.time_s)} per {per} on each device in host↔device transfers ({m.time_s / step:.0%} of the "
+                f"{_ms(step)} {per}), {_ms(m.exposed_s)} of it with no kernel running alongside on the device "
+                f"({m.exposed_s / step:.0%}), in {m.events:.3g} transfer event(s) per {per}"]
+    if report.num_devices > 1 and m.worst[0] and m.worst[1] > 1.1 * m.exposed_s:  # the mean hides one device
+        evidence.append(f"the most on device {m.worst[0]}: {_ms(m.worst[1])} per {per} with no kernel alongside")
+    for s in m.ops[:4]:
+        way = transfer_direction(report, s.program, s.name)
+        counts = (f"{s.occurrences} in the trace, {_ms(s.total_time_s)} over its devices" if steps_basis else
+                  f"{per_step_of(report, s.occurrences, report.steps.program if report.steps else None):.3g} per "
+                  f"{per}, {_ms(per_step_of(report, s.total_time_s, report.steps.program if report.steps else None))}")
+        evidence.append(f"{s.name}{f' ({way})' if way else ''}: {counts}")
+    link, source = _host_link(report)
+    counted = _bytes_by_direction(report, m.scope)
+    moved, copies = counted if counted is not None else ({}, 0.0)
+    share = None
+    if moved:
+        total = sum(moved.values())
+        busiest = max(moved.values())
+        rate = busiest / m.time_s
+        ways = ", ".join(f"{fmt_bytes(b)} {d}" for d, b in sorted(moved.items(), key=lambda kv: -kv[1]))
+        line = (f"{fmt_bytes(total)} moved per {per} ({ways}; from the HLO's shapes), {fmt_bytes(total / copies)} "
+                f"per transfer: {rate / 1e9:.3g} GB/s over the transfer time in the busier direction")
+        if link:
+            share = rate / link
+            line += f", {share:.0%} of the host link's {link / 1e9:.3g} GB/s ({source})"
+        evidence.append(line)
+    else:
+        evidence.append("the trace as read gives no byte counts for these transfers (no HLO prices them), so their "
+                        "achieved bandwidth is not known")
+    if not link:
+        evidence.append(f"the catalogue has no host-link (PCIe) bandwidth for {report.chip}" if report.chip else
+                        "the chip is unknown, so its host link's bandwidth is not known: "
+                        + (report.chip_reason or "give --chip"))
+    elif not moved:
+        evidence.append(f"the host link: {link / 1e9:.3g} GB/s per direction ({source})")
+    if implicit is not None:
+        evidence.append(f"the capture recorded {len(implicit.lines)} implicit transfer(s) over {implicit.steps} "
+                        f"step(s) among them: {implicit.lines[0]}")
+    hidden = m.exposed_s < TRANSFER_SHARE * step
+    if hidden:
+        cause = ("the transfers run beside the kernels (overlapped), so they cost the step little now; they take a "
+                 "large share of it and come onto the critical path as soon as the kernels around them get faster")
+        fix = ("move fewer bytes between host and device: keep parameters and state on the device across steps, "
+               "offload less, transfer in a narrower dtype")
+    elif share is not None and share >= LINK_BOUND:
+        cause = (f"the device waits for copies that already move {share:.0%} of what the host link carries: the link "
+                 "is the limit, and the copies are not overlapped with compute")
+        fix = ("move fewer bytes across (keep parameters and state on the device between steps, offload fewer "
+               "tensors, transfer in a narrower dtype), and overlap what must move with compute: start each copy a "
+               "step ahead (jax.device_put of the next batch before this step runs; host offloading whose copy-start "
+               "is scheduled earlier; in PyTorch, a non_blocking copy on a side stream)")
+    else:
+        cause = ("the device waits for copies between host and device memory that no kernel overlaps: data fed or read "
+                 "back every step, from pageable host memory (staged through a bounce buffer, at a fraction of the "
+                 "link's bandwidth), in many small copies that each pay a fixed latency, or on the stream the "
+                 "kernels run on")
+        fix = ("keep the data on the device across steps; pin the host memory (PyTorch: pin_memory=True and "
+               ".to(device, non_blocking=True)); batch small copies into one; prefetch the next batch while this "
+               "step runs (jax.device_put ahead of the step, or a copy on a separate stream) so that copies overlap "
+               "compute")
+    title = (f"Host↔device transfers take {m.time_s / step:.0%} of the {per}"
+             + (", overlapped with kernels" if hidden else f", {m.exposed_s / step:.0%} with no kernel alongside"))
+    f = Finding("host-transfers", "low", title, tuple(ref(s) for s in m.ops[:6]), m.time_s, tuple(evidence), cause,
+                fix)
+    return with_saving(report, f, m.exposed_s, report.steps.program if report.steps else None)
