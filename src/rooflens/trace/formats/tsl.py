@@ -12,6 +12,14 @@ Compilation pushes ``XlaCompile``, ``XlaPass``/``XlaPassPipeline`` and, inside t
 run while the program compiles: their kernels are compilation, not the program. Names may carry the
 domain (``TSL:Thunk:#…#``, as nsys's own reports print them) or not (the SQLite export keeps the domain
 apart): both are read.
+
+XLA also names, through NVTX, each GPU it drives and the thread that launches work on it (openxla/xla
+``xla/pjrt/gpu/se_gpu_pjrt_client.cc``, ``NameDeviceAndLauncherThread``): ``Xla:#global=G,local=L,process=P,
+partition=S#`` (Nsight's ``TARGET_INFO_NVTX_CUDA_DEVICE``) and ``XlaLauncher:#…#`` (the thread's name);
+``slice=`` before XLA renamed it ``partition=``.
+
+Every Nsight Systems reader (nsys-jax archives, SQLite exports) reads these names here, and infers the
+steps of a trace without step annotations here (:func:`execution_steps`).
 """
 
 from __future__ import annotations
@@ -21,15 +29,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rooflens.trace.formats.raw import program_name
+from rooflens.trace.events import unique_rows
+from rooflens.trace.formats.raw import HOST_EVENT_MIN_PS, program_name
 
 DOMAIN = "TSL"
 _MODULE = re.compile(r"(?:^|[#,])hlo_module=([^,#]+)")
 _PROGRAM_ID = re.compile(r"(?:^|[#,])program_id=(\d+)")
 _COMPILE_MODULE = re.compile(r"(?:^|[#,])module=([^,#]+)")
+_PROGRAM = re.compile(r"(.*)\((\d+)\)")  # "<module>(<program id>)", as program_name writes it
+_XLA_NAME = re.compile(r"^(Xla|XlaLauncher):#global=(\d+),local=(\d+),process=(\d+),(?:partition|slice)=(\d+)#$")
 #: range kinds that are compilation (XlaPass covers XlaPassPipeline)
 COMPILE_KINDS = ("XlaCompile", "XlaAutotunerMeasurement", "XlaPass")
 AUTOTUNE_KIND = "XlaAutotunerMeasurement"
+TOP_COMPILE_KIND = "XlaCompile"  # one module's whole compilation
 
 
 @dataclass
@@ -85,30 +97,89 @@ def range_kinds(names: list[str]) -> RangeKinds:
         elif kind.startswith(COMPILE_KINDS):
             compile_[k] = True
             autotune[k] = kind == AUTOTUNE_KIND
-            top[k] = kind == "XlaCompile"
+            top[k] = kind == TOP_COMPILE_KIND
             m = _COMPILE_MODULE.search(p)
             program[k] = m.group(1) if m else ""
     return RangeKinds(module, thunk, compile_, autotune, top, program, op, scope)
 
 
-def execution_steps(start_ps: np.ndarray, end_ps: np.ndarray, program: np.ndarray, device: np.ndarray,
-                    n_programs: int) -> tuple[list[tuple[int, int, int]], int]:
-    """The main program's executions as steps, and the main program's code (-1: none).
+def program_parts(program: str) -> tuple[str, int | None]:
+    """(module, program id) of a program named ``<module>(<id>)``; (name, None) for a module range
+    without ``program_id`` (XLA's ``ModuleAnnotation(name)``)."""
+    m = _PROGRAM.fullmatch(program)
+    return (m.group(1), int(m.group(2))) if m else (program, None)
 
-    ``start_ps``/``end_ps``/``program``/``device``: one row per program execution (its device span,
-    its program code, its device). The main program is the one with the most device time among those
-    run more than once (else the one with the most). Each device's executions of it are numbered in
-    time order; step k runs from the first device's start of its k-th execution to the start of the
-    k+1-th (the host's work between them belongs to the step, as under a step annotation); the last
-    ends with its latest execution's end."""
+
+def module_of(program: str) -> str:
+    """The module of a program named ``<module>(<id>)``, as notes show it."""
+    return program_parts(program)[0]
+
+
+def candidate_modules(kinds: RangeKinds, module: np.ndarray) -> tuple[int, str]:
+    """The candidate modules the GPU autotuner ran (compilation, not the program), as a note shows them:
+    (how many, the first four), from the name codes of the XlaModule ranges that held the measured work
+    (-1: none)."""
+    modules = sorted({kinds.program[c] for c in np.unique(module[module >= 0]).tolist()} - {""})
+    return len(modules), ", ".join(module_of(m) for m in modules[:4]) + (", …" if len(modules) > 4 else "")
+
+
+def compilations(kinds: RangeKinds, name: np.ndarray, start_ps: np.ndarray, end_ps: np.ndarray
+                 ) -> list[tuple[str, int, int]]:
+    """The host's XLA compilations as host events, in time order: ("XlaCompile <module>", start ps, end ps)
+    of each ``XlaCompile`` range (``name``: codes into ``kinds``) at least ``HOST_EVENT_MIN_PS`` long."""
+    sel = np.flatnonzero(kinds.top_compile[name] & (end_ps - start_ps >= HOST_EVENT_MIN_PS))
+    return sorted(((f"{TOP_COMPILE_KIND} {kinds.program[c] or '?'}", s, e)
+                   for c, s, e in zip(name[sel].tolist(), start_ps[sel].tolist(), end_ps[sel].tolist())),
+                  key=lambda h: h[1])
+
+
+def compilations_note(events: list[tuple[str, int, int]]) -> list[str]:
+    """What the host's XLA compilations (:func:`compilations`) cost, as a note (none without any)."""
+    if not events:
+        return []
+    compile_s = sum(e - s for _, s, e in events) * 1e-12
+    return [f"the host compiled {len(events)} XLA modules in {compile_s:.3g} s ({TOP_COMPILE_KIND} ranges): "
+            "the device idles meanwhile"]
+
+
+@dataclass(frozen=True)
+class XlaDevice:
+    """A GPU as XLA numbers it: its global id in the job, its ordinal in its process, the process."""
+
+    global_id: int
+    local: int
+    process: int
+
+
+def xla_device(name: str) -> tuple[str, XlaDevice] | None:
+    """``("Xla" | "XlaLauncher", device)`` of a name XLA gave a GPU or its launcher thread, else None."""
+    m = _XLA_NAME.match(name or "")
+    return (m.group(1), XlaDevice(int(m.group(2)), int(m.group(3)), int(m.group(4)))) if m else None
+
+
+def execution_steps(start_ps: np.ndarray, end_ps: np.ndarray, program: np.ndarray, device: np.ndarray,
+                    programs: list[str]) -> tuple[list[tuple[int, int, int]], list[str]]:
+    """The main program's executions as steps: (number, start ps, end ps), numbered from 0 in time order,
+    and a note saying so (none without executions).
+
+    ``start_ps``/``end_ps``/``program``/``device``: one row per program execution (its device span, its
+    program's code into ``programs``, its device). The main program is the one with the most device time
+    among those a device ran more than once (else the one with the most). Each device runs its own
+    executions (one process may drive several): the k-th on every device is step k, as nsys-jax numbers
+    them (``ProgramExecution``, per device), from its first device's start to the start of step k+1 (the
+    host's work between them belongs to the step, as under a step annotation); the last ends with its
+    latest execution's end."""
     if not len(start_ps):
-        return [], -1
-    count = np.bincount(program, minlength=n_programs)
+        return [], []
+    n_programs = len(programs)
+    pairs, pair_of = unique_rows(program, device)  # (program, device), in that order
+    per_device = np.bincount(pair_of, minlength=len(pairs))  # executions of each program on each device
+    most = np.zeros(n_programs, np.int64)
+    np.maximum.at(most, pairs[:, 0], per_device)
     busy = np.bincount(program, weights=(end_ps - start_ps).astype(np.float64), minlength=n_programs)
-    devs = np.maximum(np.asarray([len(np.unique(device[program == p])) for p in range(n_programs)]), 1)
-    pool = np.flatnonzero(count > devs)  # run more than once on some device
+    pool = np.flatnonzero(most > 1)  # run more than once on some device
     if not len(pool):
-        pool = np.flatnonzero(count)
+        pool = np.flatnonzero(most)
     main = int(pool[np.argmax(busy[pool])])
     mine = np.flatnonzero(program == main)
     mine = mine[np.lexsort((start_ps[mine], device[mine]))]  # by device, then time
@@ -121,4 +192,15 @@ def execution_steps(start_ps: np.ndarray, end_ps: np.ndarray, program: np.ndarra
     np.minimum.at(starts, k, start_ps[mine])
     np.maximum.at(ends, k, end_ps[mine])
     stop = np.append(starts[1:], ends[-1])
-    return [(j, int(a), int(max(b, a))) for j, (a, b) in enumerate(zip(starts.tolist(), stop.tolist()))], main
+    steps = [(j, int(a), int(max(b, a))) for j, (a, b) in enumerate(zip(starts.tolist(), stop.tolist()))]
+    ran = per_device[pairs[:, 0] == main]  # its executions on each device that ran it
+    shown = module_of(programs[main])
+    if len(ran) == 1:
+        how = f"the {n} executions of {shown}"
+    elif len(set(ran.tolist())) == 1:
+        how = f"the {n} executions of {shown} on each of its {len(ran)} GPUs (the k-th on every GPU)"
+    else:
+        how = f"the executions of {shown} on its {len(ran)} GPUs ({', '.join(map(str, ran.tolist()))} times: the " \
+              "k-th on every GPU)"
+    return steps, [f"steps: {how}, the main program (the trace has no step annotations): each from one "
+                   "execution's start to the next's"]

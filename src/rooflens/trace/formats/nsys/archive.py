@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rooflens.errors import RooflensError
+from rooflens.trace.formats.nsys_sqlite.tables import gpu_plane_stats, gpu_vendor, number_stat
 from rooflens.trace.formats.raw import hlo_module_of
+from rooflens.trace.formats.tsl import XlaDevice, xla_device
 
 TRACE = "nvtx_gpu_proj_trace/trace.parquet"
 DEVICE_METADATA = "device-metadata.parquet"
@@ -123,14 +125,11 @@ def parquet(archive: Archive, name: str, columns: list[str] | None = None):
 
 # -- the devices ----------------------------------------------------------------------------------
 
-#: XLA names each GPU it drives and the thread that launches work on it, once the global topology is
-#: known (openxla/xla ``xla/pjrt/gpu/se_gpu_pjrt_client.cc``, ``NameDeviceAndLauncherThread``):
-#: ``Xla:#global=G,local=L,process=P,partition=S#`` for the device (Nsight's
-#: ``TARGET_INFO_NVTX_CUDA_DEVICE``), ``XlaLauncher:#…#`` for the thread (``ThreadNames``); ``slice=``
-#: before XLA renamed it ``partition=``. The launcher thread is used only when one process drives
-#: several GPUs; with one GPU per process the main thread launches (as nsys-jax's ``data_loaders.py``
-#: reads it: a module's ranges belong to the GPU of the thread that pushed them).
-_XLA_NAME = re.compile(r"^(Xla|XlaLauncher):#global=(\d+),local=(\d+),process=(\d+),(?:partition|slice)=(\d+)#$")
+#: XLA names each GPU it drives and the thread that launches work on it (:func:`rooflens.trace.formats.tsl.
+#: xla_device`): the device in ``device-metadata.parquet`` (``TARGET_INFO_NVTX_CUDA_DEVICE``), the thread in
+#: ``thread-metadata.parquet``. The launcher thread is used only when one process drives several GPUs; with
+#: one GPU per process the main thread launches (as nsys-jax's ``data_loaders.py`` reads it: a module's
+#: ranges belong to the GPU of the thread that pushed them).
 THREAD_METADATA = "thread-metadata.parquet"
 #: ``module_<id>.<name>.gpu_target_config.pbtxt``: the GPU XLA compiled for (``xla.GpuTargetConfigProto``,
 #: ``xla/stream_executor/device_description.proto``), dumped beside the HLO; archives without
@@ -139,21 +138,6 @@ _TARGET_CONFIG = re.compile(r"(?:^|/)dump/module_(\d+)\.(.+)\.gpu_target_config\
 #: ``device_description_str`` is the device's name in dumps (``NVIDIA H100 80GB HBM3``) but its model
 #: string in XLA's own spec files (``sm_8.0 with 17071734784B RAM, 56 cores, …``): not a name
 _MODEL_STRING = re.compile(r"^(?:sm_|gfx)\S* with \d+B RAM")
-
-
-@dataclass(frozen=True)
-class XlaDevice:
-    """A GPU as XLA numbers it: its global id in the job, its ordinal in its process, the process."""
-
-    global_id: int
-    local: int
-    process: int
-
-
-def xla_device(name: str) -> tuple[str, XlaDevice] | None:
-    """``("Xla" | "XlaLauncher", device)`` of a name XLA gave a GPU or its launcher thread, else None."""
-    m = _XLA_NAME.match(name or "")
-    return (m.group(1), XlaDevice(int(m.group(2)), int(m.group(3)), int(m.group(4)))) if m else None
 
 
 @dataclass
@@ -184,19 +168,6 @@ def metadata_columns(table) -> dict[tuple[str, str], list]:
     return out
 
 
-def _vendor(name: str) -> str:
-    word = name.split()[0] if name.split() else ""
-    return word if word.lower() in ("nvidia", "amd") else "NVIDIA"
-
-
-def _number_stat(v, scale=1):
-    """An integral number as int, else float; None for what is not a number."""
-    if isinstance(v, bool) or not isinstance(v, int | float) or v != v:
-        return None
-    x = v * scale
-    return int(x) if float(x).is_integer() else float(x)
-
-
 def gpu_info(archive: Archive) -> tuple[GpuInfo, list[str]]:
     """The process's GPUs (``device-metadata.parquet``, else the XLA dump's ``gpu_target_config``), and notes."""
     if not archive.has(DEVICE_METADATA):
@@ -221,23 +192,9 @@ def gpu_info(archive: Archive) -> tuple[GpuInfo, list[str]]:
             named[r] = hit[1]
     order = sorted(named, key=lambda r: (named[r].local, r))
     row = order[0] if order else 0
-    g = "TARGET_INFO_GPU"
+    g = "TARGET_INFO_GPU"  # the export's table, as nsys-jax copies it
     name = str(get(g, "name", row) or "")
-    stats: dict = {"device_name": name}
-    if name:
-        stats["device_vendor"] = _vendor(name)
-    # XSpace GPU plane stats (xla/tsl/profiler/utils/xplane_schema.h): clock_rate in kHz, memory_bandwidth
-    # in bytes/s, memory_size in bytes, core_count = SMs
-    for key, src, scale in (("clock_rate", "clockRate", 1e-3), ("core_count", "smCount", 1),
-                            ("memory_bandwidth", "memoryBandwidth", 1), ("memory_size", "totalMemory", 1),
-                            ("compute_cap_major", "computeMajor", 1), ("compute_cap_minor", "computeMinor", 1),
-                            ("l2_cache_size", "l2CacheSize", 1)):
-        v = _number_stat(get(g, src, row), scale)
-        if v is not None:
-            stats[key] = v
-    chip = get(g, "chipName", row)
-    if chip:
-        stats["chip_name"] = str(chip)
+    stats = gpu_plane_stats({key: v[row] for (group, key), v in cols.items() if group == g and row < len(v)})
     devices = [named[r] for r in order]
     if not devices:  # XLA named no device: the CUDA ordinal stands for it
         cu = get("", "cuDevice", row)
@@ -268,14 +225,14 @@ def target_config(text: str) -> tuple[str, dict]:
         name = described
     platform = str(first(msg, "platform_name", default="") or "").upper()
     vendor = str(first(info, "device_vendor", default="") or "")
-    vendor = _vendor(vendor) if vendor else {"CUDA": "NVIDIA", "ROCM": "AMD"}.get(platform, "")
+    vendor = gpu_vendor(vendor) if vendor else {"CUDA": "NVIDIA", "ROCM": "AMD"}.get(platform, "")
     stats: dict = {"device_name": name} if name else {}
     if vendor:
         stats["device_vendor"] = vendor
     for key, src, scale in (("core_count", "core_count", 1), ("memory_bandwidth", "memory_bandwidth", 1),
                             ("memory_size", "device_memory_size", 1), ("clock_rate", "clock_rate_ghz", 1e6),
                             ("l2_cache_size", "l2_cache_size", 1)):
-        v = _number_stat(first(info, src), scale)
+        v = number_stat(first(info, src), scale)
         if v is not None and v > 0:
             stats[key] = round(v) if key == "clock_rate" else v
     # the compute capability: in gpu_device_info, or (before XLA moved it there) beside it

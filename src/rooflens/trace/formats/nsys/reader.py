@@ -6,14 +6,11 @@ archive (or its extracted directory) holding:
 * ``nvtx_gpu_proj_trace/trace.parquet``: the NVTX ranges the process pushed, projected onto the
   GPU timeline by Nsight's ``nvtx_gpu_proj_trace`` recipe (``Projected Start``/``Projected
   Duration`` in ns from the session start; ``RangeId``/``ParentId`` nest them). XLA's GPU runtime
-  names them (``xla/backends/gpu/runtime/annotation.cc``, domain ``TSL``):
-  ``TSL:XlaModule:#[prefix=…,]hlo_module=<module>,program_id=<id>#`` per program execution and
-  ``TSL:Thunk:#[name=<JAX name stack>,]hlo_op=<instruction>#`` per HLO op (its kernels' span);
-  compilation adds ``XlaCompile``, ``XlaPassPipeline``, ``XlaPass`` and, under the GPU autotuner's
-  passes, ``XlaAutotunerMeasurement`` ranges holding whole candidate modules
-  (``gemm_fusion_dot.N``, ``extracted``) that run while the program compiles. A control op's thunk
-  (``while``, ``conditional``, ``call``) encloses its body's thunks (their ``ParentId``); Nsight 2024.5
-  on writes other column names (:data:`_LAYOUTS`);
+  names them (domain ``TSL``, read by :mod:`rooflens.trace.formats.tsl`): an ``XlaModule`` range per
+  program execution, a ``Thunk`` range per HLO op (its kernels' span), and compilation ranges, under
+  which the GPU autotuner runs whole candidate modules. A control op's thunk (``while``,
+  ``conditional``, ``call``) encloses its body's thunks (their ``ParentId``); Nsight 2024.5 on writes
+  other column names (:data:`_LAYOUTS`);
 * ``thread-metadata.parquet`` (every thread's name): one process driving several GPUs launches each
   GPU's work from a thread XLA names ``XlaLauncher:#global=G,local=L,process=P,slice=S#``;
 * ``device-metadata.parquet`` (``TARGET_INFO_GPU``: name, totalMemory, memoryBandwidth, smCount,
@@ -45,13 +42,13 @@ import numpy as np
 
 from rooflens.errors import RooflensError
 from rooflens.trace import events as E
+from rooflens.trace.formats import tsl
 from rooflens.trace.formats.nsys.archive import (
     DEVICE_METADATA,
     HOST_RANGES,
     TRACE,
     Archive,
     GpuInfo,
-    XlaDevice,
     dump_files,
     gpu_info,
     hostname,
@@ -59,11 +56,9 @@ from rooflens.trace.formats.nsys.archive import (
     read_hlo_proto,
     thread_devices,
 )
-from rooflens.trace.formats.raw import HOST_EVENT_MIN_PS, Progress, RawTrace, program_name
+from rooflens.trace.formats.raw import Progress, RawTrace
+from rooflens.trace.formats.tsl import XlaDevice
 
-_MODULE = re.compile(r"(?:^|[#,])hlo_module=([^,#]+)")
-_PROGRAM_ID = re.compile(r"(?:^|[#,])program_id=(\d+)")
-_COMPILE_KINDS = ("XlaCompile", "XlaAutotunerMeasurement", "XlaPass")  # XlaPass covers XlaPassPipeline
 COLLECTIVE_OPCODES = frozenset({
     "all-gather", "all-gather-start", "all-reduce", "all-reduce-start", "reduce-scatter", "all-to-all",
     "collective-permute", "collective-permute-start", "collective-broadcast", "send", "recv", "ragged-all-to-all",
@@ -119,52 +114,6 @@ def _opcodes(module: bytes) -> tuple[dict[str, str], dict[str, str]]:
 
 
 # -- the ranges -----------------------------------------------------------------------------------
-
-@dataclass
-class _Kinds:
-    """Per distinct range name: what it is, and what its payload says."""
-
-    module: np.ndarray  # bool: an XlaModule range
-    thunk: np.ndarray  # bool: a Thunk range
-    compile: np.ndarray  # bool: compilation (XlaCompile, XlaPass*, XlaAutotunerMeasurement)
-    autotune: np.ndarray  # bool: an XlaAutotunerMeasurement range
-    program: list[str]  # module ranges: "<module>(<id>)"
-    op: list[str]  # thunk ranges: the HLO instruction
-    scope: list[str]  # thunk ranges: the JAX name stack (may be "")
-
-
-def _payload(name: str) -> str:
-    a = name.find("#")
-    b = name.rfind("#")
-    return name[a + 1:b] if 0 <= a < b else ""
-
-
-def _kinds(names: list[str]) -> _Kinds:
-    n = len(names)
-    module, thunk = np.zeros(n, bool), np.zeros(n, bool)
-    compile_, autotune = np.zeros(n, bool), np.zeros(n, bool)
-    program, op, scope = [""] * n, [""] * n, [""] * n
-    for k, full in enumerate(names):
-        name = full.removeprefix("TSL:")  # Nsight 2024.5/2024.6 layouts drop the domain from the name
-        if name.startswith("XlaModule:"):
-            p = _payload(name)
-            m, pid = _MODULE.search(p), _PROGRAM_ID.search(p)
-            module[k] = m is not None
-            program[k] = program_name(m.group(1), int(pid.group(1)) if pid else None) if m else ""
-        elif name.startswith("Thunk:"):
-            p = _payload(name)
-            at = p.rfind("hlo_op=")
-            if at >= 0 and (at == 0 or p[at - 1] == ","):
-                thunk[k] = True
-                # newer XLA appends ``,unique_hlo_op_id=<id>`` (annotation.cc, MakeInstructionTitle)
-                op[k] = p[at + len("hlo_op="):].split(",", 1)[0]
-                if p.startswith("name="):  # the name stack may hold commas: it ends where hlo_op begins
-                    scope[k] = p[len("name="):max(at - 1, len("name="))]
-        elif name.startswith(_COMPILE_KINDS):
-            compile_[k] = True
-            autotune[k] = name.startswith("XlaAutotunerMeasurement")
-    return _Kinds(module, thunk, compile_, autotune, program, op, scope)
-
 
 def _ancestors(parent: np.ndarray, own: np.ndarray, flag: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For every range: the nearest range at or above it with ``own`` (its row, else -1), and whether
@@ -245,7 +194,7 @@ class _Ranges:
     n: int
     names: int  # distinct names, plus one code for a null name
     name_code: np.ndarray
-    kinds: _Kinds
+    kinds: tsl.RangeKinds
     start_ns: np.ndarray
     dur_ns: np.ndarray
     timed: np.ndarray  # bool: it has a GPU projection
@@ -272,7 +221,7 @@ def _ranges(t, path: Path, progress: Progress) -> _Ranges:
     name_code = enc.indices.to_numpy(zero_copy_only=False)
     name_code = np.where(np.isnan(name_code.astype(np.float64)), len(words), name_code).astype(np.int64) \
         if enc.indices.null_count else name_code.astype(np.int64)
-    kinds = _kinds(words + [""])
+    kinds = tsl.range_kinds(words + [""])
     order = np.argsort(range_id, kind="stable")
     k = np.clip(np.searchsorted(range_id[order], parent_id), 0, max(n - 1, 0))
     parent = np.where((parent_id >= 0) & (range_id[order][k] == parent_id), order[k], -1) if n else parent_id
@@ -371,9 +320,9 @@ def _program_hlo(archive: Archive, programs: list[str]) -> tuple[dict, dict, dic
     for (_, name), files in dump.items():
         by_name.setdefault(name, []).append(files)
     for program in programs:
-        m = re.fullmatch(r"(.*)\((\d+)\)", program)
+        module, program_id = tsl.program_parts(program)
         # a module range without program_id (XLA's ModuleAnnotation(name)): its dump when the name is unique
-        files = dump.get((int(m.group(2)), m.group(1))) if m else \
+        files = dump.get((program_id, module)) if program_id is not None else \
             (by_name[program][0] if len(by_name.get(program, ())) == 1 else None)
         if files and "after" in files and (proto := read_hlo_proto(archive, files["after"])) is not None:
             protos[program] = proto
@@ -424,7 +373,7 @@ def _unmatched_note(pairs: list[tuple[str, str]], opcodes: dict) -> list[str]:
     missing = [(p, n) for p, n in pairs if p in opcodes and n not in opcodes[p]]
     if not missing:
         return []
-    shown = ", ".join(f"{n} ({_plain(p)})" for p, n in missing[:4]) + (", …" if len(missing) > 4 else "")
+    shown = ", ".join(f"{n} ({tsl.module_of(p)})" for p, n in missing[:4]) + (", …" if len(missing) > 4 else "")
     return [f"{len(missing)} op names are not instructions of their program's optimized HLO ({shown}): "
             "measured, not priced"]
 
@@ -433,11 +382,11 @@ def _tuning_note(r: _Ranges, tuning: np.ndarray) -> list[str]:
     """The GPU autotuner's measurements: compilation, not the program."""
     if not len(tuning):
         return []
-    modules = sorted({r.kinds.program[c] for c in r.name_code[r.module_row[tuning]]})
-    shown = ", ".join(_plain(m) for m in modules[:4]) + (", …" if len(modules) > 4 else "")
+    held = r.module_row[tuning]
+    modules, shown = tsl.candidate_modules(r.kinds, np.where(held >= 0, r.name_code[held], -1))
     return [f"compilation, not the program: the GPU autotuner ran {int(r.kinds.autotune[r.name_code].sum())} "
             f"measurements ({len(tuning)} op ranges, {r.dur_ns[tuning].sum() * 1e-9:.3g} s on the GPU, "
-            f"{len(modules)} candidate modules: {shown}); left out of the op stats"]
+            f"{modules} candidate modules: {shown}); left out of the op stats"]
 
 
 def _read(archive: Archive, path: Path, progress: Progress) -> RawTrace:
@@ -461,16 +410,16 @@ def _read(archive: Archive, path: Path, progress: Progress) -> RawTrace:
     table, table_notes = _op_table(r, ops, op_prog, op_dev, programs, opcodes, wrapped, hosts, host_code)
     notes += hlo_notes + table_notes
 
-    steps, step_note = _steps(runs, run_prog, run_dev, programs, r.start_ns, r.dur_ns)
+    # the k-th execution of the main program on every GPU is step k (no step annotations in the archive)
+    run_start_ps = r.start_ns[runs] * 1000
+    steps, step_note = tsl.execution_steps(run_start_ps, run_start_ps + r.dur_ns[runs] * 1000, run_prog, run_dev,
+                                           programs)
     notes += step_note
     notes += _tuning_note(r, tuning)
     if gpu.name and gpu.source == DEVICE_METADATA:
         notes.append(f"the GPU, from the archive's {DEVICE_METADATA}: {gpu.name}")
     host_events = _compilations(archive)
-    if host_events:
-        compile_s = sum(e - s for _, s, e in host_events) * 1e-12
-        notes.append(f"the host compiled {len(host_events)} XLA modules in {compile_s:.3g} s (XlaCompile ranges): "
-                     "the device idles meanwhile")
+    notes += tsl.compilations_note(host_events)
     if progress:
         progress(r.n, max(r.n, 1))
     return RawTrace(hosts[0], table, steps, gpu.name or "GPU", "gpu", notes=notes, plane_stats=gpu.plane_stats,
@@ -493,18 +442,12 @@ def _compilations(archive: Archive) -> list[tuple[str, int, int]]:
             include_columns=["Start (ns)", "Duration (ns)", "Name"]))
     except (lzma.LZMAError, pa.ArrowException, RooflensError):
         return []  # the host side is extra: a damaged one only loses the compile spans
-    t = t.filter(pc.starts_with(t.column("Name"), "TSL:XlaCompile:"))
-    t = t.filter(pc.greater_equal(t.column("Duration (ns)"), HOST_EVENT_MIN_PS // 1000))
-    out = []
-    for name, s, d in zip(t.column("Name").to_pylist(), t.column("Start (ns)").to_pylist(),
-                          t.column("Duration (ns)").to_pylist()):
-        m = re.search(r"(?:^|[#,])module=([^,#]+)", _payload(name))
-        out.append((f"XlaCompile {m.group(1) if m else '?'}", int(s) * 1000, (int(s) + int(d)) * 1000))
-    return sorted(out, key=lambda h: h[1])
-
-
-def _plain(program: str) -> str:
-    return re.sub(r"\(\d+\)$", "", program)
+    t = t.filter(pc.starts_with(t.column("Name"), f"{tsl.DOMAIN}:{tsl.TOP_COMPILE_KIND}:"))
+    enc = pc.dictionary_encode(t.column("Name")).combine_chunks()
+    start_ps = np.asarray(t.column("Start (ns)").to_numpy(zero_copy_only=False), np.int64) * 1000
+    dur_ps = np.asarray(t.column("Duration (ns)").to_numpy(zero_copy_only=False), np.int64) * 1000
+    return tsl.compilations(tsl.range_kinds(enc.dictionary.to_pylist()),
+                            enc.indices.to_numpy(zero_copy_only=False).astype(np.int64), start_ps, start_ps + dur_ps)
 
 
 def is_collective(opcodes: dict[str, str], name: str) -> bool:
@@ -516,49 +459,3 @@ def is_collective(opcodes: dict[str, str], name: str) -> bool:
             base = base.removesuffix(suffix)
         op = re.sub(r"(\.\d+)+$", "", base)
     return op in COLLECTIVE_OPCODES
-
-
-def _steps(runs: np.ndarray, run_prog: np.ndarray, run_dev: np.ndarray, programs: list[str], start_ns: np.ndarray,
-           dur_ns: np.ndarray) -> tuple[list[tuple[int, int, int]], list[str]]:
-    """The executions of the main program (most GPU time among programs a GPU ran more than once, else
-    the one with the most) as steps: (number, start ps, end ps), numbered from 0 in time order, and a note.
-
-    Each GPU runs its own executions (one process may drive several): the k-th on every GPU is step k,
-    as nsys-jax numbers them (``ProgramExecution``, per device), from its first GPU's start to the next
-    step's; the last ends when its last GPU is done."""
-    if not len(runs):
-        return [], []
-    devs, dev_inv = np.unique(run_dev, return_inverse=True)
-    per_dev = np.zeros((len(programs), len(devs)), np.int64)
-    np.add.at(per_dev, (run_prog, dev_inv), 1)
-    count = per_dev.max(axis=1)
-    busy = np.bincount(run_prog, weights=dur_ns[runs].astype(np.float64), minlength=len(programs))
-    pool = np.flatnonzero(count > 1)
-    if not len(pool):
-        pool = np.arange(len(programs))
-    main = int(pool[np.argmax(busy[pool])])
-    sel = run_prog == main
-    mine, dev = runs[sel], dev_inv[sel]
-    order = np.lexsort((start_ns[mine], dev))
-    mine, dev = mine[order], dev[order]
-    first_of_dev = np.searchsorted(dev, dev, side="left")
-    k = np.arange(len(mine)) - first_of_dev  # the execution's index on its GPU
-    n = int(k.max()) + 1
-    starts = np.full(n, np.iinfo(np.int64).max, np.int64)
-    ends = np.zeros(n, np.int64)
-    np.minimum.at(starts, k, start_ns[mine] * 1000)
-    np.maximum.at(ends, k, (start_ns[mine] + dur_ns[mine]) * 1000)
-    # as rooflens infers steps elsewhere: from one execution's start to the next's (the host's work
-    # between them belongs to the step, as under a step annotation); the last ends with its own span
-    stops = np.append(starts[1:], ends[-1])
-    steps = [(j, int(a), int(max(b, a))) for j, (a, b) in enumerate(zip(starts.tolist(), stops.tolist()))]
-    ran = per_dev[main][per_dev[main] > 0]
-    if len(ran) == 1:
-        how = f"the {n} executions of {_plain(programs[main])}"
-    elif len(set(ran.tolist())) == 1:
-        how = f"the {n} executions of {_plain(programs[main])} on each of its {len(ran)} GPUs (the k-th on every GPU)"
-    else:
-        how = (f"the executions of {_plain(programs[main])} on its {len(ran)} GPUs "
-               f"({', '.join(map(str, ran.tolist()))} times: the k-th on every GPU)")
-    return steps, [f"steps: {how}, the main program (the trace has no step annotations): each from one "
-                   "execution's start to the next's"]

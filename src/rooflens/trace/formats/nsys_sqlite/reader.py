@@ -147,9 +147,7 @@ def _xla(work: T.Work, gtid: np.ndarray, launch: np.ndarray, r: T.Ranges, kinds:
                      f"outside any XLA op range ({int((~launched & lost).sum())} without a launching call in the "
                      "export): not XLA's ops, left out")
     if tuning.any():
-        candidates = sorted({kinds.program[c] for c in np.unique(r.name[module[tuning & (module >= 0)]]).tolist()}
-                            - {""})
-        shown = ", ".join(_plain(m) for m in candidates[:4]) + (", …" if len(candidates) > 4 else "")
+        _, shown = tsl.candidate_modules(kinds, np.where(module[tuning] >= 0, r.name[module[tuning]], -1))
         notes.append(f"compilation, not the program: {int(tuning.sum())} kernels "
                      f"({_s(float((work.end - work.start)[tuning].sum()))} on the GPU) ran while XLA compiled "
                      f"({int(kinds.autotune[r.name].sum())} GPU autotuner measurements"
@@ -162,17 +160,12 @@ def _xla(work: T.Work, gtid: np.ndarray, launch: np.ndarray, r: T.Ranges, kinds:
             if kinds.scope[c]:
                 op_meta[(programs[p], names[c])] = {"hlo_category": "", "op_name": kinds.scope[c], "flops": None,
                                                     "bytes": None}
-    steps, main = _steps(work, rows[op], module[rows[op]], r, kinds, base)
-    if main:
-        notes.append(f"steps: the {len(steps)} executions of {_plain(main)}, the main program "
-                     "(the trace has no step annotations): each from one execution's start to the next's")
+    steps, step_notes = _steps(work, rows[op], module[rows[op]], r, kinds, base)
+    notes += step_notes
     name, names = _compact(name, names)
     program, programs = _compact(program, programs)
-    return _Ops(rows, name, names, program, programs, op_meta, steps, _compilations(r, kinds, base), notes)
-
-
-def _plain(program: str) -> str:
-    return re.sub(r"\(\d+\)$", "", program)
+    compiled = tsl.compilations(kinds, r.name, (r.start - base) * 1000, (r.end - base) * 1000)
+    return _Ops(rows, name, names, program, programs, op_meta, steps, compiled, notes)
 
 
 def _compact(codes: np.ndarray, words: list[str]) -> tuple[np.ndarray, list[str]]:
@@ -182,10 +175,11 @@ def _compact(codes: np.ndarray, words: list[str]) -> tuple[np.ndarray, list[str]
 
 
 def _steps(work: T.Work, rows: np.ndarray, module: np.ndarray, r: T.Ranges, kinds: tsl.RangeKinds,
-           base: int) -> tuple[list[tuple[int, int, int]], str]:
-    """The main program's executions (each XlaModule range that ran work: its work's device span) as steps."""
+           base: int) -> tuple[list[tuple[int, int, int]], list[str]]:
+    """The main program's executions (each XlaModule range that ran work: its work's device span) as steps,
+    and a note."""
     if not len(rows):
-        return [], ""
+        return [], []
     runs, inv = np.unique(module, return_inverse=True)
     inv = inv.reshape(-1)
     start = np.full(len(runs), np.iinfo(np.int64).max, np.int64)
@@ -195,17 +189,8 @@ def _steps(work: T.Work, rows: np.ndarray, module: np.ndarray, r: T.Ranges, kind
     device = np.zeros(len(runs), np.int64)
     device[inv] = work.device[rows]
     progs, prog = np.unique(r.name[runs], return_inverse=True)
-    steps, main = tsl.execution_steps((start - base) * 1000, (end - base) * 1000, prog.reshape(-1), device,
-                                      len(progs))
-    return steps, kinds.program[int(progs[main])] if main >= 0 else ""
-
-
-def _compilations(r: T.Ranges, kinds: tsl.RangeKinds, base: int) -> list[tuple[str, int, int]]:
-    """The host's XLA compilations (``XlaCompile`` ranges) as host events: ("XlaCompile <module>", ps, ps)."""
-    sel = np.flatnonzero(kinds.top_compile[r.name] & ((r.end - r.start) * 1000 >= HOST_EVENT_MIN_PS))
-    return sorted(((f"XlaCompile {kinds.program[c] or '?'}", (s - base) * 1000, (e - base) * 1000)
-                   for c, s, e in zip(r.name[sel].tolist(), r.start[sel].tolist(), r.end[sel].tolist())),
-                  key=lambda h: h[1])
+    return tsl.execution_steps((start - base) * 1000, (end - base) * 1000, prog.reshape(-1), device,
+                               [kinds.program[c] for c in progs.tolist()])
 
 
 def _clean(word: str) -> str:
@@ -281,10 +266,8 @@ def _read(db: D.Export, path: Path, host: str, progress: Progress) -> RawTrace:
         dur_ps=(work.end[rows] - work.start[rows]) * 1000, hosts=[host], lines=[f"Stream #{s}" for s in streams],
         names=ops.names or [""], programs=ops.programs, origin_ns=origin, op_meta=ops.op_meta)
     notes = ops.notes + gpu_notes
-    if ops.host_events and xla:
-        compile_s = sum(e - s for _, s, e in ops.host_events) * 1e-12
-        notes.append(f"the host compiled {len(ops.host_events)} XLA modules in {compile_s:.3g} s (XlaCompile "
-                     "ranges): the device idles meanwhile")
+    if xla:
+        notes += tsl.compilations_note(ops.host_events)
     unlaunched = int((gtid[rows] < 0).sum())
     if unlaunched:
         notes.append(f"{unlaunched} of the {len(rows)} GPU activities have no launching CUDA call in the export "

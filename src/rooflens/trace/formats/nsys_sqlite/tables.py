@@ -10,12 +10,12 @@ they are cut in that same SQL, so a run's millions of calls name a few hundred o
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from rooflens.trace import events as E
+from rooflens.trace.formats import tsl
 from rooflens.trace.formats.nsys_sqlite import db as D
 
 KERNEL_WORK, MEMCPY_WORK, MEMSET_WORK = 0, 1, 2
@@ -24,8 +24,10 @@ MEMCPY_KINDS = {1: "Host-to-Device", 2: "Device-to-Host", 3: "Host-to-Array", 4:
                 5: "Array-to-Array", 6: "Array-to-Device", 7: "Device-to-Array", 8: "Device-to-Device",
                 9: "Host-to-Host", 10: "Peer-to-Peer"}
 MEMSET_NAME = "[CUDA memset]"  # Nsight's own labels for the transfers: "[CUDA memcpy Host-to-Device]", …
-#: XSpace GPU plane stats (xla/tsl/profiler/utils/xplane_schema.h; clock_rate in kHz) from TARGET_INFO_GPU's
-#: columns (clockRate in Hz), so chip inference reads an export as it reads an XSpace
+#: XSpace GPU plane stats (xla/tsl/profiler/utils/xplane_schema.h: clock_rate in kHz, memory_bandwidth in
+#: bytes/s, memory_size in bytes, core_count = SMs) from TARGET_INFO_GPU's columns (clockRate in Hz), so chip
+#: inference reads an export (and an nsys-jax archive's device-metadata.parquet, a copy of the table) as it
+#: reads an XSpace
 GPU_PLANE_STATS = (("clock_rate", "clockRate", 1e-3), ("core_count", "smCount", 1),
                    ("memory_bandwidth", "memoryBandwidth", 1), ("memory_size", "totalMemory", 1),
                    ("compute_cap_major", "computeMajor", 1), ("compute_cap_minor", "computeMinor", 1),
@@ -33,7 +35,6 @@ GPU_PLANE_STATS = (("clock_rate", "clockRate", 1e-3), ("core_count", "smCount", 
 #: what PyTorch's emit_nvtx appends to an op's range name, in its order (torch/csrc/profiler: "<op>, seq = N,
 #: op_id = N, sizes = […], input_op_ids = […]"): the name is cut at the first of them present
 TORCH_ARGS = (", seq = ", ", op_id = ", ", sizes = ", ", input_op_ids = ")
-_XLA_DEVICE = re.compile(r"Xla:#.*?global=(\d+)")
 _NAMES = "rooflens_nvtx_names"  # the temporary table of distinct inline NVTX names
 
 
@@ -215,6 +216,34 @@ def clock(db: D.Export, w: Work) -> tuple[int, int]:
     return base, origin
 
 
+def number_stat(v, scale=1):
+    """A plane stat's number: an integral one as int, else float; None for what is not a number."""
+    if isinstance(v, bool) or not isinstance(v, int | float) or v != v:
+        return None
+    x = v * scale
+    return int(x) if float(x).is_integer() else float(x)
+
+
+def gpu_vendor(name: str) -> str:
+    """A GPU's vendor by its name's first word (``NVIDIA A100-SXM4-40GB``); NVIDIA's where it names none."""
+    word = name.split()[0] if name.split() else ""
+    return word if word.lower() in ("nvidia", "amd") else "NVIDIA"
+
+
+def gpu_plane_stats(row: dict) -> dict:
+    """One GPU's row of TARGET_INFO_GPU (column → value) as XSpace GPU plane stats (:data:`GPU_PLANE_STATS`,
+    ``device_name``, ``device_vendor``, ``chip_name``)."""
+    name = str(row.get("name") or "")
+    stats: dict = {"device_name": name, "device_vendor": gpu_vendor(name)} if name else {}
+    for key, col, scale in GPU_PLANE_STATS:
+        v = number_stat(row.get(col), scale)
+        if v is not None:
+            stats[key] = v
+    if row.get("chipName"):
+        stats["chip_name"] = str(row["chipName"])
+    return stats
+
+
 def gpu(db: D.Export, devices: np.ndarray) -> tuple[str, dict, list[str]]:
     """(device kind, XSpace-named plane stats, notes) from TARGET_INFO_GPU: the first device's row."""
     rows = db.records("TARGET_INFO_GPU")
@@ -223,13 +252,7 @@ def gpu(db: D.Export, devices: np.ndarray) -> tuple[str, dict, list[str]]:
     first = int(devices.min()) if len(devices) else 0
     row = next((r for key in ("cuDevice", "id") for r in rows if r.get(key) == first), rows[0])
     name = str(row.get("name") or "")
-    stats: dict = {"device_name": name, "device_vendor": "NVIDIA"} if name else {}
-    for key, col, scale in GPU_PLANE_STATS:
-        v = row.get(col)
-        if isinstance(v, int | float) and v == v:
-            stats[key] = int(v * scale) if float(v * scale).is_integer() else float(v * scale)
-    if row.get("chipName"):
-        stats["chip_name"] = str(row["chipName"])
+    stats = gpu_plane_stats(row)
     models = {str(r.get("name")) for r in rows if r.get("name")}
     notes = [f"the GPU, from the export's TARGET_INFO_GPU: {name}"] if name else []
     if len(models) > 1:
@@ -239,12 +262,13 @@ def gpu(db: D.Export, devices: np.ndarray) -> tuple[str, dict, list[str]]:
 
 def xla_devices(db: D.Export, device: np.ndarray) -> np.ndarray:
     """Device ids as XLA numbers them (``Xla:#global=G,…#``, the name XLA gives each CUDA device through
-    NVTX, in TARGET_INFO_NVTX_CUDA_DEVICE) where the export has them, else the CUDA ``deviceId``."""
+    NVTX, in TARGET_INFO_NVTX_CUDA_DEVICE: :func:`rooflens.trace.formats.tsl.xla_device`) where the export has
+    them, else the CUDA ``deviceId``."""
     named = {}
     for r in db.records("TARGET_INFO_NVTX_CUDA_DEVICE"):
-        m = _XLA_DEVICE.search(str(r.get("name") or ""))
-        if m and isinstance(r.get("deviceId"), int):
-            named[r["deviceId"]] = int(m.group(1))
+        hit = tsl.xla_device(str(r.get("name") or ""))
+        if hit is not None and hit[0] == "Xla" and isinstance(r.get("deviceId"), int):
+            named[r["deviceId"]] = hit[1].global_id
     if not named or len(set(named.values())) != len(named):
         return device
     ids = np.unique(device)
