@@ -14,9 +14,9 @@ import pytest
 
 from rooflens.trace import discover
 from rooflens.trace.align import aligned_hosts, clock_offsets, collective_ends
+from rooflens.trace.assemble import assemble
 from rooflens.trace.cache import from_ipc, to_ipc
 from rooflens.trace.hosts import read_hosts
-from rooflens.trace.profile import assemble
 from tests.conftest import fixture_path
 
 #: aligned, a collective over every device ends within this on every host (the pod's largest is 0.108 ms: an

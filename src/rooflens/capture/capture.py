@@ -56,7 +56,7 @@ def capture(fn, *args, steps: int | range = 5, warmup: int = 1, logdir: str | Pa
     """
     import jax
 
-    from rooflens.trace.profile import load
+    from rooflens.trace.loading import load
 
     warmup, numbers = step_range(steps, warmup)
     jitted = fn if hasattr(fn, "lower") else jax.jit(fn)

@@ -116,7 +116,7 @@ class Session:
     @property
     def profile(self):
         """The captured run, loaded (after the window closed)."""
-        from rooflens.trace.profile import load
+        from rooflens.trace.loading import load
 
         if self._tracing:
             raise RooflensError("the trace window is still open; leave the `with` block (or run all its steps) first.")

@@ -10,7 +10,7 @@ import importlib as _importlib
 #: public names served on first use, so that the stdlib-only modules here (the run manifest) import
 #: without numpy; ``rl.trace.Session`` and ``rl.trace.capture`` live in :mod:`rooflens.capture`
 _LAZY = {"EventTable": "rooflens.trace.events", "OpInfo": "rooflens.trace.profile",
-         "Profile": "rooflens.trace.profile", "load": "rooflens.trace.profile",
+         "Profile": "rooflens.trace.profile", "load": "rooflens.trace.loading",
          **{n: "rooflens.trace.stats" for n in ("DeviceTime", "Gap", "OpStat", "OpStats", "StepSummary", "op_stats")},
          "Session": "rooflens.capture", "capture": "rooflens.capture"}
 

@@ -9,7 +9,7 @@ Each host file is read on its own, into its own columns (a :class:`RawTrace`), b
   (:func:`rooflens.trace.cache.to_ipc`), which travel through Ray's object store without pickling
   every array. Ray is an optional extra (``pip install 'rooflens[ray]'``).
 
-The driver then merges the hosts (:func:`rooflens.trace.profile.load`). :func:`map_hosts` runs any
+The driver then merges the hosts (:func:`rooflens.trace.loading.load`). :func:`map_hosts` runs any
 :class:`Task` over the files the same way: with ``merge="aggregates"`` each worker reduces its host
 (:mod:`rooflens.trace.reduce`) and the driver folds the results in as they arrive.
 """

@@ -35,10 +35,11 @@ from pathlib import Path
 import numpy as np
 
 from rooflens.trace.align import CollectiveEnds, align_clocks, collective_ends
+from rooflens.trace.assemble import NO_STEPS, assemble, job_steps, no_hlo_note
 from rooflens.trace.events import EventTable, concat, unique_rows
 from rooflens.trace.groupby import grouped_order, grouped_sorted, unique_inverse
 from rooflens.trace.idle import IdleUnit, UnitRuns, judge_units, left_out_ns, steady_info, unit_runs
-from rooflens.trace.profile import NO_STEPS, Profile, assemble, job_steps, no_hlo_note
+from rooflens.trace.profile import Profile
 from rooflens.trace.stats import (
     DeviceTime,
     OpStats,
@@ -393,7 +394,7 @@ class Merge:
                 ) -> Profile:
         """The pod's profile: the sampled steps' events, the job's steps, the op stats and idle units merged
         (``empty``: the hosts with no op event, named in a note)."""
-        from rooflens.trace.profile import run_manifest, saved_hlo
+        from rooflens.trace.assemble import run_manifest, saved_hlo
 
         parts = [self.hosts[i] for i in sorted(self.hosts)]
         offsets, clock_notes = align_clocks([p.collectives for p in parts], [p.host for p in parts])
@@ -521,7 +522,7 @@ def _shifted_runs(u: UnitRuns, shift_ns: float, gaps_shift_s: float) -> UnitRuns
 
 def load_aggregated(paths: list[str], runs: list[str], host_files, hlo_dir, progress, workers, engine, ray_address,
                     include_warmup: bool) -> Profile:
-    """:func:`rooflens.trace.profile.load` for ``merge="aggregates"``: every host reduced by a worker, merged here."""
+    """:func:`rooflens.trace.loading.load` for ``merge="aggregates"``: every host reduced by a worker, merged here."""
     from rooflens.errors import RooflensError
     from rooflens.trace.hosts import Task, map_hosts
     from rooflens.trace.progress import ingest_progress

@@ -543,6 +543,9 @@ def judge_window(profile):
                  f"in the window{edges}")
     if cut:
         notes.append(cut_note(main))
+    taken = profile.manifest.step_program  # rooflens run --steps: which function opened the window, and why
+    if taken is not None and taken.reason:
+        notes.append(f"the window's step program: {taken.reason}")
     return dataclasses.replace(profile, steps=steps, notes=notes)
 
 

@@ -1,0 +1,223 @@
+"""The hosts of one run, read, as one :class:`~rooflens.trace.profile.Profile`: their clocks aligned, one time
+axis, the job's steps, the run's manifest and HLO, the dispatches matched with the executions, warm-up judged.
+
+``rl.load`` (:mod:`rooflens.trace.loading`) calls :func:`assemble` on the hosts' raw traces; the pod reduce
+(:mod:`rooflens.trace.reduce`) uses its pieces on the hosts' aggregates.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import re
+from pathlib import Path
+
+import numpy as np
+
+from rooflens.errors import RooflensError
+from rooflens.trace import discover, formats, fs
+from rooflens.trace.events import EventTable, concat
+from rooflens.trace.formats.raw import RawTrace, assign_steps
+from rooflens.trace.manifest import RunManifest
+from rooflens.trace.profile import Profile, read_hlo_dir
+
+XSPACE = formats.by_name("xspace").suffixes[0]
+
+
+def _embedded_hlo(raws: list[RawTrace], files: list[str], table: EventTable, skip: set[str] = frozenset()
+                  ) -> dict[str, str]:
+    """Program → HLO text from the XSpaces' metadata plane (decoded with the events; for a Chrome
+    trace, from its sibling XSpace), printed by jaxlib once per distinct module (the hosts of one
+    job all carry the same programs).
+
+    A program name compiled several times (``jit_dot(5)``, ``jit_dot(21)``) keeps the module whose
+    instruction names cover most of the ops the trace ran under that name.
+    """
+    from rooflens.trace.formats.xspace.hlo_protos import hlo_protos, print_modules
+
+    seen: dict[str, set[str]] = {}
+    for p, n in table.pairs().tolist():
+        seen.setdefault(table.programs[p], set()).add(table.names[n])
+    exact = {raw: shown for shown, raw in table.program_keys.items()}
+    wanted: dict[str, bytes] = {}
+    for raw, f in zip(raws, files):
+        protos = raw.hlo_protos
+        if not protos and not f.endswith(XSPACE) and not fs.is_url(f):
+            xspace = Path(f).with_name(discover.host_of(Path(f).name) + XSPACE)
+            if xspace.is_file():
+                try:
+                    with xspace.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+                        protos = hlo_protos(mm)
+                except (ValueError, IndexError, OSError):
+                    protos = {}  # a damaged metadata plane: the ops just lack scopes
+        for k, v in protos.items():
+            base = re.sub(r"\(\d+\)$", "", k)
+            if base in skip:
+                continue  # its text is saved beside the trace: no need to print it
+            if k not in wanted and (k in seen or k in exact or base in seen):
+                wanted[k] = v
+    best: dict[str, tuple[int, str]] = {}
+    for key, text in print_modules(wanted).items():
+        if key in seen or key in exact:  # the trace names this very program (name and id)
+            best[exact.get(key, key)] = (1 << 30, text)
+            continue
+        name = re.sub(r"\(\d+\)$", "", key)
+        ops = seen.get(name)
+        if not ops:
+            continue
+        defined = set(_DEFINED.findall(text))
+        score = sum(1 for op in ops if op in defined)
+        if name not in table.program_keys and score > best.get(name, (-1, ""))[0]:
+            best[name] = (score, text)
+    return {k: v for k, (_, v) in best.items()}
+
+
+_DEFINED = re.compile(r"(?:^|\s)%?([^\s=%]+) = ", re.M)  # the instruction names a module's text defines
+
+
+def job_steps(steps_by_host: list[list[tuple[int, float, float]]]) -> list[tuple[int, float, float]]:
+    """The job's steps: one per step number, from the first host's start to the last host's end (hosts
+    share one time axis; a step of a multi-host job is over when its slowest host is done, and the next begins
+    no earlier: hosts whose steps follow each other without a gap start the next one at slightly different
+    times, and the job's steps would overlap by that)."""
+    if len(steps_by_host) == 1:
+        return steps_by_host[0]
+    merged: dict[int, tuple[float, float]] = {}
+    for host_steps in steps_by_host:
+        for n, s, e in host_steps:
+            a, b = merged.get(n, (s, e))
+            merged[n] = (min(a, s), max(b, e))
+    steps = sorted((n, s, e) for n, (s, e) in merged.items())
+    for k in range(1, len(steps)):
+        (m, a, b), (n, s, e) = steps[k - 1], steps[k]
+        if s < b:  # the boundary: the slowest host's end of the step before, never past this step's end
+            cut = max(min(b, e), a)
+            steps[k - 1], steps[k] = (m, a, cut), (n, cut, max(e, cut))
+    return steps
+
+
+def has_saved_hlo(run: str) -> bool:
+    return not fs.is_url(run) and (Path(run) / "hlo").is_dir()
+
+
+def run_manifest(runs: list[str], notes: list[str]) -> RunManifest:
+    """The first run's ``rooflens.json``, typed (its problems added to ``notes``); empty when none has one."""
+    for run in runs:
+        text = fs.read_text(fs.join(run, "rooflens.json"))
+        if text is None:
+            continue
+        try:
+            manifest = RunManifest.from_dict(json.loads(text), fs.join(run, "rooflens.json"))
+            notes.extend(manifest.problems)
+            return manifest
+        except ValueError:
+            notes.append(f"{fs.join(run, 'rooflens.json')} is not valid JSON; ignored")
+            return RunManifest()
+    return RunManifest()
+
+
+def saved_hlo(runs: list[str], hlo_dir: str | Path | None) -> dict[str, str]:
+    """HLO text files beside the trace (``rl.capture``, ``rooflens run``) or given: the first run's win."""
+    saved: dict[str, str] = {}
+    for run in reversed(runs):
+        if has_saved_hlo(run):
+            saved.update(read_hlo_dir(Path(run) / "hlo"))
+    if hlo_dir is not None:
+        saved.update(read_hlo_dir(hlo_dir))
+    return saved
+
+
+def shifted(steps, shift_ps: int) -> list[tuple[int, float, float]]:
+    """A host's steps (ps from its own origin) in ns from an origin ``shift_ps`` earlier."""
+    return sorted((n, (s + shift_ps) * 1e-3, (e + shift_ps) * 1e-3) for n, s, e in steps)
+
+
+def assemble(paths: list[str], runs: list[str], raws: list[RawTrace], files: list[str],
+             hlo_dir: str | Path | None = None) -> Profile:
+    """The hosts read (``raws``, in the order of ``files``) as one profile: one time axis, the job's steps,
+    the run's manifest and HLO, its warm-up judged."""
+    from rooflens.trace.align import aligned_hosts
+
+    raws, clock_notes = aligned_hosts(raws)  # hosts on clocks of their own (Nsight sessions): one time axis
+    table = concat([r.table for r in raws])
+    steps_by_host = [shifted(r.steps, (r.table.origin_ns - table.origin_ns) * 1000) for r in raws]
+    for k, host_steps in enumerate(steps_by_host):  # each host's steps hold its own events
+        assign_steps(table, host_steps, rows=np.flatnonzero(table.host == table.hosts.index(raws[k].host)))
+    steps = job_steps(steps_by_host)
+    notes = [n for r in raws for n in r.notes] + clock_notes
+    shift_ns = {r.host: float(r.table.origin_ns - table.origin_ns) for r in raws}
+    dispatches_of = {r.host: {fn: d * 1e-3 + shift_ns[r.host] for fn, d in r.dispatches.items()} for r in raws
+                     if r.dispatches}
+    end_ns_of = {r.host: r.end_ps * 1e-3 + shift_ns[r.host] for r in raws if r.end_ps}
+    if not len(table):
+        from rooflens.trace.dispatch import unran_dispatches, unran_note
+
+        none = (np.zeros((0, 4), np.int64), np.zeros(0, np.int64), np.zeros(0), np.zeros(0), np.zeros(0, bool))
+        queued = [u for u in unran_dispatches(table, none, dispatches_of, end_ns_of) if u.queued]
+        why = (("; " + unran_note(queued[0], stats=False)) if queued
+               else ": was anything running on the devices while it was traced?")
+        raise RooflensError(f"{', '.join(paths)} has no device op events (no XLA ops on any device or CPU "
+                            f"thread){why}.")
+    platform = next((r.platform for r in raws if r.platform != "unknown"), "unknown")
+    manifest = run_manifest(runs, notes)
+    saved = saved_hlo(runs, hlo_dir)
+    # a program the trace names plainly (compiled once) is served by its saved text: its proto need not be
+    # printed; one compiled several times (jit_dot(5), jit_dot(49)) keeps its own module from the trace
+    hlo_texts = _embedded_hlo(raws, files, table, skip={k for k in saved if k in table.programs})
+    hlo_texts.update(saved)
+    host_events_of = {r.host: host_frames(r.host_events, (r.table.origin_ns - table.origin_ns) * 1000) for r in raws}
+    host_events = sorted((h for evs in host_events_of.values() for h in evs), key=lambda h: h[1])
+    profile = Profile(
+        path=", ".join(paths), table=table, steps=steps, platform=platform,
+        device_kind=next((r.device_kind for r in raws if r.device_kind != "unknown"), "unknown"),
+        hosts=[r.host for r in raws], sources=files, notes=notes, metadata=manifest.to_dict(), manifest=manifest,
+        hlo_texts=hlo_texts, plane_stats=next((r.plane_stats for r in raws if r.plane_stats), {}),
+        host_events=host_events, host_events_of=host_events_of, events_total=sum(r.events_total for r in raws),
+        dispatches_of=dispatches_of, end_ns_of=end_ns_of,
+    )
+    if not steps:
+        profile.notes.append(NO_STEPS)
+    missing = sorted(p for p in {table.programs[p] for p in np.unique(table.program).tolist()}  # "": no program
+                     if p and p not in hlo_texts and re.sub(r"\(\d+\)$", "", p) not in hlo_texts)
+    if missing:
+        profile.notes.append(no_hlo_note(missing))
+    from rooflens.trace.dispatch import unran_dispatches, unran_note
+    from rooflens.trace.warmup import execution_spans, judge  # a run traced from its start: warm-up apart
+
+    if dispatches_of:  # before warm-up is judged: every execution in the trace ran a dispatch
+        profile.unran = unran_dispatches(table, execution_spans(table), dispatches_of, end_ns_of)
+        profile.notes.extend(unran_note(u) for u in profile.unran)
+        if profile.steps and any(u.queued for u in profile.unran):
+            profile.steps = ran_steps(profile)
+    return judge(profile)
+
+
+def ran_steps(profile: Profile) -> list[tuple[int, float, float]]:
+    """The annotated steps whose work ran inside the trace: a trace that stopped with work still queued has
+    steps the host annotated (and dispatched) whose work never ran; the last steps go, one per dispatch of the
+    program left most unrun (said in a note). Step annotations time the host: when it runs ahead of the
+    devices, a step's device work runs inside later steps' spans."""
+    u = max((u for u in profile.unran if u.queued), key=lambda u: (u.unran, u.missing_s))
+    steps = sorted(profile.steps)
+    keep = max(len(steps) - u.unran, 0)
+    if keep < len(steps):
+        profile.notes.append(f"the last {len(steps) - keep} annotated step(s) dispatched work of {u.program} that "
+                             "never ran inside the trace: left out of the steps")
+        t = profile.table
+        t.step[~np.isin(t.step, [n for n, _, _ in steps[:keep]])] = -1
+    return steps[:keep]
+
+
+NO_STEPS = ("the trace has no step annotations (jax.profiler.StepTraceAnnotation) or Steps line, so there are no "
+            "per-step times")
+
+
+def no_hlo_note(missing: list[str]) -> str:
+    return (f"no HLO for {', '.join(missing[:5])} (the trace does not carry it): those ops have no named scope; "
+            "give --hlo DUMP_DIR, or capture with rl.capture")
+
+
+def host_frames(host_events, shift_ps: int) -> list[tuple[str, float, float]]:
+    """A host's Python frames (ps from its own origin) in ns from an origin ``shift_ps`` earlier, by start."""
+    return sorted(((name, (s + shift_ps) * 1e-3, (e + shift_ps) * 1e-3) for name, s, e in host_events),
+                  key=lambda h: h[1])
