@@ -202,3 +202,32 @@ def test_the_invariants_see_every_kind_of_trace():
     """The sweep above covers every format rooflens reads from others (a new format's fixture joins it)."""
     names = {formats.format_of(str(p)).name for p in TRACES if p.is_file()}
     assert {"xspace", "chrome", "nsys-jax", "nsys-sqlite"} <= names, names
+
+
+def _format_pairs() -> list[tuple[Path, Path]]:
+    """Every Chrome trace in the fixtures exported from an XSpace beside it (``X.DERIVED.trace.json.gz``)."""
+    out = []
+    for p in TRACES:
+        if p.is_file() and p.name.endswith(".DERIVED.trace.json.gz"):
+            xspace = p.with_name(p.name.removesuffix(".DERIVED.trace.json.gz") + ".xplane.pb")
+            if xspace.is_file():
+                out.append((xspace, p))
+    return out
+
+
+@pytest.mark.parametrize("pair", _format_pairs(), ids=lambda pr: pr[0].name)
+def test_one_capture_in_two_formats_is_one_measurement(pair):
+    """An XSpace and the Chrome trace jaxlib exported from it give every op the same category (HLO text the
+    Chrome trace prints inline, operand types included, decides it as the XSpace's HLO does)."""
+    try:
+        xspace = rl.load(str(pair[0]))
+    except RooflensError:  # refused (no XLA op): the Chrome export is refused too
+        with pytest.raises(RooflensError):
+            rl.load(str(pair[1]))
+        return
+    chrome = rl.load(str(pair[1]))
+    cats = {k: (i.category, i.opcode) for k, i in xspace.op_info.items()}
+    other = {k: (i.category, i.opcode) for k, i in chrome.op_info.items()}
+    common = cats.keys() & other.keys()
+    assert common, "the two formats share no op"
+    assert {k: cats[k] for k in common} == {k: other[k] for k in common}

@@ -116,11 +116,11 @@ def _from_trace_category(hlo_category: str) -> str:
 
 def _touches_host(module: H.Module | None, ins: H.Instruction) -> bool:
     shapes = list(ins.shape.leaves())
-    if module is not None:
-        for op in ins.operands:
-            s = module.operand_shape(op)
-            if s is not None:
-                shapes += s.leaves()
+    for op in ins.operands:  # the operand's type as the instruction prints it, else as its module defines it
+        s = op.shape if getattr(op, "shape", None) is not None else (
+            module.operand_shape(op) if module is not None else None)
+        if s is not None:
+            shapes += s.leaves()
     return any(s.is_array and s.memory_space == HOST_MEMORY_SPACE for s in shapes)
 
 
