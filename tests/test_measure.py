@@ -332,10 +332,11 @@ def test_dispatches_read_alike_from_xspace_and_chrome_and_counted_once():
 
 def test_dispatches_whose_device_events_the_trace_dropped_are_not_a_tail():
     """The AMD convolution trace: 10 dispatches, kernels of 5 on the device, then 8 s of trace with nothing:
-    the device had the time, so the trace dropped those events; it is said, and no async-tail is found."""
+    the device had the time, so the trace holds no events of theirs; it is said, and no async-tail is found."""
     prof = rl.load(fixture_path("gpu_amd", "tracelens_mi300x_jax_conv_minimal_legacy.xplane.pb"))
     assert [(u.program, u.dispatched, u.ran, u.queued) for u in prof.unran] == [("jit_forward_3d_conv", 10, 5, False)]
-    assert any("dropped" in n for n in prof.notes)
+    assert any(n.startswith("5 of 10 dispatches of jit_forward_3d_conv") and "no execution on the device" in n
+               and "block_until_ready" not in n and "?" not in n for n in prof.notes), prof.notes
     assert "async-tail" not in {f.rule for f in analyze(prof).findings}
 
 
@@ -387,3 +388,115 @@ def test_unran_dispatches_is_pure_and_matches_programs_by_their_names():
     u = unran_dispatches(t, spans, {host: more}, prof.end_ns_of)
     assert {v.function for v in u} == set(more) and all(v.unran == 1 and v.queued for v in u)
     assert next(v for v in u if v.function == "dot").program == "jit_dot"
+
+
+# -- a dispatch is a call that launched an execution ------------------------------------------------------------
+
+TRACED_ONLY = """
+import sys, jax, jax.numpy as jnp
+from jax import lax
+
+@jax.jit
+def train_step(x, w):
+    for _ in range(6):
+        x = jnp.tanh(x @ w)
+    return x
+
+def body(c, _):
+    return jnp.add(c, 1.0), None  # jitted jnp.add called on a tracer, outside any jit
+
+def only_traced(x):  # jitted jnp functions called on tracers at top level: nothing of theirs runs
+    jax.eval_shape(lambda a: jnp.multiply(jnp.add(a, 1.0), 2.0), x)
+    jax.make_jaxpr(lambda a: lax.scan(body, a, None, length=3)[0])(x)
+
+x, w = jnp.ones((512, 512)), jnp.full((512, 512), 1e-3)
+train_step(x, w).block_until_ready()  # compiled before the trace
+steps = int(sys.argv[2])
+with jax.profiler.trace(sys.argv[1]):
+    for _ in range(steps):
+        x = train_step(x, w)
+    jax.block_until_ready(x)
+    only_traced(x)
+    y = jnp.add(x, 2.0)  # really run, eagerly
+    jax.block_until_ready(y)
+    if "--tail" in sys.argv:  # as many steps again, dispatched and left queued at the trace's end, then more tracing
+        for _ in range(steps):
+            x = train_step(x, w)
+        only_traced(x)
+"""
+
+
+def _calls(logdir: Path, name: str) -> tuple[int, int]:
+    """The host's outermost calls named ``name`` in the XSpace, read by jax's own reader, and of them those
+    holding a runtime's execute event (``…LoadedExecutable::Execute…``) on their thread."""
+    from jax.profiler import ProfileData
+
+    xspace = next(logdir.rglob("*.xplane.pb"))
+    calls, executes = {}, {}
+    for p in ProfileData.from_file(str(xspace)).planes:
+        if p.name != "/host:CPU":
+            continue
+        for line in p.lines:
+            for e in line.events:
+                if e.name == name:
+                    calls.setdefault(line.name, []).append((e.start_ns, e.duration_ns))
+                elif "LoadedExecutable::Execute" in e.name:
+                    executes.setdefault(line.name, []).append(e.start_ns)
+    total = launched = 0
+    for ln, events in calls.items():
+        for s in _outermost(events):
+            d = max(d for s2, d in events if s2 == s)
+            total += 1
+            launched += any(s <= x < s + d for x in executes.get(ln, []))
+    return total, launched
+
+
+@pytest.fixture(scope="module")
+def traced_only(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("traced_only")
+    (tmp / "traced_only.py").write_text(TRACED_ONLY)
+    out = []
+    for flags in ((), ("--tail",)):
+        logdir = tmp / ("log" + "".join(flags))
+        r = subprocess.run([sys.executable, str(tmp / "traced_only.py"), str(logdir), "10", *flags],
+                           capture_output=True, text=True, timeout=240)
+        assert r.returncode == 0, r.stderr[-2000:]
+        out.append(logdir)
+    return out
+
+
+def test_calls_made_on_tracers_are_not_dispatches(traced_only):
+    """jaxlib records ``PjitFunction(add)`` for jnp.add called on tracers (eval_shape, a scan traced at top
+    level) as for the eager call that runs: only the one that launched an execution is a dispatch, so no note
+    claims the device lost the others' executions."""
+    logdir, _ = traced_only
+    adds, launched = _calls(logdir, "PjitFunction(add)")
+    assert adds >= 3 and launched == 1  # the trace holds the tracing-only calls, and one eager add that ran
+    assert _calls(logdir, "PjitFunction(multiply)") == (1, 0)
+    raw = read_xspace(next(logdir.rglob("*.xplane.pb")))
+    assert {k: len(v) for k, v in raw.dispatches.items()} == {"train_step": 10, "add": 1}
+    chrome = read_chrome(next(logdir.rglob("*.trace.json.gz")))
+    assert {k: len(v) for k, v in chrome.dispatches.items()} == {"train_step": 10, "add": 1}
+    prof = rl.load(logdir)
+    assert prof.unran == (), prof.unran
+    assert not any("dispatches of" in n for n in prof.notes), prof.notes
+    out = subprocess.run([sys.executable, "-m", "rooflens.cli", "report", str(logdir), "--json", "--no-calibrate"],
+                         capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr[-2000:]
+    doc = json.loads(out.stdout)
+    assert doc["unran"] == [] and "async-tail" not in {f["rule"] for f in doc["findings"]}
+
+
+def test_a_queued_tail_is_still_found_beside_calls_made_on_tracers(traced_only):
+    """Steps left queued at the trace's end, then calls made on tracers: the steps are the tail, and the calls
+    (which never ran, after them) are no queued dispatches of their own."""
+    _, logdir = traced_only
+    assert _calls(logdir, "PjitFunction(multiply)") == (2, 0)
+    prof = rl.load(logdir)
+    t = prof.table
+    ran = len(np.unique(execution_index(t)[t.program == t.programs.index("jit_train_step")]))
+    assert [(u.program, u.function, u.dispatched, u.ran, u.queued) for u in prof.unran] == \
+        [("jit_train_step", "train_step", 20, ran, True)]
+    assert 10 <= ran < 20
+    f = next(f for f in analyze(prof, require_roofline=False).findings if f.rule == "async-tail")
+    assert f"{20 - ran} of 20" in f.evidence[0] and "jit_add" not in " ".join(f.evidence)

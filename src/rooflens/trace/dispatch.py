@@ -3,8 +3,14 @@
 JAX dispatches asynchronously: a jitted call returns as soon as its program is queued on the devices, so a
 loop can run far ahead of them, and a trace stopped without waiting (no ``block_until_ready`` before
 ``stop_trace``, or before leaving ``jax.profiler.trace``) ends while steps are still queued. The host side
-records each dispatch (jaxlib's ``PjitFunction(<fn>)`` event on the calling thread, read by the formats as
-:attr:`RawTrace.dispatches`); the device side, each program execution (:func:`execution_index`).
+records each call of a jitted function (jaxlib's ``PjitFunction(<fn>)`` event on the calling thread); the device
+side, each program execution (:func:`execution_index`). A call is a dispatch when it launched an execution: the
+runtime's execute event (``CommonPjRtLoadedExecutable::Execute…``, ``TfrtTpuLoadedExecutable::Execute``, …:
+:data:`~rooflens.trace.formats.raw.EXECUTE_PREFIXES`) lies within its span on its thread. jaxlib records the event
+for calls made on tracers too, while JAX traces something outside any jit (Flax linen's ``init`` under ``nn.scan``
+calls ``jnp.add`` on tracers; ``jax.eval_shape``), and those run nothing. Where a trace records no execute event on
+the threads that call jitted functions, every outermost call counts as a dispatch (the rule can tell no better).
+The formats read them as :attr:`RawTrace.dispatches` (:func:`~rooflens.trace.formats.raw.top_level_dispatches`).
 
 Dispatches and executions are matched first in, first out: the executions of a program that start after
 its first dispatch in the trace are its dispatches' (earlier ones were dispatched before the trace began),
@@ -12,8 +18,8 @@ in order, on its most complete device. Dispatches left over never ran inside the
 at its end when nothing the host dispatched after them ran, and the time left after them (from the later
 of the first one and the device's last event, to the trace's end) is shorter than the device's backlog (what
 every program's leftover dispatches take: their number × the program's median execution span; unknown when
-none ran); otherwise the device had the time and ran later work, so the trace *dropped* their events (a
-profiler buffer), which a report says too. (A device's events are recorded as its ops finish: the execution
+none ran); otherwise the device had the time and ran later work, and the trace holds no event of theirs, which a
+report says too. (A device's events are recorded as its ops finish: the execution
 it was running when the trace stopped shows none, or only its first ops — :func:`rooflens.trace.warmup.cut_executions`.)
 
 A jitted function's program is ``jit_<fn>`` (``pjit_``/``pmap_`` in older jax), its name's other characters
@@ -37,6 +43,10 @@ from rooflens.trace.manifest import DRAIN_FUNCTION
 _UNSAFE = re.compile(r"[^\w.-]")  # what JAX replaces by "_" in a module name
 _OTHER = re.compile(r"[^0-9A-Za-z]")
 PREFIXES = ("jit_", "pjit_", "pmap_")
+#: a dispatch that names the program it runs, ``<module>(<program id>)`` as the executions carry it (Nsight's
+#: ``XlaModule`` ranges: :func:`rooflens.trace.formats.tsl.dispatches`), where jaxlib's events name a function (a
+#: Python name: never followed by a parenthesised number)
+PROGRAM_NAMED = re.compile(r"[\w.-]+\(\d+\)")
 
 
 @dataclass(frozen=True)
@@ -48,12 +58,18 @@ class Unran:
     host: str
     dispatched: int  # its dispatches in the trace
     ran: int  # of them, the executions the devices show (its most complete device)
-    queued: bool  # still queued when the trace ended (True), or run with their events dropped (False)
+    queued: bool  # still queued when the trace ended (True), or not: the device ran work dispatched after them
     missing_s: float  # device time they would take (their number × the median execution span; 0: unknown)
 
     @property
     def unran(self) -> int:
         return self.dispatched - self.ran
+
+    @property
+    def shown(self) -> str:
+        """The program and the function the host dispatched: ``jit_step (step)``; a dispatch that names its program,
+        that name: ``pjit_step(40)``."""
+        return self.function if PROGRAM_NAMED.fullmatch(self.function) else f"{self.program} ({self.function})"
 
 
 def _letters(name: str) -> str:
@@ -69,7 +85,11 @@ def _letters(name: str) -> str:
 
 def program_of(function: str, programs: list[str]) -> list[int]:
     """The codes of the programs a jitted function's dispatches run (compilations of it for other shapes
-    included: ``jit_dot(5)``, ``jit_dot(21)``)."""
+    included: ``jit_dot(5)``, ``jit_dot(21)``); a dispatch that names its program (:data:`PROGRAM_NAMED`), that
+    program only (shown by its plain name where a host ran no other program of that name:
+    :func:`rooflens.trace.events.build`)."""
+    if PROGRAM_NAMED.fullmatch(function):
+        return [k for k, p in enumerate(programs) if p in (function, function[:function.rindex("(")])]
     want = _letters(function)
     return [k for k, p in enumerate(programs) if p.startswith(PREFIXES) and _letters(p) == want] if want else []
 
@@ -118,7 +138,8 @@ def unran_dispatches(table: EventTable, spans: tuple[np.ndarray, ...], dispatche
                 continue  # never ran and not waiting: a function whose program has another name, or no device op
             codes = matched[fn]
             program = t.programs[codes[0]] if len(codes) == 1 else (
-                re.sub(r"\(\d+\)$", "", t.programs[codes[0]]) if codes else "jit_" + _UNSAFE.sub("_", fn))
+                re.sub(r"\(\d+\)$", "", t.programs[codes[0]]) if codes else
+                fn if PROGRAM_NAMED.fullmatch(fn) else "jit_" + _UNSAFE.sub("_", fn))
             out.append(Unran(program, fn, host, len(dispatches[fn]), n, queued, missing_ns * 1e-9))
     return tuple(sorted(out, key=lambda u: (-u.unran, u.program, u.host)))
 
@@ -154,11 +175,11 @@ def unran_note(u: Unran, stats: bool = True) -> str:
     ``stats``: say that the stats hold the executions that ran."""
     where = f" on {u.host}" if u.host else ""
     if u.queued:
-        return (f"{u.unran} of {u.dispatched} dispatches of {u.program} ({u.function}){where} never ran on the device "
+        return (f"{u.unran} of {u.dispatched} dispatches of {u.shown}{where} never ran on the device "
                 "inside the trace: it stopped while they were still queued (JAX dispatches asynchronously); call "
                 "jax.block_until_ready on the step's output before stop_trace (or before leaving "
                 "jax.profiler.trace) so the device finishes them" + ("; the stats hold the executions that ran"
                                                                      if stats else ""))
-    return (f"{u.unran} of {u.dispatched} dispatches of {u.program} ({u.function}){where} have no execution on the "
-            "device in the trace although it ran on after them: their device events were dropped (the profiler's "
-            "buffer?), so the stats hold the executions it kept")
+    return (f"{u.unran} of {u.dispatched} dispatches of {u.shown}{where} have no execution on the "
+            "device in the trace, though the device ran work dispatched after them"
+            + ("; the stats hold the executions the trace has" if stats else ""))

@@ -27,7 +27,6 @@ from rooflens.trace.events import EventTable
 from rooflens.trace.formats.xspace import wire as W
 
 DEVICE_PLANE = re.compile(r"^/device:(TPU|GPU):(\d+)")
-EXECUTE = "CommonPjRtLoadedExecutable::Execute"
 HOST_EVENT_MIN_PS = 200_000_000  # Python frames shorter than 0.2 ms do not explain an idle gap
 Progress = Callable[[int, int], None] | None
 
@@ -59,16 +58,40 @@ class RawTrace:
 #: the thread that called it; jax 0.4 to 0.10 on CPU, GPU and TPU), ``PmapFunction(f)`` for pmap
 DISPATCH = re.compile(r"^(?:PjitFunction|PmapFunction)\((.*)\)$")
 DISPATCH_PREFIXES = ("PjitFunction(", "PmapFunction(")
+#: a host event of the runtime launching a compiled program, on the thread that asked for it (an event whose name
+#: starts with one of these): XLA:CPU's ``CommonPjRtLoadedExecutable::ExecuteHelperOnSingleDevice`` (jax 0.10, a
+#: trace made here) and ``…::Execute`` (older jaxlibs); GPU's ``PjRtStreamExecutorLoadedExecutable::Execute`` and
+#: ``…::ExecuteHelper`` (tests/fixtures/gpu_amd); TPU's ``TfrtTpuLoadedExecutable::Execute`` and
+#: ``TpuLoadedExecutable::Execute`` (tests/fixtures/tpu); a PJRT plugin's ``PJRT_LoadedExecutable_Execute`` and
+#: ``PjRtCApiLoadedExecutable::Execute``; the TFRT CPU client's ``TfrtCpuExecutable::Execute…``
+EXECUTE_PREFIXES = ("CommonPjRtLoadedExecutable::Execute", "PjRtStreamExecutorLoadedExecutable::Execute",
+                    "TfrtTpuLoadedExecutable::Execute", "TpuLoadedExecutable::Execute",
+                    "PjRtCApiLoadedExecutable::Execute", "PJRT_LoadedExecutable_Execute",
+                    "TfrtCpuExecutable::Execute")
 
 
-def top_level_dispatches(fn: np.ndarray, functions: list[str], line: np.ndarray, start: np.ndarray, dur: np.ndarray
+def top_level_dispatches(fn: np.ndarray, functions: list[str], line: np.ndarray, start: np.ndarray, dur: np.ndarray,
+                         execute_line: np.ndarray | None = None, execute_start: np.ndarray | None = None
                          ) -> dict[str, np.ndarray]:
     """Each function's dispatches (start times, sorted) from its dispatch events (``fn``: the function each
-    names, a code into ``functions``; ``line``: the thread it is on). An event nested in another dispatch event
-    on its thread is not a dispatch of its own: jaxlib records ``PjitFunction(f)`` twice, one inside the other,
-    for one call, and a jitted function called while another is traced (its first call) is part of that call."""
+    names, a code into ``functions``; ``line``: the thread it is on).
+
+    A dispatch is a call that launched an execution: jaxlib records ``PjitFunction(f)`` for every call of a
+    jitted function, those made on tracers while JAX traces something outside any jit too (Flax's ``init`` under
+    ``nn.scan``, ``jax.eval_shape``), which run nothing. So where the trace records the runtime's execute events
+    (``execute_line``/``execute_start``: those named by :data:`EXECUTE_PREFIXES`) on the threads that dispatch,
+    only the dispatch events holding one (on their thread, starting within their span) count; where it records
+    none there, every one does. An event nested in another counted dispatch event on its thread is not a dispatch
+    of its own: jaxlib records ``PjitFunction(f)`` twice, one inside the other, for one call, and a jitted function
+    called while another is traced (its first call) is part of that call."""
     if not len(start):
         return {}
+    if execute_line is not None and execute_start is not None and len(execute_start):
+        launched = _holding(line, start, start + dur, execute_line, execute_start)
+        if launched is not None:
+            fn, line, start, dur = fn[launched], line[launched], start[launched], dur[launched]
+            if not len(start):
+                return {}
     order = np.lexsort((-dur, start, line))
     ln, s, e = line[order], start[order], (start + dur)[order]
     nested = np.zeros(len(order), bool)
@@ -83,6 +106,23 @@ def top_level_dispatches(fn: np.ndarray, functions: list[str], line: np.ndarray,
         name = functions[int(code[lo])]
         out[name] = np.sort(np.concatenate([out[name], at[lo:hi]])) if name in out else at[lo:hi].astype(np.int64)
     return out
+
+
+def _holding(line: np.ndarray, start: np.ndarray, end: np.ndarray, execute_line: np.ndarray,
+             execute_start: np.ndarray) -> np.ndarray | None:
+    """Which of the intervals (``line``, [``start``, ``end``)) hold an execute event's start on their line; None
+    when no execute event is on any of their lines (the trace does not record them there)."""
+    held = np.zeros(len(start), bool)
+    seen = False
+    for ln in np.unique(line).tolist():  # a searchsorted per thread
+        at = np.sort(execute_start[execute_line == ln])
+        if not len(at):
+            continue
+        seen = True
+        mine = np.flatnonzero(line == ln)
+        first = np.searchsorted(at, start[mine], side="left")  # the first execute at or after each start
+        held[mine] = (first < len(at)) & (at[np.minimum(first, len(at) - 1)] < end[mine])
+    return held if seen else None
 
 
 def _runs(sorted_key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -13,6 +13,7 @@ from rooflens.trace.formats.raw import (
     DEVICE_PLANE,
     DISPATCH,
     DISPATCH_PREFIXES,
+    EXECUTE_PREFIXES,
     HOST_EVENT_MIN_PS,
     Progress,
     RawTrace,
@@ -120,13 +121,18 @@ def read_chrome(path: Path, progress: Progress = None) -> RawTrace:
 
 def _dispatches(c: dict, words: list[str], kind: np.ndarray, line: np.ndarray, start: np.ndarray, dur: np.ndarray
                 ) -> dict[str, np.ndarray]:
-    """The host's dispatches of jitted functions: its outermost ``PjitFunction(<fn>)`` events."""
+    """The host's dispatches of jitted functions: its outermost ``PjitFunction(<fn>)`` events that launched an
+    execution (:func:`~rooflens.trace.formats.raw.top_level_dispatches`)."""
     if not len(start):
         return {}
     fn = [m.group(1) if w.startswith(DISPATCH_PREFIXES) and (m := DISPATCH.match(w)) else None for w in words]
     is_dispatch = np.asarray([f is not None for f in fn] + [False])
-    rows = np.flatnonzero((kind == 0) & is_dispatch[c["name"]])
-    return top_level_dispatches(c["name"][rows], [f or "" for f in fn], line[rows], start[rows], dur[rows])
+    is_execute = np.asarray([w.startswith(EXECUTE_PREFIXES) for w in words] + [False])
+    host = kind == 0
+    rows = np.flatnonzero(host & is_dispatch[c["name"]])
+    run = np.flatnonzero(host & is_execute[c["name"]])
+    return top_level_dispatches(c["name"][rows], [f or "" for f in fn], line[rows], start[rows], dur[rows],
+                                line[run], start[run])
 
 
 def _chrome_programs(c: dict, rows: np.ndarray, word: np.ndarray, code) -> np.ndarray:

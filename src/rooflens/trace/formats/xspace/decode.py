@@ -312,21 +312,25 @@ def _stat_tables(planes: list[Plane]) -> tuple[np.ndarray, np.ndarray, np.ndarra
 
 
 def dispatch_metadata(buf: np.ndarray, planes: list[Plane]) -> np.ndarray:
-    """The host planes' event metadata that name a dispatch (``PjitFunction(…)``, ``PmapFunction(…)``), as
-    sorted keys ``plane << 40 | metadata id`` (what :func:`wire.decode_events` keeps on KEEP_META lines)."""
-    from rooflens.trace.formats.raw import DISPATCH_PREFIXES
+    """The host planes' event metadata that name a dispatch (``PjitFunction(…)``, ``PmapFunction(…)``) or the
+    runtime's execution of a program (:data:`~rooflens.trace.formats.raw.EXECUTE_PREFIXES`: which dispatches
+    launched one), as sorted keys ``plane << 40 | metadata id`` (what :func:`wire.decode_events` keeps on
+    KEEP_META lines). Names are compared as bytes, all of a plane's metadata at once per prefix."""
+    from rooflens.trace.formats.raw import DISPATCH_PREFIXES, EXECUTE_PREFIXES
 
+    wanted = [(w, 1) for w in DISPATCH_PREFIXES] + [(w, 0) for w in EXECUTE_PREFIXES]  # (prefix, bytes after it)
     keys = []
     for p in planes:
         if not p.name.startswith("/host:") or not len(p.meta_rows):
             continue
         rows = p.meta_rows
-        for prefix in (np.frombuffer(w.encode(), np.uint8) for w in DISPATCH_PREFIXES):
-            ok = (rows[:, 2] >= 0) & (rows[:, 3] - rows[:, 2] > len(prefix))
+        for word, more in wanted:
+            prefix = np.frombuffer(word.encode(), np.uint8)
+            ok = (rows[:, 2] >= 0) & (rows[:, 3] - rows[:, 2] >= len(prefix) + more)
             at = rows[ok, 2][:, None] + np.arange(len(prefix))
             hit = (buf[at] == prefix).all(axis=1) if len(at) else np.zeros(0, bool)
             keys += [(p.index << 40) | int(m) for m in rows[ok, 1][hit].tolist()]
-    return np.asarray(sorted(keys), np.int64)
+    return np.unique(np.asarray(keys, np.int64))
 
 
 def _columns_of(ids: np.ndarray, stat_names: dict[int, str], col_of: dict[str, int]) -> np.ndarray:

@@ -18,6 +18,7 @@ from rooflens.trace.formats.compiled import njit, plain_twin
 from rooflens.trace.formats.raw import (
     DEVICE_PLANE,
     DISPATCH,
+    EXECUTE_PREFIXES,
     Progress,
     RawTrace,
     containing,
@@ -240,17 +241,21 @@ def _host_events(x, ev: _Events) -> list[tuple[str, int, int]]:
 
 
 def _dispatches(x, ev: _Events) -> dict[str, np.ndarray]:
-    """The host's dispatches of jitted functions: its outermost ``PjitFunction(<fn>)`` events (kept by the walk
-    for the metadata :func:`~rooflens.trace.formats.xspace.decode.dispatch_metadata` names)."""
+    """The host's dispatches of jitted functions: its outermost ``PjitFunction(<fn>)`` events that launched an
+    execution (:func:`~rooflens.trace.formats.raw.top_level_dispatches`), both kept by the walk for the metadata
+    :func:`~rooflens.trace.formats.xspace.decode.dispatch_metadata` names."""
     host = np.flatnonzero((ev.kind == 3) & (x.col("hlo_op") == W.NONE))  # op events are never dispatches
     if not len(host):
         return {}
     uk, inv = np.unique(_metadata_key(x, ev, host), return_inverse=True)
-    fn = [m.group(1) if (m := DISPATCH.match(_metadata_of(x, k)[0])) else None for k in uk.tolist()]
+    names = [_metadata_of(x, k)[0] for k in uk.tolist()]
+    fn = [m.group(1) if (m := DISPATCH.match(n)) else None for n in names]
     inv = inv.ravel()
     hit = np.asarray([f is not None for f in fn] + [False])[inv]
+    run = host[np.asarray([n.startswith(EXECUTE_PREFIXES) for n in names] + [False])[inv]]
     rows = host[hit]
-    return top_level_dispatches(inv[hit], [f or "" for f in fn], x.line[rows], ev.event_start[rows], x.dur_ps[rows])
+    return top_level_dispatches(inv[hit], [f or "" for f in fn], x.line[rows], ev.event_start[rows], x.dur_ps[rows],
+                                x.line[run], ev.event_start[run])
 
 
 def _end_ps(x) -> int:
