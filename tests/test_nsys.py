@@ -425,3 +425,141 @@ def test_newer_nsight_column_layouts_read_the_same(tmp_path, layout):
         assert (getattr(got.table, col) == getattr(want.table, col)).all(), col
     assert got.table.names == want.table.names and got.table.programs == want.table.programs
     assert [n for n in got.notes if "autotuner" in n] == [n for n in want.notes if "autotuner" in n] != []
+
+
+# -- the host's dispatches against the GPU's executions ------------------------------------------------------------
+
+def _host_step_dispatches(zip_path: Path) -> list[int]:
+    """The starts (ns) of the step program's XlaModule ranges on the host, straight from the archive's host CSV."""
+    import pyarrow.csv as pcsv
+
+    with zipfile.ZipFile(zip_path) as z:
+        t = pcsv.read_csv(io.BytesIO(lzma.decompress(z.read("report_nvtx_pushpop_trace.csv.xz")))).to_pydict()
+    step = f"TSL:XlaModule:#hlo_module={STEP},"
+    return sorted(s for s, n in zip(t["Start (ns)"], t["Name"]) if (n or "").startswith(step))
+
+
+def _host_end(zip_path: Path) -> int:
+    import pyarrow.csv as pcsv
+
+    with zipfile.ZipFile(zip_path) as z:
+        t = pcsv.read_csv(io.BytesIO(lzma.decompress(z.read("report_nvtx_pushpop_trace.csv.xz"))))
+    return max(t.column("End (ns)").to_pylist())
+
+
+def cut_archive(dst: Path, drop: int = 2, stopped: bool = True) -> Path:
+    """A DERIVED archive: process 0's, its ``trace.parquet`` less the GPU projection of the step program's last
+    ``drop`` executions, every other member (the host-side CSV included) as recorded. ``stopped``: as if the trace
+    had stopped while they were queued, so the GPU ran nothing from the first of them on (every projected range
+    from its start is dropped: the jit__psum the host dispatched after them too); else only their own ranges (the
+    XlaModule range and every range under it, by ``RangeStack``) go, and the GPU still runs what came after."""
+    import pyarrow.compute as pc
+
+    with zipfile.ZipFile(_archive(0)) as z:
+        t = pq.read_table(io.BytesIO(z.read(TRACE))).replace_schema_metadata(None)
+        keep = {n: z.read(n) for n in z.namelist() if n != TRACE}
+    d = t.to_pydict()
+    runs = sorted((s, rid) for n, s, rid, p in zip(d["Name"], d["Projected Start"], d["RangeId"], d["ParentId"])
+                  if (n or "").startswith(f"TSL:XlaModule:#hlo_module={STEP},") and p is None)
+    assert len(runs) == 5
+    if stopped:
+        gone = pc.greater_equal(t.column("Projected Start"), runs[-drop][0])
+    else:
+        stacks = t.column("RangeStack")
+        gone = pc.or_(*[pc.starts_with(stacks, f":{int(rid)}") for _, rid in runs[-drop:]])
+    t = t.filter(pc.invert(gone))
+    buf = io.BytesIO()
+    pq.write_table(t, buf)
+    with zipfile.ZipFile(dst, "w", zipfile.ZIP_DEFLATED) as out:
+        out.writestr(TRACE, buf.getvalue())
+        for n, data in keep.items():
+            out.writestr(n, data)
+    return dst
+
+
+def test_every_dispatch_of_the_real_archives_ran(proc0, report0, four_processes, one_process):
+    """The host's XlaModule ranges (report_nvtx_pushpop_trace.csv.xz) are its dispatches, keyed by the program
+    they name; the autotuner's candidate modules (under XlaCompile) are not. The Pax run blocked on its steps:
+    every dispatch ran on its GPU inside the trace, on one archive, four, and one process driving four GPUs."""
+    from rooflens.trace.dispatch import program_of
+    from rooflens.trace.formats.nsys.reader import read_nsys
+
+    raw = read_nsys(_archive(0))
+    host = _host_step_dispatches(_archive(0))
+    assert len(host) == 5 and raw.dispatches[f"{STEP}(40)"].tolist() == [s * 1000 for s in host]
+    # the 33 top-level XlaModule ranges of the main thread; none of the 290 the autotuner ran while compiling
+    assert sum(len(d) for d in raw.dispatches.values()) == 33 and len(raw.dispatches["jit__psum(1)"]) == 4
+    assert not any(k.startswith(("gemm_fusion_dot", "extracted")) for k in raw.dispatches)
+    with zipfile.ZipFile(_archive(0)) as z:  # where the trace ends: its last range, host-side or projected
+        gpu = pq.read_table(io.BytesIO(z.read(TRACE))).to_pydict()
+    gpu_end = max(s + d for s, d in zip(gpu["Projected Start"], gpu["Projected Duration"]) if s is not None)
+    assert raw.end_ps == max(gpu_end, _host_end(_archive(0))) * 1000
+    # the dispatch names its program: matched to it (shown plainly) and to no other compilation of its name
+    t = proc0.table
+    assert program_of(f"{STEP}(40)", t.programs) == [t.programs.index(STEP)]
+    assert program_of("jit__psum(1)", t.programs) == [t.programs.index("jit__psum(1)")]
+    for prof in (proc0, four_processes, one_process[1]):
+        assert prof.dispatches_of and prof.unran == () and not any("dispatches of" in n for n in prof.notes)
+    assert "async-tail" not in {f.rule for f in report0.findings}
+
+
+def test_one_process_driving_several_gpus_dispatches_once_per_execution():
+    """One process driving N GPUs pushes an XlaModule range per GPU for each execution, on each GPU's launcher
+    thread: a program's dispatches are one thread's. The 4 real processes' host ranges read as one process's
+    threads (each process's main thread one launcher thread) give the step program 5 dispatches, not 20."""
+    import pyarrow.csv as pcsv
+
+    from rooflens.trace.formats import tsl
+
+    names, threads, starts, ends = [], [], [], []
+    for i in range(4):
+        with zipfile.ZipFile(_archive(i)) as z:
+            t = pcsv.read_csv(io.BytesIO(lzma.decompress(z.read("report_nvtx_pushpop_trace.csv.xz")))).to_pydict()
+        names += [n or "" for n in t["Name"]]
+        threads += [i] * len(t["Name"])
+        starts += t["Start (ns)"]
+        ends += t["End (ns)"]
+    words = sorted(set(names))
+    code = np.searchsorted(np.asarray(words, dtype=object), np.asarray(names, dtype=object))
+    got = tsl.dispatches(tsl.range_kinds(words), code, np.asarray(threads), np.asarray(starts) * 1000,
+                         np.asarray(ends) * 1000)
+    assert sum(n.startswith(f"TSL:XlaModule:#hlo_module={STEP},") for n in names) == 20  # 5 on each thread
+    # the tie goes to the first thread: process 0's main thread, whose ranges these are
+    assert got[f"{STEP}(40)"].tolist() == [s * 1000 for s in _host_step_dispatches(_archive(0))]
+    assert not any(k.startswith(("gemm_fusion_dot", "extracted")) for k in got)
+
+
+def test_a_trace_stopped_with_two_steps_queued_says_so(tmp_path, proc0):
+    """Process 0's real archive cut as if the trace stopped while its last 2 steps were queued (the GPU runs
+    nothing from the 4th step on; the host CSV as recorded): 2 of its 5 dispatches never ran, said in one note
+    and an async-tail finding (through the CLI, --json), and the steps are the 3 executions that ran."""
+    import json
+
+    path = cut_archive(tmp_path / "pax proc0 stopped.DERIVED.zip")
+    r = _cli("report", str(path), "--json")
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    unran = {u["function"]: u for u in rep["unran"]}
+    step = unran[f"{STEP}(40)"]
+    assert (step["program"], step["dispatched"], step["ran"], step["queued"]) == (STEP, 5, 3, True)
+    assert (unran["jit__psum(1)"]["dispatched"], unran["jit__psum(1)"]["ran"]) == (4, 3)  # dispatched after them
+    (tail,) = [f for f in rep["findings"] if f["rule"] == "async-tail"]
+    assert any(e.startswith(f"2 of 5 dispatches of {STEP}(40) never ran") for e in tail["evidence"]), tail
+    assert "block_until_ready" in tail["fix"]
+    notes = [n for n in rep["notes"] if n.startswith(f"2 of 5 dispatches of {STEP}(40)")]
+    assert len(notes) == 1 and "still queued" in notes[0] and "block_until_ready" in notes[0]
+    # steps judged on the 3 executions that ran: the whole archive's first 3, none left out as unrun
+    assert (rep["steps"]["count"], rep["steps"]["steps"], rep["steps"]["breakdown"]["program"]) == (3, [0, 1, 2], STEP)
+    assert not any("left out of the steps" in n for n in rep["notes"])
+    assert rep["steps"]["times_s"][:2] == pytest.approx([(e - s) * 1e-9 for _, s, e in proc0.steps[:2]], rel=1e-9)
+
+
+def test_dispatches_whose_executions_are_missing_though_later_work_ran_are_no_tail(tmp_path):
+    """Only the last 2 step executions' own ranges taken out, the jit__psum dispatched after them still on the
+    GPU: the device ran later work, so they were not queued at the trace's end (no async tail); said plainly."""
+    prof = rl.load(cut_archive(tmp_path / "pax proc0 holes.DERIVED.zip", stopped=False))
+    (u,) = prof.unran
+    assert (u.function, u.dispatched, u.ran, u.queued) == (f"{STEP}(40)", 5, 3, False)
+    assert any(n.startswith(f"2 of 5 dispatches of {STEP}(40)") and "ran work dispatched after them" in n
+               for n in prof.notes)
+    assert len(prof.steps) == 3 and "async-tail" not in {f.rule for f in rl.analyze(prof).findings}

@@ -323,3 +323,44 @@ def test_the_innermost_open_range_equals_a_search_of_every_range(name):
         found = nest.rows[got[i]]
         assert (r.start[found], r.end[found]) == (r.start[want], r.end[want])
     assert nest.depth.max() >= 3  # nested: PyTorch's aten ranges, XLA's module → op → NCCL call
+
+
+# -- the host's dispatches against the GPU's executions ------------------------------------------------------------
+
+def test_every_dispatch_of_the_jax_export_ran_and_reads_as_the_archives(jax_derived, archive):
+    """The XlaModule ranges in NVTX_EVENTS on the launching thread are the host's dispatches, as the nsys-jax
+    reader reads them from the same host ranges in the archive; every one ran (the Pax run blocked)."""
+    derived = read_nsys_sqlite(_export(JAX))
+    assert {k: v.tolist() for k, v in derived.dispatches.items()} == \
+        {k: v.tolist() for k, v in archive.dispatches.items()}
+    steps = _sql(_export(JAX), "SELECT n.start FROM NVTX_EVENTS n JOIN StringIds s ON s.id = n.textId WHERE s.value "
+                               f"LIKE 'XlaModule:#hlo_module={STEP},%' ORDER BY n.start")
+    assert derived.dispatches[f"{STEP}(40)"].tolist() == [s * 1000 for (s,) in steps] and len(steps) == 5
+    (last,) = _sql(_export(JAX), 'SELECT max(k."end"), (SELECT max(n."end") FROM NVTX_EVENTS n) '
+                                 "FROM CUPTI_ACTIVITY_KIND_KERNEL k")
+    assert derived.end_ps == max(last) * 1000
+    assert jax_derived.unran == () and not any("dispatches of" in n for n in jax_derived.notes)
+    assert "async-tail" not in {f.rule for f in rl.analyze(jax_derived).findings}
+
+
+def test_an_export_stopped_with_two_steps_queued_says_so(tmp_path, jax_derived):
+    """The JAX export as if the trace had stopped while the step program's last 2 executions were queued: no GPU
+    activity from the 4th one's first kernel on (the host's ranges and calls as recorded). 2 of the 5 dispatches
+    never ran, in a note and an async-tail finding; the steps are the 3 executions that ran."""
+    cut = tmp_path / "pax stopped.DERIVED.sqlite"
+    shutil.copy(_export(JAX), cut)
+    with sqlite3.connect(cut) as con:  # the 4th step execution: its first kernel, launched inside its range
+        con.execute(f"""DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE start >= (
+            SELECT min(k.start) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN CUPTI_ACTIVITY_KIND_RUNTIME r
+              ON r.correlationId = k.correlationId
+            WHERE r.start >= (SELECT n.start FROM NVTX_EVENTS n JOIN StringIds s ON s.id = n.textId
+                              WHERE s.value LIKE 'XlaModule:#hlo_module={STEP},%' ORDER BY n.start LIMIT 1 OFFSET 3))""")
+    prof = rl.load(cut)
+    step = next(u for u in prof.unran if u.function == f"{STEP}(40)")
+    assert (step.program, step.dispatched, step.ran, step.queued) == (STEP, 5, 3, True)
+    assert any(n.startswith(f"2 of 5 dispatches of {STEP}(40)") and "block_until_ready" in n for n in prof.notes)
+    rep = rl.analyze(prof)
+    (tail,) = [f for f in rep.findings if f.rule == "async-tail"]
+    assert any(e.startswith(f"2 of 5 dispatches of {STEP}(40)") for e in tail.evidence)
+    assert [n for n, _, _ in prof.steps] == [0, 1, 2] and rep.steps.steps == 3 and rep.steps.program == STEP
+    assert [s for _, s, _ in prof.steps] == [s for _, s, _ in jax_derived.steps[:3]]

@@ -187,7 +187,7 @@ def assemble(paths: list[str], runs: list[str], raws: list[RawTrace], files: lis
     if dispatches_of:  # before warm-up is judged: every execution in the trace ran a dispatch
         profile.unran = unran_dispatches(table, execution_spans(table), dispatches_of, end_ns_of)
         profile.notes.extend(unran_note(u) for u in profile.unran)
-        if profile.steps and any(u.queued for u in profile.unran):
+        if profile.steps and any(u.queued for u in profile.unran) and not all(r.steps_ran for r in raws):
             profile.steps = ran_steps(profile)
     return judge(profile)
 

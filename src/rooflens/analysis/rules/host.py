@@ -110,8 +110,8 @@ def rule_async_tail(report: Report) -> list[Finding]:
         return []
     unran, dispatched = sum(u.unran for u in queued), sum(u.dispatched for u in queued)
     worst = max(queued, key=lambda u: u.unran / u.dispatched)
-    evidence = [f"{u.unran} of {u.dispatched} dispatches of {u.program} ({u.function}"
-                + (f", on {u.host}" if len(report.hosts) > 1 else "") + ") never ran on the device inside the trace"
+    evidence = [f"{u.unran} of {u.dispatched} dispatches of {u.shown}"
+                + (f" on {u.host}" if len(report.hosts) > 1 else "") + " never ran on the device inside the trace"
                 + (f": about {_ms(u.missing_s)} of device work" if u.missing_s else "") for u in queued[:5]]
     main = report.steps.program if report.steps else ""
     if main and report.steps.steps:

@@ -46,12 +46,16 @@ class RawTrace:
     host_events: list[tuple[str, int, int]] = field(default_factory=list)  # Python frames ≥ 0.2 ms: name, start, end
     hlo_protos: dict[str, bytes] = field(default_factory=dict)  # program → serialized HloModuleProto
     events_total: int = 0  # every event the file holds, kept or not
-    # the host's dispatches of jitted functions (``PjitFunction(<fn>)`` events, outermost only): fn → starts (ps)
+    # the host's dispatches of jitted functions (``PjitFunction(<fn>)`` events, outermost only): fn → starts (ps); or
+    # of programs named ``<module>(<program id>)`` (Nsight's XlaModule ranges: rooflens.trace.formats.tsl.dispatches)
     dispatches: dict[str, np.ndarray] = field(default_factory=dict)
     end_ps: int = 0  # where the trace ends: its last event's end, or the profiler's recorded stop when later
     # its times are on the clock of its process's own profiler session (Nsight Systems), not one the job's hosts
     # share: a pod's hosts are aligned on their collectives (rooflens.trace.align)
     session_clock: bool = False
+    # its steps are executions the devices ran (the main program's, where the trace has no step annotations: Nsight),
+    # not the host's annotations: a trace that stopped with work queued has no step of it to leave out
+    steps_ran: bool = False
 
 
 #: a host event that dispatches a jitted function: ``PjitFunction(train_step)`` (jaxlib's C++ dispatch path, on

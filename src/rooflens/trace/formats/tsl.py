@@ -18,8 +18,9 @@ XLA also names, through NVTX, each GPU it drives and the thread that launches wo
 partition=S#`` (Nsight's ``TARGET_INFO_NVTX_CUDA_DEVICE``) and ``XlaLauncher:#…#`` (the thread's name);
 ``slice=`` before XLA renamed it ``partition=``.
 
-Every Nsight Systems reader (nsys-jax archives, SQLite exports) reads these names here, and infers the
-steps of a trace without step annotations here (:func:`execution_steps`).
+Every Nsight Systems reader (nsys-jax archives, SQLite exports) reads these names here, infers the
+steps of a trace without step annotations here (:func:`execution_steps`), and takes the host's dispatches of
+each program from its host-side ``XlaModule`` ranges here (:func:`dispatches`).
 """
 
 from __future__ import annotations
@@ -140,6 +141,61 @@ def compilations_note(events: list[tuple[str, int, int]]) -> list[str]:
     compile_s = sum(e - s for _, s, e in events) * 1e-12
     return [f"the host compiled {len(events)} XLA modules in {compile_s:.3g} s ({TOP_COMPILE_KIND} ranges): "
             "the device idles meanwhile"]
+
+
+def dispatches(kinds: RangeKinds, name: np.ndarray, thread: np.ndarray, start_ps: np.ndarray, end_ps: np.ndarray
+               ) -> dict[str, np.ndarray]:
+    """The host's dispatches of each program, as :attr:`~rooflens.trace.formats.raw.RawTrace.dispatches`
+    holds them: program → start times (ps, sorted), from the host-side ranges (``name``: codes into ``kinds``;
+    ``thread``: any integer id of the pushing thread).
+
+    XLA pushes an ``XlaModule`` range on the launching thread around each program execution it starts (its
+    launches inside it), whether or not the GPU ever runs the work: the range's start is the dispatch, and its
+    program (``<module>(<program id>)``) the very name the executions carry, which
+    :func:`rooflens.trace.dispatch.program_of` matches exactly. ``XlaModule`` ranges inside compilation (on the
+    same thread, under ``XlaCompile``/``XlaPass*``/``XlaAutotunerMeasurement``: the autotuner's candidate
+    modules) are not dispatches. One process driving several GPUs pushes one range per GPU for one execution,
+    each on its GPU's launcher thread: a program's dispatches are those of the thread that pushed it most (as
+    its executions are counted on its most complete device)."""
+    rows = np.flatnonzero(kinds.module[name])
+    if not len(rows):
+        return {}
+    rows = rows[~_inside(kinds.compile[name], thread, start_ps, end_ps, rows)]
+    programs, code = np.unique(np.asarray(kinds.program, dtype=object), return_inverse=True)
+    prog = code.reshape(-1)[name[rows]]
+    pairs, inv = unique_rows(prog, thread[rows])  # (program, thread), in that order
+    count = np.bincount(inv, minlength=len(pairs))
+    best = np.lexsort((-count, pairs[:, 0]))  # per program, its thread with the most ranges first
+    first = best[np.r_[True, pairs[best[1:], 0] != pairs[best[:-1], 0]]]
+    keep = np.isin(inv, first)
+    rows, prog = rows[keep], prog[keep]
+    by = np.lexsort((start_ps[rows], prog))
+    rows, prog = rows[by], prog[by]
+    cut = np.flatnonzero(prog[1:] != prog[:-1]) + 1
+    return {str(programs[int(prog[lo])]): start_ps[rows[lo:hi]].astype(np.int64)
+            for lo, hi in zip(np.r_[0, cut].tolist(), np.r_[cut, len(rows)].tolist())}
+
+
+def _inside(flag: np.ndarray, thread: np.ndarray, start_ps: np.ndarray, end_ps: np.ndarray, rows: np.ndarray
+            ) -> np.ndarray:
+    """For each range of ``rows``: whether a range that ``flag`` marks is open on its thread at its start (one
+    that started by then, on that thread, and had not ended): the running maximum of those ranges' ends, in
+    time order per thread, read at each row's start."""
+    outer = np.flatnonzero(flag)
+    if not len(outer) or not len(rows):
+        return np.zeros(len(rows), bool)
+    ends, end_rank = np.unique(end_ps[outer], return_inverse=True)
+    both = np.concatenate([outer, rows])
+    is_row = np.r_[np.zeros(len(outer), np.int8), np.ones(len(rows), np.int8)]
+    _, t = np.unique(thread[both], return_inverse=True)
+    order = np.lexsort((is_row, start_ps[both], t))  # a range pushed at the row's very start comes first
+    lift = (len(ends) + 1) * t[order].astype(np.int64)  # each thread's values above every earlier thread's
+    value = np.where(is_row[order] == 1, -1, np.r_[end_rank.reshape(-1), np.zeros(len(rows), np.int64)][order])
+    reach = np.maximum.accumulate(value + lift) - lift  # per thread: the latest end rank so far (-1: none)
+    out = np.zeros(len(both), bool)
+    got = reach >= 0
+    out[order[got]] = ends[reach[got]] >= start_ps[both][order[got]]
+    return out[len(outer):]
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,9 @@ per ``Thunk`` range of a program execution (named by ``hlo_op``, program ``<modu
 GPU of the thread that pushed it: each GPU its own device, so ops nest within their own GPU's
 lanes), the steps (the k-th execution of the main program on every GPU is step k), the GPU's
 properties under the names an XSpace GPU plane uses (so chip inference is the same), and the
-optimized HLO of each program that ran. Autotuner measurements are compilation, not the program:
+optimized HLO of each program that ran, and from the host-side ranges (``report_nvtx_pushpop_trace.csv.xz``)
+the host's XLA compilations and its dispatches of each program (its ``XlaModule`` ranges, projected onto the GPU
+or not: one the GPU never ran has no projection). Autotuner measurements are compilation, not the program:
 counted in a note, never events. Columns are built with pyarrow and numpy: no Python object per range.
 """
 
@@ -418,36 +420,68 @@ def _read(archive: Archive, path: Path, progress: Progress) -> RawTrace:
     notes += _tuning_note(r, tuning)
     if gpu.name and gpu.source == DEVICE_METADATA:
         notes.append(f"the GPU, from the archive's {DEVICE_METADATA}: {gpu.name}")
-    host_events = _compilations(archive)
-    notes += tsl.compilations_note(host_events)
+    host = _host_side(archive, np.unique(r.pid[ops[host_code == 0]]) if len(ops) else np.zeros(0, np.int64))
+    notes += tsl.compilations_note(host.compilations)
     if progress:
         progress(r.n, max(r.n, 1))
+    gpu_end_ps = int((r.start_ns + r.dur_ns)[r.timed].max()) * 1000 if r.timed.any() else 0
     return RawTrace(hosts[0], table, steps, gpu.name or "GPU", "gpu", notes=notes, plane_stats=gpu.plane_stats,
-                    host_events=host_events, hlo_protos=protos, events_total=r.n,
+                    host_events=host.compilations, hlo_protos=protos, events_total=r.n,
+                    dispatches=host.dispatches, end_ps=max(host.end_ps, gpu_end_ps), steps_ran=True,
                     session_clock=True)  # ns from the start of the process's own Nsight session
 
 
-def _compilations(archive: Archive) -> list[tuple[str, int, int]]:
-    """The host's XLA compilations (top-level ``TSL:XlaCompile`` ranges of the host-side NVTX trace,
-    same clock as the projection) as host events: ("XlaCompile <module>", start ps, end ps)."""
+@dataclass
+class _HostSide:
+    """What the host-side NVTX trace says: the host's XLA compilations (host events), each program's dispatches
+    (ps, sorted) and where the trace ends (ps; 0: unknown)."""
+
+    compilations: list[tuple[str, int, int]]
+    dispatches: dict[str, np.ndarray]
+    end_ps: int
+
+
+def _host_side(archive: Archive, pids: np.ndarray) -> _HostSide:
+    """The host-side NVTX trace (``report_nvtx_pushpop_trace.csv.xz``: every range the process pushed, with
+    ``Start (ns)``/``End (ns)``/``Duration (ns)``, ``Name`` (``TSL:…``), ``PID``, ``TID``, on the projection's
+    clock), of the processes ``pids`` (the host's; every one when empty): its top-level ``TSL:XlaCompile`` ranges
+    as host events, its ``XlaModule`` ranges as each program's dispatches (:func:`tsl.dispatches`: a range with no
+    GPU projection never ran on the GPU), and its last range's end."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.csv as pcsv
 
+    none = _HostSide([], {}, 0)
     if not archive.has(HOST_RANGES):
-        return []
+        return none
+    cols = ["Start (ns)", "End (ns)", "Duration (ns)", "Name", "PID", "TID"]
     try:
         data = lzma.decompress(archive.read(HOST_RANGES))
         t = pcsv.read_csv(io.BytesIO(data), convert_options=pcsv.ConvertOptions(
-            include_columns=["Start (ns)", "Duration (ns)", "Name"]))
+            include_columns=cols, include_missing_columns=True,
+            column_types={c: pa.int64() for c in cols if c != "Name"}))
     except (lzma.LZMAError, pa.ArrowException, RooflensError):
-        return []  # the host side is extra: a damaged one only loses the compile spans
-    t = t.filter(pc.starts_with(t.column("Name"), f"{tsl.DOMAIN}:{tsl.TOP_COMPILE_KIND}:"))
+        return none  # the host side is extra: a damaged one loses the compile spans and the dispatches
+    if t.column("Start (ns)").null_count == t.num_rows or t.column("Name").null_count == t.num_rows:
+        return none  # not the columns nsys writes
+
+    def ints(col: str, fill: int = -1) -> np.ndarray:
+        return np.asarray(pc.fill_null(t.column(col), fill).to_numpy(zero_copy_only=False), np.int64)
+
+    pid = ints("PID")
+    if len(pids) and (pid >= 0).any():  # another process's ranges (the launcher's) are not this host's
+        t = t.filter(pa.array(np.isin(pid, pids)))
+        pid = ints("PID")
+    start_ns, end_ns = ints("Start (ns)", 0), ints("End (ns)")
+    end_ns = np.where(end_ns >= 0, end_ns, start_ns + np.maximum(ints("Duration (ns)", 0), 0))
     enc = pc.dictionary_encode(t.column("Name")).combine_chunks()
-    start_ps = np.asarray(t.column("Start (ns)").to_numpy(zero_copy_only=False), np.int64) * 1000
-    dur_ps = np.asarray(t.column("Duration (ns)").to_numpy(zero_copy_only=False), np.int64) * 1000
-    return tsl.compilations(tsl.range_kinds(enc.dictionary.to_pylist()),
-                            enc.indices.to_numpy(zero_copy_only=False).astype(np.int64), start_ps, start_ps + dur_ps)
+    words = [w if w is not None else "" for w in enc.dictionary.to_pylist()] + [""]
+    name = np.asarray(pc.fill_null(enc.indices, len(words) - 1).to_numpy(zero_copy_only=False), np.int64)
+    kinds = tsl.range_kinds(words)
+    thread = E.unique_rows(pid, ints("TID"))[1]
+    start_ps, end_ps = start_ns * 1000, end_ns * 1000
+    return _HostSide(tsl.compilations(kinds, name, start_ps, end_ps),
+                     tsl.dispatches(kinds, name, thread, start_ps, end_ps), int(end_ps.max()) if len(end_ps) else 0)
 
 
 def is_collective(opcodes: dict[str, str], name: str) -> bool:

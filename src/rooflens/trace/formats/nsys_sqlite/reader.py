@@ -12,7 +12,9 @@ finds the ranges open).
   (its program, ``<module>(<program id>)``): the same table an XSpace GPU trace gives. Kernels launched
   inside a compilation range (the GPU autotuner's measurements) are compilation, not the program:
   counted in a note. Memcpy/memset outside any op (``jax.device_put``) stay, as host transfers.
-  Steps are the main program's executions; the host's XLA compilations are host events.
+  Steps are the main program's executions; the host's XLA compilations are host events; its ``XlaModule``
+  ranges are its dispatches of each program (:func:`rooflens.trace.formats.tsl.dispatches`), whether or not
+  the GPU ran them inside the trace.
 * **Anything else** (PyTorch, a JAX without XLA's ranges): kernels grouped by kernel name
   (``shortName``), each with the NVTX range path it was most often launched under as its scope; NCCL
   kernels are collectives (by name), memcpy/memset host transfers or device copies by their kind.
@@ -279,6 +281,12 @@ def _read(db: D.Export, path: Path, host: str, progress: Progress) -> RawTrace:
                      "launches every op on its own)")
     if progress:
         progress(3, 3)
+    # the host's dispatches of each program: its XlaModule ranges, run on the GPU or not; the trace's end: the
+    # session's recorded stop, or its last activity, range or launch when later
+    dispatches = tsl.dispatches(kinds, r.name, r.thread, (r.start - base) * 1000, (r.end - base) * 1000) if xla \
+        else {}
+    end_ns = max(T.stop_ns(db) or 0, int(work.end.max()), int(r.end.max()) if len(r) else 0, int(launch.max()))
     return RawTrace(host, table, ops.steps, device_kind, "gpu", notes=notes, plane_stats=plane_stats,
                     host_events=ops.host_events, events_total=len(work) + n_runtime + len(r),
+                    dispatches=dispatches, end_ps=(end_ns - base) * 1000, steps_ran=True,
                     session_clock=True)  # the session's start on its host's clock, one session per process

@@ -216,6 +216,12 @@ def clock(db: D.Export, w: Work) -> tuple[int, int]:
     return base, origin
 
 
+def stop_ns(db: D.Export) -> int | None:
+    """Where the session stopped on the export's clock (``ANALYSIS_DETAILS.stopTime``, ns), when the export says."""
+    row = db.first("SELECT stopTime FROM ANALYSIS_DETAILS") if "stopTime" in db.columns("ANALYSIS_DETAILS") else None
+    return int(row[0]) if row and isinstance(row[0], int) else None
+
+
 def number_stat(v, scale=1):
     """A plane stat's number: an integral one as int, else float; None for what is not a number."""
     if isinstance(v, bool) or not isinstance(v, int | float) or v != v:
