@@ -444,9 +444,9 @@ def test_memcpy_time_of_a_real_nsight_export_is_a_transfers_finding_priced_at_it
     assert any(e.startswith(f"[CUDA memcpy Host-to-Device] (host→device): {h2d} per step") for e in f.evidence)
     assert any("[CUDA memcpy Device-to-Host] (device→host)" in e for e in f.evidence)
     assert {o.name for o in f.ops} >= {"[CUDA memcpy Host-to-Device]", "[CUDA memcpy Device-to-Host]"}
-    assert any("no byte counts" in e for e in f.evidence)  # the reader carries no bytes: none are claimed
+    assert any("as the trace records each copy" in e for e in f.evidence)  # the export's bytes, not the HLO's
     assert any(e.startswith("the chip is unknown") and "--chip" in e for e in f.evidence)
-    assert "pin the host memory" in f.fix and "prefetch" in f.fix
+    assert "pinned host memory" in f.cause and "non_blocking" in f.fix and "a step ahead" in f.fix
     assert "Host↔device transfers take" in terminal(rep)
     doc = json.loads(json.dumps(rep.to_json(), default=str))
     (j,) = [x for x in doc["findings"] if x["rule"] == "host-transfers"]
@@ -545,3 +545,82 @@ def test_implicit_transfers_the_capture_recorded_join_the_measured_finding(tmp_p
     exposed = sum(x.exposed_s for d in small.stats.devices for x in d.transfers) / small.num_devices
     assert "implicit" in g.title and g.recoverable_s == pytest.approx(exposed, rel=1e-9)
     assert any(e.startswith("the trace measures") for e in g.evidence)
+
+
+def nsight_copy_bytes(path) -> dict[int, dict]:
+    """Straight from the export, per deviceId: the bytes of its memcpy through the host by direction, and how many
+    of them read or wrote pinned host memory (ENUM_CUDA_MEM_KIND's label 'Pinned' on either side)."""
+    import sqlite3
+
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    rows = con.execute(
+        "SELECT m.deviceId, k.label, sum(m.bytes), "
+        "sum(s.label = 'Pinned' OR d.label = 'Pinned'), sum(s.label = 'Pageable' OR d.label = 'Pageable') "
+        "FROM CUPTI_ACTIVITY_KIND_MEMCPY m JOIN ENUM_CUDA_MEMCPY_OPER k ON k.id = m.copyKind "
+        "JOIN ENUM_CUDA_MEM_KIND s ON s.id = m.srcKind JOIN ENUM_CUDA_MEM_KIND d ON d.id = m.dstKind "
+        "WHERE k.label LIKE '%Host%' GROUP BY m.deviceId, k.label").fetchall()
+    con.close()
+    out: dict[int, dict] = {}
+    for dev, label, nbytes, pinned, pageable in rows:
+        d = out.setdefault(dev, {"bytes": {}, "pinned": 0, "pageable": 0})
+        d["bytes"][label] = nbytes
+        d["pinned"] += pinned
+        d["pageable"] += pageable
+    return out
+
+
+def test_nsight_transfers_say_the_bytes_and_bandwidth_the_export_records_and_that_the_memory_was_pinned():
+    """The export records each memcpy's bytes and its host memory's kind: each H100 moves ~25.5 GB host→device
+    at ~28 GB/s (under half its 64 GB/s PCIe link), from pinned memory, so the cause is not pageable staging."""
+    path = fixture_path(*NSYS_H100)
+    sql, copies = nsight_transfers(path), nsight_copy_bytes(path)
+    rep = _nsight_report(NSYS_H100, "h100-sxm")
+    for d in rep.stats.devices:  # the measurement, device by device
+        (x,) = d.transfers
+        mine = copies[d.device]
+        assert dict(x.copy_bytes) == {f"[CUDA memcpy {k}]": float(v) for k, v in mine["bytes"].items()}
+        assert (x.pinned_events, x.pageable_events) == (mine["pinned"], mine["pageable"])
+        assert x.pinned_events + x.pageable_events == x.events
+    (f,) = [f for f in rep.findings if f.rule == "host-transfers"]
+    h2d = sum(c["bytes"]["Host-to-Device"] for c in copies.values()) / 2
+    d2h = sum(c["bytes"]["Device-to-Host"] for c in copies.values()) / 2
+    time_s = sum(d["time_ns"] for d in sql.values()) / 2 * 1e-9
+    rate = h2d / time_s
+    assert 25e9 < h2d < 26e9 and 20e9 < rate < 35e9  # what the export says, as the brief read it
+    link = rl.chip("h100-sxm").value("interconnect.pcie_bytes_per_s")
+    line = next(e for e in f.evidence if "moved per step on each device" in e)
+    assert f"{h2d / 1e9:.4g} GB host→device" in line and f"{d2h:.0f} B device→host" in line
+    assert f"{rate / 1e9:.3g} GB/s over the transfer time" in line and f"{rate / link:.0%} of the host link" in line
+    pinned = sum(c["pinned"] for c in copies.values()) / 2
+    assert any(e.startswith(f"host memory: {pinned:.3g} of the") for e in f.evidence)
+    assert f.cause.startswith("the copies come from pinned host memory") and "pageable staging is not" in f.cause
+    assert f"at {rate / link:.0%} of the host link" in f.cause and "are large" in f.cause
+    assert "pin the host memory" not in f.fix
+
+
+def test_nsys_copy_columns_survive_the_trace_cache(tmp_path, monkeypatch):
+    """The per-copy bytes and pinned-ness are table columns: a second read, from the cache, has them too."""
+    from rooflens.trace import background, cache
+
+    monkeypatch.setenv("ROOFLENS_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("ROOFLENS_NO_CACHE", raising=False)
+    path = fixture_path(*NSYS_H100)
+    first = cache.read_cached(path)
+    background.flush(cache.location(cache.identity(path)))
+    assert cache.location(cache.identity(path)).is_file()
+    again = cache.read_cached(path).table
+    assert again.copy_bytes is not None and again.host_pinned is not None
+    assert (again.copy_bytes == first.table.copy_bytes).all() and (again.host_pinned == first.table.host_pinned).all()
+    assert int(again.copy_bytes[again.copy_bytes > 0].sum()) == sum(
+        sum(c["bytes"].values()) for c in nsight_copy_bytes(path).values()) + _memset_and_peer_bytes(path)
+
+
+def _memset_and_peer_bytes(path) -> int:
+    import sqlite3
+
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    (n,) = con.execute("SELECT (SELECT COALESCE(sum(bytes), 0) FROM CUPTI_ACTIVITY_KIND_MEMSET) + "
+                       "(SELECT COALESCE(sum(m.bytes), 0) FROM CUPTI_ACTIVITY_KIND_MEMCPY m JOIN ENUM_CUDA_MEMCPY_OPER k "
+                       "ON k.id = m.copyKind WHERE k.label NOT LIKE '%Host%')").fetchone()
+    con.close()
+    return n

@@ -37,6 +37,8 @@ from rooflens.userdirs import cache_dir
 #: bump when what a reader produces changes: older caches are then decoded again
 READER_VERSION = 1
 COLUMNS = ("host", "device", "line", "name", "program", "start_ps", "dur_ps")
+#: columns a table has only where its trace says them (EventTable.copy_bytes, host_pinned): stored when present
+OPTIONAL_COLUMNS = (("copy_bytes", np.int64), ("host_pinned", np.int8))
 DEFAULT_MAX_BYTES = 4 << 30
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.I)
 
@@ -169,12 +171,13 @@ def _writer(raw: RawTrace, key: dict | None) -> Callable[[object], None]:
     table's columns are never changed in place), the checksums and bytes are made when it is called."""
     t = raw.table
     cols = {c: getattr(t, c) for c in COLUMNS}
+    cols.update({c: getattr(t, c) for c, _ in OPTIONAL_COLUMNS if getattr(t, c) is not None})
     meta = _meta(raw, key)
 
     def write(sink) -> None:
         import pyarrow as pa
 
-        batch = pa.record_batch([pa.array(v) for v in cols.values()], names=list(COLUMNS))
+        batch = pa.record_batch([pa.array(v) for v in cols.values()], names=list(cols))
         info = {**meta, "crc32": _checksums(cols) if key is not None else None}
         schema = batch.schema.with_metadata({"rooflens": json.dumps(info, default=str)})
         with pa.ipc.new_file(sink, schema) as w:
@@ -245,6 +248,7 @@ def _read(src, key: dict | None) -> RawTrace | None:
         return None
     batch = reader.read_all()
     cols = {c: _column(batch.column(c)) for c in COLUMNS}
+    cols.update({c: _column(batch.column(c)) for c, _ in OPTIONAL_COLUMNS if c in batch.schema.names})
     if meta.get("crc32") is not None and _checksums(cols) != meta["crc32"]:
         return None
     n = len(cols["start_ps"])
@@ -256,7 +260,8 @@ def _read(src, key: dict | None) -> RawTrace | None:
         step=np.full(n, -1, np.int32), hosts=meta["hosts"], lines=meta["lines"], names=meta["names"],
         programs=meta["programs"], hlo_text={(p, k): v for p, k, v in meta["hlo_text"]},
         op_meta={(p, k): v for p, k, v in meta["op_meta"]}, program_keys=meta["program_keys"],
-        origin_ns=int(meta["origin_ns"]))
+        origin_ns=int(meta["origin_ns"]),
+        **{c: cols[c].astype(dtype, copy=False) for c, dtype in OPTIONAL_COLUMNS if c in cols})
     return RawTrace(
         meta["host"], table, [tuple(s) for s in meta["steps"]], meta["device_kind"], meta["platform"],
         notes=meta["notes"], plane_stats=meta["plane_stats"], host_events=[tuple(h) for h in meta["host_events"]],

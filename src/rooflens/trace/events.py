@@ -56,6 +56,11 @@ class EventTable:
     op_meta: dict[tuple[str, str], dict] = field(default_factory=dict)  # (program, op) → the trace's own stats
     program_keys: dict[str, str] = field(default_factory=dict)  # shown name → "name(program_id)" when known
     origin_ns: int = 0
+    #: per event, what a host↔device copy moved (bytes; -1: not a copy or not said) and whether its host memory was
+    #: page-locked (1 pinned, 0 pageable, -1 not said), where the trace records them per copy (Nsight's memcpy
+    #: rows); None: the trace says neither. Not an op's memory traffic: the roofline prices ops from their HLO
+    copy_bytes: np.ndarray | None = None
+    host_pinned: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.start_ps)
@@ -77,7 +82,9 @@ class EventTable:
         """The events ``rows`` (indices or a mask), with the same vocabularies."""
         return replace(self, host=self.host[rows], device=self.device[rows], line=self.line[rows],
                        name=self.name[rows], program=self.program[rows], start_ps=self.start_ps[rows],
-                       dur_ps=self.dur_ps[rows], step=self.step[rows])
+                       dur_ps=self.dur_ps[rows], step=self.step[rows],
+                       copy_bytes=None if self.copy_bytes is None else self.copy_bytes[rows],
+                       host_pinned=None if self.host_pinned is None else self.host_pinned[rows])
 
     def pairs(self) -> np.ndarray:
         """The distinct (program code, name code) pairs, as rows."""
@@ -166,8 +173,8 @@ def vocab(codes: np.ndarray, words: list[str]) -> tuple[np.ndarray, list[str]]:
 
 def build(host: np.ndarray, device: np.ndarray, line: np.ndarray, name: np.ndarray, program: np.ndarray,
           start_ps: np.ndarray, dur_ps: np.ndarray, hosts: list[str], lines: list[str], names: list[str],
-          programs: list[str], origin_ns: int = 0, hlo_text: dict | None = None, op_meta: dict | None = None
-          ) -> EventTable:
+          programs: list[str], origin_ns: int = 0, hlo_text: dict | None = None, op_meta: dict | None = None,
+          copy_bytes: np.ndarray | None = None, host_pinned: np.ndarray | None = None) -> EventTable:
     """An EventTable sorted by start, with program names made plain where that is unambiguous."""
     line, lines = vocab(np.asarray(line), lines)
     name, names = vocab(np.asarray(name), names)
@@ -191,7 +198,9 @@ def build(host: np.ndarray, device: np.ndarray, line: np.ndarray, name: np.ndarr
         dur_ps=col(dur_ps, np.int64), step=np.full(n, -1, np.int32), hosts=list(hosts),
         lines=lines, names=names, programs=programs, origin_ns=origin_ns,
         hlo_text={(rename.get(p, p), k): v for (p, k), v in (hlo_text or {}).items()},
-        op_meta={(rename.get(p, p), k): v for (p, k), v in (op_meta or {}).items()}, program_keys=keys)
+        op_meta={(rename.get(p, p), k): v for (p, k), v in (op_meta or {}).items()}, program_keys=keys,
+        copy_bytes=None if copy_bytes is None else col(copy_bytes, np.int64),
+        host_pinned=None if host_pinned is None else col(host_pinned, np.int8))
 
 
 _ID_RE = re.compile(r"^(.*)\((\d+)\)$")
@@ -225,6 +234,11 @@ def concat(tables: list[EventTable]) -> EventTable:
                             "time), so they are not one run; report each run on its own.")
     start = np.concatenate([t.start_ps + s for s, t in zip(shift_ps, tables)])
     order = np.argsort(start, kind="stable")
+    copies = {}
+    for c, dtype in (("copy_bytes", np.int64), ("host_pinned", np.int8)):
+        if any(getattr(t, c) is not None for t in tables):  # a table without the column: -1, not said
+            copies[c] = np.concatenate([getattr(t, c) if getattr(t, c) is not None else np.full(len(t), -1, dtype)
+                                        for t in tables]).astype(dtype, copy=False)[order]
     hlo_text, op_meta, keys = {}, {}, {}
     for t in tables:
         hlo_text.update(t.hlo_text)
@@ -237,4 +251,5 @@ def concat(tables: list[EventTable]) -> EventTable:
         dur_ps=np.concatenate([t.dur_ps for t in tables])[order], step=np.concatenate([t.step for t in tables])[order],
         hosts=merged["hosts"].words, lines=merged["lines"].words, names=merged["names"].words,
         programs=merged["programs"].words, hlo_text=hlo_text, op_meta=op_meta, program_keys=keys, origin_ns=origin,
+        **copies,
     )

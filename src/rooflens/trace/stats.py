@@ -68,6 +68,11 @@ class TransferTime:
     time_s: float  # the union of its transfer events
     exposed_s: float  # of which no other op event of the device ran alongside (not hidden under kernels)
     events: int
+    #: (op name, bytes its events moved) per transfer op, where the trace records every one's bytes
+    #: (EventTable.copy_bytes: Nsight's memcpy rows); () where it does not (an XSpace's, priced from the HLO)
+    copy_bytes: tuple[tuple[str, float], ...] = ()
+    pinned_events: int = 0  # of its events, those from page-locked host memory (EventTable.host_pinned)
+    pageable_events: int = 0  # and those from pageable host memory (the rest: not said)
 
 
 @dataclass(frozen=True)
@@ -517,7 +522,15 @@ def _transfer_times(t, start, end, sel: np.ndarray, transfer: np.ndarray, counte
         these = mine & (program == p)
         time_ns, ms, me = busy_union(s[these], e[these])
         exposed = max(time_ns - covered_ns(ms, me, os_, oe), 0.0)
-        out.append(TransferTime(t.programs[p], time_ns * 1e-9, exposed * 1e-9, int(these.sum())))
+        rows = sel[these]
+        moved: tuple[tuple[str, float], ...] = ()
+        if t.copy_bytes is not None and (t.copy_bytes[rows] >= 0).all():
+            names, inv = np.unique(t.name[rows], return_inverse=True)
+            per = np.bincount(inv.reshape(-1), weights=t.copy_bytes[rows].astype(np.float64), minlength=len(names))
+            moved = tuple((t.names[n], float(b)) for n, b in zip(names.tolist(), per.tolist()))
+        pinned = t.host_pinned[rows] if t.host_pinned is not None else np.zeros(0, np.int8)
+        out.append(TransferTime(t.programs[p], time_ns * 1e-9, exposed * 1e-9, int(these.sum()), moved,
+                                int((pinned == 1).sum()), int((pinned == 0).sum())))
     return tuple(out)
 
 

@@ -31,6 +31,9 @@ TRANSFER_SHARE = 0.05  # measured transfer time no kernel hides, over the step: 
 TRANSFER_HIDDEN_SHARE = 0.25  # transfers this share of the step, hidden under kernels or not: a finding (what
 # they would cost once the kernels around them are faster)
 LINK_BOUND = 0.5  # bytes over transfer time at least this share of the host link's bandwidth: the link is the limit
+# a copy this small spends about as long in its fixed set-up (~10 µs to launch a cudaMemcpy and start its DMA) as in
+# moving its bytes at a PCIe 5 x16 link's 64 GB/s (10 µs × 64 GB/s = 640 kB): below it, many small copies are the cause
+SMALL_COPY_BYTES = 1 << 20
 
 
 def _where(unit: IdleUnit) -> tuple[list, list[str]]:
@@ -278,6 +281,11 @@ class MeasuredTransfers:
     worst: tuple[str, float]  # the device with the most exposed transfer time, and that time
     ops: tuple  # the transfer ops (OpStat) of the step, most time first
     scope: str | None  # the program they were counted in (None: every program, in the steps or the window)
+    #: bytes per (program, op) the trace records the transfers moved (Nsight's memcpy rows), per device per step;
+    #: None where it does not record every one's
+    traced_bytes: dict[tuple[str, str], float] | None = None
+    pinned: float = 0.0  # transfer events per step per device from page-locked host memory, as the trace says
+    pageable: float = 0.0  # and from pageable host memory
 
 
 def _per(report: Report) -> str:
@@ -290,14 +298,22 @@ def measured_transfers(report: Report) -> MeasuredTransfers | None:
     trace measures none (in the step's program, for a trace judged per execution)."""
     st = report.steps
     scope = st.program if st is not None and st.basis == "executions" else None
-    time = exposed = events = 0.0
+    time = exposed = events = pinned = pageable = 0.0
     worst = ("", 0.0)
+    traced: dict[tuple[str, str], float] | None = {}
     for d in report.stats.devices:
         xs = [x for x in d.transfers if scope is None or x.program == scope]
         mine = sum(x.exposed_s for x in xs)
         time += sum(x.time_s for x in xs)
         exposed += mine
         events += sum(x.events for x in xs)
+        pinned += sum(x.pinned_events for x in xs)
+        pageable += sum(x.pageable_events for x in xs)
+        for x in xs:
+            if traced is not None and not x.copy_bytes:  # a transfer whose bytes the trace does not say
+                traced = None
+            for name, b in x.copy_bytes if traced is not None else ():
+                traced[(x.program, name)] = traced.get((x.program, name), 0.0) + b
         if xs and mine >= worst[1]:
             worst = (f"{d.host}:{d.device}" if len(report.hosts) > 1 else str(d.device), mine)
     if not time:
@@ -306,7 +322,9 @@ def measured_transfers(report: Report) -> MeasuredTransfers | None:
     ops = sorted((s for s in report.stats.op_stats if s.category == "host transfer"
                   and (scope is None or s.program == scope)), key=lambda s: -s.total_time_s)
     return MeasuredTransfers(time / n / periods, exposed / n / periods, events / n / periods,
-                             (worst[0], worst[1] / periods), tuple(ops), scope)
+                             (worst[0], worst[1] / periods), tuple(ops), scope,
+                             {k: b / n / periods for k, b in traced.items()} if traced else None,
+                             pinned / n / periods, pageable / n / periods)
 
 
 def _step_s(report: Report) -> float:
@@ -360,6 +378,18 @@ def _bytes_by_direction(report: Report, scope: str | None) -> tuple[dict[str, fl
     return out, sum(runs_per_step(report, c) for c in rows)
 
 
+def _traced_by_direction(report: Report, m: MeasuredTransfers) -> tuple[dict[str, float], float] | None:
+    """Bytes each direction moves per step per device, as the trace records each transfer (Nsight's memcpy
+    ``bytes``), and the transfers per step; None where it does not record every one's."""
+    if not m.traced_bytes:
+        return None
+    out: dict[str, float] = {}
+    for (program, name), b in m.traced_bytes.items():
+        d = transfer_direction(report, program, name) or "either way"
+        out[d] = out.get(d, 0.0) + b
+    return out, m.events
+
+
 def _measured_finding(report: Report, m: MeasuredTransfers, implicit: Implicit | None) -> Finding:
     per, step = _per(report), _step_s(report)
     steps_basis = report.steps is not None and report.steps.basis == "steps"
@@ -375,16 +405,18 @@ def _measured_finding(report: Report, m: MeasuredTransfers, implicit: Implicit |
                   f"{per}, {_ms(per_step_of(report, s.total_time_s, report.steps.program if report.steps else None))}")
         evidence.append(f"{s.name}{f' ({way})' if way else ''}: {counts}")
     link, source = _host_link(report)
-    counted = _bytes_by_direction(report, m.scope)
+    counted = _traced_by_direction(report, m) or _bytes_by_direction(report, m.scope)
     moved, copies = counted if counted is not None else ({}, 0.0)
+    whence = "as the trace records each copy" if m.traced_bytes else "from the HLO's shapes"
     share = None
     if moved:
         total = sum(moved.values())
         busiest = max(moved.values())
         rate = busiest / m.time_s
         ways = ", ".join(f"{fmt_bytes(b)} {d}" for d, b in sorted(moved.items(), key=lambda kv: -kv[1]))
-        line = (f"{fmt_bytes(total)} moved per {per} ({ways}; from the HLO's shapes), {fmt_bytes(total / copies)} "
-                f"per transfer: {rate / 1e9:.3g} GB/s over the transfer time in the busier direction")
+        line = (f"{fmt_bytes(total)} moved per {per} on each device ({ways}; {whence}), "
+                f"{fmt_bytes(total / copies)} per transfer: {rate / 1e9:.3g} GB/s over the transfer time in the "
+                "busier direction")
         if link:
             share = rate / link
             line += f", {share:.0%} of the host link's {link / 1e9:.3g} GB/s ({source})"
@@ -398,10 +430,15 @@ def _measured_finding(report: Report, m: MeasuredTransfers, implicit: Implicit |
                         + (report.chip_reason or "give --chip"))
     elif not moved:
         evidence.append(f"the host link: {link / 1e9:.3g} GB/s per direction ({source})")
+    said = m.pinned + m.pageable
+    if said:
+        evidence.append(f"host memory: {m.pinned:.3g} of the {m.events:.3g} transfers per {per} from pinned "
+                        f"(page-locked) memory, {m.pageable:.3g} from pageable memory (as the trace records them)")
     if implicit is not None:
         evidence.append(f"the capture recorded {len(implicit.lines)} implicit transfer(s) over {implicit.steps} "
                         f"step(s) among them: {implicit.lines[0]}")
     hidden = m.exposed_s < TRANSFER_SHARE * step
+    per_copy = sum(moved.values()) / copies if moved and copies else None
     if hidden:
         cause = ("the transfers run beside the kernels (overlapped), so they cost the step little now; they take a "
                  "large share of it and come onto the critical path as soon as the kernels around them get faster")
@@ -414,6 +451,29 @@ def _measured_finding(report: Report, m: MeasuredTransfers, implicit: Implicit |
                "tensors, transfer in a narrower dtype), and overlap what must move with compute: start each copy a "
                "step ahead (jax.device_put of the next batch before this step runs; host offloading whose copy-start "
                "is scheduled earlier; in PyTorch, a non_blocking copy on a side stream)")
+    elif said and m.pageable >= m.pinned:
+        cause = (f"the device waits for copies from pageable host memory ({m.pageable:.3g} of the {said:.3g} whose "
+                 "memory the trace records): the driver stages each through a pinned bounce buffer, synchronously, at "
+                 "a fraction of the link's bandwidth, and no kernel overlaps them")
+        fix = ("pin the host memory (PyTorch: pin_memory=True in the DataLoader and .to(device, non_blocking=True); "
+               "JAX: device_put from arrays the runtime pinned), keep the data on the device across steps, and "
+               "prefetch the next batch while this step runs so that copies overlap compute")
+    elif said:
+        small = per_copy is not None and per_copy < SMALL_COPY_BYTES
+        size = f" of {fmt_bytes(per_copy)} each" if per_copy is not None else ""
+        rate_said = (f"at {share:.0%} of the host link" if share is not None else
+                     "at a rate this chip's host link is not known to compare with")
+        cause = (f"the copies come from pinned host memory ({m.pinned:.3g} of the {said:.3g} whose memory the trace "
+                 f"records), so pageable staging is not the cause; they move {rate_said}, and no kernel overlaps "
+                 "them: " + (f"many small copies{size}, each paying a fixed launch and DMA set-up latency" if small
+                             else f"the copies{size} are large, so per-copy latency is not it either: they run "
+                             "synchronously (on the stream the kernels run on, or waited for before the kernels that "
+                             "need them), or the host side (several GPUs copying at once through one switch or host "
+                             "memory) holds them below the link"))
+        fix = (("batch the small copies into one (a contiguous pinned staging buffer), " if small else "")
+               + "issue the copies non-blocking on a separate stream a step ahead (PyTorch: .to(device, "
+               "non_blocking=True) of the next batch on a side stream; JAX: jax.device_put of the next batch before "
+               "this step runs) so that they overlap compute, and keep on the device what need not cross each step")
     else:
         cause = ("the device waits for copies between host and device memory that no kernel overlaps: data fed or read "
                  "back every step, from pageable host memory (staged through a bounce buffer, at a fraction of the "

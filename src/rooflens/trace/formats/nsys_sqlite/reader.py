@@ -18,6 +18,9 @@ finds the ranges open).
 * **Anything else** (PyTorch, a JAX without XLA's ranges): kernels grouped by kernel name
   (``shortName``), each with the NVTX range path it was most often launched under as its scope; NCCL
   kernels are collectives (by name), memcpy/memset host transfers or device copies by their kind.
+
+Each memcpy and memset keeps its ``bytes`` and whether its host memory was pinned (``srcKind``/``dstKind``,
+``memKind``) in the table's ``copy_bytes``/``host_pinned`` columns: what a transfer moved, not an op's HLO traffic.
   There is no HLO, so no roofline: said once in the notes.
 
 :func:`read_nsys_report` reads a raw ``.nsys-rep`` through ``nsys export`` when Nsight Systems is
@@ -266,7 +269,9 @@ def _read(db: D.Export, path: Path, host: str, progress: Progress) -> RawTrace:
         host=np.zeros(len(rows), np.int32), device=device[rows], line=line.reshape(-1), name=ops.name,
         program=ops.program, start_ps=(work.start[rows] - base) * 1000,
         dur_ps=(work.end[rows] - work.start[rows]) * 1000, hosts=[host], lines=[f"Stream #{s}" for s in streams],
-        names=ops.names or [""], programs=ops.programs, origin_ns=origin, op_meta=ops.op_meta)
+        names=ops.names or [""], programs=ops.programs, origin_ns=origin, op_meta=ops.op_meta,
+        copy_bytes=None if work.copy_bytes is None else work.copy_bytes[rows],
+        host_pinned=None if work.host_pinned is None else work.host_pinned[rows])
     notes = ops.notes + gpu_notes
     if xla:
         notes += tsl.compilations_note(ops.host_events)

@@ -23,6 +23,9 @@ KERNEL_WORK, MEMCPY_WORK, MEMSET_WORK = 0, 1, 2
 MEMCPY_KINDS = {1: "Host-to-Device", 2: "Device-to-Host", 3: "Host-to-Array", 4: "Array-to-Host",
                 5: "Array-to-Array", 6: "Array-to-Device", 7: "Device-to-Array", 8: "Device-to-Device",
                 9: "Host-to-Host", 10: "Peer-to-Peer"}
+#: Nsight's memory kinds (the export's ENUM_CUDA_MEM_KIND: CUDA_MEMOPR_MEMORY_KIND_PAGEABLE = 0, _PINNED = 1,
+#: _DEVICE = 2, …, _UNKNOWN = 7), of a memcpy's srcKind/dstKind and a memset's memKind
+MEM_KIND_PAGEABLE, MEM_KIND_PINNED = 0, 1
 MEMSET_NAME = "[CUDA memset]"  # Nsight's own labels for the transfers: "[CUDA memcpy Host-to-Device]", …
 #: XSpace GPU plane stats (xla/tsl/profiler/utils/xplane_schema.h: clock_rate in kHz, memory_bandwidth in
 #: bytes/s, memory_size in bytes, core_count = SMs) from TARGET_INFO_GPU's columns (clockRate in Hz), so chip
@@ -60,6 +63,8 @@ class Work:
     names: list[str]
     categories: dict[str, str] = field(default_factory=dict)  # a transfer's name → its category
     in_graphs: int = 0  # kernels launched inside CUDA graphs
+    copy_bytes: np.ndarray | None = None  # a memcpy's or memset's bytes (-1: a kernel, or not in the export)
+    host_pinned: np.ndarray | None = None  # its host memory pinned 1 / pageable 0 (-1: no host side, not said)
 
     def __len__(self) -> int:
         return len(self.start)
@@ -90,9 +95,19 @@ def _work_columns(cols: set[str]) -> str:
     return f'start, "end", {have("deviceId")}, {have("streamId")}, {have("correlationId")}, {have("globalPid")}'
 
 
+def _host_pinned_sql(kinds: list[str]) -> str:
+    """An SQL expression: 1 where any of the host-side memory kinds ``kinds`` is pinned, 0 pageable, else -1."""
+    def pick(kind: int) -> str:
+        return " OR ".join(f"{k} = {kind}" for k in kinds)
+
+    return f"CASE WHEN {pick(MEM_KIND_PAGEABLE)} THEN 0 WHEN {pick(MEM_KIND_PINNED)} THEN 1 ELSE -1 END" if kinds \
+        else "-1"
+
+
 def work(db: D.Export) -> Work:
     """The export's kernels, memcpy and memset, one row each."""
     parts, names, categories, in_graphs = [], [], {}, 0
+    copies = []  # per part: (bytes, host pinned) columns
     cols = db.columns(D.KERNEL)
     name_col = _kernel_name_column(cols)
     if name_col and cols >= {"start", "end"}:
@@ -101,18 +116,26 @@ def work(db: D.Export) -> Work:
         words = db.strings(f"SELECT DISTINCT {name_col} FROM {D.KERNEL}")
         names += [words.get(int(i), f"kernel {int(i)}") for i in ids]
         parts.append((k[:, :6], KERNEL_WORK, inv.reshape(-1)))
+        copies.append(np.full((len(k), 2), -1, np.int64))
         if "graphId" in cols:
             in_graphs = int(db.first(f"SELECT count(*) FROM {D.KERNEL} WHERE graphId IS NOT NULL AND graphId != 0")[0])
-    if db.columns(D.MEMCPY) >= {"start", "end", "copyKind"}:
-        m = db.ints(f"SELECT {_work_columns(db.columns(D.MEMCPY))}, copyKind FROM {D.MEMCPY}", 7)
+    if (mc := db.columns(D.MEMCPY)) >= {"start", "end", "copyKind"}:
+        nbytes = "COALESCE(bytes, -1)" if "bytes" in mc else "-1"
+        pinned = _host_pinned_sql([c for c in ("srcKind", "dstKind") if c in mc])
+        m = db.ints(f"SELECT {_work_columns(mc)}, copyKind, {nbytes}, {pinned} FROM {D.MEMCPY}", 9)
+        copies.append(m[:, 7:9])
         kinds, inv = np.unique(m[:, 6], return_inverse=True)
         labels = _memcpy_labels(db)
         words = [f"[CUDA memcpy {labels.get(int(c), f'kind {int(c)}')}]" for c in kinds]
         categories.update({w: transfer_category(w) for w in words})
         parts.append((m[:, :6], MEMCPY_WORK, len(names) + inv.reshape(-1)))
         names += words
-    if db.columns(D.MEMSET) >= {"start", "end"}:
-        s = db.ints(f"SELECT {_work_columns(db.columns(D.MEMSET))} FROM {D.MEMSET}", 6)
+    if (sc := db.columns(D.MEMSET)) >= {"start", "end"}:
+        nbytes = "COALESCE(bytes, -1)" if "bytes" in sc else "-1"
+        pinned = _host_pinned_sql(["memKind"] if "memKind" in sc else [])
+        s = db.ints(f"SELECT {_work_columns(sc)}, {nbytes}, {pinned} FROM {D.MEMSET}", 8)
+        copies.append(s[:, 6:8])
+        s = s[:, :6]
         if len(s):
             categories[MEMSET_NAME] = "data movement"
             parts.append((s, MEMSET_WORK, np.full(len(s), len(names))))
@@ -121,8 +144,10 @@ def work(db: D.Export) -> Work:
         return Work(*(np.zeros(0, np.int64),) * 8, [])
     cols6 = np.concatenate([p[0] for p in parts])
     kind = np.concatenate([np.full(len(p[0]), p[1], np.int8) for p in parts])
+    copy = np.concatenate(copies)
     return Work(cols6[:, 0], cols6[:, 1], cols6[:, 2], cols6[:, 3], cols6[:, 4], cols6[:, 5], kind,
-                np.concatenate([p[2] for p in parts]).astype(np.int64), names, categories, in_graphs)
+                np.concatenate([p[2] for p in parts]).astype(np.int64), names, categories, in_graphs,
+                copy[:, 0], copy[:, 1].astype(np.int8))
 
 
 def launches(db: D.Export, w: Work) -> tuple[np.ndarray, np.ndarray, int]:
