@@ -17,7 +17,6 @@ from rooflens.trace.align import aligned_hosts, clock_offsets, collective_ends
 from rooflens.trace.assemble import assemble
 from rooflens.trace.cache import from_ipc, to_ipc
 from rooflens.trace.hosts import read_hosts
-from rooflens.trace.warmup import with_warmup
 from tests.conftest import fixture_path
 
 #: aligned, a collective over every device ends within this on every host (the pod's largest is 0.108 ms: an
@@ -37,14 +36,14 @@ def pod():
 @pytest.fixture(scope="module")
 def aligned(pod):
     path, runs, raws, files = pod
-    return with_warmup(assemble([path], runs, raws, files))  # as traced: the first step's collectives align too
+    return assemble([path], runs, raws, files)
 
 
 @pytest.fixture(scope="module")
 def as_recorded(pod):
     """The same pod with each host on its own session's clock, as it was read before alignment."""
     path, runs, raws, files = pod
-    return with_warmup(assemble([path], runs, [dataclasses.replace(r, session_clock=False) for r in raws], files))
+    return assemble([path], runs, [dataclasses.replace(r, session_clock=False) for r in raws], files)
 
 
 def _ends_by_key(t, rows) -> dict[tuple[str, str, int], int]:

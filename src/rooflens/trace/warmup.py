@@ -547,7 +547,7 @@ def first_step_note(step: int, step_s: float, rest_s) -> str:
     med = float(np.median(rest_s))
     return (f"step {step} took {step_s:.3g} s, {step_s / med:.0f}× the median of the other {len(rest_s)} "
             f"({med:.3g} s): warm-up (first execution: communicator set-up, autotuning, or waiting for another "
-            "process), left out of the step times and the stats with the set-up before it; --include-warmup keeps it")
+            "process), left out of the step times; --include-warmup keeps it")
 
 
 def is_first_step_note(note: str) -> bool:
@@ -569,14 +569,7 @@ def judge_first_step(profile, warm: bool | None = None):
     t = profile.table
     n0, s0, e0 = steps[0]
     drop = t.step == n0
-    # and the set-up before it on each host (programs run once to initialise or to sync the processes: jax's
-    # sync_global_devices psum waits for the slowest process too), as the steady state of a run begins after both
-    first_ns = np.full(len(t.hosts), np.inf)
-    np.minimum.at(first_ns, t.host[drop], t.start_ns[drop])
-    setup = (t.step < 0) & (t.start_ns < first_ns[t.host])
-    drop |= setup
-    info = {"excluded": True, "events": int(drop.sum()), "setup_events": int(setup.sum()), "warmup_steps": [int(n0)],
-            "first_step": [n0, s0, e0],
+    info = {"excluded": True, "events": int(drop.sum()), "warmup_steps": [int(n0)], "first_step": [n0, s0, e0],
             "intervals_ns": [[s0, e0]], "steady_start_ns": float(steps[1][1])}
     notes = [*profile.notes, first_step_note(n0, durations[0], durations[1:])]
     judged = dataclasses.replace(profile, table=_take(t, ~drop), steps=steps[1:], notes=notes,
