@@ -11,16 +11,7 @@ import pytest
 import rooflens as rl
 from rooflens.analysis import analyze
 from rooflens.trace import discover, op_stats
-from rooflens.trace.reduce import (
-    GAMMA,
-    SAMPLE_EVENTS,
-    Merge,
-    bucket_of,
-    bucket_value,
-    pod_judged,
-    reduce_host,
-    reduce_profile,
-)
+from rooflens.trace.reduce import GAMMA, SAMPLE_EVENTS, Merge, bucket_of, bucket_value, reduce_host, reduce_profile
 from tests.conftest import fixture_path
 
 #: the sketch's bound: a bucket's representative against any duration in it
@@ -114,9 +105,7 @@ def test_a_pod_merged_from_aggregates_finds_what_its_events_find(pod):
 def test_the_merge_does_not_depend_on_the_order_hosts_arrive(pod):
     path, _, merged = pod
     runs, files = discover.find([str(path)])
-    parts = pod_judged({i: reduce_host(f, runs, None, False, 1000, len(files)) for i, f in enumerate(files)},
-                       lambda i, warm: reduce_host(files[i], runs, None, False, 1000, len(files),
-                                                   first_step_warmup=warm))
+    parts = [reduce_host(f, runs, None, False, 1000, len(files)) for f in files]
     backwards = Merge()
     for i in reversed(range(len(parts))):
         backwards.add(i, parts[i])

@@ -52,14 +52,7 @@ from rooflens.trace.stats import (
     stats_of,
     step_spans_ps,
 )
-from rooflens.trace.warmup import (
-    Executions,
-    base_name,
-    first_step_note,
-    first_step_outlier,
-    is_first_step_note,
-    program_executions,
-)
+from rooflens.trace.warmup import Executions, base_name, program_executions
 
 #: a sketch bucket holds durations from GAMMA^(b-1) to GAMMA^b ps: its representative is within 0.99 % of each
 GAMMA = 1.02
@@ -124,9 +117,6 @@ class HostPart:
     # its collectives' ends, where its trace keeps a clock of its own (rooflens.trace.align): the driver aligns
     # the hosts' clocks on them, as the events' merge does
     collectives: CollectiveEnds | None = None
-    # its first step, when it was left out as warm-up (rooflens.trace.warmup.judge_first_step): a (number, start ns,
-    # end ns) row; the pod's steps are merged with it, as the events' merge judges the job's steps
-    first_step: np.ndarray = field(default_factory=lambda: np.zeros((0, 3)))
 
 
 def bucket_of(dur_ps: np.ndarray) -> np.ndarray:
@@ -162,10 +152,9 @@ def sketch_quantile(buckets: np.ndarray, counts: np.ndarray, rank: int) -> float
 # -- the worker ------------------------------------------------------------------------------------
 
 def reduce_host(hf, runs: list[str], hlo_dir, include_warmup: bool, sample_events: int, pod_hosts: int = 1,
-                progress=None, first_step_warmup: bool | None = None) -> HostPart | None:
+                progress=None) -> HostPart | None:
     """One host file read and reduced (in a worker): its profile judged alone, then measured (None: the host
-    has no op event; the pod's other hosts still make a report, as when every event is merged).
-    ``first_step_warmup``: whether its first step is warm-up, as the pod decided (None: as the host alone says)."""
+    has no op event; the pod's other hosts still make a report, as when every event is merged)."""
     from rooflens.trace.hosts import read_one
 
     raw = read_one(hf, progress)
@@ -173,10 +162,6 @@ def reduce_host(hf, runs: list[str], hlo_dir, include_warmup: bool, sample_event
         return None
     collectives = collective_ends(raw.table) if raw.session_clock else None  # as read: every execution
     profile = assemble([hf.path], runs, [raw], [hf.path], hlo_dir)
-    if first_step_warmup is not None:
-        from rooflens.trace.warmup import judge_first_step
-
-        profile = judge_first_step(profile, first_step_warmup)
     if include_warmup:
         from rooflens.trace.warmup import with_warmup
 
@@ -233,7 +218,6 @@ def reduce_profile(profile: Profile, sample_events: int, pod_hosts: int = 1) -> 
         units=unit_runs(profile, devices, hosts, pod_devices=len(devices) * pod_hosts),
         t1_ns=float(t.end_ns.max()), executions=executions,
         warmup_ns=np.asarray(steady_info(profile.metadata).get("intervals_ns") or [], float).reshape(-1, 2),
-        first_step=np.asarray(steady_info(profile.metadata).get("first_step") or [], float).reshape(-1, 3),
         sample=_used_words(t.select(rows[:sample_events])),
         sampled_step=sampled, notes=[n for n in profile.notes if not n.startswith("no HLO for ") and n != NO_STEPS],
         platform=profile.platform, device_kind=profile.device_kind, plane_stats=profile.plane_stats,
@@ -422,10 +406,8 @@ class Merge:
         table_origin = table.origin_ns
         shift_ns = [float(p.origin_ns - table_origin) for p in parts]
         t0 = min(p.t0_ns + s for p, s in zip(parts, shift_ns))
-        steps, warm = pod_steps(parts, shift_ns)
-        notes = list(dict.fromkeys(n for p in parts for n in p.notes if not is_first_step_note(n))) + clock_notes
-        if warm is not None:
-            notes.append(warm)
+        steps = job_steps([[(int(n), a + s, b + s) for n, a, b in p.steps.tolist()] for p, s in zip(parts, shift_ns)])
+        notes = list(dict.fromkeys(n for p in parts for n in p.notes)) + clock_notes
         manifest = run_manifest(runs, [])  # its problems are in every host's notes already
         hlo_texts = {k: v for k, (_, v) in self.hlo.items()}
         hlo_texts.update(saved_hlo(runs, hlo_dir))
@@ -538,48 +520,6 @@ def _shifted_runs(u: UnitRuns, shift_ns: float, gaps_shift_s: float) -> UnitRuns
     return UnitRuns(_shifted(u.unit, gaps_shift_s), move(u.start_ns), move(u.end_ns), move(u.compiling_ns))
 
 
-def traced_job_steps(parts: list[HostPart], shift_ns: list[float]) -> list[tuple[int, float, float]]:
-    """The job's steps from the hosts' steps as traced (their first left out as warm-up included), each host's
-    moved by ``shift_ns``."""
-    return job_steps([[(int(n), a + s, b + s) for n, a, b in np.concatenate([p.first_step, p.steps]).tolist()]
-                      for p, s in zip(parts, shift_ns)])
-
-
-def pod_steps(parts: list[HostPart], shift_ns: list[float]) -> tuple[list[tuple[int, float, float]], str | None]:
-    """The job's steps from the hosts' (each moved by ``shift_ns``), merged with the first steps the hosts left
-    out as warm-up and that one left out again, as the events' merge judges the job's steps: (steps, its note)."""
-    steps = traced_job_steps(parts, shift_ns)
-    warm = {int(n) for p in parts for n in p.first_step[:, 0].tolist()}
-    if not steps or steps[0][0] not in warm:
-        return steps, None
-    step_s = [(e - s) * 1e-9 for _, s, e in steps]
-    return steps[1:], first_step_note(steps[0][0], step_s[0], step_s[1:])
-
-
-def pod_first_step(parts: list[HostPart]) -> tuple[int, bool] | None:
-    """The job's first step and whether it is warm-up, judged over the hosts' steps on one time axis as the events'
-    merge judges them (None: no steps)."""
-    offsets, _ = align_clocks([p.collectives for p in parts], [p.host for p in parts])
-    origin = min(p.origin_ns - off for p, off in zip(parts, offsets))
-    shift_ns = [float(p.origin_ns - off - origin) for p, off in zip(parts, offsets)]
-    steps = traced_job_steps(parts, shift_ns)
-    if not steps:
-        return None
-    return steps[0][0], first_step_outlier([(e - s) * 1e-9 for _, s, e in steps])
-
-
-def pod_judged(parts: dict[int, HostPart], reduce_again) -> dict[int, HostPart]:
-    """The hosts' parts with the job's first step judged once for all (:func:`pod_first_step`): a host that alone
-    judged its own otherwise (a host the others waited for has a short first step) is reduced again by
-    ``reduce_again(index, warm)``, as the events' merge judges it."""
-    first = pod_first_step(list(parts.values())) if len(parts) > 1 else None
-    if first is None:
-        return parts
-    n0, warm = first
-    return {i: reduce_again(i, warm) if _first_step_of(p) == n0 and bool(len(p.first_step)) != warm else p
-            for i, p in parts.items()}
-
-
 def load_aggregated(paths: list[str], runs: list[str], host_files, hlo_dir, progress, workers, engine, ray_address,
                     include_warmup: bool) -> Profile:
     """:func:`rooflens.trace.loading.load` for ``merge="aggregates"``: every host reduced by a worker, merged here."""
@@ -592,27 +532,16 @@ def load_aggregated(paths: list[str], runs: list[str], host_files, hlo_dir, prog
     merge, empty = Merge(), []
     task = Task(_one, _reduce_batch, _remote, args=(list(runs), None if hlo_dir is None else str(hlo_dir),
                                                      include_warmup, sample, len(files)))
-    parts: dict[int, HostPart] = {}
     with ingest_progress([Path(f) for f in files], progress) as bar:
         for i, part in map_hosts(host_files, task, workers, engine, ray_address, bar.for_file):
             if part is not None:
-                parts[i] = part
+                merge.add(i, part)
             else:
                 empty.append(host_files[i].host)
-    if not include_warmup:
-        parts = pod_judged(parts, lambda i, warm: reduce_host(host_files[i], list(runs), hlo_dir, include_warmup,
-                                                              sample, len(files), first_step_warmup=warm))
-    for i in sorted(parts):
-        merge.add(i, parts.pop(i))
     if not merge.index:
         raise RooflensError(f"{', '.join(paths)} has no device op events (no XLA ops on any device or CPU thread): "
                             "was anything running on the devices while it was traced?")
     return merge.profile(paths, runs, files, hlo_dir, tuple(empty))
-
-
-def _first_step_of(part: HostPart) -> int | None:
-    rows = np.concatenate([part.first_step, part.steps])
-    return int(rows[:, 0].min()) if len(rows) else None
 
 
 def _one(hf, runs, hlo_dir, include_warmup, sample, pod_hosts, progress=None) -> HostPart | None:

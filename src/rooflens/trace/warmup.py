@@ -460,11 +460,9 @@ def judge(profile):
 
     manifest = profile.manifest
     if manifest.extra.get("window") and not manifest.warmup_in_window and not profile.steps:
-        return judge_first_step(judge_window(profile))
-    if getattr(profile, _FULL, None) is not None:
+        return judge_window(profile)
+    if not manifest.warmup_in_window or getattr(profile, _FULL, None) is not None:
         return profile
-    if not manifest.warmup_in_window:
-        return judge_first_step(profile)
     meta = profile.metadata or {}
     t = profile.table
     exec_idx = execution_index(t)
@@ -516,64 +514,6 @@ def judge(profile):
         notes.append(f"warm-up, left out of the stats (--include-warmup keeps it): {warmup_summary(programs)}")
     judged = dataclasses.replace(profile, table=steady, steps=steps, notes=notes,
                                  metadata={**meta, "steady_state": info})
-    object.__setattr__(judged, _FULL, profile)
-    return judged
-
-
-#: the first step is warm-up when it took more than this many times the median of the other steps …
-FIRST_STEP_RATIO = 2.0
-#: … and exceeded the longest of them by more than this (and by more than their own spread). A thread of a busy
-#: CPU waits a scheduler slice or two when preempted (Linux CFS: sched_latency_ns, 6 ms × (1 + log2 CPUs), tens
-#: of ms at most on a loaded machine), so a first step longer by 50 ms is no noise; a GPU's warm-up is longer
-#: still: NCCL's communicator set-up, cuBLAS/cuDNN handles, autotuning, lazy module loading, or a collective
-#: waiting for a process still compiling (0.1 s to seconds).
-FIRST_STEP_MARGIN_S = 0.05
-
-
-def first_step_outlier(step_s) -> bool:
-    """Whether the first of the step times ``step_s`` (seconds, in order) is warm-up: there are at least 3 steps
-    (two to compare it with), it took over :data:`FIRST_STEP_RATIO` × the median of the others, and it is longer
-    than the longest other by more than :data:`FIRST_STEP_MARGIN_S` and more than the others' spread (a run whose
-    steps swing widely has no outlier in a long first step)."""
-    d = np.asarray(step_s, dtype=float)
-    if len(d) < 3:
-        return False
-    rest = d[1:]
-    excess = d[0] - rest.max()
-    return bool(d[0] > FIRST_STEP_RATIO * np.median(rest) and excess > max(FIRST_STEP_MARGIN_S, np.ptp(rest)))
-
-
-def first_step_note(step: int, step_s: float, rest_s) -> str:
-    med = float(np.median(rest_s))
-    return (f"step {step} took {step_s:.3g} s, {step_s / med:.0f}× the median of the other {len(rest_s)} "
-            f"({med:.3g} s): warm-up (first execution: communicator set-up, autotuning, or waiting for another "
-            "process), left out of the step times; --include-warmup keeps it")
-
-
-def is_first_step_note(note: str) -> bool:
-    return note.startswith("step ") and "warm-up (first execution:" in note
-
-
-def judge_first_step(profile, warm: bool | None = None):
-    """A profile not traced from its start by ``rooflens run`` (a trace of one's own, an nsys-jax archive, a
-    window): its first step is warm-up when :func:`first_step_outlier` says so (``warm``: decided elsewhere, e.g.
-    over a pod's hosts; the profile's own first step taken or kept as told). Its events leave the event table
-    (kept by :func:`with_warmup`), the steps are the rest, and ``metadata["steady_state"]`` says so."""
-    profile = getattr(profile, _FULL, None) or profile  # judged again from the run as traced
-    steps = sorted(profile.steps)
-    durations = [(e - s) * 1e-9 for _, s, e in steps]
-    if warm is None:
-        warm = first_step_outlier(durations)
-    if not warm or len(steps) < 2:
-        return profile
-    t = profile.table
-    n0, s0, e0 = steps[0]
-    drop = t.step == n0
-    info = {"excluded": True, "events": int(drop.sum()), "warmup_steps": [int(n0)], "first_step": [n0, s0, e0],
-            "intervals_ns": [[s0, e0]], "steady_start_ns": float(steps[1][1])}
-    notes = [*profile.notes, first_step_note(n0, durations[0], durations[1:])]
-    judged = dataclasses.replace(profile, table=_take(t, ~drop), steps=steps[1:], notes=notes,
-                                 metadata={**(profile.metadata or {}), "steady_state": info})
     object.__setattr__(judged, _FULL, profile)
     return judged
 
