@@ -43,11 +43,21 @@ def step_of(report: Report, program: str | None = None) -> StepBreakdown | None:
     return report.steps
 
 
+def periods_of(report: Report, program: str | None = None) -> float:
+    """What a program's measured totals are divided by per device: its step's periods (steps, or executions),
+    1 where none were measured."""
+    st = step_of(report, program)
+    return st.periods if st is not None and st.periods > 0 else 1.0
+
+
+def per_what(st: StepBreakdown | None) -> str:
+    """The period a finding's per-step numbers are per: "execution of <program>" or "step"."""
+    return f"execution of {st.program}" if st is not None and st.basis == "executions" else "step"
+
+
 def runs_per_step(report: Report, c: OpComparison) -> float:
     """How many times one device runs the op per step of its program (per execution, without steps)."""
-    st = step_of(report, c.program)
-    periods = st.periods if st is not None and st.periods > 0 else 1.0
-    return c.runs / max(report.num_devices, 1) / periods
+    return c.runs / max(report.num_devices, 1) / periods_of(report, c.program)
 
 
 def excess_per_step(report: Report, c: OpComparison) -> float:
@@ -60,9 +70,7 @@ def excess_per_step(report: Report, c: OpComparison) -> float:
 def per_step_of(report: Report, total_s: float, program: str | None = None) -> float:
     """A time summed over devices and runs, per device per step of ``program`` (per execution of it when
     there are no steps)."""
-    st = step_of(report, program)
-    periods = st.periods if st is not None and st.periods > 0 else 1.0
-    return total_s / max(report.num_devices, 1) / periods
+    return total_s / max(report.num_devices, 1) / periods_of(report, program)
 
 
 def with_saving(report: Report, f: Finding, recoverable_s: float, program: str | None = None, *,
@@ -74,7 +82,7 @@ def with_saving(report: Report, f: Finding, recoverable_s: float, program: str |
     rec = max(float(recoverable_s), 0.0)
     if step_s:
         rec = min(rec, step_s)
-    per = f"execution of {st.program}" if st is not None and st.basis == "executions" else "step"
+    per = per_what(st)
     sev = severity_of(rec / step_s) if severity and step_s else f.severity
     return replace(f, severity=sev, recoverable_s=rec, step_s=step_s, per=per, headroom_bytes=headroom_bytes,
                    program=st.program if st is not None else "")

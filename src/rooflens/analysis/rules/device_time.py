@@ -21,6 +21,7 @@ from rooflens.analysis.rules.common import (
     outside_kernels,
     per_device_step,
     per_step_of,
+    per_what,
     producer_chain,
     ref,
     runs_per_step,
@@ -393,10 +394,9 @@ def rule_overheads(report: Report) -> list[Finding]:
         return []
     overhead_s = share * st.step_time_s
     within_share = gaps.within_s / (gaps.within_s + between) if gaps.within_s + between else 0.0
-    n_ops = sum(c.occurrences for c in report.comparison if _in_step(report, c)) / max(report.num_devices, 1)
-    n_ops /= st.periods if st.periods > 0 else 1.0
+    n_ops = per_step_of(report, sum(c.occurrences for c in report.comparison if _in_step(report, c)))
     per_gap = overhead_s * within_share / n_ops if n_ops else 0.0
-    unit = "execution of " + st.program if per_execution else "step"
+    unit = per_what(st)
     evidence = [f"the device runs no op {share:.0%} of the {unit} ({_ms(overhead_s)} of {_ms(st.step_time_s)}), "
                 "measured from the gaps between its op events",
                 f"inside program executions: {_ms(gaps.within_s)} of gaps over {_ms(gaps.window_s)} measured"

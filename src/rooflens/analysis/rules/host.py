@@ -12,10 +12,11 @@ from rooflens.analysis.report import Report
 from rooflens.analysis.rules.common import (
     per_device_step,
     per_step_of,
+    per_what,
+    periods_of,
     ref,
     runs_per_step,
     severity_of,
-    step_of,
     with_saving,
 )
 from rooflens.hlo.shape import HOST_MEMORY_SPACE, element_bytes
@@ -66,12 +67,6 @@ def idle_flagged(report: Report) -> list[int]:
     return out
 
 
-def _periods(report: Report) -> float:
-    """What the main program's measured totals are divided by per device (steps, or its executions)."""
-    st = step_of(report)
-    return st.periods if st is not None and st.periods > 0 else 1.0
-
-
 def rule_idle(report: Report) -> list[Finding]:
     """Devices idle a large share of the steady state (Report.steady.idle measures it)."""
     out = []
@@ -84,7 +79,7 @@ def rule_idle(report: Report) -> list[Finding]:
         share = idle_s / d.window_s
         gaps, where = _where(unit)
         who = f"The CPU ({report.num_devices} devices together)" if d.device < 0 else f"Device {d.device}"
-        per = idle_s / _periods(report)  # this unit's idle per step (per execution of the main program)
+        per = idle_s / periods_of(report)  # this unit's idle per step (per execution of the main program)
         evidence = [f"idle {_ms(idle_s)} of {_ms(d.window_s)}: {_ms(per)} per "
                     f"{'step' if report.steps is None or report.steps.basis != 'executions' else 'execution'}"]
         evidence += where
@@ -187,7 +182,7 @@ def rule_in_window(report: Report) -> list[Finding]:
             reasons = [m.splitlines()[-1].strip() for m in w.cache_misses]
             title = f"{len(comps)} compilation(s) inside the measured window"
             severity = "high"
-        per = total / _periods(report)
+        per = total / periods_of(report)
         f = Finding(
             "recompilation", severity, title, (), total,
             tuple([f"{_ms(total)} compiling, from {', '.join(where[:3]) or 'an unknown place'}: {_ms(per)} per "
@@ -256,9 +251,9 @@ def _implicit_finding(report: Report, implicit: Implicit, measured: MeasuredTran
     evidence = [f"{len(transfers) / steps:.1f} per step", priced] + transfers[:2]
     if measured is not None:  # the trace times the transfers (these among them): what it measures is what they cost
         per = measured.exposed_s
-        evidence.insert(2, f"the trace measures {_ms(measured.time_s)} per {_per(report)} in host↔device transfers on "
-                           f"each device, {_ms(measured.exposed_s)} of it with no kernel alongside: what fixing them "
-                           "gives back at most")
+        evidence.insert(2, f"the trace measures {_ms(measured.time_s)} per {per_what(report.steps)} in host↔device "
+                           f"transfers on each device, {_ms(measured.exposed_s)} of it with no kernel alongside: "
+                           "what fixing them gives back at most")
     f = Finding(
         "host-transfers", "medium" if len(transfers) >= TRANSFERS_PER_STEP * steps else "low",
         f"{len(transfers)} implicit host↔device transfer(s) inside the window", (), 0.0, tuple(evidence),
@@ -288,11 +283,6 @@ class MeasuredTransfers:
     pageable: float = 0.0  # and from pageable host memory
 
 
-def _per(report: Report) -> str:
-    st = report.steps
-    return f"execution of {st.program}" if st is not None and st.basis == "executions" else "step"
-
-
 def measured_transfers(report: Report) -> MeasuredTransfers | None:
     """What the devices spent in host↔device transfers per step, and how much of it no kernel hid; None when the
     trace measures none (in the step's program, for a trace judged per execution)."""
@@ -318,7 +308,7 @@ def measured_transfers(report: Report) -> MeasuredTransfers | None:
             worst = (f"{d.host}:{d.device}" if len(report.hosts) > 1 else str(d.device), mine)
     if not time:
         return None
-    n, periods = max(report.num_devices, 1), _periods(report)
+    n, periods = max(report.num_devices, 1), periods_of(report)
     ops = sorted((s for s in report.stats.op_stats if s.category == "host transfer"
                   and (scope is None or s.program == scope)), key=lambda s: -s.total_time_s)
     return MeasuredTransfers(time / n / periods, exposed / n / periods, events / n / periods,
@@ -333,7 +323,7 @@ def _step_s(report: Report) -> float:
     if st is not None and st.step_time_s > 0:
         return st.step_time_s
     windows = [d.window_s for d in report.stats.devices if d.window_s > 0]
-    return sum(windows) / len(windows) / _periods(report) if windows else 0.0
+    return sum(windows) / len(windows) / periods_of(report) if windows else 0.0
 
 
 def transfers_matter(report: Report, m: MeasuredTransfers) -> bool:
@@ -391,7 +381,7 @@ def _traced_by_direction(report: Report, m: MeasuredTransfers) -> tuple[dict[str
 
 
 def _measured_finding(report: Report, m: MeasuredTransfers, implicit: Implicit | None) -> Finding:
-    per, step = _per(report), _step_s(report)
+    per, step = per_what(report.steps), _step_s(report)
     steps_basis = report.steps is not None and report.steps.basis == "steps"
     evidence = [f"{_ms(m.time_s)} per {per} on each device in host↔device transfers ({m.time_s / step:.0%} of the "
                 f"{_ms(step)} {per}), {_ms(m.exposed_s)} of it with no kernel running alongside on the device "
