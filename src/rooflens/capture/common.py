@@ -71,7 +71,8 @@ def _real(filename: str) -> str:
     return os.path.realpath(filename)
 
 
-def _under(path: str, dirs: tuple[str, ...]) -> bool:
+def under(path: str, dirs: tuple[str, ...] | list[str]) -> bool:
+    """Whether the real path ``path`` is one of ``dirs`` or inside one of them."""
     return any(path == d or path.startswith(d + os.sep) for d in dirs)
 
 
@@ -84,11 +85,11 @@ def is_library(filename: str, installed: bool = True) -> bool:
     if not filename or filename.startswith("<"):  # <frozen …>, <string>, <stdin>
         return True
     path = _real(filename)
-    if _under(path, core_library_dirs()):
+    if under(path, core_library_dirs()):
         return True
-    if _under(path, installed_dirs()):  # checked before the standard library, which may hold site-packages
+    if under(path, installed_dirs()):  # checked before the standard library, which may hold site-packages
         return installed
-    return _under(path, stdlib_dirs())
+    return under(path, stdlib_dirs())
 
 
 def user_frame(skip: tuple[str, ...] = (), stack: list | None = None) -> str:

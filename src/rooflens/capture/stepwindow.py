@@ -87,10 +87,8 @@ USER_DIRS: list[str] = []
 def is_script_code(filename: str) -> bool:
     """Whether a frame's file is the script's own code: not jax, jaxlib, rooflens, the standard
     library or an installed package (by their real directories), or under :data:`USER_DIRS`."""
-    if USER_DIRS and filename and not filename.startswith("<"):
-        real = os.path.realpath(filename)
-        if any(real == d or real.startswith(d + os.sep) for d in USER_DIRS):
-            return True
+    if USER_DIRS and filename and not filename.startswith("<") and common.under(os.path.realpath(filename), USER_DIRS):
+        return True
     return not common.is_library(filename, installed=True)
 
 
@@ -131,10 +129,9 @@ def kind_of(fun) -> str:
     if getattr(fun, "_apply_primitive", False):
         return "primitive"
     filename = own_code_of(fun)
-    if filename and not filename.startswith("<"):
-        real = os.path.realpath(filename)
-        if any(real.startswith(d + os.sep) for d in common.core_library_dirs()):
-            return "jax"
+    core = common.core_library_dirs()
+    if filename and not filename.startswith("<") and common.under(os.path.realpath(filename), core):
+        return "jax"
     return "function"
 
 
