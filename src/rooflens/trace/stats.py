@@ -495,15 +495,10 @@ def covered_ns(a_start: np.ndarray, a_end: np.ndarray, b_start: np.ndarray, b_en
     intervals): for each interval of ``a``, how much of ``b`` lies before its end less before its start."""
     if not len(a_start) or not len(b_start):
         return 0.0
-    length = b_end - b_start
-    before = np.concatenate([[0.0], np.cumsum(length)])  # before[k]: the length of b's first k intervals
+    from rooflens.trace.warmup import covered_below
 
-    def upto(x: np.ndarray) -> np.ndarray:  # b's length before x
-        k = np.searchsorted(b_start, x, side="right")  # b's intervals starting at or before x
-        last = np.maximum(k - 1, 0)
-        return np.where(k > 0, before[last] + np.clip(x - b_start[last], 0.0, length[last]), 0.0)
-
-    return float((upto(a_end) - upto(a_start)).sum())
+    b = np.stack([b_start, b_end], axis=1)
+    return float((covered_below(a_end, b) - covered_below(a_start, b)).sum())
 
 
 def _transfer_times(t, start, end, sel: np.ndarray, transfer: np.ndarray, counted: np.ndarray

@@ -341,12 +341,12 @@ def idle_outside(start: np.ndarray, end: np.ndarray, excluded: np.ndarray) -> tu
     excluded = merge_intervals(np.asarray(excluded, dtype=float).reshape(-1, 2))
     if not len(excluded):
         return total, 0.0, gaps
-    inside = _covered(gaps[:, 1], excluded) - _covered(gaps[:, 0], excluded)  # per gap
+    inside = covered_below(gaps[:, 1], excluded) - covered_below(gaps[:, 0], excluded)  # per gap
     left = (gaps[:, 1] - gaps[:, 0]) - inside
     return total - float(inside.sum()), float(inside.sum()), np.stack([gaps[:, 0], gaps[:, 0] + left], axis=1)
 
 
-def _covered(x: np.ndarray, iv: np.ndarray) -> np.ndarray:
+def covered_below(x: np.ndarray, iv: np.ndarray) -> np.ndarray:
     """Total length of the disjoint sorted intervals ``iv`` that lies below each ``x``."""
     starts, ends = iv[:, 0], iv[:, 1]
     cum = np.concatenate([[0.0], np.cumsum(ends - starts)])
