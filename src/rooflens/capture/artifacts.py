@@ -11,37 +11,102 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
+
+if __package__:
+    from rooflens.capture.common import program_name as common_program_name
+else:  # loaded by path, after the launcher loaded common the same way (its ``_sibling``)
+    common_program_name = sys.modules["_rooflens_common"].program_name
 
 
-def classify_compiles(compiles: list[dict], misses: list[dict]) -> tuple[list[dict], list[dict]]:
-    """(first compilations, recompilations). A compilation is a recompilation when JAX explains
-    its cache miss by an earlier key of the same function, or when the same definition site was
-    compiled twice before as a 'never seen' function (a fresh jit/lambda each time)."""
+def read_miss(text: str) -> dict:
+    """What one of JAX's ``TRACING CACHE MISS`` explanations (``jax_explain_cache_misses``) says: the
+    function (``function``), where it is defined (``defined_at``, "" if not said), whether JAX had seen
+    it before (``seen``: a new key of a known function, versus ``never seen function``), and, for a
+    known function, what differs from its closest earlier key (``differs``: JAX's heading and bullets
+    in one line, its documentation link left out)."""
+    lines = [ln.rstrip() for ln in text.splitlines()]
+    out = {"function": "", "defined_at": "", "seen": False, "differs": ""}
+    for i, ln in enumerate(lines):
+        s = ln.strip()
+        if s == "never seen function:" and i + 1 < len(lines):
+            head = lines[i + 1].strip()
+            name, _, rest = head.partition(" id=")
+            out["function"] = name.strip()
+            out["defined_at"] = rest.split(" defined at ", 1)[1].strip() if " defined at " in rest else ""
+            return out
+        if s.startswith("for ") and not out["function"]:
+            name, _, at = s[4:].partition(" defined at ")
+            out.update(function=name.strip(), defined_at=at.strip(), seen=True)
+            body = [re.sub(r"https?://\S+", "", b).strip() for b in lines[i + 1:]]
+            body = [b for b in body if b and not b.startswith("all previously seen cache keys differ")]
+            heading = next((b.rstrip(":") for b in body if not b.startswith("*")), "")
+            bullets = [b.lstrip("* ").strip() for b in body if b.startswith("*")]
+            out["differs"] = "; ".join(([heading] if heading else []) + bullets) or "a cache miss"
+            return out
+    return out
+
+
+def classify_compiles(compiles: list[dict], misses: list[dict], made: set[str] | None = None
+                      ) -> tuple[list[dict], list[dict]]:
+    """(first compilations, recompilations), each compilation with its ``function``, ``defined_at``,
+    ``nth`` (its how-manieth compilation of that function) and JAX's ``explanation``.
+
+    A compilation's explanation is the latest cache miss logged before it starts whose function's
+    program is the one compiled (the misses of functions traced inside it, loop bodies and the like,
+    are not its). It is a recompilation when that miss is of a function JAX had seen before (its
+    reason: what differs, as JAX says it); when it is the third or later compilation of a 'never seen'
+    function defined at one place (a fresh jit or lambda each time); or, with no explanation, when a
+    jitted function of the script's (``made``: their names) compiles again under the same name."""
+    own = {common_program_name(f) for f in made or ()}
     first, again = [], []
-    miss_i = 0
-    sites: dict[str, int] = {}
-    for c in compiles:
+    infos = [read_miss(m["text"]) for m in misses]
+    by_program: dict[str, list[int]] = {}  # program → its misses, in time order
+    for k, info in enumerate(infos):
+        if info["function"]:
+            by_program.setdefault(common_program_name(info["function"]), []).append(k)
+    count: dict[tuple[str, str], int] = {}
+    fresh: dict[str, int] = {}  # definition site → 'never seen' compilations
+    for c in sorted(compiles, key=lambda c: c.get("start_unix_s") or 0.0):
+        module = c.get("module") or ""
+        start = (c.get("start_unix_s") or 0.0) + 1e-3
+        mine = by_program.get(module, [])
+        before = [k for k in mine if misses[k]["t_unix_s"] <= start]
+        pick = before[-1] if before else None
+        info = infos[pick] if pick is not None else None
+        if pick is not None:  # this compilation's miss, and any older one of the same program left unused
+            by_program[module] = [k for k in mine if k > pick]
+        function = info["function"] if info else module[4:] if module.startswith("jit_") else module
+        site = info["defined_at"] if info else ""
+        n = count[(module, site)] = count.get((module, site), 0) + 1
         reason = ""
-        text = ""
-        while miss_i < len(misses) and misses[miss_i]["t_unix_s"] <= c["start_unix_s"] + 1e-3:
-            text = misses[miss_i]["text"]
-            miss_i += 1
-        if text:
-            lines = [ln.strip() for ln in text.splitlines()]
-            site = next((ln.split(" defined at ", 1)[1] for ln in lines if " defined at " in ln), "")
-            if "never seen function" in text:
-                sites[site] = sites.get(site, 0) + 1
-                if site and sites[site] >= 3:
-                    reason = (f"a new function object for the code at {site} (jax.jit or a lambda created again), "
-                              f"compiled {sites[site]} times")
-            else:  # the last line says what differs: "* at x, now f32[16] and before f32[8]"
-                reason = next((ln.lstrip("* ") for ln in reversed(lines) if ln), "a cache miss")
-        c = {**c, "explanation": text}
+        if info and info["seen"]:
+            reason = info["differs"]
+        elif info:
+            fresh[site] = fresh.get(site, 0) + 1
+            if site and fresh[site] >= 3:
+                reason = (f"a new function object for the code at {site} (jax.jit or a lambda created again), "
+                          f"compiled {fresh[site]} times")
+        elif n >= 2 and module in own:
+            reason = (f"{function} compiled again (compilation {n} of {module}); JAX logged no cache-miss explanation "
+                      "for it")
+        c = {**c, "function": function, "defined_at": site, "nth": n,
+             "explanation": misses[pick]["text"] if pick is not None else ""}
         if reason:
             again.append({**c, "reason": reason})
         else:
             first.append(c)
     return first, again
+
+
+def split_by_trace(again: list[dict], t0_unix_s: float, t1_unix_s: float) -> tuple[list[dict], list[dict]]:
+    """(inside, outside): the recompilations that overlap the traced window [t0, t1] and the others,
+    each marked ``in_trace``."""
+    inside, outside = [], []
+    for c in again:
+        hit = (c.get("end_unix_s") or 0.0) > t0_unix_s and (c.get("start_unix_s") or 0.0) < t1_unix_s
+        (inside if hit else outside).append({**c, "in_trace": hit})
+    return inside, outside
 
 
 def dump_files(dump_dir: str) -> dict[str, dict[str, str]]:

@@ -110,6 +110,13 @@ def user_frame(skip: tuple[str, ...] = (), stack: list | None = None) -> str:
     return ""
 
 
+def program_name(function: str) -> str:
+    """The module name JAX gives the program of a jitted function: ``jit(<name>)`` with every character
+    other than a word character, ``.`` or ``-`` made ``_`` and trailing ``_`` dropped (jax
+    ``interpreters/mlir.py``'s ``sanitize_name``): ``step`` → ``jit_step``, ``<lambda>`` → ``jit__lambda``."""
+    return re.sub(r"[^\w.-]", "_", f"jit({function})").rstrip("_")
+
+
 def transfer_line(line: str) -> str | None:
     """``"host-to-device: aval=…"`` for one transfer-guard log line, else None."""
     m = TRANSFER.search(line.rstrip("\n"))

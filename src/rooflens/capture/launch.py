@@ -86,7 +86,14 @@ class _State:
     def __init__(self, logdir: str, dump: bool, window: dict | None = None) -> None:
         self.logdir = logdir
         self.dump = dump
-        self.window = stepwindow.Window(window, _begin_trace, _stop_trace, _drain) if window else None
+        spec = window or {}
+        windowed = "steps" in spec or "duration_s" in spec
+        self.window = stepwindow.Window(spec, _begin_trace, _stop_trace, _drain) if windowed else None
+        # a whole run whose step function --step-fn names: its calls counted, the trace not windowed
+        self.tally = stepwindow.Window(spec, _begin_trace, _stop_trace, _drain) \
+            if spec.get("step_fn") and not windowed else None
+        self.counter = self.window or self.tally  # what counts the script's jitted calls (None: nothing does)
+        self.made: set[str] = self.counter.made if self.counter is not None else set()  # the script's jitted functions
         self.armed = False  # the script's backend is up: compilations are recorded from here on
         self.tmp = ""  # where jax writes the trace before it is moved into the run directory
         self.dump_dir = ""
@@ -206,6 +213,12 @@ def _hook_compiler(compiler) -> None:
                                  if k.endswith("_in_bytes") and isinstance(getattr(ms, k), int)}
             except Exception:  # noqa: S110 (a backend without memory stats)
                 pass
+            cost = _cost(executable)
+            if cost is not None:
+                rec["flops"], rec["bytes_accessed"] = cost
+                fn = S.counter.dispatching() if S.counter is not None else None
+                if fn is not None:  # the script's jitted function being dispatched compiled this program
+                    S.counter.compiled(fn, cost[0], cost[1], rec["module"])
             S.compiles.append(rec)
         return executable
 
@@ -231,8 +244,8 @@ def _hook_profiler(profiler) -> None:
 
 
 def _hook_pjit(pjit) -> None:
-    if S is not None and S.window is not None:
-        stepwindow.hook_pjit(pjit, S.window)
+    if S is not None:  # without a window or --step-fn: only the names of the script's jitted functions
+        stepwindow.hook_pjit(pjit, S.counter, S.made)
 
 
 def _hook_annotations(profiler) -> None:
@@ -249,6 +262,20 @@ def _hook_monitoring(monitoring) -> None:
 
     if hasattr(monitoring, "register_event_time_span_listener"):
         monitoring.register_event_time_span_listener(on_span)
+
+
+def _cost(executable) -> tuple[float, float] | None:
+    """(FLOPs, bytes accessed) per execution of a compiled program, from XLA's own cost analysis of the
+    executable just compiled (tens of microseconds; nothing is compiled again); None where unavailable."""
+    try:
+        got = executable.cost_analysis()
+    except Exception:
+        return None
+    if isinstance(got, (list, tuple)):  # older jaxlibs: one dict per computation
+        got = got[0] if got else None
+    if not isinstance(got, dict):
+        return None
+    return float(got.get("flops", 0.0) or 0.0), float(got.get("bytes accessed", 0.0) or 0.0)
 
 
 def _dumped(module) -> bool:
@@ -478,8 +505,10 @@ def _finish(target: dict, outcome: dict) -> None:
                      "the script started no JAX backend, so there is nothing to profile.")
             _cleanup_empty()
             return
-        first, again = artifacts.classify_compiles(S.compiles, S.misses)
-        if S.window is not None:  # only the window's transfers (recompilations count wherever they happen)
+        first, again = artifacts.classify_compiles(S.compiles, S.misses, S.made)
+        # recompilations count only inside the traced window; the others are kept, marked outside
+        again, outside = artifacts.split_by_trace(again, S.t0_unix_ns / 1e9, S.t1_unix_ns / 1e9)
+        if S.window is not None:  # only the window's transfers
             kept = [k for k, t in enumerate(S.transfer_times) if S.t0_unix_ns <= t * 1e9 <= S.t1_unix_ns]
             S.transfers, S.transfer_times = [S.transfers[k] for k in kept], [S.transfer_times[k] for k in kept]
         meta = {
@@ -488,7 +517,7 @@ def _finish(target: dict, outcome: dict) -> None:
             "trace_start_unix_ns": S.t0_unix_ns, "trace_stop_unix_ns": S.t1_unix_ns,
             "process_index": S.process_index, "process_count": S.process_count, "host_label": S.label,
             "python": sys.version.split()[0], "notes": S.notes,
-            "in_window": {"compilations": again, "first_compilations": first,
+            "in_window": {"compilations": again, "first_compilations": first, "recompilations_outside": outside,
                           "cache_misses": [m["text"] for m in artifacts.explained(S.misses, again)],
                           "all_cache_misses": S.misses,
                           "transfers": S.transfers, "transfer_times_unix_s": S.transfer_times,
@@ -510,6 +539,13 @@ def _finish(target: dict, outcome: dict) -> None:
         if S.window is not None:
             meta["window"] = S.window.describe()
             meta["step_program"] = S.window.step_program()
+        elif S.tally is not None:  # a whole run with --step-fn: the function it names, if the script called it
+            taken = S.tally.step_program()
+            if taken is not None:
+                meta["step_program"] = taken
+            else:
+                S.notes.append(S.tally.unknown_step_fn())
+                _say(S.tally.unknown_step_fn() + "; the whole run was traced, its report chooses the step itself.")
         if S.drained_s is not None:
             meta["drained_s"] = round(S.drained_s, 6)
         meta = manifest.RunManifest.from_dict(meta).to_dict()  # the typed manifest's document

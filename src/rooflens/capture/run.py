@@ -18,19 +18,29 @@ from rooflens.errors import RooflensError, existing
 DEFAULT_LOGDIR = "rooflens-logs"
 
 
-def window_spec(steps: str | None = None, delay_s: float | None = None, duration_s: float | None = None
-                ) -> dict | None:
-    """``--steps A:B`` or ``--delay S --duration S`` as the launcher's window (None: the whole run);
-    raises RooflensError for a window that cannot be."""
+def window_spec(steps: str | None = None, delay_s: float | None = None, duration_s: float | None = None,
+                step_fn: str | None = None) -> dict | None:
+    """``--steps A:B`` or ``--delay S --duration S`` as the launcher's window (None: the whole run), with
+    ``--step-fn NAME`` (the step function, named: of a steps window or of the whole run, ``{"step_fn":
+    NAME}``); raises RooflensError for a window that cannot be."""
     if steps is not None and (delay_s is not None or duration_s is not None):
         raise RooflensError("give either --steps or --delay/--duration, not both.")
+    if step_fn is not None:
+        step_fn = step_fn.strip()
+        if not step_fn:
+            raise RooflensError("--step-fn takes the name of a jitted function (train_step) or of its program "
+                                "(jit_train_step).")
+        if delay_s is not None or duration_s is not None:
+            raise RooflensError("--step-fn names the step of a --steps window or of a whole run; a --delay/--duration "
+                                "window counts no steps.")
+    named = {"step_fn": step_fn} if step_fn is not None else {}
     if steps is not None:
         try:
-            return {"steps": list(stepwindow.parse_steps(steps))}
+            return {"steps": list(stepwindow.parse_steps(steps)), **named}
         except ValueError as e:
             raise RooflensError(str(e)) from None
     if delay_s is None and duration_s is None:
-        return None
+        return named or None
     if duration_s is None or duration_s <= 0:
         raise RooflensError("--duration SECONDS (more than 0) says how long the window lasts.")
     if delay_s is not None and delay_s < 0:
@@ -41,7 +51,8 @@ def window_spec(steps: str | None = None, delay_s: float | None = None, duration
 def command(target: str, args: list[str], logdir: str | Path | None = None, module: bool = False,
             dump: bool = True, window: dict | None = None) -> list[str]:
     """The interpreter command line that runs ``target`` under rooflens (a file, or a module with
-    ``module=True``), over the whole run or a ``window`` (:func:`window_spec`); raises RooflensError
+    ``module=True``), over the whole run or a ``window`` (:func:`window_spec`; ``{"step_fn": NAME}``
+    alone: the whole run, its step function named); raises RooflensError
     when the target cannot be run."""
     if module:
         import importlib.util

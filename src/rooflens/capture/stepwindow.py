@@ -41,10 +41,10 @@ function was taken as the step and why (the manifest's ``step_program``).
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import functools
 import os
-import re
 import sys
 import threading
 import time
@@ -72,9 +72,12 @@ def parse_steps(text: str) -> tuple[int, int]:
     return start, stop
 
 
-def program_name(function: str) -> str:
-    """The module name JAX gives the program of a jitted function (``step`` → ``jit_step``)."""
-    return f"jit_{re.sub(r'[^0-9A-Za-z_]', '_', function)}"
+program_name = common.program_name  # jit_<name>, as JAX names a jitted function's program
+
+
+def names_function(name: str, function: str) -> bool:
+    """Whether ``--step-fn name`` names ``function``: its own name or its program's."""
+    return name in (function, program_name(function))
 
 
 # ---- whose function, whose call ------------------------------------------------------------------
@@ -101,6 +104,73 @@ def call_site(frame) -> tuple[str, int, str] | None:
             return code.co_filename, frame.f_lineno, code.co_name
         frame = frame.f_back
     return None
+
+
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+
+@functools.lru_cache(maxsize=256)
+def loops_by_line(filename: str) -> dict[int, int] | None:
+    """Line → how many loops of its own function (or module) run it again and again: the body of a
+    ``for``, a ``while`` with its test, a comprehension; a ``def``'s or ``class``'s body starts again
+    from 0 (it runs where it is called). None when the source cannot be read or parsed."""
+    try:
+        with open(filename, "rb") as fh:
+            tree = ast.parse(fh.read(), filename)
+    except (OSError, SyntaxError, ValueError):
+        return None
+    depth: dict[int, int] = {}
+
+    def mark(node, d: int) -> None:
+        for line in range(node.lineno, (getattr(node, "end_lineno", None) or node.lineno) + 1):
+            depth[line] = d
+
+    def visit(node, d: int) -> None:
+        if hasattr(node, "lineno"):
+            mark(node, d)
+        if isinstance(node, _SCOPES):
+            for child in ast.iter_child_nodes(node):
+                visit(child, 0 if child in node.body else d)
+        elif isinstance(node, (ast.For, ast.AsyncFor)):
+            for child in ast.iter_child_nodes(node):
+                visit(child, d + 1 if child in node.body else d)
+        elif isinstance(node, ast.While):
+            for child in ast.iter_child_nodes(node):
+                visit(child, d if child in node.orelse else d + 1)
+        elif isinstance(node, _COMPREHENSIONS):
+            mark(node, d + 1)
+            for child in ast.iter_child_nodes(node):
+                visit(child, d + 1)
+        else:
+            for child in ast.iter_child_nodes(node):
+                visit(child, d)
+
+    visit(tree, 0)
+    return depth
+
+
+def loop_depth(frame) -> int | None:
+    """How many loops of the script's own code enclose a call, over its whole stack: the loops around
+    each frame's current line, summed over the script's frames (a frame on the same line as the one
+    that called it, a comprehension's or a lambda's, counted once). None when a frame's source cannot
+    be read."""
+    total, last, at = 0, None, 0
+    while frame is not None:
+        code = frame.f_code
+        if is_script_code(code.co_filename):
+            here = (code.co_filename, frame.f_lineno)
+            table = loops_by_line(code.co_filename)
+            if table is None:
+                return None
+            d = table.get(frame.f_lineno, 0)
+            if here == last:  # the same line again: count its loops once
+                total += max(d - at, 0)
+                at = max(d, at)
+            else:
+                total, last, at = total + d, here, d
+        frame = frame.f_back
+    return total
 
 
 def where(site: tuple[str, int, str] | None) -> str:
@@ -161,7 +231,7 @@ class Counted:
 
     def __call__(self, *args, **kwargs):
         w = self._window
-        if not w.watching:  # before a time window, and after any window: one attribute test
+        if not w.watching:  # outside a time window (a steps window counts on): one attribute test
             return self.__wrapped__(*args, **kwargs)
         return w.call(self, args, kwargs)
 
@@ -178,6 +248,59 @@ class Counted:
         return repr(self.__wrapped__)
 
 
+class Candidate:
+    """A (jitted function, call site) the script's own code dispatched before the window: a step
+    function candidate, with its calls and what its program costs per call."""
+
+    __slots__ = ("function", "site", "calls", "loops", "fn", "seen", "calls_at_choice")
+
+    def __init__(self, function: str, site: tuple[str, int, str], loops: int | None, fn, seen: int) -> None:
+        self.function, self.site, self.loops, self.fn, self.seen = function, site, loops, fn, seen
+        self.calls = 0
+        self.calls_at_choice: int | None = None
+
+    @property
+    def key(self) -> tuple[str, tuple[str, int]]:
+        return self.function, self.site[:2]
+
+
+def work(cost: tuple[float, float] | None) -> float:
+    """How much work a program does per call, to rank programs by: its compiled FLOPs × bytes (the order
+    of their geometric mean: more of both is more work; where they disagree, the larger ratio wins);
+    -1 when its cost is unknown."""
+    if cost is None:
+        return -1.0
+    return (cost[0] + 1.0) * (cost[1] + 1.0)
+
+
+def choose(cands: list[Candidate], start: int, cost_of: Callable[[Candidate], tuple[float, float] | None]
+           ) -> Candidate | None:
+    """The step function among what the script's own code has called so far: of the candidates called
+    from inside a loop (all of them when none is), leave out each one that fewer than ``start`` calls
+    show to be rarer than a function of the same or a shallower loop that has reached ``start`` (an
+    evaluation every N steps, a set-up call); then the shallowest loop's, and there the most work per
+    call (compiled FLOPs and bytes), then the first one seen."""
+    if not cands:
+        return None
+    looped = [c for c in cands if c.loops is None or c.loops >= 1]
+    pool = looped or cands
+
+    def loops(c: Candidate) -> int:
+        return 1 if c.loops is None else c.loops
+
+    reached = [loops(c) for c in pool if c.calls >= start]
+    kept = [c for c in pool if c.calls >= start or not any(d <= loops(c) for d in reached)] or pool
+    return min(kept, key=lambda c: (loops(c), -work(cost_of(c)), c.seen))
+
+
+def amount(x: float, unit: str) -> str:
+    """``3.2 MFLOP``, ``1.1 MB``: a per-call figure in a few characters."""
+    for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if x >= scale:
+            return f"{x / scale:.3g} {prefix}{unit}"
+    return f"{x:.3g} {unit}"
+
+
 class Window:
     """The window of one run. ``open_trace()`` / ``close_trace()`` start and stop the profiler;
     ``drain()`` waits until every device has finished what was dispatched (before a steps window opens)."""
@@ -186,18 +309,24 @@ class Window:
                  drain: Callable[[], None] | None = None) -> None:
         self.spec = spec
         self.steps = tuple(spec["steps"]) if "steps" in spec else None
+        self.step_fn: str | None = spec.get("step_fn")  # --step-fn: the step function, named by the user
         self.open_trace, self.close_trace = open_trace, close_trace
         self.drain = drain or (lambda: None)
-        self.watching = self.steps is not None  # counting calls (steps) or recording names (an open window)
+        self.whole = "steps" not in spec and "duration_s" not in spec  # the whole run traced: calls only counted
+        self.watching = self.steps is not None or self.whole  # counting calls, or recording names (an open window)
         self.tracing = False
         self.closed = False
         self.counted = ""  # what the steps are: the step function's name, or "StepTraceAnnotation"
         self.annotated = 0  # StepTraceAnnotation blocks entered so far
         self.done = 0  # steps finished inside the window
-        self.calls: dict[tuple[str, tuple[str, int]], int] = {}  # (function, call site) → dispatches counted
-        self.sites: dict[tuple[str, int], tuple[str, int, str]] = {}  # call site → (file, line, function)
-        self.most: tuple[tuple[str, tuple[str, int]] | None, int] = (None, 0)  # the most counted pair
-        self.step_key: tuple[str, tuple[str, int]] | None = None  # the step program's (function, call site)
+        self.cands: dict[tuple[str, tuple[str, int]], Candidate] = {}  # (function, call site) → its candidate
+        self.by_name: dict[str, int] = {}  # function → dispatches before the window from the script's code
+        self.run_calls: dict[str, int] = {}  # function → its dispatches in the whole run (any line, any thread)
+        self.late: dict[str, Candidate] = {}  # functions first called inside or after the window, at their first call
+        self.step_key: tuple[str, tuple[str, int] | None] | None = None  # the step's (function, call site or None)
+        self.taken: Candidate | None = None  # the step function's candidate (chosen, not named)
+        self.costs: dict[int, tuple[float, float, str]] = {}  # id(Counted) → (FLOPs, bytes, module) of its program
+        self.dispatch = threading.local()  # .fn: the Counted being dispatched on this thread (its compilation's)
         self.eager: dict[str, int] = {}  # eager primitive dispatches before the window, by primitive
         self.unsited = 0  # dispatches before the window from no frame of the script's own (a library's thread)
         self.names: set[str] = set()
@@ -209,6 +338,29 @@ class Window:
         self.due = False  # a time window's duration is over: the next jitted call closes it
         self.ended = threading.Event()  # set once closed
 
+    # ---- what each program costs ----
+
+    def dispatching(self):
+        """The jitted function this thread is dispatching before the window (its compilations are its
+        programs), or None."""
+        return getattr(self.dispatch, "fn", None)
+
+    def compiled(self, fn, flops: float, nbytes: float, module: str) -> None:
+        """``fn`` compiled a program of ``flops`` FLOPs and ``nbytes`` bytes per call (``cost_analysis``)."""
+        self.costs[id(fn)] = (float(flops), float(nbytes), module)
+
+    def cost_of(self, c: Candidate) -> tuple[float, float] | None:
+        got = self.costs.get(id(c.fn))
+        return got[:2] if got else None
+
+    def _run(self, fn: Counted, args, kwargs):
+        before = getattr(self.dispatch, "fn", None)
+        self.dispatch.fn = fn
+        try:
+            return fn.__wrapped__(*args, **kwargs)
+        finally:
+            self.dispatch.fn = before
+
     # ---- the jitted functions ----
 
     def call(self, fn: Counted, args, kwargs):
@@ -218,38 +370,80 @@ class Window:
         if self.tracing:
             self.names.add(fn.__name__)
             key = self.step_key
-            step = (key is not None and fn.__name__ == key[0] and not fn._primitive and self.clean()
-                    and (call_site(sys._getframe(1)) or ("", 0))[:2] == key[1])
-            out = fn.__wrapped__(*args, **kwargs)
+            clean = not fn._primitive and self.clean()
+            if clean and self.steps is not None:
+                self._tally(fn, sys._getframe(1))
+            step = (key is not None and fn.__name__ == key[0] and clean
+                    and (key[1] is None or (call_site(sys._getframe(1)) or ("", 0))[:2] == key[1]))
+            out = self._run(fn, args, kwargs)
             if step:
                 self.done += 1
                 if self.done >= self.steps[1] - self.steps[0]:
                     _block(out)
                     self.close()
             return out
-        if self.steps is None or self.closed:
+        if self.whole:  # the whole run: the step function named by --step-fn, among those counted
+            if not fn._primitive and self.clean():
+                self._tally(fn, sys._getframe(1))
+            return self._run(fn, args, kwargs)
+        if self.steps is None:
             return fn.__wrapped__(*args, **kwargs)
         if fn._primitive:
-            self.eager[fn.__name__] = self.eager.get(fn.__name__, 0) + 1
+            if not self.closed:
+                self.eager[fn.__name__] = self.eager.get(fn.__name__, 0) + 1
             return fn.__wrapped__(*args, **kwargs)
-        if self.annotated or not self.clean():  # annotated steps rule; a call inside a trace is no dispatch
+        if not self.clean():  # a call inside a trace is no dispatch
             return fn.__wrapped__(*args, **kwargs)
-        site = call_site(sys._getframe(1))
+        if self.closed or self.annotated:  # after the window (or annotated steps rule): only counted
+            self._tally(fn, sys._getframe(1))
+            return self._run(fn, args, kwargs)
+        frame = sys._getframe(1)
+        site = call_site(frame)
+        self.run_calls[fn.__name__] = self.run_calls.get(fn.__name__, 0) + 1  # (the window's own call: again there)
         if site is None:
             self.unsited += 1
-            return fn.__wrapped__(*args, **kwargs)
-        key = (fn.__name__, site[:2])
-        self.sites.setdefault(site[:2], site)
-        k = self.calls.get(key, 0)
-        self.calls[key] = k + 1
-        if k + 1 > self.most[1]:
-            self.most = (key, k + 1)
-        if k == self.steps[0]:
-            self.step_key, self.counted = key, fn.__name__
-            if self.open():
-                return self.call(fn, args, kwargs)
-        return fn.__wrapped__(*args, **kwargs)
+            return self._run(fn, args, kwargs)
+        name = fn.__name__
+        key = (name, site[:2])
+        c = self.cands.get(key)
+        if c is None:
+            c = self.cands[key] = Candidate(name, site, loop_depth(frame), fn, len(self.cands))
+        k = c.calls
+        c.calls += 1
+        n = self.by_name.get(name, 0)
+        self.by_name[name] = n + 1
+        a = self.steps[0]
+        if self.step_fn is not None:  # named: its calls from anywhere, the window at call START
+            if n == a and names_function(self.step_fn, name):
+                self.step_key, self.counted, self.taken = (name, None), name, c
+                self._snapshot()
+                if self.open():
+                    self.run_calls[name] -= 1
+                    return self.call(fn, args, kwargs)
+        elif k >= a:  # a function the script's code has called START times: the window may open
+            best = choose(list(self.cands.values()), a, self.cost_of)
+            if best is c:
+                self.step_key, self.counted, self.taken = key, name, c
+                self._snapshot()
+                if self.open():
+                    self.run_calls[name] -= 1
+                    return self.call(fn, args, kwargs)
+        return self._run(fn, args, kwargs)
 
+    def _tally(self, fn: Counted, frame) -> None:
+        """One more dispatch of ``fn`` in the run (inside or after the window); a function not seen
+        before the window gets its call site and loop depth at its first call (the report's candidates)."""
+        name = fn.__name__
+        self.run_calls[name] = self.run_calls.get(name, 0) + 1
+        if name not in self.by_name and name not in self.late:
+            site = call_site(frame)
+            if site is not None:
+                self.late[name] = Candidate(name, site, loop_depth(frame), fn, len(self.cands) + len(self.late))
+
+    def _snapshot(self) -> None:
+        """Each candidate's calls when the step function was taken (the one being dispatched not yet counted)."""
+        for c in self.cands.values():
+            c.calls_at_choice = c.calls - (1 if c is self.taken else 0)
     # ---- the script's own step annotations ----
 
     def enter_step(self) -> None:
@@ -310,7 +504,8 @@ class Window:
                     t.cancel()
             if self.closed:
                 return
-            self.closed, self.watching = True, False
+            self.closed = True
+            self.watching = self.steps is not None  # a steps window counts the calls after it (the candidates)
             self.closed_at = time.monotonic()
             was, self.tracing = self.tracing, False
         try:
@@ -322,8 +517,11 @@ class Window:
     # ---- what it was ----
 
     def step_program(self) -> dict | None:
-        """Which function was taken as the step and why (the manifest's ``step_program``); None
-        before the window opened."""
+        """Which function was taken as the step and why (the manifest's ``step_program``): its call
+        site, loop depth, calls and compiled cost per call, the other candidates with theirs, and how
+        to take another; None before the window opened."""
+        if self.whole:
+            return self._named_whole()
         if not self.counted:
             return None
         a = self.steps[0]
@@ -332,18 +530,94 @@ class Window:
                     "calls_before_window": a,
                     "reason": f"the script marks its steps with jax.profiler.StepTraceAnnotation: the window opened "
                               f"at annotated step {a}, and annotated steps take precedence over counting calls"}
-        name, site = self.step_key
-        file, line, func = self.sites.get(site, (site[0], site[1], "?"))
-        short = f"{os.path.basename(file)}:{line} in {func}"
+        c = self.taken
+        name = c.function
+        others = self.candidates(exclude=c)
+        rest = "; ".join(self._says(o) for o in others[:5]) + ("; …" if len(others) > 5 else "")
+        if self.step_fn is not None:
+            reason = (f"{name} ({program_name(name)}), named by --step-fn {self.step_fn}: each of its dispatches from "
+                      f"the script's own code is a step (the window opened at its call {a}, from {self._short(c)})")
+        elif a:
+            reason = (f"{name} ({program_name(name)}), called from {self._short(c)} inside {self._loops(c)}: of the "
+                      f"jitted functions the script's own code had called when the window opened at its call {a}, "
+                      f"the one of the shallowest loop with the most work per call ({self._cost(c)})")
+        else:
+            reason = (f"{name} ({program_name(name)}), the first jitted function that the script's own code called "
+                      f"(at {self._short(c)}; with START 0 nothing else was known yet)")
+        if rest:
+            reason += f"; the other candidates: {rest}"
         passed = self.passed_over()
-        reason = (f"{name} ({program_name(name)}), the first jitted function that the script's own code called {a} "
-                  f"times from one line ({short})" if a else
-                  f"{name} ({program_name(name)}), the first jitted function that the script's own code called "
-                  f"(at {short}; with START 0 no call could be seen to repeat)")
         if passed:
             reason += f"; not counted: {passed}"
-        return {"chosen_by": "call site", "function": name, "program": program_name(name),
-                "call_site": where((file, line, func)), "calls_before_window": a, "reason": reason}
+        how = (f"rooflens run --steps {a}:{self.steps[1]} --step-fn NAME takes another (a function's or its "
+               "program's name)")
+        reason += f"; {how}"
+        cost = self.cost_of(c)
+        return {"chosen_by": "--step-fn" if self.step_fn is not None else "call site", "function": name,
+                "program": program_name(name), "call_site": where(c.site), "calls_before_window": a,
+                "reason": reason, "loop_depth": c.loops,
+                "calls_in_run": self.run_calls.get(name, 0),
+                "flops_per_call": cost[0] if cost else None, "bytes_per_call": cost[1] if cost else None,
+                "candidates": [self._candidate(o) for o in others], "choose_another": how}
+
+    def _named_whole(self) -> dict | None:
+        """A whole run's step function named by --step-fn (None when the script called none of that name)."""
+        c = self._would_take()
+        if c is None:
+            return None
+        name = c.function
+        others = self.candidates(exclude=c)
+        reason = (f"{name} ({program_name(name)}), named by --step-fn {self.step_fn}: called "
+                  f"{self.run_calls.get(name, 0)} times in the run, first from {self._short(c)}")
+        if others:
+            reason += "; the other jitted functions: " + "; ".join(self._says(o) for o in others[:5]) + \
+                ("; …" if len(others) > 5 else "")
+        cost = self.cost_of(c)
+        return {"chosen_by": "--step-fn", "function": name, "program": program_name(name), "call_site": where(c.site),
+                "calls_before_window": None, "reason": reason, "loop_depth": c.loops,
+                "calls_in_run": self.run_calls.get(name, 0),
+                "flops_per_call": cost[0] if cost else None, "bytes_per_call": cost[1] if cost else None,
+                "candidates": [self._candidate(o) for o in others]}
+
+    def unknown_step_fn(self) -> str:
+        """One sentence when --step-fn named no function the script called ("" otherwise)."""
+        if self.step_fn is None or self._would_take() is not None:
+            return ""
+        seen = ", ".join(f"{n} ×{k}" for n, k in sorted(self.run_calls.items(), key=lambda kv: -kv[1])[:8])
+        return (f"--step-fn {self.step_fn}: the script's own code called no jitted function of that name (or whose "
+                "program has that name); " + (f"the jitted functions it called: {seen}" if seen else
+                                              "it called no jitted function of its own"))
+
+    def candidates(self, exclude: Candidate | None = None) -> list[Candidate]:
+        """The script's (function, call site) pairs before the window and the functions first called
+        after it opened, other than ``exclude``; most called in the run first."""
+        every = [*self.cands.values(), *self.late.values()]
+        return sorted((o for o in every if o is not exclude),
+                      key=lambda o: (-self.run_calls.get(o.function, 0), -o.calls, o.seen))
+
+    def _candidate(self, c: Candidate) -> dict:
+        cost = self.cost_of(c)
+        return {"function": c.function, "program": program_name(c.function), "call_site": where(c.site),
+                "loop_depth": c.loops, "calls_before_window": c.calls, "calls_at_choice": c.calls_at_choice,
+                "calls_in_run": self.run_calls.get(c.function, 0),
+                "flops_per_call": cost[0] if cost else None, "bytes_per_call": cost[1] if cost else None}
+
+    @staticmethod
+    def _short(c: Candidate) -> str:
+        return f"{os.path.basename(c.site[0])}:{c.site[1]} in {c.site[2]}"
+
+    @staticmethod
+    def _loops(c: Candidate) -> str:
+        return "a loop (its source unread)" if c.loops is None else f"{c.loops} loop{'s' * (c.loops != 1)}"
+
+    def _cost(self, c: Candidate) -> str:
+        cost = self.cost_of(c)
+        return f"{amount(cost[0], 'FLOP')} and {amount(cost[1], 'B')} per call, compiled" if cost else "cost unknown"
+
+    def _says(self, c: Candidate) -> str:
+        late = "" if c.calls else ", first called after the window opened"
+        return (f"{c.function} ×{self.run_calls.get(c.function, 0)} in the run, from {self._short(c)} "
+                f"({self._loops(c)}; {self._cost(c)}{late})")
 
     def passed_over(self) -> str:
         """What was dispatched before the window and not counted, in a few words ("" when nothing)."""
@@ -363,16 +637,24 @@ class Window:
         if self.steps is not None:
             out.update({"counted": self.counted, "traced_steps": self.done})
             if not self.counted:
-                key, calls = self.most
-                out["reached"] = self.annotated if self.annotated else calls
-                out["most_called"] = ANNOTATION if self.annotated else key[0] if key else ""
-                if key and not self.annotated:
-                    out["most_called_from"] = where(self.sites.get(key[1]))
+                best = self._would_take()
+                out["reached"] = self.annotated if self.annotated else best.calls if best else 0
+                out["most_called"] = ANNOTATION if self.annotated else best.function if best else ""
+                if best and not self.annotated:
+                    out["most_called_from"] = where(best.site)
+                out["functions_called"] = dict(sorted(self.by_name.items(), key=lambda kv: -kv[1]))
         else:
             out["opened_s"] = self._since_arm(self.opened_at)
             out["closed_s"] = self._since_arm(self.closed_at)
         out["programs"] = sorted(self.names)
         return out
+
+    def _would_take(self) -> Candidate | None:
+        """The step function the window was waiting for (the run ended first), or None."""
+        if self.step_fn is not None:
+            named = [c for c in [*self.cands.values(), *self.late.values()] if names_function(self.step_fn, c.function)]
+            return max(named, key=lambda c: self.run_calls.get(c.function, 0)) if named else None
+        return choose(list(self.cands.values()), self.steps[0], self.cost_of)
 
     def _since_arm(self, t: float | None) -> float | None:
         return None if t is None or self.armed_at is None else round(t - self.armed_at, 3)
@@ -380,6 +662,8 @@ class Window:
     def shortfall(self, ended_s: float | None = None) -> str:
         """One sentence when the run ended before the window did ("" when it was all traced).
         ``ended_s``: when the run ended, in seconds after JAX came up (for a time window)."""
+        if self.whole:
+            return ""
         if self.steps is None:
             delay, duration = float(self.spec.get("delay_s") or 0.0), float(self.spec["duration_s"])
             if self.opened_at is None:
@@ -393,28 +677,42 @@ class Window:
             return ""
         a, b = self.steps
         if not self.counted:
-            d = self.describe()
-            what = (f"{d['reached']} annotated steps" if self.annotated else
-                    f"{d['reached']} calls of {d['most_called']} from {d['most_called_from']}, the jitted function "
-                    "its own code called most from one line" if d["reached"]
-                    else "no call of a jitted function of its own")
-            return f"the run ended after {what}, before step {a} of the window {a}:{b}: no trace was taken"
+            if self.annotated:
+                return (f"the run ended after {self.annotated} annotated steps, before step {a} of the window {a}:{b}: "
+                        "no trace was taken")
+            seen = ", ".join(f"{n} ×{k}" for n, k in sorted(self.by_name.items(), key=lambda kv: -kv[1])[:8])
+            seen = f"the jitted functions its own code called: {seen}" if seen else \
+                "its own code called no jitted function"
+            best = self._would_take()
+            if self.step_fn is not None and best is None:
+                return f"{self.unknown_step_fn()}: no trace was taken"
+            if best is None:
+                return (f"the run ended after no call of a jitted function of its own, before step {a} of the window "
+                        f"{a}:{b}: no trace was taken")
+            n = self.by_name.get(best.function, 0) if self.step_fn is not None else best.calls
+            why = "named by --step-fn" if self.step_fn is not None else \
+                "the step function it would take (the shallowest loop's, with the most work per call)"
+            return (f"the run ended after {n} calls of {best.function} from {where(best.site)}, {why}, before step {a} "
+                    f"of the window {a}:{b}: no trace was taken ({seen}; --step-fn NAME takes another)")
         if self.done < b - a:
             return f"the run ended after {self.done} of the window's {b - a} steps ({a}:{b}); the trace holds those"
         return ""
 
 
-def hook_pjit(pjit, window: Window) -> None:
+def hook_pjit(pjit, window: Window | None, made: set[str] | None = None) -> None:
     """Every ``jax.jit`` made from now on whose code is not JAX's own is wrapped by :class:`Counted`
     (the step program's candidates, and JAX's eager primitives, counted apart); JAX's own jitted
-    functions (``jnp``'s, made at import) are left alone."""
+    functions (``jnp``'s, made at import) are left alone. Without a window nothing is wrapped: the
+    names of the script's jitted functions are only added to ``made``."""
     original = pjit._cpp_pjit
-    try:
-        from jax._src import core
+    made = window.made if window is not None else made if made is not None else set()
+    if window is not None:
+        try:
+            from jax._src import core
 
-        window.clean = core.trace_state_clean
-    except (ImportError, AttributeError):  # another jax: every call counts as a dispatch
-        pass
+            window.clean = core.trace_state_clean
+        except (ImportError, AttributeError):  # another jax: every call counts as a dispatch
+            pass
 
     def _cpp_pjit(fun, *args, **kwargs):
         fn = original(fun, *args, **kwargs)
@@ -422,8 +720,8 @@ def hook_pjit(pjit, window: Window) -> None:
         if kind == "jax":
             return fn
         if kind == "function":
-            window.made.add(getattr(fn, "__name__", ""))
-        return Counted(fn, window, kind)
+            made.add(getattr(fn, "__name__", ""))
+        return Counted(fn, window, kind) if window is not None else fn
 
     _cpp_pjit.__wrapped__ = original
     pjit._cpp_pjit = _cpp_pjit

@@ -125,20 +125,29 @@ class Compilation(_Record):
     memory: dict | None = None  # the executable's compiled memory stats (…_in_bytes)
     explanation: str | None = None  # JAX's cache-miss text
     reason: str | None = None  # why it is a recompilation
+    function: str | None = None  # the jitted function compiled (from JAX's explanation, else the module's name)
+    defined_at: str | None = None  # "file:line" where that function is defined (JAX's explanation; "" unknown)
+    nth: int | None = None  # its how-manieth compilation in the run (1: the first)
+    in_trace: bool | None = None  # a recompilation: whether it overlaps the traced window (only those are counted)
+    flops: float | None = None  # the compiled program's FLOPs per execution (XLA's cost analysis)
+    bytes_accessed: float | None = None  # and its bytes accessed per execution
     extra: dict = field(default_factory=dict)
     order: tuple[str, ...] = ()
     problems: list[str] = field(default_factory=list)
 
     KINDS: ClassVar[dict[str, type]] = {"duration_s": float, "where": str, "module": str, "start_unix_s": float,
-                                        "end_unix_s": float, "memory": dict, "explanation": str, "reason": str}
+                                        "end_unix_s": float, "memory": dict, "explanation": str, "reason": str,
+                                        "function": str, "defined_at": str, "nth": int, "in_trace": bool,
+                                        "flops": float, "bytes_accessed": float}
 
 
 @dataclass
 class InWindowRecord(_Record):
     """What the capture recorded inside the window besides the trace."""
 
-    compilations: list[Compilation] | None = None  # rooflens run: recompilations only
+    compilations: list[Compilation] | None = None  # rooflens run: the recompilations inside the traced window
     first_compilations: list[Compilation] | None = None  # rooflens run: each function's first compilation
+    recompilations_outside: list[Compilation] | None = None  # rooflens run: recompilations before/after the window
     cache_misses: list[str] | None = None
     all_cache_misses: list[dict] | None = None  # rooflens run: every miss with its time
     transfers: list[str] | None = None
@@ -150,33 +159,69 @@ class InWindowRecord(_Record):
     problems: list[str] = field(default_factory=list)
 
     KINDS: ClassVar[dict[str, type]] = {
-        "compilations": list, "first_compilations": list, "cache_misses": list, "all_cache_misses": list,
-        "transfers": list, "transfer_times_unix_s": list, "compile_spans": list, "transfer_guard": str}
-    RECORDS: ClassVar[dict[str, type]] = {"compilations": Compilation, "first_compilations": Compilation}
+        "compilations": list, "first_compilations": list, "recompilations_outside": list, "cache_misses": list,
+        "all_cache_misses": list, "transfers": list, "transfer_times_unix_s": list, "compile_spans": list,
+        "transfer_guard": str}
+    RECORDS: ClassVar[dict[str, type]] = {"compilations": Compilation, "first_compilations": Compilation,
+                                          "recompilations_outside": Compilation}
 
     @property
     def every_compilation(self) -> list[Compilation]:
-        return list(self.first_compilations or []) + list(self.compilations or [])
+        return list(self.first_compilations or []) + list(self.compilations or []) + \
+            list(self.recompilations_outside or [])
+
+
+@dataclass
+class StepCandidate(_Record):
+    """A jitted function the script's own code called (from one line) that was not taken as the step."""
+
+    function: str | None = None
+    program: str | None = None  # jit_<function>
+    call_site: str | None = None  # "file:line (function)": the line it was first seen called from
+    loop_depth: int | None = None  # loops of the script's own code around that call (None: source unread)
+    calls_before_window: int | None = None  # its calls from that line before the window opened
+    calls_at_choice: int | None = None  # … when the step function was taken (None: first called later)
+    calls_in_run: int | None = None  # its calls in the whole run, from any line
+    flops_per_call: float | None = None  # its compiled program's cost (XLA's cost analysis; None: unknown)
+    bytes_per_call: float | None = None
+    extra: dict = field(default_factory=dict)
+    order: tuple[str, ...] = ()
+    problems: list[str] = field(default_factory=list)
+
+    KINDS: ClassVar[dict[str, type]] = {"function": str, "program": str, "call_site": str, "loop_depth": int,
+                                        "calls_before_window": int, "calls_at_choice": int, "calls_in_run": int,
+                                        "flops_per_call": float, "bytes_per_call": float}
 
 
 @dataclass
 class StepProgram(_Record):
     """Which jitted function a window of steps (``rooflens run --steps``) took as the step, and why:
-    the first one the script's own code called START times from one line (``chosen_by`` "call
-    site"), or the script's ``StepTraceAnnotation`` blocks (then no function is named)."""
+    ``chosen_by`` "call site": of the jitted functions the script's own code had called when the window
+    had to open, the one of the shallowest loop with the most work per call (compiled FLOPs and
+    bytes); "--step-fn": the one the user named (also for a whole run); "StepTraceAnnotation": the
+    script's annotated steps (then no function is named)."""
 
-    chosen_by: str | None = None  # "call site" | "StepTraceAnnotation"
+    chosen_by: str | None = None  # "call site" | "--step-fn" | "StepTraceAnnotation"
     function: str | None = None  # the jitted function's name
     program: str | None = None  # the program JAX compiles it to (jit_<function>)
     call_site: str | None = None  # "file:line (function)" of the script's line that calls it
     calls_before_window: int | None = None
-    reason: str | None = None  # one sentence: why this function, and what was not counted
+    reason: str | None = None  # one sentence: why this function, the other candidates, what was not counted
+    loop_depth: int | None = None  # loops of the script's own code around its call
+    calls_in_run: int | None = None  # its calls in the whole run
+    flops_per_call: float | None = None  # its compiled program's cost when taken (XLA's cost analysis)
+    bytes_per_call: float | None = None
+    candidates: list[StepCandidate] | None = None  # the other jitted functions, most called first
+    choose_another: str | None = None  # the command line that takes another function
     extra: dict = field(default_factory=dict)
     order: tuple[str, ...] = ()
     problems: list[str] = field(default_factory=list)
 
     KINDS: ClassVar[dict[str, type]] = {"chosen_by": str, "function": str, "program": str, "call_site": str,
-                                        "calls_before_window": int, "reason": str}
+                                        "calls_before_window": int, "reason": str, "loop_depth": int,
+                                        "calls_in_run": int, "flops_per_call": float, "bytes_per_call": float,
+                                        "candidates": list, "choose_another": str}
+    RECORDS: ClassVar[dict[str, type]] = {"candidates": StepCandidate}
 
 
 @dataclass
