@@ -65,7 +65,7 @@ def runs_of(table, program: str) -> int:
     return int(execution_index(table)[sel & (table.device == table.device[sel][0])].max()) + 1
 
 
-def test_steps_window_traces_those_steps_only_and_reports_the_recompilation_before_it(env, tmp_path):
+def test_steps_window_traces_those_steps_only_and_records_the_recompilation_before_it_uncounted(env, tmp_path):
     r = rooflens(env, "run", "--logdir", str(tmp_path), "--steps", "20:25", str(SCRIPTS / "train.py"), "60")
     assert r.returncode == 0, r.stderr[-3000:]
     assert "loss" in r.stdout and "profile written to" in r.stderr
@@ -76,11 +76,15 @@ def test_steps_window_traces_those_steps_only_and_reports_the_recompilation_befo
     prof = rl.load(run)
     assert runs_of(prof.table, "jit_step") == 5  # the trace holds the window's five executions, no more
     assert [n for n, _, _ in prof.steps] == [20, 21, 22, 23, 24]
+    # the recompilation at step 5, long before the window: recorded with its time and JAX's reason, not counted
+    (before,) = meta["in_window"]["recompilations_outside"]
+    assert meta["in_window"]["compilations"] == []
+    assert before["function"] == "step" and before["module"] == "jit_step" and before["nth"] == 2
+    assert "now f32[16,64] and before f32[32,64]" in before["reason"] and before["in_trace"] is False
+    assert before["end_unix_s"] * 1e9 < meta["trace_start_unix_ns"]
     data = report(env, run)
     assert data["steps"]["count"] == 5
-    # the recompilation at step 5, long before the window, is still reported
-    rec = [f for f in data["findings"] if f["rule"] == "recompilation"]
-    assert rec and "f32[16,64]" in " ".join(rec[0]["evidence"])
+    assert not [f for f in data["findings"] if f["rule"] == "recompilation"]
     # a step of a few hundred kB on a machine with gigabytes: memory is information, never an alarm
     assert all(f["severity"] == "low" for f in data["findings"] if f["rule"] == "memory-peak")
     assert data["memory"]["main_program"] == "jit_step" and data["memory"]["peak_over_device"] < 0.01
@@ -288,3 +292,115 @@ def test_session_waits_for_work_whose_outputs_were_dropped(tmp_path):
     prof = session.profile
     assert runs_of(prof.table, "jit__lambda") == 24
     assert prof.metadata["drained_s"] >= 0
+
+
+# ---- the step function of scripts shaped like third-party programs ------------------------------------
+
+
+def candidate(taken: dict, function: str) -> dict:
+    (c,) = [c for c in taken["candidates"] if c["function"] == function]
+    return c
+
+
+def test_equinox_classifier_window_counts_make_step_not_the_evaluations_loss(env, tmp_path):
+    """Equinox's MNIST shape: make_step once per step, and at step 0 (and every 6 steps) an evaluation
+    calling the jitted loss and compute_accuracy once per test batch (8 batches, the last one of 16).
+    loss reaches call 5 first, inside the first evaluation; by then make_step (one loop, not two) has
+    compiled and does more work per call: the window counts make_step's calls 5, 6, 7."""
+    meta, run = window_run(env, tmp_path, "eqx_classifier.py", "5:8", "12", "6")
+    taken = meta["step_program"]
+    assert taken["function"] == "make_step" and taken["program"] == "jit_make_step"
+    assert taken["chosen_by"] == "call site" and taken["loop_depth"] == 1
+    assert taken["call_site"] == f"{SCRIPTS / 'eqx_classifier.py'}:{step_line('eqx_classifier.py')} (train)"
+    assert meta["window"]["counted"] == "make_step" and meta["window"]["traced_steps"] == 3
+    assert taken["calls_in_run"] == 12
+    loss = candidate(taken, "loss")
+    evals = 3 * 8  # evaluations at steps 0, 6 and 11, of 8 test batches each
+    assert loss["loop_depth"] == 2 and loss["calls_in_run"] == evals and loss["calls_at_choice"] == 8
+    assert candidate(taken, "compute_accuracy")["calls_in_run"] == evals
+    # the per-call costs are XLA's own for the programs that ran: the step's (forward, backward, update)
+    # is more than the forward of one test batch
+    compiled = {c["module"]: c for c in meta["in_window"]["first_compilations"]}
+    assert taken["flops_per_call"] == compiled["jit_make_step"]["flops"]
+    assert taken["flops_per_call"] > 2 * loss["flops_per_call"] > 0
+    assert "loss ×24 in the run" in taken["reason"] and "--step-fn NAME takes another" in taken["reason"]
+    assert runs_of(rl.load(run).table, "jit_make_step") == 3
+    # the evaluation's recompilations for its last batch of 16 (loss and compute_accuracy alike) happen at
+    # step 0, before the window: kept with JAX's reason, not counted
+    assert meta["in_window"]["compilations"] == []
+    outside = {c["function"]: c for c in meta["in_window"]["recompilations_outside"]}
+    assert sorted(outside) == ["compute_accuracy", "loss"]
+    assert all("now f32[16,1,16,16] and before f32[32,1,16,16]" in c["reason"] for c in outside.values())
+    data = report(env, run)
+    note = next(n for n in data["notes"] if n.startswith("the window's step program: make_step (jit_make_step)"))
+    assert "compute_accuracy ×24" in note and "--step-fn" in note
+    assert not [f for f in data["findings"] if f["rule"] == "recompilation"]
+
+
+def test_gpt_that_samples_before_it_trains_takes_the_sampler_unless_told(env, tmp_path):
+    """The sampler's step_fn is called 20 times before train_step first runs: at call 3 only the sampler
+    is known, so it is taken, and the manifest and the report name train_step as a candidate; --step-fn
+    (a program name works too) windows train_step's calls 3 and 4."""
+    meta, run = window_run(env, tmp_path / "a", "gpt_sampler.py", "3:5", "20", "6")
+    taken = meta["step_program"]
+    assert taken["function"] == "step_fn" and taken["calls_in_run"] == 20
+    late = candidate(taken, "train_step")
+    assert late["calls_in_run"] == 6 and late["calls_before_window"] == 0 and late["calls_at_choice"] is None
+    assert late["flops_per_call"] > taken["flops_per_call"] > 0  # known only once it had compiled, too late
+    assert taken["choose_another"].startswith("rooflens run --steps 3:5 --step-fn NAME")
+    data = report(env, run)
+    note = next(n for n in data["notes"] if n.startswith("the window's step program: step_fn (jit_step_fn)"))
+    assert "train_step ×6 in the run" in note and "first called after the window opened" in note
+
+    r = rooflens(env, "run", "--logdir", str(tmp_path / "b"), "--steps", "3:5", "--step-fn", "jit_train_step",
+                 str(SCRIPTS / "gpt_sampler.py"), "20", "6", timeout=240)
+    assert r.returncode == 0, r.stderr[-3000:]
+    (run,) = (tmp_path / "b" / "plugins" / "profile").iterdir()
+    meta = json.loads((run / "rooflens.json").read_text())
+    taken = meta["step_program"]
+    assert taken["chosen_by"] == "--step-fn" and taken["function"] == "train_step"
+    assert taken["call_site"] == f"{SCRIPTS / 'gpt_sampler.py'}:{step_line('gpt_sampler.py')} (main)"
+    assert candidate(taken, "step_fn")["calls_in_run"] == 20 and meta["window"]["traced_steps"] == 2
+    table = rl.load(run).table
+    assert runs_of(table, "jit_train_step") == 2 and "jit_step_fn" not in table.programs
+
+
+def test_step_fn_names_a_function_of_a_whole_run_and_an_unknown_name_is_one_sentence(env, tmp_path):
+    r = rooflens(env, "run", "--logdir", str(tmp_path / "w"), "--step-fn", "step", str(SCRIPTS / "train.py"), "10")
+    assert r.returncode == 0, r.stderr[-3000:]
+    (run,) = (tmp_path / "w" / "plugins" / "profile").iterdir()
+    meta = json.loads((run / "rooflens.json").read_text())
+    taken = meta["step_program"]
+    assert taken["chosen_by"] == "--step-fn" and taken["program"] == "jit_step"
+    assert taken["calls_in_run"] == 11 and meta["warmup_in_window"] is True  # 10 in the loop, 1 at step 5
+    # an unknown name: the functions the script called, with their calls; a window is then never opened
+    r = rooflens(env, "run", "--logdir", str(tmp_path / "u"), "--steps", "2:4", "--step-fn", "trian_step",
+                 str(SCRIPTS / "train.py"), "10", "3")
+    assert r.returncode == 3, r.stderr[-3000:]
+    (line,) = [ln for ln in r.stderr.splitlines() if ln.startswith("rooflens:")]
+    assert "--step-fn trian_step: the script's own code called no jitted function of that name" in line
+    assert "step ×11" in line and "no trace was taken" in line
+    r = rooflens(env, "run", "--step-fn", "x", "--delay", "1", "--duration", "1", str(SCRIPTS / "train.py"), "3")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--step-fn" in r.stderr
+
+
+def test_neural_ode_recompilations_are_counted_only_inside_the_window(env, tmp_path):
+    """Diffrax's shape: make_step recompiles at its call 1 (a Python float: a weak type) and at call 5 (the
+    second stage's longer series: a new shape). The window 3:7 holds the second only: both are in
+    rooflens.json with their time, function and JAX's reason; the report's finding counts one."""
+    meta, run = window_run(env, tmp_path, "node.py", "3:7", "5", "5", timeout=400)
+    w = meta["in_window"]
+    t0, t1 = meta["trace_start_unix_ns"] / 1e9, meta["trace_stop_unix_ns"] / 1e9
+    (inside,) = w["compilations"]
+    (outside,) = w["recompilations_outside"]
+    assert inside["function"] == outside["function"] == "make_step" and inside["module"] == "jit_make_step"
+    assert (outside["nth"], inside["nth"]) == (2, 3)
+    assert "now f32[]{weak_type=True} and before f32[]{weak_type=False}" in outside["reason"]
+    assert "at ts, now f32[16] and before f32[8]" in inside["reason"]
+    assert outside["end_unix_s"] < t0 < inside["start_unix_s"] < inside["end_unix_s"] < t1
+    assert inside["in_trace"] is True and outside["in_trace"] is False and inside["duration_s"] > 0
+    assert w["cache_misses"] and "f32[16]" in w["cache_misses"][0] and "weak_type" not in w["cache_misses"][0]
+    data = report(env, run)
+    (f,) = [f for f in data["findings"] if f["rule"] == "recompilation"]
+    assert f["title"].startswith("1 recompilation(s)") and "f32[16]" in " ".join(f["evidence"])
+    assert "weak_type" not in " ".join(f["evidence"])

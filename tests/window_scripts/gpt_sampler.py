@@ -7,7 +7,6 @@ SAMPLES times, and only then the training loop calls ``train_step`` once per ste
 """
 
 import sys
-from functools import partial
 
 import flax.linen as nn
 import jax
@@ -41,7 +40,7 @@ class GPT(nn.Module):
 model = GPT()
 
 
-@partial(jax.jit, static_argnums=())
+@jax.jit
 def step_fn(params, tokens, position, key):
     """One token of the sampler: the logits at ``position``, a categorical draw, written at position + 1."""
     logits = model.apply({"params": params}, tokens)[:, position]
@@ -73,7 +72,7 @@ def main():
     print("untrained sample:", generate(params, jax.random.PRNGKey(1), samples)[0, :8].tolist(), flush=True)
     state = train_state.TrainState.create(apply_fn=model.apply, params=params, tx=optax.adamw(1e-3))
     rng = np.random.default_rng(0)
-    for i in range(steps):
+    for _ in range(steps):
         batch = rng.integers(0, VOCAB, (BATCH, SEQ + 1), dtype=np.int32)
         state, loss = train_step(state, batch)  # the loop's step call
     print("final loss", float(loss))
