@@ -15,7 +15,7 @@ import numpy as np
 import optax
 from flax.training import train_state
 
-VOCAB, SEQ, D, HEADS, LAYERS, BATCH = 128, 32, 64, 4, 2, 16
+VOCAB, SEQ, D, HEADS, LAYERS, BATCH = 64, 16, 32, 2, 1, 8
 
 
 class Block(nn.Module):

@@ -31,7 +31,7 @@ def field(params, y):
     return jnp.tanh(h @ params["w3"])
 
 
-def solve_fixed(params, y0, ts, substeps=4):
+def solve_fixed(params, y0, ts, substeps=2):
     """y at each of ``ts``: ``substeps`` Heun steps between consecutive times (differentiable)."""
 
     def to_next(y, t_pair):

@@ -18,8 +18,11 @@ script does:
 
 With a window (``--steps A:B``, ``--delay/--duration``) the backend coming up only arms the
 recorders; :mod:`rooflens.capture.stepwindow` starts and stops the profiler mid-run, and
-compilations, cache misses and transfers are still recorded over the whole run (recompilations
-anywhere are reported; transfers only inside the window). The stderr tap is :mod:`.tap`, the files
+compilations (each with XLA's cost analysis of its program), cache misses and transfers are still
+recorded over the whole run. A recompilation (:func:`.artifacts.classify_compiles`: JAX's own
+cache-miss explanation of the function compiled, or a compilation of the script's function after its
+first) counts in the report only inside the traced window; the others are kept in ``rooflens.json``
+as ``recompilations_outside``; transfers too count only inside the window. The stderr tap is :mod:`.tap`, the files
 saved after the script :mod:`.artifacts`, running the script as python would :mod:`.pyrun`.
 
 Whatever happens (normal end, ``sys.exit``, an exception, Ctrl-C, SIGTERM) the trace is stopped

@@ -6,9 +6,10 @@ what the program pays there is one Python call per jitted call (measured in
 ``bench/capture_overhead.py``).
 
 **steps**: the steps are the script's own ``jax.profiler.StepTraceAnnotation`` blocks when it has
-any (the ``A``-th annotated step opens the window); otherwise the **step program** is decided from
-what the script's own loop calls repeatedly: the first jitted function that the script's own code
-calls ``A`` times from one line. A call counts when
+any (the ``A``-th annotated step opens the window); else the calls of the **step function**: the one
+``--step-fn NAME`` names (its own name or its program's, ``jit_NAME``: each of its dispatches from the
+script's code is a step), or else the one decided online from what is known when the window must
+open. A call counts when
 
 * the jitted function is not one of JAX's own: not an eagerly applied primitive (JAX compiles
   each primitive applied outside ``jit`` as a tiny program ``jit_<primitive>``, marked
@@ -22,12 +23,26 @@ calls ``A`` times from one line. A call counts when
   the standard library or an installed package such as flax, optax, equinox or orbax, told apart
   by their real directories), exists: a call from a library's own thread has none.
 
-Calls are counted per (function, call site), so the training loop's line is told apart from an
-evaluation or a recompilation elsewhere. Each jitted function is wrapped by :class:`Counted` (a
-call counter that forwards everything else), and ``StepTraceAnnotation``'s ``__enter__``/
-``__exit__`` count annotated steps. The window opens before the ``A``-th counted call is
-dispatched, once every device has finished what was dispatched before (so the trace holds no tail
-of an earlier step), and closes when call ``B − 1`` has finished on every device.
+Calls are counted per (function, call site): a :class:`Candidate`, with its **loop depth** (the
+loops of the script's own code around the call, over its whole stack, read from the source with
+``ast``: :func:`loop_depth`) and its program's compiled **cost per call** (FLOPs and bytes from XLA's
+``cost_analysis()`` of the executable, taken in the launcher's compile hook while this function is
+being dispatched: nothing compiles twice). Each time a candidate is dispatched with ``A`` calls or
+more behind it, :func:`choose` picks among all candidates so far: the shallowest loop's (a candidate
+with fewer than ``A`` calls is left out when one of the same or a shallower loop has reached ``A``:
+an evaluation every N steps, a set-up call), there the most work per call; the window opens when the
+pick is the one being dispatched. So Equinox's MNIST, whose evaluation calls ``loss`` 157 times per
+pass from a loop inside the training loop, is windowed on ``make_step`` (one loop, more work), and a
+script that samples 500 times before it trains is windowed on the sampler unless ``--step-fn``
+names the train step (what is not compiled yet cannot be chosen). Dispatches inside and after the
+window are still counted (by function) so that the manifest lists every candidate with its calls.
+
+Each jitted function is wrapped by :class:`Counted` (a call counter that forwards everything else),
+and ``StepTraceAnnotation``'s ``__enter__``/``__exit__`` count annotated steps. The window opens
+before the step function's ``A``-th counted call is dispatched, once every device has finished what
+was dispatched before (so the trace holds no tail of an earlier step), and closes when call ``B − 1``
+has finished on every device. ``--step-fn`` without ``--steps`` traces the whole run and only counts
+calls (:attr:`Window.whole`): the manifest then names the function for the report.
 
 **time**: a timer opens the window ``delay_s`` after the script's JAX backend came up, like
 ``nsys --delay/--duration``; ``duration_s`` later the window is due, and closes at the script's next
@@ -36,7 +51,7 @@ must be dispatched on), or by the timer itself when no call comes within ``max(1
 
 Either way the names of the jitted functions called inside the window are kept, so the capture
 saves the HLO and memory data of those programs only; :meth:`Window.step_program` says which
-function was taken as the step and why (the manifest's ``step_program``).
+function was taken as the step and why, with the other candidates (the manifest's ``step_program``).
 """
 
 from __future__ import annotations
