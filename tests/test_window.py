@@ -404,3 +404,18 @@ def test_neural_ode_recompilations_are_counted_only_inside_the_window(env, tmp_p
     (f,) = [f for f in data["findings"] if f["rule"] == "recompilation"]
     assert f["title"].startswith("1 recompilation(s)") and "f32[16]" in " ".join(f["evidence"])
     assert "weak_type" not in " ".join(f["evidence"])
+
+
+@pytest.mark.parametrize("mode,evaluation", [("nested", "eval_batch"), ("inline", "eval_full")])
+def test_an_evaluation_heavier_than_the_step_is_not_the_step(env, tmp_path, mode, evaluation):
+    """Evaluation more work per call than the step: nested, its calls come from a deeper loop (the
+    shallowest loop's function is taken); inline, in the training loop's own body every 4 steps, it has
+    1 call when step has 3 (a function of the same loop that the step outpaces is left out)."""
+    meta, run = window_run(env, tmp_path, "heavy_eval.py", "3:5", "12", mode)
+    taken = meta["step_program"]
+    assert taken["function"] == "step" and meta["window"]["traced_steps"] == 2
+    other = candidate(taken, evaluation)
+    assert other["flops_per_call"] > 4 * taken["flops_per_call"]  # XLA's own cost: the evaluation is heavier
+    assert (other["loop_depth"], taken["loop_depth"]) == ((2, 1) if mode == "nested" else (1, 1))
+    assert other["calls_in_run"] == (12 if mode == "nested" else 3)  # evaluations at steps 0, 4, 8
+    assert runs_of(rl.load(run).table, "jit_step") == 2
