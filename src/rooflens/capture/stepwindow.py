@@ -248,6 +248,12 @@ class Counted:
         w = self._window
         if not w.watching:  # outside a time window (a steps window counts on): one attribute test
             return self.__wrapped__(*args, **kwargs)
+        if w.after:  # after a steps window (or the whole run with --step-fn): a function seen before is counted
+            name = self.__name__
+            n = w.known.get(name)
+            if n is not None and not self._primitive and w.clean():
+                w.known[name] = n + 1
+                return self.__wrapped__(*args, **kwargs)
         return w.call(self, args, kwargs)
 
     def __getattr__(self, name):
@@ -337,6 +343,10 @@ class Window:
         self.cands: dict[tuple[str, tuple[str, int]], Candidate] = {}  # (function, call site) → its candidate
         self.by_name: dict[str, int] = {}  # function → dispatches before the window from the script's code
         self.run_calls: dict[str, int] = {}  # function → its dispatches in the whole run (any line, any thread)
+        self.known: dict[str, int] = {}  # after the window: the functions whose call site is known → their calls
+        self.after = False  # after a steps window, or a whole run: Counted counts known functions itself
+        if self.whole:
+            self.known, self.after = self.run_calls, True
         self.late: dict[str, Candidate] = {}  # functions first called inside or after the window, at their first call
         self.step_key: tuple[str, tuple[str, int] | None] | None = None  # the step's (function, call site or None)
         self.taken: Candidate | None = None  # the step function's candidate (chosen, not named)
@@ -447,7 +457,8 @@ class Window:
 
     def _tally(self, fn: Counted, frame) -> None:
         """One more dispatch of ``fn`` in the run (inside or after the window); a function not seen
-        before the window gets its call site and loop depth at its first call (the report's candidates)."""
+        before the window gets its call site and loop depth at its first call (the report's candidates).
+        After the window, :class:`Counted` counts a function already in ``known`` (= ``run_calls``) itself."""
         name = fn.__name__
         self.run_calls[name] = self.run_calls.get(name, 0) + 1
         if name not in self.by_name and name not in self.late:
@@ -521,6 +532,9 @@ class Window:
                 return
             self.closed = True
             self.watching = self.steps is not None  # a steps window counts the calls after it (the candidates)
+            if self.watching:
+                self.known = self.run_calls
+                self.after = True
             self.closed_at = time.monotonic()
             was, self.tracing = self.tracing, False
         try:
