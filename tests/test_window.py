@@ -51,10 +51,10 @@ def step_line(script: str, text: str = STEP_CALL) -> int:
     return next(i for i, line in enumerate(lines, 1) if text in line)
 
 
-def window_run(env, tmp_path, script, steps, *args, timeout=240):
-    """``rooflens run --steps STEPS script args``: (its manifest, its run directory)."""
-    r = rooflens(env, "run", "--logdir", str(tmp_path / "logs"), "--steps", steps, str(SCRIPTS / script), *args,
-                 timeout=timeout)
+def window_run(env, tmp_path, script, steps, *args, timeout=240, options=()):
+    """``rooflens run --steps STEPS [options] script args``: (its manifest, its run directory)."""
+    r = rooflens(env, "run", "--logdir", str(tmp_path / "logs"), "--steps", steps, *options, str(SCRIPTS / script),
+                 *args, timeout=timeout)
     assert r.returncode == 0, r.stderr[-3000:]
     (run,) = (tmp_path / "logs" / "plugins" / "profile").iterdir()
     return json.loads((run / "rooflens.json").read_text()), run
@@ -259,6 +259,12 @@ def test_step_annotations_take_precedence_over_calls(env, tmp_path):
     assert taken["chosen_by"] == "StepTraceAnnotation" and taken["function"] is None
     assert "StepTraceAnnotation" in taken["reason"] and meta["window"]["traced_steps"] == 2
     assert [n for n, _, _ in rl.load(run).steps] == [4, 5]
+    # a function named by --step-fn rules over the annotations: its calls 4 and 5
+    meta, run = window_run(env, tmp_path / "named", "sharded.py", "4:6", "8", "shard_map", "annotate",
+                           options=("--step-fn", "local_step"))
+    taken = meta["step_program"]
+    assert taken["chosen_by"] == "--step-fn" and taken["function"] == "local_step"
+    assert meta["window"]["traced_steps"] == 2 and runs_of(rl.load(run).table, "jit_local_step") == 2
 
 
 def test_whole_run_of_a_flax_script_holds_every_step_it_dispatched(env, tmp_path):

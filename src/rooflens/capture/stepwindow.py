@@ -419,7 +419,7 @@ class Window:
             return fn.__wrapped__(*args, **kwargs)
         if not self.clean():  # a call inside a trace is no dispatch
             return fn.__wrapped__(*args, **kwargs)
-        if self.closed or self.annotated:  # after the window (or annotated steps rule): only counted
+        if self.closed or (self.annotated and self.step_fn is None):  # after the window, or annotated steps rule
             self._tally(fn, sys._getframe(1))
             return self._run(fn, args, kwargs)
         frame = sys._getframe(1)
@@ -474,7 +474,8 @@ class Window:
 
     def enter_step(self) -> None:
         self.annotated += 1
-        if self.steps is not None and not self.tracing and not self.closed and self.annotated - 1 == self.steps[0]:
+        if (self.steps is not None and self.step_fn is None and not self.tracing and not self.closed
+                and self.annotated - 1 == self.steps[0]):  # (a function named by --step-fn rules instead)
             self.step_key, self.counted = None, ANNOTATION
             self.open()
 
