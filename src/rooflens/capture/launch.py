@@ -73,6 +73,7 @@ manifest = _sibling("manifest", "trace")
 common = _sibling("common")
 tap = _sibling("tap")
 artifacts = _sibling("artifacts")
+stepfn = _sibling("stepfn")
 stepwindow = _sibling("stepwindow")
 pyrun = _sibling("pyrun")
 KV_KEY = "rooflens/run_name"
@@ -604,7 +605,7 @@ def main(argv: list[str]) -> None:
     if mode == "module":  # the module's own package is the user's code, even where it is installed
         with contextlib.suppress(ImportError, ValueError, AttributeError):
             spec = importlib.util.find_spec(target.split(".")[0])
-            stepwindow.USER_DIRS.extend(os.path.realpath(p) for p in (spec.submodule_search_locations or []))
+            stepfn.USER_DIRS.extend(os.path.realpath(p) for p in (spec.submodule_search_locations or []))
     describe = {"script": os.path.abspath(target) if mode == "path" else None,
                 "module": target if mode == "module" else None, "argv": list(args), "cwd": os.getcwd()}
     error: BaseException | None = None

@@ -23,12 +23,12 @@ open. A call counts when
   the standard library or an installed package such as flax, optax, equinox or orbax, told apart
   by their real directories), exists: a call from a library's own thread has none.
 
-Calls are counted per (function, call site): a :class:`Candidate`, with its **loop depth** (the
-loops of the script's own code around the call, over its whole stack, read from the source with
-``ast``: :func:`loop_depth`) and its program's compiled **cost per call** (FLOPs and bytes from XLA's
-``cost_analysis()`` of the executable, taken in the launcher's compile hook while this function is
-being dispatched: nothing compiles twice). Each time a candidate is dispatched with ``A`` calls or
-more behind it, :func:`choose` picks among all candidates so far: the shallowest loop's (a candidate
+Calls are counted per (function, call site): a :class:`.stepfn.Candidate`, with its **loop depth**
+(the loops of the script's own code around the call, over its whole stack, read from the source with
+``ast``: :func:`.stepfn.loop_depth`) and its program's compiled **cost per call** (FLOPs and bytes from
+XLA's ``cost_analysis()`` of the executable, taken in the launcher's compile hook while this function
+is being dispatched: nothing compiles twice). Each time a candidate is dispatched with ``A`` calls or
+more behind it, :func:`.stepfn.choose` picks among all candidates so far: the shallowest loop's (a candidate
 with fewer than ``A`` calls is left out when one of the same or a shallower loop has reached ``A``:
 an evaluation every N steps, a set-up call), there the most work per call; the window opens when the
 pick is the one being dispatched. So Equinox's MNIST, whose evaluation calls ``loss`` 157 times per
@@ -56,9 +56,7 @@ function was taken as the step and why, with the other candidates (the manifest'
 
 from __future__ import annotations
 
-import ast
 import contextlib
-import functools
 import os
 import sys
 import threading
@@ -67,12 +65,12 @@ import types
 from collections.abc import Callable
 
 if __package__:
-    from rooflens.capture import common
-else:  # loaded by path, after the launcher loaded common the same way (its ``_sibling``)
+    from rooflens.capture import common, stepfn
+else:  # loaded by path, after the launcher loaded common and stepfn the same way (its ``_sibling``)
     common = sys.modules["_rooflens_common"]
+    stepfn = sys.modules["_rooflens_stepfn"]
 
 ANNOTATION = "StepTraceAnnotation"
-_UNWRAP_LIMIT = 32  # wrappers peeled off a jitted function, at most
 
 
 def parse_steps(text: str) -> tuple[int, int]:
@@ -88,136 +86,9 @@ def parse_steps(text: str) -> tuple[int, int]:
 
 
 program_name = common.program_name  # jit_<name>, as JAX names a jitted function's program
-
-
-def names_function(name: str, function: str) -> bool:
-    """Whether ``--step-fn name`` names ``function``: its own name or its program's."""
-    return name in (function, program_name(function))
-
-
-# ---- whose function, whose call ------------------------------------------------------------------
-
-#: directories of code that is the user's even where it is installed (``rooflens run -m pkg``)
-USER_DIRS: list[str] = []
-
-
-@functools.lru_cache(maxsize=4096)
-def is_script_code(filename: str) -> bool:
-    """Whether a frame's file is the script's own code: not jax, jaxlib, rooflens, the standard
-    library or an installed package (by their real directories), or under :data:`USER_DIRS`."""
-    if USER_DIRS and filename and not filename.startswith("<") and common.under(os.path.realpath(filename), USER_DIRS):
-        return True
-    return not common.is_library(filename, installed=True)
-
-
-def call_site(frame) -> tuple[str, int, str] | None:
-    """(file, line, function) of the innermost frame of the script's own code from ``frame`` out,
-    or None (a call from a library's own thread)."""
-    while frame is not None:
-        code = frame.f_code
-        if is_script_code(code.co_filename):
-            return code.co_filename, frame.f_lineno, code.co_name
-        frame = frame.f_back
-    return None
-
-
-_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
-_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
-
-
-@functools.lru_cache(maxsize=256)
-def loops_by_line(filename: str) -> dict[int, int] | None:
-    """Line → how many loops of its own function (or module) run it again and again: the body of a
-    ``for``, a ``while`` with its test, a comprehension; a ``def``'s or ``class``'s body starts again
-    from 0 (it runs where it is called). None when the source cannot be read or parsed."""
-    try:
-        with open(filename, "rb") as fh:
-            tree = ast.parse(fh.read(), filename)
-    except (OSError, SyntaxError, ValueError):
-        return None
-    depth: dict[int, int] = {}
-
-    def mark(node, d: int) -> None:
-        for line in range(node.lineno, (getattr(node, "end_lineno", None) or node.lineno) + 1):
-            depth[line] = d
-
-    def visit(node, d: int) -> None:
-        if hasattr(node, "lineno"):
-            mark(node, d)
-        if isinstance(node, _SCOPES):
-            for child in ast.iter_child_nodes(node):
-                visit(child, 0 if child in node.body else d)
-        elif isinstance(node, (ast.For, ast.AsyncFor)):
-            for child in ast.iter_child_nodes(node):
-                visit(child, d + 1 if child in node.body else d)
-        elif isinstance(node, ast.While):
-            for child in ast.iter_child_nodes(node):
-                visit(child, d if child in node.orelse else d + 1)
-        elif isinstance(node, _COMPREHENSIONS):
-            mark(node, d + 1)
-            for child in ast.iter_child_nodes(node):
-                visit(child, d + 1)
-        else:
-            for child in ast.iter_child_nodes(node):
-                visit(child, d)
-
-    visit(tree, 0)
-    return depth
-
-
-def loop_depth(frame) -> int | None:
-    """How many loops of the script's own code enclose a call, over its whole stack: the loops around
-    each frame's current line, summed over the script's frames (a frame on the same line as the one
-    that called it, a comprehension's or a lambda's, counted once). None when a frame's source cannot
-    be read."""
-    total, last, at = 0, None, 0
-    while frame is not None:
-        code = frame.f_code
-        if is_script_code(code.co_filename):
-            here = (code.co_filename, frame.f_lineno)
-            table = loops_by_line(code.co_filename)
-            if table is None:
-                return None
-            d = table.get(frame.f_lineno, 0)
-            if here == last:  # the same line again: count its loops once
-                total += max(d - at, 0)
-                at = max(d, at)
-            else:
-                total, last, at = total + d, here, d
-        frame = frame.f_back
-    return total
-
-
-def where(site: tuple[str, int, str] | None) -> str:
-    return f"{site[0]}:{site[1]} ({site[2]})" if site else ""
-
-
-def own_code_of(fun) -> str:
-    """The file of the Python code a jitted function runs, its wrappers peeled off ("" if unknown)."""
-    for _ in range(_UNWRAP_LIMIT):
-        if isinstance(fun, functools.partial):
-            fun = fun.func
-        elif getattr(fun, "__wrapped__", None) is not None:
-            fun = fun.__wrapped__
-        else:
-            break
-    code = getattr(fun, "__code__", None)
-    if code is None:  # a callable object: its class's __call__
-        call = next((vars(k)["__call__"] for k in type(fun).__mro__ if "__call__" in vars(k)), None)
-        code = getattr(call, "__code__", None)
-    return code.co_filename if code is not None else ""
-
-
-def kind_of(fun) -> str:
-    """``"primitive"`` (JAX's eager dispatch of one primitive), ``"jax"`` (a function of JAX's own,
-    or rooflens's) or ``"function"`` (the script's or a library's: a step program candidate)."""
-    if getattr(fun, "_apply_primitive", False):
-        return "primitive"
-    filename = own_code_of(fun)
-    core = common.core_library_dirs()
-    if filename and not filename.startswith("<") and common.under(os.path.realpath(filename), core):
-        return "jax"
-    return "function"
+Candidate, call_site, choose, where = stepfn.Candidate, stepfn.call_site, stepfn.choose, stepfn.where
+names_function, loop_depth, amount, kind_of = (stepfn.names_function, stepfn.loop_depth, stepfn.amount,
+                                               stepfn.kind_of)
 
 
 # ---- waiting for the device ----------------------------------------------------------------------
@@ -267,59 +138,6 @@ class Counted:
 
     def __repr__(self) -> str:
         return repr(self.__wrapped__)
-
-
-class Candidate:
-    """A (jitted function, call site) the script's own code dispatched before the window: a step
-    function candidate, with its calls and what its program costs per call."""
-
-    __slots__ = ("function", "site", "calls", "loops", "fn", "seen", "calls_at_choice")
-
-    def __init__(self, function: str, site: tuple[str, int, str], loops: int | None, fn, seen: int) -> None:
-        self.function, self.site, self.loops, self.fn, self.seen = function, site, loops, fn, seen
-        self.calls = 0
-        self.calls_at_choice: int | None = None
-
-    @property
-    def key(self) -> tuple[str, tuple[str, int]]:
-        return self.function, self.site[:2]
-
-
-def work(cost: tuple[float, float] | None) -> float:
-    """How much work a program does per call, to rank programs by: its compiled FLOPs × bytes (the order
-    of their geometric mean: more of both is more work; where they disagree, the larger ratio wins);
-    -1 when its cost is unknown."""
-    if cost is None:
-        return -1.0
-    return (cost[0] + 1.0) * (cost[1] + 1.0)
-
-
-def choose(cands: list[Candidate], start: int, cost_of: Callable[[Candidate], tuple[float, float] | None]
-           ) -> Candidate | None:
-    """The step function among what the script's own code has called so far: of the candidates called
-    from inside a loop (all of them when none is), leave out each one that fewer than ``start`` calls
-    show to be rarer than a function of the same or a shallower loop that has reached ``start`` (an
-    evaluation every N steps, a set-up call); then the shallowest loop's, and there the most work per
-    call (compiled FLOPs and bytes), then the first one seen."""
-    if not cands:
-        return None
-    looped = [c for c in cands if c.loops is None or c.loops >= 1]
-    pool = looped or cands
-
-    def loops(c: Candidate) -> int:
-        return 1 if c.loops is None else c.loops
-
-    reached = [loops(c) for c in pool if c.calls >= start]
-    kept = [c for c in pool if c.calls >= start or not any(d <= loops(c) for d in reached)] or pool
-    return min(kept, key=lambda c: (loops(c), -work(cost_of(c)), c.seen))
-
-
-def amount(x: float, unit: str) -> str:
-    """``3.2 MFLOP``, ``1.1 MB``: a per-call figure in a few characters."""
-    for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if x >= scale:
-            return f"{x / scale:.3g} {prefix}{unit}"
-    return f"{x:.3g} {unit}"
 
 
 class Window:
