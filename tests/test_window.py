@@ -425,3 +425,15 @@ def test_an_evaluation_heavier_than_the_step_is_not_the_step(env, tmp_path, mode
     assert (other["loop_depth"], taken["loop_depth"]) == ((2, 1) if mode == "nested" else (1, 1))
     assert other["calls_in_run"] == (12 if mode == "nested" else 3)  # evaluations at steps 0, 4, 8
     assert runs_of(rl.load(run).table, "jit_step") == 2
+
+
+def test_a_sampler_loop_that_ended_before_training_is_not_the_step(env, tmp_path):
+    """The sampler's loop (2 calls, one loop) ended before the training loop (two loops: epochs and
+    steps) began: at step's call 3 the sampler, though shallower, no longer runs around the call, and
+    step is taken (a shallower finished loop would wait for a call 3 that never comes: no trace)."""
+    meta, run = window_run(env, tmp_path, "sample_then_train.py", "3:5", "2", "4")
+    taken = meta["step_program"]
+    assert taken["function"] == "step" and taken["loop_depth"] == 2 and meta["window"]["traced_steps"] == 2
+    sampler = candidate(taken, "sample_step")
+    assert sampler["loop_depth"] == 1 and sampler["calls_in_run"] == 2
+    assert runs_of(rl.load(run).table, "jit_step") == 2

@@ -3,11 +3,11 @@
 Loaded by path in the launched interpreter (like :mod:`rooflens.capture.stepwindow`, which counts the
 calls and opens the window). Here: whose function and whose call a dispatch is (the script's own code,
 told from jax, jaxlib, rooflens, the standard library and installed packages by their real
-directories), how many loops of the script's own code surround a call (:func:`loop_depth`, from the
+directories), which loops of the script's own code surround a call (:func:`loop_chain`, from the
 source with ``ast``), what a program costs per call (:func:`work`, from XLA's compiled FLOPs and
-bytes), and :func:`choose`: among the (function, call site) pairs called so far, the shallowest
-loop's with the most work per call, a function that a function of the same or a shallower loop has
-outpaced left out.
+bytes), and :func:`choose`: among the (function, call site) pairs called so far whose loops still run
+around the call being dispatched, the shallowest loop's with the most work per call, a function that
+a function of the same or a shallower loop has outpaced left out.
 """
 
 from __future__ import annotations
@@ -62,52 +62,57 @@ _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
 
+Loop = tuple[str, int]  # a loop of the script's code: (file, its first line)
+
+
 @functools.lru_cache(maxsize=256)
-def loops_by_line(filename: str) -> dict[int, int] | None:
-    """Line → how many loops of its own function (or module) run it again and again: the body of a
-    ``for``, a ``while`` with its test, a comprehension; a ``def``'s or ``class``'s body starts again
-    from 0 (it runs where it is called). None when the source cannot be read or parsed."""
+def loops_by_line(filename: str) -> dict[int, tuple[int, ...]] | None:
+    """Line → the loops of its own function (or module) that run it again and again, outermost first,
+    each by its first line: the body of a ``for``, a ``while`` with its test, a comprehension; a
+    ``def``'s or ``class``'s body starts with none (it runs where it is called). None when the source
+    cannot be read or parsed."""
     try:
         with open(filename, "rb") as fh:
             tree = ast.parse(fh.read(), filename)
     except (OSError, SyntaxError, ValueError):
         return None
-    depth: dict[int, int] = {}
+    loops: dict[int, tuple[int, ...]] = {}
 
-    def mark(node, d: int) -> None:
+    def mark(node, inside: tuple[int, ...]) -> None:
         for line in range(node.lineno, (getattr(node, "end_lineno", None) or node.lineno) + 1):
-            depth[line] = d
+            loops[line] = inside
 
-    def visit(node, d: int) -> None:
+    def visit(node, inside: tuple[int, ...]) -> None:
         if hasattr(node, "lineno"):
-            mark(node, d)
+            mark(node, inside)
         if isinstance(node, _SCOPES):
             for child in ast.iter_child_nodes(node):
-                visit(child, 0 if child in node.body else d)
+                visit(child, () if child in node.body else inside)
         elif isinstance(node, (ast.For, ast.AsyncFor)):
             for child in ast.iter_child_nodes(node):
-                visit(child, d + 1 if child in node.body else d)
+                visit(child, (*inside, node.lineno) if child in node.body else inside)
         elif isinstance(node, ast.While):
             for child in ast.iter_child_nodes(node):
-                visit(child, d if child in node.orelse else d + 1)
+                visit(child, inside if child in node.orelse else (*inside, node.lineno))
         elif isinstance(node, _COMPREHENSIONS):
-            mark(node, d + 1)
+            mark(node, (*inside, node.lineno))
             for child in ast.iter_child_nodes(node):
-                visit(child, d + 1)
+                visit(child, (*inside, node.lineno))
         else:
             for child in ast.iter_child_nodes(node):
-                visit(child, d)
+                visit(child, inside)
 
-    visit(tree, 0)
-    return depth
+    visit(tree, ())
+    return loops
 
 
-def loop_depth(frame) -> int | None:
-    """How many loops of the script's own code enclose a call, over its whole stack: the loops around
-    each frame's current line, summed over the script's frames (a frame on the same line as the one
-    that called it, a comprehension's or a lambda's, counted once). None when a frame's source cannot
-    be read."""
-    total, last, at = 0, None, 0
+def loop_chain(frame) -> tuple[Loop, ...] | None:
+    """The loops of the script's own code that enclose a call, over its whole stack, outermost first:
+    the loops around each frame's current line (a frame on the same line as the one that called it, a
+    comprehension's or a lambda's, adds only the loops that one lacks). None when a frame's source
+    cannot be read."""
+    chains: list[tuple[Loop, ...]] = []  # innermost frame first
+    last = None
     while frame is not None:
         code = frame.f_code
         if is_script_code(code.co_filename):
@@ -115,14 +120,23 @@ def loop_depth(frame) -> int | None:
             table = loops_by_line(code.co_filename)
             if table is None:
                 return None
-            d = table.get(frame.f_lineno, 0)
-            if here == last:  # the same line again: count its loops once
-                total += max(d - at, 0)
-                at = max(d, at)
+            mine = tuple((code.co_filename, line) for line in table.get(frame.f_lineno, ()))
+            if here == last and chains:  # the same line again: its loops once
+                if len(mine) > len(chains[-1]):
+                    chains[-1] = mine
             else:
-                total, last, at = total + d, here, d
+                chains.append(mine)
+                last = here
         frame = frame.f_back
-    return total
+    return tuple(loop for chain in reversed(chains) for loop in chain)
+
+
+def encloses(outer: tuple[Loop, ...] | None, inner: tuple[Loop, ...] | None) -> bool:
+    """Whether the loops ``outer`` (a candidate's) are all running around a call inside ``inner``: the
+    same loops, or the first ones of them (unknown chains: assumed so)."""
+    if outer is None or inner is None:
+        return True
+    return inner[:len(outer)] == outer
 
 
 def where(site: tuple[str, int, str] | None) -> str:
@@ -161,10 +175,12 @@ class Candidate:
     """A (jitted function, call site) the script's own code dispatched before the window: a step
     function candidate, with its calls and what its program costs per call."""
 
-    __slots__ = ("function", "site", "calls", "loops", "fn", "seen", "calls_at_choice")
+    __slots__ = ("function", "site", "calls", "chain", "loops", "fn", "seen", "calls_at_choice")
 
-    def __init__(self, function: str, site: tuple[str, int, str], loops: int | None, fn, seen: int) -> None:
-        self.function, self.site, self.loops, self.fn, self.seen = function, site, loops, fn, seen
+    def __init__(self, function: str, site: tuple[str, int, str], chain: tuple[Loop, ...] | None, fn,
+                 seen: int) -> None:
+        self.function, self.site, self.chain, self.fn, self.seen = function, site, chain, fn, seen
+        self.loops = None if chain is None else len(chain)  # its loop depth
         self.calls = 0
         self.calls_at_choice: int | None = None
 
@@ -182,17 +198,20 @@ def work(cost: tuple[float, float] | None) -> float:
     return (cost[0] + 1.0) * (cost[1] + 1.0)
 
 
-def choose(cands: list[Candidate], start: int, cost_of: Callable[[Candidate], tuple[float, float] | None]
-           ) -> Candidate | None:
-    """The step function among what the script's own code has called so far: of the candidates called
-    from inside a loop (all of them when none is), leave out each one that fewer than ``start`` calls
-    show to be rarer than a function of the same or a shallower loop that has reached ``start`` (an
-    evaluation every N steps, a set-up call); then the shallowest loop's, and there the most work per
-    call (compiled FLOPs and bytes), then the first one seen."""
-    if not cands:
+def choose(cands: list[Candidate], start: int, cost_of: Callable[[Candidate], tuple[float, float] | None],
+           now: Candidate | None = None) -> Candidate | None:
+    """The step function among what the script's own code has called so far, ``now`` being dispatched:
+    of the candidates whose loops still run around ``now`` (a sampler's loop that ended before training
+    began does not; the training loop around an evaluation loop does), those called from inside a loop
+    (all of them when none is); leave out each one that fewer than ``start`` calls show to be rarer
+    than a function of the same or a shallower loop that has reached ``start`` (an evaluation every N
+    steps, a set-up call); then the shallowest loop's, and there the most work per call (compiled
+    FLOPs and bytes), then the first one seen."""
+    live = [c for c in cands if now is None or encloses(c.chain, now.chain)]
+    if not live:
         return None
-    looped = [c for c in cands if c.loops is None or c.loops >= 1]
-    pool = looped or cands
+    looped = [c for c in live if c.loops is None or c.loops >= 1]
+    pool = looped or live
 
     def loops(c: Candidate) -> int:
         return 1 if c.loops is None else c.loops

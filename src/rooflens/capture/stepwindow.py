@@ -25,10 +25,11 @@ open. A call counts when
 
 Calls are counted per (function, call site): a :class:`.stepfn.Candidate`, with its **loop depth**
 (the loops of the script's own code around the call, over its whole stack, read from the source with
-``ast``: :func:`.stepfn.loop_depth`) and its program's compiled **cost per call** (FLOPs and bytes from
+``ast``: :func:`.stepfn.loop_chain`) and its program's compiled **cost per call** (FLOPs and bytes from
 XLA's ``cost_analysis()`` of the executable, taken in the launcher's compile hook while this function
 is being dispatched: nothing compiles twice). Each time a candidate is dispatched with ``A`` calls or
-more behind it, :func:`.stepfn.choose` picks among all candidates so far: the shallowest loop's (a candidate
+more behind it, :func:`.stepfn.choose` picks among the candidates so far whose loops still run around
+it (a loop that ended, a sampler's before training, no longer counts): the shallowest loop's (a candidate
 with fewer than ``A`` calls is left out when one of the same or a shallower loop has reached ``A``:
 an evaluation every N steps, a set-up call), there the most work per call; the window opens when the
 pick is the one being dispatched. So Equinox's MNIST, whose evaluation calls ``loss`` 157 times per
@@ -87,7 +88,7 @@ def parse_steps(text: str) -> tuple[int, int]:
 
 program_name = common.program_name  # jit_<name>, as JAX names a jitted function's program
 Candidate, call_site, choose, where = stepfn.Candidate, stepfn.call_site, stepfn.choose, stepfn.where
-names_function, loop_depth, amount, kind_of = (stepfn.names_function, stepfn.loop_depth, stepfn.amount,
+names_function, loop_chain, amount, kind_of = (stepfn.names_function, stepfn.loop_chain, stepfn.amount,
                                                stepfn.kind_of)
 
 
@@ -250,7 +251,7 @@ class Window:
         key = (name, site[:2])
         c = self.cands.get(key)
         if c is None:
-            c = self.cands[key] = Candidate(name, site, loop_depth(frame), fn, len(self.cands))
+            c = self.cands[key] = Candidate(name, site, loop_chain(frame), fn, len(self.cands))
         k = c.calls
         c.calls += 1
         n = self.by_name.get(name, 0)
@@ -264,7 +265,7 @@ class Window:
                     self.run_calls[name] -= 1
                     return self.call(fn, args, kwargs)
         elif k >= a:  # a function the script's code has called START times: the window may open
-            best = choose(list(self.cands.values()), a, self.cost_of)
+            best = choose(list(self.cands.values()), a, self.cost_of, now=c)
             if best is c:
                 self.step_key, self.counted, self.taken = key, name, c
                 self._snapshot()
@@ -282,7 +283,7 @@ class Window:
         if name not in self.by_name and name not in self.late:
             site = call_site(frame)
             if site is not None:
-                self.late[name] = Candidate(name, site, loop_depth(frame), fn, len(self.cands) + len(self.late))
+                self.late[name] = Candidate(name, site, loop_chain(frame), fn, len(self.cands) + len(self.late))
 
     def _snapshot(self) -> None:
         """Each candidate's calls when the step function was taken (the one being dispatched not yet counted)."""
