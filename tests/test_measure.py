@@ -30,7 +30,6 @@ from rooflens.trace.formats.xspace.reader import read_xspace
 from rooflens.trace.stats import line_groups, self_times_ps
 from rooflens.trace.warmup import (
     cut_executions,
-    execution_index,
     execution_spans,
     judge_window,
     program_executions,
@@ -42,6 +41,29 @@ SCRIPTS = Path(__file__).parent / "run_scripts"
 
 def _stat(stats, name: str, program: str | None = None):
     return next(s for s in stats.op_stats if s.name == name and (program is None or s.program == program))
+
+
+def _runs(xspace: Path, module: str) -> dict[tuple[int, int], list[tuple[str, float, float]]]:
+    """A program's executions as XLA:CPU's thunk executor stamps its op events, read by jax's own reader:
+    (device_ordinal, run_id) → [(op, start ns, duration ns)], each execution's events in time order."""
+    from jax.profiler import ProfileData
+
+    out: dict[tuple[int, int], list] = {}
+    for plane in ProfileData.from_file(str(xspace)).planes:
+        for line in plane.lines:
+            for e in line.events:
+                st = dict(e.stats)
+                if st.get("hlo_module") == module and "run_id" in st:
+                    out.setdefault((st["device_ordinal"], st["run_id"]), []).append(
+                        (st.get("hlo_op", e.name), e.start_ns, e.duration_ns))
+    return {k: sorted(v, key=lambda x: x[1]) for k, v in out.items()}
+
+
+def _most_runs_on_a_device(runs: dict) -> int:
+    per_device: dict[int, int] = {}
+    for device, _ in runs:
+        per_device[device] = per_device.get(device, 0) + 1
+    return max(per_device.values(), default=0)
 
 
 # -- time per execution: the sum of an op's kernels in one execution -------------------------------------------
@@ -178,14 +200,14 @@ def test_a_loop_body_op_is_measured_per_execution_against_its_roofline_times_its
     chip = rl.chip("tpu-v5e")  # any catalogue chip: the roofline's arithmetic, not this machine's
     per_run = {oc.name: price(oc, chip, num_devices=module.num_devices).t_pred_s for oc in costs(module)}
     rep = analyze(loops, chip=chip)
-    t = loops.table
-    ex = execution_index(t)
+    runs_of = _runs(Path(loops.sources[0]), program)  # the executions as the trace's own run_ids tell them
+    assert len(runs_of) == 3
     checked = 0
     for c in (c for c in rep.comparison if c.name in body):
-        sel = np.flatnonzero(t.name == t.names.index(c.name))
-        per_execution = np.bincount(ex[sel], weights=t.dur_ps[sel]) * 1e-12
+        per_execution = np.asarray([sum(d for op, _, d in evs if op == c.name) for evs in runs_of.values()]) * 1e-9
+        assert (per_execution > 0).all()
         assert c.runs_per_execution == 3 and c.executions == 3 and c.occurrences == 9 and c.runs == 3
-        assert c.measured_s == pytest.approx(np.median(per_execution), rel=1e-9)
+        assert c.measured_s == pytest.approx(np.median(per_execution), rel=1e-6)
         if c.predicted_s is not None:
             assert c.predicted_s == pytest.approx(3 * per_run[c.name], rel=1e-9)
             assert any("× 3 runs in one execution" in line for line in c.explanation)
@@ -254,7 +276,7 @@ def test_a_trace_stopped_with_steps_queued_says_how_many_never_ran(tail):
     assert _dispatches(unblocked) == 30
     prof = rl.load(unblocked)
     t = prof.table
-    ran = len(np.unique(execution_index(t)[t.program == t.programs.index("jit_train_step")]))
+    ran = _most_runs_on_a_device(_runs(next(unblocked.rglob("*.xplane.pb")), "jit_train_step"))
     complete = program_executions(t)["jit_train_step"].runs_per_device
     assert complete in (ran, ran - 1)  # the one running when the trace stopped may show its first ops only
     u = next(u for u in prof.unran if u.program == "jit_train_step")
@@ -347,17 +369,23 @@ def test_an_execution_cut_by_the_traces_end_is_not_a_step(tail):
     prof = rl.load(blocked)
     t = prof.table
     step = t.programs.index("jit_train_step")
-    ex = execution_index(t)
     mine = t.program == step
-    last = int(ex[mine].max())
-    in_last = np.flatnonzero(mine & (ex == last))
-    stop = t.start_ns[in_last[len(in_last) // 2]]
-    cut = t.select(np.flatnonzero((t.start_ns < stop) | ~mine & (t.start_ns < stop)))
+    # the executions from the trace's own run_ids (one device ran them, one after the other)
+    runs = _runs(next(blocked.rglob("*.xplane.pb")), "jit_train_step")
+    assert len({d for d, _ in runs}) == 1 and len(runs) == 30
+    order = sorted(runs.values(), key=lambda evs: evs[0][1])
+    last = len(order) - 1  # executions 0 … last - 1 run whole before the cut
+    raw_starts = np.sort([s for evs in order for _, s, _ in evs])
+    shift = raw_starts[0] - t.start_ns[mine].min()  # the table's time origin against the reader's
+    assert np.allclose(np.sort(t.start_ns[mine]) + shift, raw_starts, atol=1.0)
+    in_last = order[-1]
+    stop = in_last[len(in_last) // 2][1] - shift
+    cut = t.select(np.flatnonzero(t.start_ns < stop))
     assert len(cut) < len(t)
     flagged = cut_executions(cut)
-    cut_ex = execution_index(cut)
-    assert flagged.any() and set(cut_ex[flagged].tolist()) == {last}
-    assert (cut.program[flagged] == step).all()
+    last_start = in_last[0][1] - shift
+    expected = (cut.program == step) & (cut.start_ns >= last_start - 0.5)  # the last execution's events, cut
+    assert expected.any() and np.array_equal(flagged, expected)
     assert cut_executions(t).sum() == 0  # the whole trace has none
 
     truncated = dataclasses.replace(prof, table=cut, steps=[], notes=[], metadata={"window": {"steps": [0, 30]}})
@@ -493,8 +521,7 @@ def test_a_queued_tail_is_still_found_beside_calls_made_on_tracers(traced_only):
     _, logdir = traced_only
     assert _calls(logdir, "PjitFunction(multiply)") == (2, 0)
     prof = rl.load(logdir)
-    t = prof.table
-    ran = len(np.unique(execution_index(t)[t.program == t.programs.index("jit_train_step")]))
+    ran = _most_runs_on_a_device(_runs(next(logdir.rglob("*.xplane.pb")), "jit_train_step"))
     assert [(u.program, u.function, u.dispatched, u.ran, u.queued) for u in prof.unran] == \
         [("jit_train_step", "train_step", 20, ran, True)]
     assert 10 <= ran < 20
