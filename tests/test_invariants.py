@@ -27,7 +27,7 @@ import pytest
 import rooflens as rl
 from rooflens.errors import RooflensError
 from rooflens.trace import formats
-from tests.conftest import FIXTURES, IN_CI
+from tests.conftest import FIXTURES, IN_CI, self_times_from_events
 
 CONTROL_OPCODES = ("while", "conditional", "call")
 #: what is not a trace a format reads on its own: damaged on purpose, or Nsight's raw format (only `nsys export`)
@@ -153,39 +153,6 @@ def test_a_folder_of_unrelated_exports_is_not_a_pod():
     assert [_rel(p) for p in pods] == ["gpu_nvidia/nsys_jax_pax_fsdp4_a100"]  # the 4 processes of one Pax job
 
 
-def _self_times_by_sweep(t) -> np.ndarray:
-    """Each event's self time in ps, from the events alone: on each lane (host, device, line), each stretch of
-    time belongs to the innermost event open over it (the one started last). Not rooflens's algorithm (it
-    subtracts nested children); the two agree where events nest, and differ only by the overlap where one
-    event starts inside another and ends after it."""
-    start, dur = t.start_ps.tolist(), t.dur_ps.tolist()
-    end = [a + d for a, d in zip(start, dur)]
-    lane = list(zip(t.host.tolist(), t.device.tolist(), t.line.tolist()))
-    out = [0] * len(start)
-    stack: list[int] = []
-    clock = 0
-
-    def close_until(until: float) -> None:
-        nonlocal clock
-        while stack and end[stack[-1]] <= until:
-            top = stack.pop()
-            out[top] += max(0, end[top] - clock)
-            clock = max(clock, end[top])
-
-    current = None
-    for i in sorted(range(len(start)), key=lambda i: (lane[i], start[i], -dur[i])):
-        if lane[i] != current:
-            close_until(float("inf"))
-            current, clock = lane[i], start[i]
-        close_until(start[i])
-        if stack and start[i] > clock:
-            out[stack[-1]] += start[i] - clock
-        clock = max(clock, start[i])
-        stack.append(i)
-    close_until(float("inf"))
-    return np.asarray(out, np.int64)
-
-
 def _is_control(prof, program: str, name: str) -> bool:
     return (getattr(prof.op_info.get((program, name)), "opcode", "") in CONTROL_OPCODES
             or name.split(".")[0] in CONTROL_OPCODES)
@@ -195,7 +162,7 @@ def test_self_time_fits_in_each_lane_and_device_window(loaded):
     prof, rep, _ = loaded
     t = prof.table
     assert len(t), "a trace that loads has device op events"
-    self_ps = _self_times_by_sweep(t)
+    self_ps = self_times_from_events(t)
     end = t.start_ps + t.dur_ps
     lanes = np.unique(np.column_stack([t.host, t.device, t.line]), axis=0, return_inverse=True)[1].ravel()
     for g in np.unique(lanes):

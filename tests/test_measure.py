@@ -27,14 +27,13 @@ from rooflens.trace import op_stats
 from rooflens.trace.dispatch import unran_dispatches
 from rooflens.trace.formats.chrome.reader import read_chrome
 from rooflens.trace.formats.xspace.reader import read_xspace
-from rooflens.trace.stats import line_groups, self_times_ps
 from rooflens.trace.warmup import (
     cut_executions,
     execution_spans,
     judge_window,
     program_executions,
 )
-from tests.conftest import fixture_path
+from tests.conftest import fixture_path, self_times_from_events
 
 SCRIPTS = Path(__file__).parent / "run_scripts"
 
@@ -237,8 +236,8 @@ def test_control_ops_hold_no_time_of_their_own_on_any_line(loops):
     moved = dataclasses.replace(t, line=np.where(is_control, t.line, len(t.lines)).astype(np.int32),
                                 lines=[*t.lines, "another stream"])
     other = dataclasses.replace(loops, table=moved)
-    line_rule = self_times_ps(moved, line_groups(moved))
-    assert line_rule[is_control].sum() == t.dur_ps[is_control].sum()  # XProf's rule: the whole span
+    line_rule = self_times_from_events(moved)  # each line's time to its innermost event: XProf's rule
+    assert line_rule[is_control].sum() == t.dur_ps[is_control].sum()  # there, the whole span
     moved_stats = op_stats(other)
     for s in (s for s in moved_stats.op_stats if s.name in control):
         assert s.self_time_s == pytest.approx(_stat(stats, s.name, s.program).self_time_s, abs=1e-9)
