@@ -243,8 +243,11 @@ def test_every_rule_is_exercised():
     assert emitted == set(rules.FINDING_IDS) and len(emitted) == 18 and len(rules.RULES) == 14
     tests = "".join(p.read_text() for p in Path(__file__).parent.glob("test_*.py"))
     for name in emitted:
-        assert re.search(rf'"{name}" in (names|\{{f\.rule)|f\.rule == "{name}"|f\["rule"\] == "{name}"', tests), \
-            f"no test makes {name} fire"
+        # an assertion that it fired (`assert …`, or `next(f … if f.rule == "…")`, which raises when none did), not a
+        # condition: `if f.rule == "…"` filters findings and asserts nothing
+        fired = [m for m in re.finditer(rf'"{name}" in (names|\{{f\.rule)|f\.rule == "{name}"|f\["rule"\] == "{name}"', tests)
+                 if re.search(r"\bassert\b|\bnext\(", tests[tests.rfind("\n", 0, m.start()) + 1:m.start()])]
+        assert fired, f"no test asserts that {name} fires"
 
 
 def test_report_command_shows_expected_vs_observed_and_findings(tmp_path):
