@@ -142,6 +142,14 @@ def test_control_op_coverage_and_its_twin_agree(tmp_path):
     covered = fast(order, inv, start, start + dur, targets)
     _same(covered, plain(order, inv, start, start + dur, targets), "covered_after")
     assert (covered > 0).all() and (covered <= t.dur_ps[rows]).all()
+    # self times where ops really nest (the loops' bodies inside them on the CPU thread)
+    _, lanes = unique_rows(t.host, t.device, t.line)
+    end = t.start_ps + t.dur_ps
+    order = np.lexsort((-t.dur_ps, t.start_ps, lanes))
+    fast, plain = _pair("rooflens.trace.stats._self_times_sorted")
+    got = plain(t.start_ps, end, lanes, order)
+    _same(fast(t.start_ps, end, lanes, order), got, "self times, nested")
+    assert (got[rows] < t.dur_ps[rows]).any()
 
 
 def test_reader_code_kernels_and_their_twins_agree():
