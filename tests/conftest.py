@@ -38,6 +38,41 @@ def fixture_path(*parts: str) -> Path:
     return p
 
 
+def self_times_from_events(t):
+    """Each event's self time in ps, from the events alone: on each lane (host, device, line), each stretch of
+    time belongs to the innermost event open over it (the one started last). Not rooflens's algorithm (it
+    subtracts nested children); the two agree where events nest, and differ only by the overlap where one
+    event starts inside another and ends after it."""
+    start, dur = t.start_ps.tolist(), t.dur_ps.tolist()
+    end = [a + d for a, d in zip(start, dur)]
+    lane = list(zip(t.host.tolist(), t.device.tolist(), t.line.tolist()))
+    out = [0] * len(start)
+    stack: list[int] = []
+    clock = 0
+
+    def close_until(until: float) -> None:
+        nonlocal clock
+        while stack and end[stack[-1]] <= until:
+            top = stack.pop()
+            out[top] += max(0, end[top] - clock)
+            clock = max(clock, end[top])
+
+    current = None
+    for i in sorted(range(len(start)), key=lambda i: (lane[i], start[i], -dur[i])):
+        if lane[i] != current:
+            close_until(float("inf"))
+            current, clock = lane[i], start[i]
+        close_until(start[i])
+        if stack and start[i] > clock:
+            out[stack[-1]] += start[i] - clock
+        clock = max(clock, start[i])
+        stack.append(i)
+    close_until(float("inf"))
+    import numpy as np
+
+    return np.asarray(out, np.int64)
+
+
 def fixture_hlo_files() -> list[Path]:
     """Every HLO module text file among the shared fixtures (buffer assignments excluded)."""
     if not FIXTURES.exists():

@@ -9,6 +9,7 @@ from jax.sharding import PartitionSpec as P
 import rooflens as rl
 from rooflens.cost import collective_cost, costs, instruction_counts, predict_module
 from rooflens.lowering import make_mesh
+from tests.conftest import IN_CI
 
 S = jax.ShapeDtypeStruct
 BF16 = jnp.bfloat16
@@ -98,7 +99,11 @@ def _xla_flops(text: str) -> float | None:
 
     fn = getattr(xc._xla, "hlo_module_cost_analysis", None)
     if fn is None or not hasattr(xh, "hlo_module_from_text"):
-        pytest.skip("this jaxlib has no hlo_module_cost_analysis")
+        message = (f"jaxlib {jax.lib.__version__} has no hlo_module_cost_analysis / hlo_module_from_text: the XLA "
+                   "oracle of these tests moved; find it again (pyproject pins jax to the versions it was checked on)")
+        if IN_CI:
+            pytest.fail(message)
+        pytest.skip(message)
     return fn(jax.devices()[0].client, xh.hlo_module_from_text(text)).get("flops", 0.0)
 
 

@@ -178,14 +178,16 @@ def test_self_times_twin_matches_the_compiled_walk():
     from rooflens.trace import load
     from rooflens.trace.stats import _self_times_plain, _self_times_sorted, line_groups
 
-    t = load(fixture_path("tpu", "vllm_tpu_qwen3_2026_01_11_21_26_41.trace.json.gz")).table  # ops nest there
+    # vLLM's Chrome trace: 346 ops overlap their neighbour by a rounding µs (neighbours, not children: XProf's
+    # inclusion rule); the nesting itself is walked both ways on a CPU capture in test_twins.py
+    t = load(fixture_path("tpu", "vllm_tpu_qwen3_2026_01_11_21_26_41.trace.json.gz")).table
     group = line_groups(t)
     start, end = t.start_ps, t.start_ps + t.dur_ps
     order = np.lexsort((-(end - start), start, group))
     compiled.compile_kernels()
     got = _self_times_plain(start, end, group, order)
     np.testing.assert_array_equal(got, _self_times_sorted(start, end, group, order))
-    assert (got < t.dur_ps).any() and (got == t.dur_ps).any()  # nested ops lose their children's time
+    assert (got == t.dur_ps).all()  # no op wholly inside another on its line: each keeps its whole time
 
 
 def test_a_kernel_runs_its_twin_for_small_inputs_until_numba_is_loaded(monkeypatch):

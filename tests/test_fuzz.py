@@ -82,3 +82,22 @@ def test_single_lines_and_shapes_never_crash_on_garbage():
                  "%p = f32[2]{0} parameter(x)", "%q = f32[2]{0} add(%a, ), foo", "a = f32[2] add(a), =b"]:
         with contextlib.suppress(HloParseError):
             rl.hlo.parse_instruction(junk)
+    for junk in ["f32[", "f32[2,", "bf16[3,5]{1,0:T(8,128)(2,1", "(f32[2], s32[]", "f32[2]{0:T(}", "f32[-1]",
+                 "f32[2]{0:S(}", "q77[2]", "f32[<=]", "f32[2]{1,0}", "((", "token[", "f32[2]{0:E(x)}", ""]:
+        try:
+            s = rl.hlo.parse_shape(junk)
+        except HloParseError:
+            continue
+        assert s.dtype and s.bytes >= 0, junk  # what is read is a shape with a size
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(list("fbsu0123456789[](){},:<=?TSE.x") + ["f32", "bf16", "s4"]), max_size=40)
+       .map("".join))
+def test_random_shape_like_text(text):
+    """parse_shape reads a shape or raises HloParseError: nothing else escapes."""
+    try:
+        s = rl.hlo.parse_shape(text)
+    except HloParseError:
+        return
+    assert s.bytes >= 0 and s.padded_bytes >= 0

@@ -13,6 +13,7 @@ import pytest
 
 import rooflens as rl
 from rooflens.trace import op_stats
+from tests.conftest import IN_CI
 
 SCRIPTS = Path(__file__).parent / "run_scripts"
 
@@ -97,9 +98,9 @@ def test_the_html_report_draws_the_host_step_heatmap(job):
     r = subprocess.run([sys.executable, "-m", "rooflens.cli", "report", str(run), "--html", str(page), "--force",
                         "--no-calibrate"], capture_output=True, text=True, env=_env(tmp), timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
-    chromium = shutil.which("chromium")
-    if chromium is None:
-        pytest.skip("no headless Chromium here (.ci/run installs Debian's chromium package)")
+    from tests.test_html import chromium as find_chromium
+
+    chromium = find_chromium()  # fails under CI when missing, skips elsewhere
     dom = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                           "--no-first-run", "--virtual-time-budget=3000", "--dump-dom", page.as_uri()],
                          capture_output=True, text=True, timeout=120).stdout
@@ -135,13 +136,61 @@ def test_many_hosts_on_a_process_pool_equal_one_worker(job, tmp_path):
     assert {k: c * 12 for k, c in single.items()} == {k: c for k, (c, _) in _totals(one).items()}
 
 
-def test_ray_engine_gives_the_same_op_totals(job, tmp_path):
-    pytest.importorskip("ray")
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A real local Ray cluster (2 CPUs, no dashboard) for the module; Ray is in the test extra, so CI runs it."""
+    if IN_CI:
+        import ray
+    else:
+        ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    try:
+        yield ray.get_runtime_context().gcs_address
+    finally:
+        ray.shutdown()
+
+
+def test_ray_engine_gives_the_same_op_totals(job, ray_cluster, tmp_path):
     tmp, run = job
     local = rl.load(run, workers=2)
-    ray_prof = rl.load(run, engine="ray")
-    assert sorted(ray_prof.hosts) == sorted(local.hosts)
+    ray_prof = rl.load(run, engine="ray")  # Ray tasks on the running cluster, Arrow IPC back
+    assert sorted(ray_prof.hosts) == sorted(local.hosts) and len(local.hosts) == 4
     assert _totals(ray_prof) == _totals(local)
+    # the per-host reductions as Ray tasks too: the same op counts as the process pool's reductions
+    agg_ray = rl.load(run, engine="ray", merge="aggregates")
+    agg_local = rl.load(run, workers=2, merge="aggregates")
+    assert sorted(agg_ray.hosts) == sorted(local.hosts)
+    assert {k: c for k, (c, _) in _totals(agg_ray).items()} == {k: c for k, (c, _) in _totals(agg_local).items()}
+    # a damaged host file reached through Ray is refused with the loader's own sentence, as on the pool
+    pod = tmp_path / "pod"
+    pod.mkdir()
+    src = sorted(run.glob("*.xplane.pb"))[0]
+    shutil.copy(src, pod / "good.xplane.pb")
+    (pod / "bad.xplane.pb").write_bytes(src.read_bytes()[:5000])
+    messages = []
+    for engine in ("local", "ray"):
+        with pytest.raises(rl.RooflensError) as e:
+            rl.load(pod, engine=engine, workers=2)
+        messages.append(str(e.value))
+    assert messages[0] == messages[1] and "bad.xplane.pb is a damaged or truncated" in messages[0]
+
+
+def test_report_cli_on_a_ray_cluster_by_address(job, ray_cluster, tmp_path):
+    """`rooflens report --engine ray --ray-address` from another process joins the cluster as a second driver."""
+    tmp, run = job
+    by_ray = _report(tmp, str(run), "--engine", "ray", "--ray-address", ray_cluster)
+    local = _report(tmp, str(run), "--workers", "2")
+    assert sorted(by_ray["hosts"]) == sorted(local["hosts"])
+    assert by_ray["op_stats"] == local["op_stats"]
+    # an address where no cluster listens: one sentence and exit 2 within seconds, not Ray's minutes of retries
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{s.getsockname()[1]}"  # bound, never listening: the connection is refused
+        r = subprocess.run([sys.executable, "-m", "rooflens.cli", "report", str(run), "--engine", "ray",
+                            "--ray-address", dead, "--no-calibrate"],
+                           capture_output=True, text=True, env=_env(tmp), timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert r.stderr.strip() == f"rooflens: cannot reach the Ray cluster at {dead}: connection refused."
 
 
 def test_logdirs_behind_fsspec_urls(job, tmp_path):

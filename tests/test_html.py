@@ -1,5 +1,6 @@
 """The HTML report in a real headless browser: charts drawn, no JavaScript error, user strings inert."""
 
+import re
 import shutil
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import pytest
 import rooflens as rl
 from rooflens.hardware import calibrate
 from rooflens.report.html import render_html
+from tests.conftest import IN_CI
 
 XSS = "<script>alert(1)</script>"
 
@@ -20,7 +22,10 @@ def chromium() -> str:
         path = shutil.which(name)
         if path:
             return path
-    pytest.skip("no headless Chromium here (.ci/run installs Debian's chromium package)")
+    message = "no headless Chromium here (.ci/run installs Debian's chromium package)"
+    if IN_CI:
+        pytest.fail(message)  # CI must draw the page: a missing browser is a red build, not a quiet skip
+    pytest.skip(message)
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +64,11 @@ def test_report_renders_in_headless_chromium(report_html, tmp_path):
     assert "<rect" in timeline[:timeline.index("</svg>")]  # the step's ops drawn on their device lane
     categories = dom[dom.index('id="categories"'):]
     assert "<rect" in categories[:categories.index("</svg>")]
-    assert 'class="finding' in dom or "No findings" in dom
+    # one box per finding of the same report (read again here), each under its rule's id, or the all-clear line
+    findings = rl.analyze(rl.load(report_html.parent / "logs")).findings
+    boxes = re.findall(r'<div class="finding (high|medium|low)" id="finding-([\w-]+)"', dom)
+    assert sorted(boxes) == sorted((f.severity, f.rule) for f in findings), boxes
+    assert ('<div class="muted">No findings: every rule passed.</div>' in dom) == (not findings)
     # the scope name is shown as text, never run: no element came out of it
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in dom
     assert XSS not in dom

@@ -141,7 +141,14 @@ def test_every_fixture_still_reads():
         prof = load(fixture_path(*parts))
         assert prof.platform == platform and len(prof.table) >= min_ops, parts
     amd = load(fixture_path("gpu_amd", "tracelens_mi300x_jax08_gemm.xplane.pb"))
-    assert isinstance(amd.plane_stats.get("device_vendor", ""), str) and amd.plane_stats
+    # the device planes' own stats, as jax's ProfileData reads them (every GPU plane carries the same ones)
+    from jax.profiler import ProfileData
+
+    reference = {plane.name: dict(plane.stats) for plane in
+                 ProfileData.from_file(str(fixture_path("gpu_amd", "tracelens_mi300x_jax08_gemm.xplane.pb"))).planes
+                 if plane.name.startswith("/device:GPU:")}
+    assert len(reference) == 8 and amd.plane_stats == reference["/device:GPU:0"]
+    assert amd.plane_stats["device_vendor"] == "AMD" and amd.plane_stats["core_count"] == 304  # MI300X: 304 CUs
     xs = op_stats(amd)
     js = op_stats(load(fixture_path("gpu_amd", "tracelens_mi300x_jax08_gemm.DERIVED.trace.json.gz")))
 

@@ -17,6 +17,7 @@ each report is checked against the trace's own events, computed here independent
 
 from __future__ import annotations
 
+import re
 import statistics
 from pathlib import Path
 
@@ -26,12 +27,39 @@ import pytest
 import rooflens as rl
 from rooflens.errors import RooflensError
 from rooflens.trace import formats
-from rooflens.trace.stats import line_groups, self_times_ps
-from tests.conftest import FIXTURES, IN_CI
+from tests.conftest import FIXTURES, IN_CI, self_times_from_events
 
 CONTROL_OPCODES = ("while", "conditional", "call")
 #: what is not a trace a format reads on its own: damaged on purpose, or Nsight's raw format (only `nsys export`)
 NOT_READ_HERE = ("corrupt",)
+#: fixtures rooflens refuses to read, each with the words its one-sentence refusal must hold: a refused trace is a
+#: case of its own (test_a_refused_trace_says_why_in_one_sentence), never a skip of the invariants. A fixture that
+#: starts to read moves from here into the sweep, where every invariant then holds of it.
+REFUSED = {
+    "gpu_nvidia/tfprof_GPU-multi-worker_34.83.195.179_6003.v100x8.xplane.pb": "has no device op events",
+    "gpu_nvidia/tfprof_GPU-multi-worker_34.83.195.179_6003.v100x8.DERIVED.trace.json.gz": "has no device op events",
+    # three unrelated exports side by side (two PyTorch runs and a JAX one, years apart): not one pod
+    "gpu_nvidia/nsys_sqlite": "are not one run",
+}
+#: the chip a fixture ran on, as its provenance (tests/fixtures/SOURCES.md) says, for traces that do not name it
+#: themselves: analyze refuses those in one sentence asking for --chip, then is given this one
+CHIP_FROM_SOURCES = {
+    "gpu_amd/tracelens_mi300x_jax08_gemm.DERIVED.trace.json.gz": "mi300x",  # MI300X, 304 CUs
+    "gpu_amd/tracelens_mi300x_jax_conv_minimal_legacy.DERIVED.trace.json.gz": "mi300x",
+    "gpu_nvidia/nsys_sqlite/nsysai_pytorch_h100x2_1s.sqlite": "h100-sxm",  # 2 × H100 (SXM, as test_findings reads)
+    "gpu_nvidia/nsys_sqlite/nsysai_pytorch_h100x2_mfu_before.sqlite": "h100-sxm",
+    "tpu/vllm_tpu_qwen3_2026_01_11_21_26_41.trace.json.gz": "tpu-v6e",  # the rates fit v6e or v7; tpu-inference: v6e
+    "tpu/xprof_tpu_inference_2.v6e-4.DERIVED.trace.json.gz": "tpu-v6e",  # the XSpace beside it says 'TPU v6 Lite'
+}
+
+
+def _rel(p: Path) -> str:
+    return p.relative_to(FIXTURES).as_posix()
+
+
+def _one_run(files: list[Path]) -> bool:
+    """Host files of one run: the same name but for their numbers (``…_proc0.zip`` … ``…_proc3.zip``)."""
+    return len({re.sub(r"\d+", "#", f.name) for f in files}) == 1
 
 
 def _every_fixture_trace() -> list[Path]:
@@ -46,13 +74,18 @@ def _every_fixture_trace() -> list[Path]:
             continue
         if p.is_file() and formats.format_of(str(p), named=False) is not None:
             out.append(p)
-    # a pod read as one: every directory that holds several hosts' traces of one format
-    pods = {p.parent for p in out if sum(q.parent == p.parent for q in out) > 1
-            and len({formats.format_of(str(q)).name for q in out if q.parent == p.parent}) == 1}
+    # a pod read as one: every directory holding several hosts' traces of one run (one format, one name but for
+    # the host's number); a directory of unrelated traces is no pod
+    by_dir: dict[Path, list[Path]] = {}
+    for p in out:
+        by_dir.setdefault(p.parent, []).append(p)
+    pods = [d for d, files in by_dir.items() if len(files) > 1 and _one_run(files)
+            and len({formats.format_of(str(q)).name for q in files}) == 1]
     return out + sorted(pods)
 
 
-TRACES = _every_fixture_trace()
+ALL_TRACES = _every_fixture_trace()
+TRACES = [p for p in ALL_TRACES if _rel(p) not in REFUSED]
 
 
 def _hlo_dir(trace: Path) -> Path | None:
@@ -61,26 +94,33 @@ def _hlo_dir(trace: Path) -> Path | None:
     return d if d.is_dir() and trace.is_file() else None
 
 
+def _one_sentence(message: str) -> bool:
+    return bool(message) and "\n" not in message and "Traceback" not in message
+
+
 def _analyze(path: Path):
+    """The trace loaded and analysed; a load error fails (refusals are declared in REFUSED). An analysis that
+    needs the chip asks for it in one sentence, then gets the one the fixture's provenance names."""
     try:
         prof = rl.load(str(path))
-    except RooflensError as e:  # refused (no device op, not one run): in one sentence, never a traceback
-        message = str(e).strip()
-        assert message and "\n" not in message and "Traceback" not in message, message
-        pytest.skip(f"refused in one sentence: {message}")
+    except RooflensError as e:
+        pytest.fail(f"{path.name} is refused ({e}); a fixture rooflens refuses on purpose is listed in REFUSED")
     try:
-        rep = rl.analyze(prof)
-    except RooflensError as e:  # the device is unknown to the catalogue: it must say so, and still be measured
-        assert str(e).strip(), f"{path.name}: analyze failed without a reason"
-        rep = None
-    return prof, rep
+        return prof, rl.analyze(prof), ""
+    except RooflensError as e:
+        why = str(e).strip()
+        assert _one_sentence(why), why
+        chip = CHIP_FROM_SOURCES.get(_rel(path)) if path.is_relative_to(FIXTURES) else None
+        assert chip is not None, f"{path.name}: analyze refused ({why}) and SOURCES.md names no chip for it"
+        assert "--chip" in why, why
+        return prof, rl.analyze(prof, chip=chip), why
 
 
 CPU_CAPTURE = "cpu capture"  # a real capture made here: XLA:CPU, 8 virtual devices (conftest's sharded_cpu_trace)
 
 
 @pytest.fixture(scope="module", params=[*TRACES, CPU_CAPTURE],
-                ids=lambda p: p if isinstance(p, str) else str(p.relative_to(FIXTURES)))
+                ids=lambda p: p if isinstance(p, str) else _rel(p))
 def loaded(request):
     if request.param == CPU_CAPTURE:
         from rooflens.hardware import calibrate
@@ -90,21 +130,43 @@ def loaded(request):
     return _analyze(request.param)
 
 
-def _lanes(t):
-    """(device, line group) of each event, and its self time in ps, computed from the events."""
-    group = line_groups(t)
-    return group, self_times_ps(t, group)
+@pytest.mark.parametrize("rel", sorted(REFUSED))
+def test_a_refused_trace_says_why_in_one_sentence(rel):
+    path = FIXTURES / rel
+    if not path.exists():
+        pytest.fail(f"{rel} is listed in REFUSED but is not among the fixtures")
+    assert path in ALL_TRACES or path.is_dir(), f"{rel} is no trace a format reads"
+    with pytest.raises(RooflensError) as e:
+        rl.load(str(path))
+    message = str(e.value).strip()
+    assert _one_sentence(message) and REFUSED[rel] in message, message
+
+
+def test_a_folder_of_unrelated_exports_is_not_a_pod():
+    """gpu_nvidia/nsys_sqlite holds two PyTorch runs and one JAX run: not one job's hosts. The sweep does not take
+    it for a pod, and rooflens, given it as one, refuses it (test_a_refused_trace_says_why_in_one_sentence)."""
+    folder = FIXTURES / "gpu_nvidia" / "nsys_sqlite"
+    if not folder.is_dir():
+        pytest.fail(f"{folder} is not present") if IN_CI else pytest.skip(f"{folder} is not present")
+    assert folder not in TRACES and len([p for p in ALL_TRACES if p.parent == folder]) == 3
+    pods = [p for p in TRACES if p.is_dir()]
+    assert [_rel(p) for p in pods] == ["gpu_nvidia/nsys_jax_pax_fsdp4_a100"]  # the 4 processes of one Pax job
+
+
+def _is_control(prof, program: str, name: str) -> bool:
+    return (getattr(prof.op_info.get((program, name)), "opcode", "") in CONTROL_OPCODES
+            or name.split(".")[0] in CONTROL_OPCODES)
 
 
 def test_self_time_fits_in_each_lane_and_device_window(loaded):
-    prof, _ = loaded
+    prof, rep, _ = loaded
     t = prof.table
-    if not len(t):
-        pytest.skip("no device op events")
-    group, self_ps = _lanes(t)
+    assert len(t), "a trace that loads has device op events"
+    self_ps = self_times_from_events(t)
     end = t.start_ps + t.dur_ps
-    for g in np.unique(group):
-        sel = group == g
+    lanes = np.unique(np.column_stack([t.host, t.device, t.line]), axis=0, return_inverse=True)[1].ravel()
+    for g in np.unique(lanes):
+        sel = lanes == g
         window = int(end[sel].max() - t.start_ps[sel].min())
         assert int(self_ps[sel].sum()) <= window, "a lane's ops' self time is longer than the lane's window"
     dev_key = t.host.astype(np.int64) * 1_000_000 + t.device
@@ -114,10 +176,26 @@ def test_self_time_fits_in_each_lane_and_device_window(loaded):
         window = int(end[sel].max() - t.start_ps[sel].min())
         per_op = np.bincount(np.unique(op_key[sel], return_inverse=True)[1], weights=self_ps[sel])
         assert per_op.max() <= window * (1 + 1e-9), "an op's self time on a device is longer than its window"
+    # the report's self time of each op (control ops aside: theirs is their body's) is the events' own
+    stats = rep.stats if rep is not None else rl.trace.op_stats(prof)
+    if prof.reduced is not None:
+        return  # a pod merged from aggregates holds one sampled step's events, not all the stats were made from
+    expect: dict[tuple[str, str], float] = {}
+    for p, n, v in zip(t.program.tolist(), t.name.tolist(), self_ps.tolist()):
+        key = (t.programs[p], t.names[n])
+        expect[key] = expect.get(key, 0) + v
+    checked = 0
+    for st in stats.op_stats:
+        if _is_control(prof, st.program, st.name) or (st.program, st.name) not in expect:
+            continue
+        total = sum(v for (p, n), v in expect.items() if p == st.program and n == st.name) * 1e-12
+        assert st.self_time_s == pytest.approx(total, rel=1e-3, abs=1e-9), (st.program, st.name)
+        checked += 1
+    assert checked
 
 
 def test_no_op_share_above_100_percent(loaded):
-    prof, rep = loaded
+    prof, rep, _ = loaded
     stats = rep.stats if rep is not None else rl.trace.op_stats(prof)
     for s in stats.op_stats:
         assert s.pct_device_time <= 100.0 + 1e-6, (s.program, s.name, s.pct_device_time)
@@ -127,13 +205,25 @@ def test_no_op_share_above_100_percent(loaded):
 
 
 def _executions(t) -> np.ndarray:
-    from rooflens.trace.warmup import execution_index
-
-    return np.asarray(execution_index(t), np.int64)
+    """Each event's execution of its program on its device, from the events alone: on each (host, device,
+    program), a new execution begins with each event of the op that ran first (the program's first op runs
+    once per execution)."""
+    out = np.zeros(len(t), np.int64)
+    key = list(zip(t.host.tolist(), t.device.tolist(), t.program.tolist()))
+    start, name = t.start_ps.tolist(), t.name.tolist()
+    groups: dict[tuple, list[int]] = {}
+    for i in sorted(range(len(start)), key=lambda i: (key[i], start[i])):
+        groups.setdefault(key[i], []).append(i)
+    for idx in groups.values():
+        first, x = name[idx[0]], -1
+        for i in idx:
+            x += name[i] == first
+            out[i] = x
+    return out
 
 
 def test_steps_agree_with_the_step_programs_executions(loaded):
-    prof, rep = loaded
+    prof, rep, _ = loaded
     t = prof.table
     if not prof.steps or not len(t):
         pytest.skip("no steps in this trace")
@@ -153,17 +243,17 @@ def test_steps_agree_with_the_step_programs_executions(loaded):
 
 
 def test_measured_per_execution_is_the_sum_of_its_kernels(loaded):
-    prof, rep = loaded
-    if rep is None or prof.reduced is not None:
-        pytest.skip("no comparison (chip unknown) or a pod merged from aggregates")
+    prof, rep, _ = loaded
+    if prof.reduced is not None:
+        pytest.skip("a pod merged from aggregates: its table holds one sampled step, not every execution")
     t = prof.table
     ex = _executions(t)
     p_code = {p: i for i, p in enumerate(t.programs)}
     n_code = {n: i for i, n in enumerate(t.names)}
     checked = 0
     for r in rep.comparison:
-        if r.measured_s is None or (r.program not in p_code) or (r.name not in n_code):
-            continue
+        if r.measured_s is None or not r.program or (r.program not in p_code) or (r.name not in n_code):
+            continue  # a kernel of no program (PyTorch) has no program execution to sum over
         sel = (t.program == p_code[r.program]) & (t.name == n_code[r.name])
         if not sel.any():
             continue
@@ -173,11 +263,11 @@ def test_measured_per_execution_is_the_sum_of_its_kernels(loaded):
         expect_s = statistics.median(runs.values()) * 1e-12
         assert r.measured_s == pytest.approx(expect_s, rel=1e-6, abs=1e-12), (r.program, r.name)
         checked += 1
-    assert checked or not rep.comparison
+    assert checked or not [r for r in rep.comparison if r.program]
 
 
 def test_control_ops_are_not_work_of_their_own(loaded):
-    prof, rep = loaded
+    prof, rep, _ = loaded
     stats = rep.stats if rep is not None else rl.trace.op_stats(prof)
     info = prof.op_info
     total = sum(s.self_time_s for s in stats.op_stats) or 1.0
@@ -188,9 +278,9 @@ def test_control_ops_are_not_work_of_their_own(loaded):
 
 
 def test_every_report_has_a_roofline_or_says_why(loaded):
-    prof, rep = loaded
-    if rep is None:
-        return  # analyze said why in one sentence (checked in _analyze)
+    prof, rep, asked = loaded
+    if asked:  # the trace did not name its chip: analyze asked for one, and the provenance's gave a roofline
+        assert rep.chip is not None and rep.roofs is not None, asked
     priced = [r for r in rep.comparison if r.predicted_s is not None]
     if priced and rep.roofs is not None:
         return
@@ -201,6 +291,7 @@ def test_every_report_has_a_roofline_or_says_why(loaded):
 def test_the_invariants_see_every_kind_of_trace():
     """The sweep above covers every format rooflens reads from others (a new format's fixture joins it)."""
     names = {formats.format_of(str(p)).name for p in TRACES if p.is_file()}
+    assert not [p for p in TRACES if _rel(p) in REFUSED]
     assert {"xspace", "chrome", "nsys-jax", "nsys-sqlite"} <= names, names
 
 

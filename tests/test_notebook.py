@@ -183,9 +183,14 @@ def test_register_on_a_real_ipython_shell(report):
 def test_analysis_never_imports_the_report_layer():
     """Displays are registered from above; the typed results never import their renderers."""
     root = Path(rl.__file__).parent
+    checked = []
     for layer in ("analysis", "cost", "memory"):
-        for f in (root / layer).glob("*.py"):
-            assert not re.search(r"^\s*(from|import)\s+rooflens\.report", f.read_text(), re.M), f
+        for f in (root / layer).rglob("*.py"):  # sub-packages too: analysis/rules/*.py
+            text = f.read_text()
+            assert not re.search(r"^\s*(from|import)\s+rooflens\.report\b", text, re.M), f
+            assert not re.search(r"^\s*from\s+\.+report\b", text, re.M), f  # nor relatively
+            checked.append(f.relative_to(root).as_posix())
+    assert any(c.startswith("analysis/rules/") for c in checked), checked
 
 
 def test_import_registers_the_display_when_ipython_runs():

@@ -119,13 +119,21 @@ def test_nccl_kernels_are_collectives_and_memcpy_is_a_transfer(torch_mfu):
 
 def _sql_scope(path: Path, kernel: str) -> str:
     """The NVTX range path (outermost first) a kernel's launches spent the most GPU time under, by SQL alone:
-    the launching call (same process and correlationId) and the push/pop ranges open on its thread then."""
-    launches = _sql(path, f"""
-        SELECT k.end - k.start, r.globalTid, r.start FROM CUPTI_ACTIVITY_KIND_KERNEL k
-        JOIN StringIds s ON s.id = k.shortName
-        JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId
-             AND r.globalTid / 16777216 = k.globalPid / 16777216
-        WHERE s.value = '{kernel}'""")
+    the launching call (same process and correlationId) and the push/pop ranges open on its thread then.
+    A ``[CUDA memcpy …]`` name stands for the host-to-device copies and their launching calls."""
+    if kernel == "[CUDA memcpy Host-to-Device]":
+        launches = _sql(path, """
+            SELECT m.end - m.start, r.globalTid, r.start FROM CUPTI_ACTIVITY_KIND_MEMCPY m
+            JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = m.correlationId
+                 AND r.globalTid / 16777216 = m.globalPid / 16777216 WHERE m.copyKind = 1""")
+    else:
+        launches = _sql(path, f"""
+            SELECT k.end - k.start, r.globalTid, r.start FROM CUPTI_ACTIVITY_KIND_KERNEL k
+            JOIN StringIds s ON s.id = k.shortName
+            JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId
+                 AND r.globalTid / 16777216 = k.globalPid / 16777216
+            WHERE s.value = '{kernel}'""")
+    assert launches, f"no launching call found for {kernel}"
     by_path: dict[str, int] = defaultdict(int)
     for dur, tid, t in launches:
         names = _sql(path, f"""
@@ -142,14 +150,9 @@ def _sql_scope(path: Path, kernel: str) -> str:
 def test_each_kernels_scope_is_the_nvtx_ranges_open_at_its_launch(torch_mfu, kernel):
     path = _export(TORCH_MFU)
     stats = {s.name: s for s in op_stats(torch_mfu).op_stats}
-    if kernel.startswith("[CUDA memcpy"):
-        launches = """SELECT m.end - m.start, r.globalTid, r.start FROM CUPTI_ACTIVITY_KIND_MEMCPY m
-            JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = m.correlationId
-                 AND r.globalTid / 16777216 = m.globalPid / 16777216 WHERE m.copyKind = 1"""
-        assert _sql(path, launches)  # the transfers have launching calls too
-        return
-    want = _sql_scope(path, kernel)
-    assert want and stats[kernel].named_scope == want
+    want = _sql_scope(path, kernel)  # the transfers have launching calls too, under aten::to ranges
+    assert want, kernel
+    assert stats[kernel].named_scope == want, (kernel, stats[kernel].named_scope, want)
 
 
 def test_report_json_through_the_cli(tmp_path):

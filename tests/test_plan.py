@@ -152,6 +152,55 @@ def test_cli_plan_json_and_errors(capsys, tmp_path):
     assert err.startswith("rooflens: unknown model 'nope'") and err.count("\n") == 1 and "Traceback" not in err
 
 
+def _plan_text(*argv, env_extra=None) -> str:
+    import os
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "rooflens.cli", *argv], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "COLUMNS": "200", **(env_extra or {})})
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    return r.stdout
+
+
+def _row(text: str, first_cell: str) -> list[str]:
+    """The cells of the table row whose first cell is ``first_cell``."""
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("│").split("│")]
+        if cells and cells[0] == first_cell:
+            return cells
+    raise AssertionError(f"no row {first_cell!r} in:\n{text}")
+
+
+def test_cli_plan_terminal_shows_the_books_answers():
+    """`rooflens plan` in the terminal: the numbers the scaling book works out, as a user reads them."""
+    text = _plan_text("plan", "--model", "llama2-13b", "--chip", "tpu-v5p", "--chips", "4096", "--batch-tokens",
+                      "3e6", "--mfu", "0.4", "--tokens", "15e12")
+    assert "llama2-13b: 13,015,864,320 parameters" in text  # the checkpoint's own count
+    assert "Training plan: llama2-13b on 4096 × tpu-v5p, 3,000,000 tokens per step" in text
+    # training.md Problem 3: pure data parallelism holds 130 GB of state on a 96 GB chip; FSDP's critical batch
+    # is 850 per chip and the mixed FSDP+TP bound ~940, the best of the four
+    dp, fsdp, best = _row(text, "dp"), _row(text, "fsdp"), _row(text, "fsdp+tp *")
+    assert dp[2:4] == ["130 GB", "no"] and fsdp[3] == "yes" and fsdp[5] == "850"
+    assert abs(int(best[5]) - 940) <= 10 and best[1] == "1024 × 4"
+    # at MFU 0.4: 6 · 12.85e9 (non-embedding) · 3e6 FLOPs over 4096 × 459 TFLOP/s × 0.4 = 308 ms, and 15e12
+    # tokens are 5e6 steps of it: 17.8 days
+    step_s = 6 * 12_851_609_600 * 3e6 / (4096 * 4.59e14 * 0.4)
+    assert f"step: {step_s * 1e3:.0f} ms at MFU 0.4" in text
+    assert f"in {15e12 / 3e6 * step_s / 86400:.1f} days" in text
+    decode = _plan_text("plan", "--model", "llama3-70b", "--chip", "tpu-v5e", "--chips", "8", "--decode", "--batch",
+                        "32", "--context", "8192", "--kv-dtype", "int8", "--param-dtype", "int8")
+    assert "Decode plan: llama3-70b on 8 × tpu-v5e, batch 32, context 8192 (weights int8, KV int8)" in decode
+    header = next(line for line in decode.splitlines() if "tokens/s" in line)
+    names = [c.strip() for c in header.strip().strip("┃").split("┃")]
+    row = next(line for line in decode.splitlines() if " ms " in line and "│" in line)
+    cells = dict(zip(names, (c.strip() for c in row.strip().strip("│").split("│")), strict=True))
+    # applied-inference.md: int8 weights and KVs, batch 32, 8k context on a 4x2: ~17 ms, ~1882 tokens/s
+    assert float(cells["step"].removesuffix(" ms")) == pytest.approx(17, rel=0.03)
+    assert int(cells["tokens/s"].replace(",", "")) == pytest.approx(1882, rel=0.03)
+    assert (cells["min topology"], cells["MLP bound"], cells["fits"]) == ("2x4", "memory", "yes")
+
+
 def test_builtin_transformer_matches_real_jax():
     """The workload's Transformer: its exact parameter count is the pytree's, its training FLOPs the compiled
     step's dot FLOPs (rooflens's count, equal to XLA's cost analysis for dots)."""
@@ -197,3 +246,15 @@ def test_plan_against_a_captured_run(tmp_path):
     doc = rep.to_json()
     assert doc["plan"]["model"] == "rooflens-demo"
     assert "plan" not in rl.analyze(prof).to_json()
+    # the same check in the terminal (`rooflens report --plan-model`). The command takes no sequence length, so its
+    # plan counts no attention FLOPs (the model's training FLOPs per token without one), against the same
+    # measured FLOPs
+    text = _plan_text("report", str(tmp_path), "--plan-model", "rooflens-demo", "--plan-batch-tokens",
+                      str(cfg.batch * cfg.seq_len))
+    assert f"Plan vs measured (rooflens-demo, {cfg.batch * cfg.seq_len:,} tokens per step)" in text
+    no_attention = m.flops_per_token(training=True) * cfg.batch * cfg.seq_len
+    assert no_attention < c.planned_flops
+    flops = _row(text, "model FLOPs per step")
+    assert flops[3] == f"{c.measured_flops / no_attention:.2f}×" != "1.00×"
+    mfu = _row(text, "MFU")
+    assert mfu[2] != "—" and mfu[1] != "—"

@@ -40,10 +40,17 @@ def test_ids_are_declared_once():
 def test_the_readme_lists_every_finding_with_its_rules_gist():
     listed = _readme_findings()
     assert set(listed) == set(FINDING_IDS), set(listed) ^ set(FINDING_IDS)
+    def stems(s: str) -> set[str]:
+        return {w.rstrip("s") for w in _words(s)}
+
     for r in RULES:
         for fid in r.finding_ids:
             shared = _words(r.summary) & _words(listed[fid])
             assert shared, f"README's line for {fid} shares nothing with the rule's summary {r.summary!r}"
+        # the rule's gist is in the README: at least half of its summary's words are in its findings' lines
+        said = stems(r.summary)
+        told = set().union(*(stems(listed[fid]) for fid in r.finding_ids))
+        assert len(said & told) >= len(said) / 2, (r.id, sorted(said - told), r.summary)
 
 
 @pytest.fixture(scope="module")

@@ -131,7 +131,13 @@ def test_exit_status_message_and_traceback_are_the_scripts(env, tmp_path):
         assert run_dir.is_absolute() and list(run_dir.glob("*.xplane.pb")), said  # though the script chdir'd
         meta = json.loads((run_dir / "rooflens.json").read_text())
         assert meta["exit"]["status"] == status and meta["argv"] == [how]
-    assert "fatal: config missing" in plain.stderr or how != "message"
+        # what each ending prints, written out here rather than taken from the plain run alone
+        expected_tail = {"three": [], "message": ["fatal: config missing"],
+                         "raise": ["ValueError: the script itself failed"]}[how]
+        assert mine[len(mine) - len(expected_tail):] == expected_tail, mine
+        assert how != "three" or mine == [], mine
+        if how == "raise":
+            assert mine[0] == "Traceback (most recent call last):" and str(script) in r.stderr
     assert len(list((logs / "plugins" / "profile").iterdir())) == 3  # one run directory each
 
 

@@ -54,10 +54,30 @@ def test_padded_bytes_match_a_real_tpu_buffer_assignment():
         ("Arg_0.1", "36"), ("fusion", "36")]
 
 
+def _bits_by_definition(hlo_type: str) -> int:
+    """An HLO element type's width from the NumPy / ml_dtypes type of the same name (s4 → ml_dtypes.int4,
+    f8e4m3fn → float8_e4m3fn, bf16 → bfloat16, c64 → complex64): the dtype's own definition, not rooflens's table."""
+    import ml_dtypes
+    import numpy as np
+
+    if hlo_type == "pred":
+        return np.dtype(np.bool_).itemsize * 8
+    m = re.fullmatch(r"(bf|s|u|f|c)(\d+)(e\d+m\d+\w*)?", hlo_type)
+    assert m, hlo_type
+    kind, width, fmt = m.groups()
+    if fmt:  # a narrow float: float8_e4m3fn, float6_e2m3fn, float4_e2m1fn, …
+        return ml_dtypes.finfo(getattr(ml_dtypes, f"float{width}_{fmt}")).bits
+    name = {"bf": "bfloat", "s": "int", "u": "uint", "f": "float", "c": "complex"}[kind] + width
+    if hasattr(ml_dtypes, name):  # bfloat16 and the sub-byte integers int1…uint4
+        t = getattr(ml_dtypes, name)
+        return ml_dtypes.iinfo(t).bits if kind in "su" else ml_dtypes.finfo(t).bits
+    return np.dtype(name).itemsize * 8
+
+
 @pytest.mark.parametrize("dtype", sorted(t for t in ELEMENT_BITS if t not in ("token", "opaque")))
 def test_every_element_type(dtype):
     s = parse_shape(f"{dtype}[16,3]{{1,0}}")
-    bits = ELEMENT_BITS[dtype]
+    bits = _bits_by_definition(dtype)
     assert s.dtype == dtype and s.num_elements == 48
     assert s.bytes == (48 * bits + 7) // 8
 

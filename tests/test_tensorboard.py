@@ -127,11 +127,16 @@ def test_a_runs_report_is_served_cached_and_drawn(server, logdir, tmp_path):
 
     run = sorted(p.name for p in (logdir / "sub" / "plugins" / "profile").iterdir())[0]
     url = f"{server}/data/plugin/rooflens/report?run=sub/{run}"
+    t0 = time.monotonic()
     status, headers, page = _get(url)
+    first_s = time.monotonic() - t0  # the run read and analysed
     assert status == 200 and headers["Content-Type"].startswith("text/html"), page[:500]
     assert "'sha256-" in headers["Content-Security-Policy"]  # the page's inline script, allowed by its hash
     t0 = time.monotonic()
-    assert _get(url)[2] == page and time.monotonic() - t0 < 2.0  # the second view comes from the cache
+    assert _get(url)[2] == page
+    # the second view comes from the cache: a fraction of the first, measured in the same run (a loaded machine
+    # slows both alike)
+    assert time.monotonic() - t0 < 0.5 * first_s, first_s
     exe = chromium()
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=8000", "--window-size=1400,2000",
              "--enable-logging=stderr", "--v=0"]

@@ -54,13 +54,12 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(130)
     except BrokenPipeError:
         sys.exit(0)
-    except OSError as e:  # a file the system refused (permissions, a full disk): the user's to fix, not a bug
-        if e.filename is None or os.environ.get("ROOFLENS_DEBUG"):
-            raise
-        say(f"rooflens: cannot use {e.filename}: {(e.strerror or str(e)).lower()}.")
-        sys.exit(2)
-    except Exception as e:  # a bug of ours: still one sentence, the traceback on request
+    except Exception as e:
         if os.environ.get("ROOFLENS_DEBUG"):
             raise
+        if isinstance(e, OSError) and e.filename is not None:  # a file the system refused (permissions, a full
+            say(f"rooflens: cannot use {e.filename}: {(e.strerror or str(e)).lower()}.")  # disk): the user's to fix
+            sys.exit(2)
+        # a bug of ours (an OSError naming no file among them): still one sentence, the traceback on request
         say(f"rooflens: internal error ({type(e).__name__}: {e}); set ROOFLENS_DEBUG=1 for the traceback.")
         sys.exit(1)

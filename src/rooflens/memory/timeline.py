@@ -9,8 +9,10 @@ curve XProf's Memory Profile draws; each buffer is put in one of four kinds:
 * ``parameters``: the program's arguments (live from the start, in a parameter allocation);
 * ``outputs``: what the program hands back (live to the end);
 * ``activations``: values the forward pass computes (``jvp(`` in their ``op_name``, not ``transpose(``)
-  that stay live into the backward pass (past the first ``transpose(`` instruction): what
-  rematerialisation would drop;
+  that an instruction of the backward pass (``transpose(`` in its ``op_name``) reads, directly or
+  through a tuple, bitcast or copy: what the forward pass keeps for the backward pass, and what
+  rematerialisation would drop. Read from the uses, not from the schedule's order: XLA interleaves
+  the two passes (a backward broadcast may run before the forward ``tanh`` whose output it needs);
 * ``temporaries``: everything else.
 
 Pure: text in, :class:`MemoryTimeline` out.
@@ -156,21 +158,14 @@ def memory_timeline(program: str, live_range: str, buffer_assignment: str, modul
     def ins_of(name: str):
         return module.find(name.split("{")[0]) if module is not None else None
 
-    backward_from = None  # first position of the backward pass, when the scopes say so
-    for pos, name in enumerate(seq):
-        ins = ins_of(name)
-        if ins is not None and "transpose(" in ins.op_name:
-            backward_from = pos
-            break
-
     def kind_of(name: str, start: int, end: int, parameter: bool) -> str:
-        op_name = getattr(ins_of(name), "op_name", "")
+        ins = ins_of(name)
+        op_name = getattr(ins, "op_name", "")
         if parameter and start == 0:
             return "parameters"
         if end >= last:
             return "outputs"
-        if (backward_from is not None and start < backward_from <= end and "jvp(" in op_name
-                and "transpose(" not in op_name):
+        if "jvp(" in op_name and "transpose(" not in op_name and _read_by_backward(module, ins):
             return "activations"
         return "temporaries"
 
@@ -232,6 +227,24 @@ def memory_timeline(program: str, live_range: str, buffer_assignment: str, modul
         note = f"{n:,} positions drawn as {MAX_POINTS:,} (each the highest of its span)"
     return MemoryTimeline(program, n, points, peak.position, peak.live_bytes, peak.instruction, live[:top],
                           state_bytes=state_bytes, note=note)
+
+
+_PASS_THROUGH = frozenset({"get-tuple-element", "tuple", "bitcast", "copy"})
+
+
+def _read_by_backward(module, ins) -> bool:
+    """Whether an instruction of the backward pass reads ``ins``'s value (through tuples, bitcasts, copies)."""
+    seen, todo = {ins.name}, list(module.users(ins))
+    while todo:
+        user = todo.pop()
+        if user.name in seen:
+            continue
+        seen.add(user.name)
+        if "transpose(" in user.op_name:
+            return True
+        if user.opcode in _PASS_THROUGH:
+            todo.extend(module.users(user))
+    return False
 
 
 def place_snapshots(timeline: MemoryTimeline, snapshots) -> MemoryTimeline:

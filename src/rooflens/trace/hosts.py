@@ -127,6 +127,28 @@ def _map_hosts(files, task: Task, workers, engine, ray_address, progress, overla
                 yield i, made
 
 
+RAY_CONNECT_TIMEOUT_S = 10.0  # Ray itself retries an unreachable head for minutes before it gives up
+
+
+def _check_reachable(address: str | None) -> None:
+    """An explicit ``host:port`` (or ``ray://host:port``) that takes no TCP connection is refused here, in
+    seconds, instead of by ray.init after minutes of retries."""
+    import socket
+
+    if not address or address == "auto":
+        return
+    hostport = address.split("://", 1)[-1].rstrip("/")
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not port.isdigit():
+        raise RooflensError(f"the Ray address {address!r} is not host:port (or ray://host:port, or 'auto').")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=RAY_CONNECT_TIMEOUT_S):
+            pass
+    except OSError as e:
+        why = e.strerror or f"no answer within {RAY_CONNECT_TIMEOUT_S:g} s"
+        raise RooflensError(f"cannot reach the Ray cluster at {address}: {why[0].lower()}{why[1:]}.") from None
+
+
 def _decode_threads(n: str) -> None:
     """A worker's decode threads (:func:`rooflens.trace.formats.xspace.walk.threads_for`), unless the user set them."""
     os.environ.setdefault("ROOFLENS_DECODE_THREADS", n)
@@ -161,6 +183,7 @@ def _map_ray(files: list[HostFile], task: Task, address: str | None, progress):
 
     started = False
     if not ray.is_initialized():
+        _check_reachable(address)
         try:
             ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
         except (ConnectionError, RuntimeError, ValueError) as e:

@@ -242,7 +242,9 @@ def line_groups(t) -> np.ndarray:
 
 def self_times_ps(t, group: np.ndarray) -> np.ndarray:
     """Each event's duration minus its direct children's (XProf's self time), in ps: children are the
-    events nested in it on the same timeline (``group``)."""
+    events nested in it on the same timeline (``group``), wholly inside its span as XProf's
+    ``Timespan::Includes`` asks: an event that starts before another ends and ends after it (a Chrome
+    trace's µs rounding makes such 1-µs overlaps) is its neighbour, not its child."""
     start, dur = t.start_ps, t.dur_ps
     end = start + dur
     codes, inv = unique_inverse(group)
@@ -261,7 +263,8 @@ def _self_times_sorted(start, end, group, order):
     depth = 0
     for k in range(len(order)):
         i = order[k]
-        while depth and (group[stack[depth - 1]] != group[i] or end[stack[depth - 1]] <= start[i]):
+        while depth and (group[stack[depth - 1]] != group[i] or end[stack[depth - 1]] <= start[i]
+                         or end[stack[depth - 1]] < end[i]):
             depth -= 1
         if depth:
             self_t[stack[depth - 1]] -= dur[i]
@@ -276,7 +279,7 @@ def _self_times_plain(start, end, group, order):
     self_t = [b - a for a, b in zip(s, e)]
     stack: list[int] = []
     for i in order.tolist():
-        while stack and (g[stack[-1]] != g[i] or e[stack[-1]] <= s[i]):
+        while stack and (g[stack[-1]] != g[i] or e[stack[-1]] <= s[i] or e[stack[-1]] < e[i]):
             stack.pop()
         if stack:
             self_t[stack[-1]] -= e[i] - s[i]

@@ -51,7 +51,7 @@ RULES: tuple[Rule, ...] = (
     Rule("copies", ("copies",), "copies and transposes take a large share of device time", device_time.rule_copies),
     Rule("tiny-ops", ("tiny-ops",), "many ops (TPU: program executions) per step, the median shorter than a launch",
          device_time.rule_tiny_ops),
-    Rule("idle", ("idle",), "device gaps between executions over the steady state, located",
+    Rule("idle", ("idle",), "device gaps between executions over the steps, located",
          host.rule_idle),
     Rule("async-tail", ("async-tail",), "the trace stopped with dispatched steps still queued on the device: "
          "fewer executions than the host dispatched", host.rule_async_tail),

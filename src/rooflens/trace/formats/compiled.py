@@ -69,6 +69,12 @@ def plain_twin(kernel: Kernel, max_items: int) -> Callable[[Callable], Callable]
     return register
 
 
+def kernels() -> dict[str, Kernel]:
+    """Every kernel declared so far by ``module.name`` (a test hook: each one's plain twin, ``.plain``, is
+    checked against its compiled ``.dispatcher`` on real inputs in tests/test_twins.py)."""
+    return {f"{k.py_func.__module__}.{k.__name__}": k for k in _KERNELS}
+
+
 def compile_kernels() -> None:
     """Import numba and make every declared kernel a numba dispatcher (compiled or loaded from numba's
     cache on its first call, as ``numba.njit`` does). A kernel calls others by their module-level names,

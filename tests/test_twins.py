@@ -1,0 +1,175 @@
+"""Each compiled kernel and its plain twin give the same results on real inputs.
+
+A kernel with a plain twin (:func:`rooflens.trace.formats.compiled.plain_twin`) runs the twin while numba is not
+loaded and its input is small (a small CLI report), the compiled walk otherwise (the pytest process, a large
+trace): both must give one answer. Here both are called on the inputs their callers build from real traces
+(the TPU v6e XSpace, the vLLM Chrome trace, the Pax nsys-jax archive, a CPU capture with loops and a branch),
+through the kernels' test hook (``compiled.kernels()``), and compared value for value. A kernel that gains a
+twin joins ``CHECKED`` with its check, or test_every_twin_is_checked fails.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+import rooflens as rl
+from rooflens.trace.events import unique_rows
+from rooflens.trace.formats import compiled
+from rooflens.trace.groupby import is_sorted, unique_inverse
+from tests.conftest import fixture_path
+
+#: every kernel with a plain twin → the test that checks the two against each other
+CHECKED = {
+    "rooflens.trace.warmup.executions_of": "test_execution_kernels_and_their_twins_agree",
+    "rooflens.trace.warmup.execution_rows": "test_execution_kernels_and_their_twins_agree",
+    "rooflens.trace.stats._covered_after": "test_control_op_coverage_and_its_twin_agree",
+    "rooflens.trace.stats._self_times_sorted": "test_grouping_kernels_and_their_twins_agree",
+    "rooflens.trace.groupby.grouped_order": "test_grouping_kernels_and_their_twins_agree",
+    "rooflens.trace.groupby.grouped_sorted": "test_grouping_kernels_and_their_twins_agree",
+    "rooflens.trace.groupby.group_extent": "test_grouping_kernels_and_their_twins_agree",
+    "rooflens.trace.groupby.timeline_order": "test_grouping_kernels_and_their_twins_agree",
+    # the XSpace walks: test_fixed_cost.py::test_plain_and_compiled_walks_decode_every_fixture_alike decodes every
+    # XSpace fixture both ways, and the reader's code tables with them
+    "rooflens.trace.formats.xspace.wire.fields": "test_fixed_cost",
+    "rooflens.trace.formats.xspace.wire.metadata_entries": "test_fixed_cost",
+    "rooflens.trace.formats.xspace.wire.line_headers": "test_fixed_cost",
+    "rooflens.trace.formats.xspace.wire.decode_events": "test_fixed_cost",
+    "rooflens.trace.formats.xspace.wire.place": "test_fixed_cost",
+    "rooflens.trace.formats.compiled.rehash": "test_fixed_cost",  # the string table's growth, in the same walks
+    "rooflens.trace.formats.xspace.reader.pair_codes": "test_reader_code_kernels_and_their_twins_agree",
+    "rooflens.trace.formats.xspace.reader.apply_codes": "test_reader_code_kernels_and_their_twins_agree",
+}
+
+TRACES = [("tpu", "xprof_tpu_inference_2.v6e-4.xplane.pb"),
+          ("tpu", "vllm_tpu_qwen3_2026_01_11_21_26_41.trace.json.gz"),
+          ("gpu_nvidia", "nsys_jax_pax_fsdp4_a100", "pax_fsdp4_4proc_proc0.zip"),
+          ("gpu_amd", "tracelens_mi300x_jax_conv_minimal_legacy.xplane.pb")]
+
+
+def _pair(name: str):
+    """(compiled, plain) of a kernel named ``module.function``."""
+    compiled.compile_kernels()
+    k = compiled.kernels()[name]
+    assert k.plain is not None and k.dispatcher is not None, name
+    return k.dispatcher, k.plain
+
+
+def _same(a, b, what: str) -> None:
+    a = a if isinstance(a, tuple) else (a,)
+    b = b if isinstance(b, tuple) else (b,)
+    assert len(a) == len(b), what
+    for k, (x, y) in enumerate(zip(a, b)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y), err_msg=f"{what}: result {k}")
+
+
+def test_every_twin_is_checked():
+    import rooflens.trace.formats.xspace.plain  # noqa: F401  (declares the walks' twins)
+    import rooflens.trace.formats.xspace.reader  # noqa: F401
+    import rooflens.trace.stats  # noqa: F401
+    import rooflens.trace.warmup  # noqa: F401
+
+    twins = {name for name, k in compiled.kernels().items() if k.plain is not None}
+    assert twins == set(CHECKED), twins ^ set(CHECKED)
+
+
+@pytest.fixture(scope="module", params=TRACES, ids=lambda p: p[-1])
+def table(request):
+    return rl.load(fixture_path(*request.param)).table
+
+
+def test_execution_kernels_and_their_twins_agree(table):
+    """execution_index's walks (which execution of its program each event is; each execution's first and last
+    event) on a real table, built as the grouping builds them."""
+    t = table
+    keys, inv = unique_rows(t.host, t.device, t.program)
+    start = t.start_ns
+    order = (_pair("rooflens.trace.groupby.grouped_order")[0](inv, len(keys)) if is_sorted(start)
+             else np.lexsort((start, inv)))
+    bounds = np.concatenate([[0], np.cumsum(np.bincount(inv, minlength=len(keys)))])
+    fast, plain = _pair("rooflens.trace.warmup.executions_of")
+    args = (order, bounds, t.name.astype(np.int64), max(len(t.names), 1), start)
+    idx = fast(*args)
+    _same(idx, plain(*args), "executions_of")
+    fast, plain = _pair("rooflens.trace.warmup.execution_rows")
+    _same(fast(order, bounds, idx, start, t.end_ns), plain(order, bounds, idx, start, t.end_ns), "execution_rows")
+
+
+def test_grouping_kernels_and_their_twins_agree(table):
+    t = table
+    codes, inv = unique_inverse(t.host.astype(np.int64) << 40 | (t.device.astype(np.int64) + 1) << 20 | t.line)
+    m = len(codes)
+    for name, args in (("grouped_order", (inv, m)), ("grouped_sorted", (inv, m, t.start_ps.copy())),
+                       ("group_extent", (inv, m, t.start_ns, t.end_ns)),
+                       ("timeline_order", (inv, m, t.start_ps, t.dur_ps))):
+        fast, plain = _pair(f"rooflens.trace.groupby.{name}")
+        _same(fast(*args), plain(*args), name)
+    # self times: events on their lines in time order, the longest first of those starting together
+    start, end = t.start_ps, t.start_ps + t.dur_ps
+    order = np.lexsort((-(end - start), start, inv))
+    fast, plain = _pair("rooflens.trace.stats._self_times_sorted")
+    _same(fast(start, end, inv, order), plain(start, end, inv, order), "self times")
+
+
+def test_control_op_coverage_and_its_twin_agree(tmp_path):
+    """How much of each loop's and branch's span the program's other events cover (what control_self_ps takes
+    away), on a real CPU capture with a scan, a fori_loop and a cond, 3 steps."""
+    @jax.jit
+    def loops_step(x):
+        y, _ = lax.scan(lambda c, _: (jnp.sin(c) @ c * 1e-3, None), x, None, length=3)
+        z = lax.fori_loop(0, 2, lambda i, c: c * 0.5 + 1.0, y)
+        return lax.cond(z.sum() > 0, lambda a: a + 1.0, lambda a: a - 1.0, z)
+
+    prof = rl.capture(loops_step, jax.device_put(jnp.ones((128, 128)), jax.devices()[0]), steps=3,
+                      logdir=str(tmp_path / "loops"))
+    t = prof.table
+    from rooflens.trace.stats import control_rows
+
+    rows = control_rows(t, prof.op_info)
+    assert len(rows) >= 9  # two loops and a branch, three executions
+    _, group = unique_rows(t.host, t.device, t.program)
+    sel = np.flatnonzero(np.isin(group, np.unique(group[rows])))
+    codes, inv = unique_inverse(group[sel])
+    start, dur = t.start_ps[sel], t.dur_ps[sel]
+    order = np.lexsort((-dur, start, inv))
+    place = np.empty(len(sel), np.int64)
+    place[order] = np.arange(len(sel))
+    targets = place[np.searchsorted(sel, rows)]
+    fast, plain = _pair("rooflens.trace.stats._covered_after")
+    covered = fast(order, inv, start, start + dur, targets)
+    _same(covered, plain(order, inv, start, start + dur, targets), "covered_after")
+    assert (covered > 0).all() and (covered <= t.dur_ps[rows]).all()
+    # self times where ops really nest (the loops' bodies inside them on the CPU thread)
+    _, lanes = unique_rows(t.host, t.device, t.line)
+    end = t.start_ps + t.dur_ps
+    order = np.lexsort((-t.dur_ps, t.start_ps, lanes))
+    fast, plain = _pair("rooflens.trace.stats._self_times_sorted")
+    got = plain(t.start_ps, end, lanes, order)
+    _same(fast(t.start_ps, end, lanes, order), got, "self times, nested")
+    assert (got[rows] < t.dur_ps[rows]).any()
+
+
+def test_reader_code_kernels_and_their_twins_agree():
+    """The XSpace reader's (module, program_id) pair codes: the compiled walk numbers pairs as they first appear,
+    the twin by numpy's sort; each row's pair is the same either way, and so are the op and program codes."""
+    from rooflens.trace.formats.xspace import reader
+
+    raw = reader.read_xspace(fixture_path(*TRACES[0]))
+    t = raw.table
+    # a real row set: every event's op code, and its (module, program id) pair, taken from the table
+    rows = np.arange(len(t), dtype=np.int64)
+    op = t.name.astype(np.int64)
+    mod = t.program.astype(np.int64)
+    pid = (t.program.astype(np.int64) * 7 + 3) % 5  # several ids per module, as programs compiled twice have
+    fast, plain = _pair("rooflens.trace.formats.xspace.reader.pair_codes")
+    seen_a, seen_b = np.zeros(len(t.names), bool), np.zeros(len(t.names), bool)
+    a, b = fast(rows, op, mod, pid, seen_a), plain(rows, op, mod, pid, seen_b)
+    _same(seen_a, seen_b, "ops present")
+    _same((a[1][a[0]], a[2][a[0]]), (b[1][b[0]], b[2][b[0]]), "each row's pair")
+    lut = np.arange(len(t.names), dtype=np.int32)[::-1].copy()
+    plut = np.arange(len(a[1]), dtype=np.int32) * 2
+    fast, plain = _pair("rooflens.trace.formats.xspace.reader.apply_codes")
+    _same(fast(rows, op, lut, a[0].copy(), plut), plain(rows, op, lut, a[0].copy(), plut), "apply_codes")
