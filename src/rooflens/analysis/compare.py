@@ -280,7 +280,7 @@ def join(profile: Profile, stats: OpStats, pricing: Pricing, roofs: Roofs | None
             bytes_fraction_of_peak=(nbytes / per / hbm) if per and nbytes and hbm else None,
             unpriced_reason=why, explanation=p.explanation if p else (), model_flops=mflops,
             shape=_shape_of(pricing.modules.get(s.program), s.name), executions=s.executions,
-            runs_per_execution=float(k),
+            runs_per_execution=float(k), self_time_s=s.self_time_s,
         ))
         out[-1] = check_roofline(out[-1], pricing.kernels.get(key), physical=profile.platform != "cpu",
                                  cached=None if why else per_execution(pricing.cached.get(key), k, s.program),

@@ -98,6 +98,7 @@ class OpComparison:
     roofline_note: str = ""  # why unreliable, or which bound
     executions: int = 0  # program executions (one program run on one device) it ran in, over devices
     runs_per_execution: float = 1.0  # its runs in one, the roofline's multiple (HLO trip counts; else events per one)
+    self_time_s: float = 0.0  # total_time_s less the ops it holds (a loop's body, a call's callee)
 
     @property
     def priced(self) -> bool:

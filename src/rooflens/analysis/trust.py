@@ -27,6 +27,8 @@ from rooflens.trace.events import EventTable
 
 #: an achieved fraction above this is impossible on the chip (1 % for timer rounding)
 MAX_FRACTION = 1.0
+#: what a roofline note says when a measurement beats its roof: the figures that would exceed 100 % are not given
+WITHHELD = "its ratio and fractions of peak are withheld"
 
 
 def price_from_text(table: EventTable, priced: set[tuple[str, str]], chip: Chip,
@@ -126,7 +128,7 @@ def check_roofline(c: OpComparison, kc: KernelCost | None, physical: bool = True
         return fixed
     held = (" even with the reads the L2 holds off HBM" if cached is not None else "")
     why = (f"measured at {f:.0%} of the chip's {what}{held}, which no kernel can reach: the cost model overcounts "
-           "this op or the chip is not the one that ran it")
+           f"this op or the chip is not the one that ran it; {WITHHELD}")
     return replace(c, roofline_reliable=False, roofline_note=why, ratio=None,
                    flops_fraction_of_peak=None, bytes_fraction_of_peak=None)
 

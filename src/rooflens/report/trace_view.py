@@ -96,20 +96,22 @@ def _render_comparison(console: Console, report, top: int) -> None:
     console.print(table)
     unpriced = [c for c in report.comparison if not c.priced]
     if unpriced:
-        console.print(f"unpriced ({len(unpriced)} ops, {ms(sum(c.total_time_s for c in unpriced))} in all): "
+        console.print(f"unpriced ({len(unpriced)} ops, {ms(sum(c.self_time_s for c in unpriced))} of self time): "
                       + ", ".join(f"{e(c.program)}/{e(c.name)} ({e(c.unpriced_reason)})" for c in unpriced[:5])
                       + _share_of_device(report, unpriced))
     kernels = [c for c in report.comparison if c.priced and c.opcode == "custom-call"]
     if kernels:
-        console.print(f"custom kernels priced ({len(kernels)} ops, {ms(sum(c.total_time_s for c in kernels))} in all"
+        own = sum(c.self_time_s for c in kernels)
+        console.print(f"custom kernels priced ({len(kernels)} ops, {ms(own)} of self time"
                       f"{_share_of_device(report, kernels)}); lower bounds: "
                       f"{sum(1 for c in kernels if c.roofline_bound == 'lower')}, inferred from shapes (~): "
                       f"{sum(1 for c in kernels if c.roofline_bound == 'inferred')}")
 
 
 def _share_of_device(report, ops) -> str:
+    """Their self time over the devices' busy time (a loop's time counts once, in the ops of its body)."""
     busy = sum(d.busy_s for d in report.stats.devices)
-    return f", {sum(c.total_time_s for c in ops) / busy:.0%} of device time" if busy else ""
+    return f", {sum(c.self_time_s for c in ops) / busy:.0%} of device time" if busy else ""
 
 
 def _render_step_memory_findings(console: Console, report) -> None:
