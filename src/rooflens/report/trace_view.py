@@ -31,7 +31,8 @@ def render_op_stats(console: Console, report, source: str, top: int = 20) -> Non
             console.print(f"{title}: " + ", ".join(f"{e(k)} {ms(v)}" for k, v in items))
     if stats.steps:
         s = stats.steps
-        console.print(f"steps: {s.count}, mean {ms(s.mean_s)} ± {ms(s.std_s)} (min {ms(s.min_s)}, max {ms(s.max_s)})")
+        console.print(f"steps: {s.count}, mean {ms(s.mean_s)}, standard deviation {ms(s.std_s)} (min {ms(s.min_s)}, "
+                      f"max {ms(s.max_s)})")
     dev = Table(title="Devices", title_justify="left")
     for col in ("device", "host", "events", "busy", "idle", "window", "largest gap", "between"):
         dev.add_column(col, justify="left" if col in ("host", "between") else "right")
@@ -109,9 +110,10 @@ def _render_comparison(console: Console, report, top: int) -> None:
 
 
 def _share_of_device(report, ops) -> str:
-    """Their self time over the devices' busy time (a loop's time counts once, in the ops of its body)."""
-    busy = sum(d.busy_s for d in report.stats.devices)
-    return f", {sum(c.self_time_s for c in ops) / busy:.0%} of device time" if busy else ""
+    """Their self time over every op's (a loop's time counts once, in the ops of its body; ops that overlap on
+    several streams count each, as in the whole)."""
+    whole = sum(s.self_time_s for s in report.stats.op_stats)
+    return f", {sum(c.self_time_s for c in ops) / whole:.0%} of the ops' self time" if whole else ""
 
 
 def _render_step_memory_findings(console: Console, report) -> None:
