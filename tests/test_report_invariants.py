@@ -40,6 +40,9 @@ STEP_MODEL_KNOWN = {
         "per-execution breakdown: several jit_dot programs share one name in a Chrome trace",
     "tpu/xprof_tpu_inference_2.v6e-4.xplane.pb": "per-execution breakdown: a mean against a median span",
     "tpu/xprof_tpu_inference_2.v6e-4.DERIVED.trace.json.gz": "per-execution breakdown: a mean against a median span",
+    **{f"gpu_nvidia/nsys_jax_pax_fsdp4_a100{p}": "collective time per step counts the set-up before the first step "
+       "(jax's process sync psum) and the 6 s warm-up step, so it exceeds the step"
+       for p in ("", "/pax_fsdp4_4proc_proc1.zip", "/pax_fsdp4_4proc_proc2.zip", "/pax_fsdp4_4proc_proc3.zip")},
 }
 
 

@@ -174,6 +174,10 @@ def _finding(f: dict) -> list[str]:
         out.append(f"{where}: saves {rec:.6g} s of a {step:.6g} s {f.get('per') or 'step'}")
     if (f.get("time_s") or 0.0) < -1e-12:
         out.append(f"{where}: negative time {f['time_s']:.6g} s")
+    if step and f.get("per") == "step" and _over(f.get("time_s"), step, 1e-3, SUM_ABS_S):
+        # the time it involves is per device per step where there are steps (rooflens.analysis.findings.Finding)
+        out.append(f"the step: finding {f.get('rule')} involves {f['time_s']:.6g} s per device per step, more than "
+                   f"the step {step:.6g} s")
     for text in (f.get("title") or "", *(f.get("evidence") or ())):
         out += [f"{where}: {v}" for v in sentence_violations(text)]
     return out
