@@ -146,17 +146,11 @@ def script_report(request, cpu_env, tmp_path_factory):
     return request.param, doc, text
 
 
-#: the real scripts whose step model is wrong today (issue 42 item 1: the steps are the host's dispatch spans)
-SCRIPT_STEP_MODEL_KNOWN = {"annotated_unblocked": "steps are the host's ~20 µs dispatch spans, not the device's work"}
-
-
 def test_script_reports_print_no_impossible_number(script_report):
     _check(*script_report, step_model=False)
 
 
-def test_script_reports_steps_sum_to_the_step(script_report, request):
-    if script_report[0] in SCRIPT_STEP_MODEL_KNOWN:
-        request.applymarker(pytest.mark.xfail(strict=True, reason=SCRIPT_STEP_MODEL_KNOWN[script_report[0]]))
+def test_script_reports_steps_sum_to_the_step(script_report):
     _check(*script_report, step_model=True)
 
 
