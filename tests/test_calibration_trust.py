@@ -101,6 +101,17 @@ def test_a_calibration_20x_too_low_is_questioned_not_printed(low_run):
     assert {(o["program"], o["name"]) for o in trust["ops"]} <= {(c["program"], c["name"]) for c in beaten}
 
 
+def test_live_memory_is_the_programs_not_the_captures(low_run):
+    """The snapshot ``rooflens run`` takes as the trace stops holds what the script still holds (its two
+    1024×1024 f32 arrays and a scalar loss: 2·4 MiB + 4 B, from the script's own shapes), not the capture's
+    one-byte drain buffer, and is named for when it was taken (not "up to": it is no peak)."""
+    env, logdir, *_ = low_run
+    doc, text = report(env, str(logdir))
+    (snap,) = doc["memory"]["snapshots"]
+    assert snap["label"] == "end" and snap["total_bytes"] == 2 * 1024 * 1024 * 4 + 4
+    assert "live device memory when the trace stopped 8.389 MB" in text
+
+
 def test_the_report_of_a_run_does_not_change_with_a_later_calibration(low_run):
     env, logdir, true, low, cache = low_run
     before, _ = report(env, str(logdir))
