@@ -412,18 +412,23 @@ def step_breakdown(stats: OpStats, comparison: list[OpComparison], roofs: Roofs 
 
 def mfu_or_why(mfu: float | None, ops: list[OpComparison], flops: float, peak: float, step_s: float,
                roofs: Roofs | None) -> tuple[float | None, str]:
-    """MFU, or None and why it is withheld: the step's matmuls run faster than the peak it divides by (the
-    chip or its calibration is wrong), or its model FLOPs at peak take longer than the step (the step is not
-    the device's work)."""
+    """MFU and what to know about it: withheld (None) where it would be above 100 %, because the step's matmuls
+    run faster than the peak it divides by (the chip or its calibration is wrong) or its model FLOPs at peak take
+    longer than the step (the step is not the device's work); kept with a warning where its matmuls beat the
+    peak but the share stays possible (then it is overstated)."""
     if mfu is None:
         return None, ""
     beaten = [c for c in ops if c.model_flops and not c.roofline_reliable]
-    if beaten:
-        return None, (f"{len(beaten)} of its matmul ops run faster than {roofs.chip if roofs else 'the chip'}'s "
-                      "peak, so a share of that peak means nothing (see roofline-trust)")
+    chip = roofs.chip if roofs else "the chip"
     if mfu > 1.0:
+        if beaten:
+            return None, (f"{len(beaten)} of its matmul ops run faster than {chip}'s peak, so a share of that peak "
+                          "means nothing (see roofline-trust)")
         return None, (f"its model FLOPs at peak take {flops / peak:.4g} s, longer than the step measured "
                       f"({step_s:.4g} s): the step is shorter than the device's work in it")
+    if beaten:
+        return mfu, (f"overstated: {len(beaten)} of its matmul ops run faster than {chip}'s peak (see "
+                     "roofline-trust)")
     return mfu, ""
 
 

@@ -132,7 +132,7 @@ class StepBreakdown:
     bound_excess_s: float = 0.0  # time in kernels priced by a lower bound beyond that bound (inside kernels)
     periods: float = 1.0  # per device, what its measured totals are divided by: the steps, or (basis executions)
     # the program's executions; an op's runs per step are its runs / (devices × periods)
-    mfu_note: str = ""  # why MFU is withheld (None) though its FLOPs and peak are known
+    mfu_note: str = ""  # why MFU is withheld (None) though its FLOPs and peak are known, or why it is overstated
 
 
 @dataclass(frozen=True)

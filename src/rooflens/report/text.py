@@ -28,7 +28,8 @@ def percent(x: float) -> str:
 def mfu_text(step, roofs, chip_reason: str = "") -> str:
     """``MFU 34.6%``, or why it is unknown (never a zero for an unknown): no roofline, or no model FLOPs."""
     if step is not None and step.mfu is not None:
-        return f"MFU {percent(step.mfu)}"
+        note = getattr(step, "mfu_note", "")
+        return f"MFU {percent(step.mfu)}" + (f" ({note})" if note else "")
     if step is not None and getattr(step, "mfu_note", ""):
         return f"MFU withheld ({step.mfu_note})"
     if roofs is None:
