@@ -147,7 +147,9 @@ def test_a_busy_calibration_is_measured_again_and_the_quietest_kept(monkeypatch)
     runs = iter([_calibration((50, 100, 150, 200), "first"), _calibration((90, 100, 100, 110), "second"),
                  _calibration((99, 100, 100, 101), "third")])
     monkeypatch.setattr(K, "measure", lambda **kw: next(runs))
-    cal, spreads = K.measure_until_quiet(attempts=3)
+    told = []
+    cal, spreads = K.measure_until_quiet(attempts=3, again=lambda s, k, n: told.append((round(s, 6), k, n)))
+    assert told == [(round(spreads[0], 6), 2, 3), (round(spreads[1], 6), 3, 3)]
     q = statistics.quantiles(sorted([50, 100, 150, 200]), n=4)
     assert spreads[0] == pytest.approx((q[2] - q[0]) / statistics.median([50, 100, 150, 200]))
     assert spreads[0] > K.BUSY_SPREAD and spreads[1] > K.BUSY_SPREAD and spreads[2] < K.BUSY_SPREAD

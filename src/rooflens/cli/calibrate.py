@@ -25,7 +25,11 @@ def calibrate(repeats: int, quick: bool, attempts: int, as_json: bool) -> None:
     from rooflens.report.cost_view import render_calibration
 
     kw = K.QUICK if quick else {"repeats": repeats}
-    cal, spreads = K.measure_until_quiet(attempts=1 if quick else attempts, **kw)
+    def again(spread: float, attempt: int, of: int) -> None:
+        click.echo(f"rooflens: the machine looks busy (IQR {spread:.0%} of the median, over {K.BUSY_SPREAD:.0%}): "
+                   f"measuring again (attempt {attempt} of {of})", err=True)
+
+    cal, spreads = K.measure_until_quiet(attempts=1 if quick else attempts, again=again, **kw)
     path = K.save(cal)
     if cal.busy:
         click.echo(f"rooflens: warning: the machine was busy while it was measured (IQR up to {cal.spread:.0%} of "

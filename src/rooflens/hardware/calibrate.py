@@ -247,12 +247,15 @@ def summary(cal: Calibration) -> str:
     return f"{cal.when}: " + ", ".join(parts) + busy
 
 
-def measure_until_quiet(attempts: int = 3, progress=None, **kw) -> tuple[Calibration, list[float]]:
+def measure_until_quiet(attempts: int = 3, progress=None, again=None, **kw) -> tuple[Calibration, list[float]]:
     """:func:`measure`, again while the machine looks busy (its spread above :data:`BUSY_SPREAD`), up to
-    ``attempts`` times: the quietest measurement and every attempt's spread (IQR / median)."""
+    ``attempts`` times: the quietest measurement and every attempt's spread (IQR / median).
+    ``again(spread, attempt, attempts)`` is told before each new attempt."""
     best: Calibration | None = None
     spreads: list[float] = []
-    for _ in range(max(attempts, 1)):
+    for k in range(max(attempts, 1)):
+        if k and again is not None:
+            again(spreads[-1], k + 1, attempts)
         cal = measure(progress=progress, **kw)
         spreads.append(cal.spread)
         if best is None or cal.spread < best.spread:
