@@ -69,9 +69,27 @@ def document_violations(doc: dict) -> list[str]:
     for f in doc.get("findings") or []:
         out += _finding(f)
     out += _memory(doc.get("memory") or {})
+    out += [f"{path}: {v:.6g} (a share or fraction outside [0, 1])" for path, v in _shares(doc, "") if _bad_fraction(v)]
     for note in doc.get("notes") or []:
         out += [f"note {note!r}: {v}" for v in sentence_violations(note)]
     return out
+
+
+def _shares(x, path: str):
+    """Every number in the document whose key names it a share or a fraction (``…_share``, ``…fraction…``)."""
+    if isinstance(x, dict):
+        for k, v in x.items():
+            p = f"{path}.{k}" if path else str(k)
+            key = str(k).lower()
+            if isinstance(v, int | float) and not isinstance(v, bool) and ("fraction" in key or key == "share"
+                                                                            or key.endswith("_share")
+                                                                            or key.startswith("share_")):
+                yield p, float(v)
+            else:
+                yield from _shares(v, p)
+    elif isinstance(x, list):
+        for i, v in enumerate(x):
+            yield from _shares(v, f"{path}[{i}]")
 
 
 def _op_stats(rows: list[dict]) -> list[str]:
