@@ -73,28 +73,27 @@ def recorded_calibration(profile: Profile) -> Chip | None:
         return None
 
 
-def calibration_words(c: Chip) -> str:
-    """``made 2026-11-26 06:45 UTC, IQR up to 22% of the median (a busy machine)``: a calibrated chip's when and
-    spread, as a report names them."""
-    from rooflens.hardware.calibrate import BUSY_SPREAD
-
-    made = c.calibrated_at or c.calibration.split(": ", 1)[0] or "at an unknown time"
-    spread = ("spread not recorded" if c.calibration_spread is None else
-              f"IQR up to {c.calibration_spread:.0%} of the median"
-              + (" (a busy machine)" if c.calibration_spread > BUSY_SPREAD else ""))
-    return f"calibration made {made}, {spread}"
-
-
 def calibration_summary(c: Chip | None) -> dict | None:
-    """The calibration a report was priced against (the report JSON's ``calibration``), None for a catalogue chip."""
+    """The calibration a report was priced against (the report JSON's ``calibration``): when it was made, its
+    spread (IQR / median), busy or not, recorded with the run or not; None for a catalogue chip."""
     if c is None or not (c.calibration or c.calibrated_at):
         return None
     from rooflens.hardware.calibrate import BUSY_SPREAD
 
-    return {"chip": c.name, "made": c.calibrated_at or c.calibration.split(": ", 1)[0],
+    return {"chip": c.name, "made": c.calibrated_at or c.calibration.split(": ", 1)[0],  # older files: the summary's
             "spread_iqr_over_median": c.calibration_spread,
             "busy": c.calibration_spread is not None and c.calibration_spread > BUSY_SPREAD,
             "recorded_with_run": c.origin.startswith(RECORDED), "origin": c.origin, "summary": c.calibration}
+
+
+def calibration_words(c: Chip) -> str:
+    """``calibration made 2026-11-26 06:45 UTC, IQR up to 22% of the median (a busy machine)``: a calibrated
+    chip's when and spread, as a report's header names them."""
+    d = calibration_summary(c) or {}
+    spread = d.get("spread_iqr_over_median")
+    return (f"calibration made {d.get('made') or 'at an unknown time'}, "
+            + ("spread not recorded" if spread is None else f"IQR up to {spread:.0%} of the median"
+               + (" (a busy machine)" if d.get("busy") else "")))
 
 
 def infer_chip(profile: Profile) -> tuple[Chip, str]:
