@@ -221,7 +221,7 @@ _PCT = re.compile(r"(\d+(?:\.\d+)?(?:e[+-]?\d+)?)\s?%")
 #: words before or after a percentage that make it a change or a spread, not a share of a whole
 _NOT_A_SHARE = re.compile(r"\b(more|less|slower|faster|longer|shorter|larger|smaller|higher|lower|above|over|"
                           r"beyond|increase[sd]?|grew|grows|rose|drop(?:ped|s)?|change[sd]?|vary|varies|variation|"
-                          r"coefficient|spread|skew|deviation|off|within|up|down|worse|better|gap)\b", re.I)
+                          r"coefficient|spread|skew|deviation|worse|better)\b", re.I)
 
 
 def seconds(number: str, unit: str) -> float:
