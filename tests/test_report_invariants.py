@@ -208,6 +208,8 @@ def test_the_checker_catches_each_kind_of_impossible_number(sharded_cpu_trace, t
                   "idle 0 µs\n")
     found = text_violations(step_lines)
     assert any("longer than the step" in v for v in found) and any("sum to" in v for v in found)
+    assert any("unnamed ±" in v for v in text_violations("steps: 10, mean 127 ms ± 41 ms (min 94 ms, max 246 ms)"))
+    assert not text_violations("steps: 10, mean 127 ms, standard deviation 41 ms; f32 matmul (± IQR/2 4%)")
     # what is not a share is not flagged: a change, a spread, a withheld roof with its reason
     assert not text_violations("Step times vary by 250% between steps; 3.4× slower than its roofline")
     assert not text_violations("e.g. p/fusion.1: measured at 293% of the chip's peak FLOP/s, which no kernel can "

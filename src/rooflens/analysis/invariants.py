@@ -13,7 +13,7 @@ rule, naming the figure and where it is, and an empty list for a sound report:
   the time beyond lower bounds inside its busy time) each within the step, and a finding's saving
   within the step it is part of;
 - the step's breakdown sums to the step (busy parts + idle = step time, within rounding);
-- a statistic has its name: min ≤ median/mean ≤ max, a count that matches its values.
+- a statistic has its name (no bare "±") and its order: min ≤ median/mean ≤ max, a count that matches its values.
 
 Pure functions over data (no file read, no printing): the tests run them over every fixture's report
 and every real script's, and a debugging session can call ``violations(rep)`` on its own report.
@@ -224,6 +224,9 @@ _NOT_A_SHARE = re.compile(r"\b(more|less|slower|faster|longer|shorter|larger|sma
                           r"coefficient|spread|skew|deviation|worse|better)\b", re.I)
 
 
+_NAMED_SPREAD = re.compile(r"\b(std|standard deviation|IQR|interquartile|quartiles?|spread|half the)\b|±inf", re.I)
+
+
 def seconds(number: str, unit: str) -> float:
     """``"1.2", "ms"`` → 0.0012 (what :func:`rooflens.units.fmt_seconds` writes, read back)."""
     return float(number) * _UNIT_S[unit]
@@ -242,6 +245,10 @@ def sentence_violations(text: str) -> list[str]:
         share = re.match(r"\s*(of\b|device\b|MFU\b)", after) or re.search(r"\bMFU\s*$", before)
         if share and not withheld and not _NOT_A_SHARE.search(before[-25:]):
             out.append(f"{m.group(0).strip()} in {text.strip()[:160]!r} (a share above 100 %)")
+    for m in re.finditer("±", text):  # a spread says which statistic it is
+        near = text[max(0, m.start() - 30):m.end() + 30]
+        if not _NAMED_SPREAD.search(near):
+            out.append(f"an unnamed ± in {text.strip()[:160]!r} (say which statistic: standard deviation, IQR, …)")
     for m in re.finditer(_TIME + r"\s+of\s+(?:a|an|the)\s+" + _TIME, text):
         part, whole = seconds(m.group(1), m.group(2)), seconds(m.group(3), m.group(4))
         if part > whole * 1.005 + 1e-9:
