@@ -237,13 +237,20 @@ def test_transformer_report_big_dots_and_communication(tmp_path):
     rep = rl.analyze(prof)
     dots = sorted((c for c in rep.comparison if c.category == "matmul" and c.priced), key=lambda c: -c.total_time_s)
     big = dots[:6]
-    assert float(np.median([c.ratio for c in big])) < 2.0  # the big dots come out within 2× of their roofline
+    # the big dots come out within 2× of their roofline, or beat a calibration made too low (on a busy machine):
+    # then their ratios are withheld and the calibration is questioned
+    ratios = [c.ratio for c in big if c.ratio is not None]
+    beaten = [c for c in big if c.ratio is None]
+    assert all(not c.roofline_reliable and "calibration is too low" in c.roofline_note for c in beaten)
+    assert not beaten or any(f.rule == "roofline-trust" and "calibration" in f.title for f in rep.findings)
+    assert not ratios or float(np.median(ratios)) < 2.0
     comm = [c for c in rep.comparison if c.category == "collective"]
     assert comm and rep.steps.communication_s > 0
     assert any(f.rule in ("communication-share", "slow-collective") for f in rep.findings)
     d = rep.to_json()
     assert {"op_stats", "comparison", "findings", "steps", "memory"} <= set(d)
-    assert d["steps"]["breakdown"]["mfu"] is not None and d["steps"]["count"] == 3
+    b = d["steps"]["breakdown"]
+    assert (b["mfu"] is not None or "faster than local's peak" in b["mfu_note"]) and d["steps"]["count"] == 3
 
 
 def test_unpriced_ops_are_listed_with_their_time(tmp_path):
@@ -280,16 +287,19 @@ def test_every_rule_is_exercised():
         assert fired, f"no test asserts that {name} fires"
 
 
-def test_report_command_shows_expected_vs_observed_and_findings(tmp_path):
+def test_report_command_shows_expected_vs_observed_and_findings(tmp_path, monkeypatch):
     import json
     import os
     import subprocess
     import sys
 
-    cap(MATMUL, X, W, tmp=tmp_path, feed=lambda out, args: (np.ones((1024, 1024), np.float32), W))
+    cap(MATMUL, X, W, tmp=tmp_path / "run", feed=lambda out, args: (np.ones((1024, 1024), np.float32), W))
+    monkeypatch.setenv("ROOFLENS_CACHE_DIR", str(tmp_path / "no-calibration"))
+    cap(MATMUL, X, W, tmp=tmp_path / "uncalibrated", steps=2)  # captured with no calibration to record
+    monkeypatch.undo()
 
-    def run(*args, **env):
-        return subprocess.run([sys.executable, "-m", "rooflens.cli", "report", str(tmp_path), *args],
+    def run(*args, logdir=tmp_path / "run", **env):
+        return subprocess.run([sys.executable, "-m", "rooflens.cli", "report", str(logdir), *args],
                               capture_output=True, text=True, timeout=300, env={**os.environ, **env})
 
     r = run()
@@ -301,7 +311,9 @@ def test_report_command_shows_expected_vs_observed_and_findings(tmp_path):
     assert any(f["rule"] == "host-transfers" for f in data["findings"])
     r = run("--chip", "h100-sxm", "--json")
     assert json.loads(r.stdout)["chip"] == "h100-sxm"
-    r = run("--no-calibrate", ROOFLENS_CACHE_DIR=str(tmp_path / "no-calibration"))
+    r = run("--no-calibrate", ROOFLENS_CACHE_DIR=str(tmp_path / "no-calibration"))  # the one the run recorded
+    assert r.returncode == 0 and "recorded with the run" in r.stdout
+    r = run("--no-calibrate", logdir=tmp_path / "uncalibrated", ROOFLENS_CACHE_DIR=str(tmp_path / "no-calibration"))
     assert r.returncode == 0 and "run `rooflens calibrate` first" in r.stdout
     r = run("--chip", "tpu-v9")
     assert r.returncode == 2 and "unknown chip" in r.stderr

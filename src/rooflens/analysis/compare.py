@@ -40,7 +40,7 @@ from rooflens.analysis.trust import (
 from rooflens.cost.cache import from_l2, l2_capacity_bytes, l2_resident_reads
 from rooflens.cost.model import OpCost, OpPrediction, costs, price, trip_count
 from rooflens.errors import RooflensError
-from rooflens.hardware import Chip, ChipError, shared_by
+from rooflens.hardware import LOCAL_CHIP, Chip, ChipError, read_catalog_text, shared_by
 from rooflens.hardware import chip as get_chip
 from rooflens.hardware import infer_chip as infer_from_trace
 from rooflens.hlo import Module
@@ -58,15 +58,58 @@ MAX_TIMELINE_OPS = 20000
 
 # -- the chip -------------------------------------------------------------------------------------
 
+#: the origin of a calibration read back from a run's manifest (:func:`recorded_calibration`)
+RECORDED = "recorded with the run"
+
+
+def recorded_calibration(profile: Profile) -> Chip | None:
+    """The chip ``local`` as the run recorded it when it ran (``rooflens run``, ``rl.capture``), or None."""
+    rec = profile.manifest.calibration or {}
+    if not isinstance(rec.get("toml"), str):
+        return None
+    try:
+        return read_catalog_text(rec["toml"], f"{RECORDED} ({rec.get('path') or 'its calibration file'})")[LOCAL_CHIP]
+    except (ChipError, KeyError):
+        return None
+
+
+def calibration_summary(c: Chip | None) -> dict | None:
+    """The calibration a report was priced against (the report JSON's ``calibration``): when it was made, its
+    spread (IQR / median), busy or not, recorded with the run or not; None for a catalogue chip."""
+    if c is None or not (c.calibration or c.calibrated_at):
+        return None
+    from rooflens.hardware.calibrate import BUSY_SPREAD
+
+    return {"chip": c.name, "made": c.calibrated_at or c.calibration.split(": ", 1)[0],  # older files: the summary's
+            "spread_iqr_over_median": c.calibration_spread,
+            "busy": c.calibration_spread is not None and c.calibration_spread > BUSY_SPREAD,
+            "recorded_with_run": c.origin.startswith(RECORDED), "origin": c.origin, "summary": c.calibration}
+
+
+def calibration_words(c: Chip) -> str:
+    """``calibration made 2026-11-26 06:45 UTC, IQR up to 22% of the median (a busy machine)``: a calibrated
+    chip's when and spread, as a report's header names them."""
+    d = calibration_summary(c) or {}
+    spread = d.get("spread_iqr_over_median")
+    return (f"calibration made {d.get('made') or 'at an unknown time'}, "
+            + ("spread not recorded" if spread is None else f"IQR up to {spread:.0%} of the median"
+               + (" (a busy machine)" if d.get("busy") else "")))
+
+
 def infer_chip(profile: Profile) -> tuple[Chip, str]:
-    """The catalogue chip of the trace's devices (CPU: the calibrated ``local``)."""
+    """The catalogue chip of the trace's devices (CPU: the calibration the run recorded, else this machine's
+    calibrated ``local``)."""
     kind = profile.device_kind
     if profile.platform == "cpu":
+        recorded = recorded_calibration(profile)
+        if recorded is not None:
+            return recorded, f"CPU trace: the {calibration_words(recorded)}, {RECORDED}"
         try:
-            return get_chip("local"), "CPU trace: the calibrated chip 'local'"
+            c = get_chip(LOCAL_CHIP)
         except ChipError:
             raise RooflensError("this is a CPU trace and there is no calibrated chip 'local' yet; run "
                                 "`rooflens calibrate` first (or give --chip).") from None
+        return c, f"CPU trace: this machine's {calibration_words(c)} (the run recorded none)"
     try:  # by name (device_type_string, the CUDA/ROCm device name), else vendor + cores + memory + clock
         return infer_from_trace(kind, profile.plane_stats)
     except ChipError as e:
@@ -81,7 +124,8 @@ def resolve_chip(profile: Profile, chip: str | Chip | None) -> tuple[Chip, str]:
     """The chip to compare with: the one given (a name or a user's own Chip), else the trace's."""
     if chip is None:
         return infer_chip(profile)
-    return get_chip(chip), "given"
+    c = get_chip(chip)
+    return c, "given" + (f" ({calibration_words(c)})" if c.calibration or c.calibrated_at else "")
 
 
 def compute_concurrency(profile: Profile) -> float:
@@ -280,11 +324,11 @@ def join(profile: Profile, stats: OpStats, pricing: Pricing, roofs: Roofs | None
             bytes_fraction_of_peak=(nbytes / per / hbm) if per and nbytes and hbm else None,
             unpriced_reason=why, explanation=p.explanation if p else (), model_flops=mflops,
             shape=_shape_of(pricing.modules.get(s.program), s.name), executions=s.executions,
-            runs_per_execution=float(k),
+            runs_per_execution=float(k), self_time_s=s.self_time_s,
         ))
-        out[-1] = check_roofline(out[-1], pricing.kernels.get(key), physical=profile.platform != "cpu",
+        out[-1] = check_roofline(out[-1], pricing.kernels.get(key),
                                  cached=None if why else per_execution(pricing.cached.get(key), k, s.program),
-                                 hbm_bytes_per_s=hbm)
+                                 hbm_bytes_per_s=hbm, calibrated=roofs is not None and roofs.chip == LOCAL_CHIP)
     return out
 
 
@@ -354,13 +398,37 @@ def step_breakdown(stats: OpStats, comparison: list[OpComparison], roofs: Roofs 
         step_time = sum(d.window_s for d in stats.devices) / n_dev / max(steps, 1)
     busy = sum(split.values())
     peak = roofs.mfu_peak_flops_per_s if roofs else 0.0
+    mfu = flops / (step_time * peak) if step_time and peak and flops else None
+    mfu, mfu_note = mfu_or_why(mfu, ops, flops, peak, step_time, roofs)
     return StepBreakdown(
         program=main, steps=steps, step_time_s=step_time, predicted_s=predicted * serial, model_flops=flops,
-        mfu=flops / (step_time * peak) if step_time and peak and flops else None, compute_s=split["compute"],
+        mfu=mfu, mfu_note=mfu_note, compute_s=split["compute"],
         communication_s=split["communication"], layout_s=split["layout"], host_s=split["host"],
         other_s=split["other"], idle_s=max(step_time - busy, 0.0), unpriced_s=unpriced, basis=basis,
         bound_excess_s=bound_excess, periods=per_step / n_dev,
     )
+
+
+def mfu_or_why(mfu: float | None, ops: list[OpComparison], flops: float, peak: float, step_s: float,
+               roofs: Roofs | None) -> tuple[float | None, str]:
+    """MFU and what to know about it: withheld (None) where it would be above 100 %, because the step's matmuls
+    run faster than the peak it divides by (the chip or its calibration is wrong) or its model FLOPs at peak take
+    longer than the step (the step is not the device's work); kept with a warning where its matmuls beat the
+    peak but the share stays possible (then it is overstated)."""
+    if mfu is None:
+        return None, ""
+    beaten = [c for c in ops if c.model_flops and not c.roofline_reliable]
+    chip = roofs.chip if roofs else "the chip"
+    if mfu > 1.0:
+        if beaten:
+            return None, (f"{len(beaten)} of its matmul ops run faster than {chip}'s peak, so a share of that peak "
+                          "means nothing (see roofline-trust)")
+        return None, (f"its model FLOPs at peak take {flops / peak:.4g} s, longer than the step measured "
+                      f"({step_s:.4g} s): the step is shorter than the device's work in it")
+    if beaten:
+        return mfu, (f"overstated: {len(beaten)} of its matmul ops run faster than {chip}'s peak (see "
+                     "roofline-trust)")
+    return mfu, ""
 
 
 # -- what the views show --------------------------------------------------------------------------
@@ -513,6 +581,7 @@ def _analyze(profile: Profile, stats: OpStats, chip: str | Chip | None, memory: 
         graphs=op_graphs(comparison, modules),
         in_window=InWindow.from_manifest(profile.manifest), path=profile.path, sources=list(profile.sources),
         hosts=list(profile.hosts), metadata=dict(profile.metadata), modules=modules,
+        calibration=calibration_summary(c),
         steady=steady.result(),
         # the trace's own per-op rates (an HLO parse per op) serve the roofline-trust finding alone
         trace_rates=tuple(op_rates(profile)) if any(not c.roofline_reliable for c in comparison) else (),

@@ -98,6 +98,7 @@ class OpComparison:
     roofline_note: str = ""  # why unreliable, or which bound
     executions: int = 0  # program executions (one program run on one device) it ran in, over devices
     runs_per_execution: float = 1.0  # its runs in one, the roofline's multiple (HLO trip counts; else events per one)
+    self_time_s: float = 0.0  # total_time_s less the ops it holds (a loop's body, a call's callee)
 
     @property
     def priced(self) -> bool:
@@ -131,6 +132,7 @@ class StepBreakdown:
     bound_excess_s: float = 0.0  # time in kernels priced by a lower bound beyond that bound (inside kernels)
     periods: float = 1.0  # per device, what its measured totals are divided by: the steps, or (basis executions)
     # the program's executions; an op's runs per step are its runs / (devices × periods)
+    mfu_note: str = ""  # why MFU is withheld (None) though its FLOPs and peak are known, or why it is overstated
 
 
 @dataclass(frozen=True)
@@ -216,6 +218,7 @@ class Report:
     trace_rates: tuple = field(default=(), repr=False)  # per-op rates from the trace's own counts (roofline-trust)
     events: object = field(default=None, repr=False)  # its EventTable: the op events the Perfetto view writes
     plan: object = None  # a rooflens.plan.PlanCheck: the model's plan against this run (rl.analyze(plan=…))
+    calibration: dict | None = None  # a calibrated chip's (CPU 'local'): when made, its spread, recorded or not
 
     @property
     def chip_peaks(self) -> dict[str, float]:
@@ -235,7 +238,7 @@ class Report:
             "hosts": list(self.hosts), "metadata": self.metadata,
             "chip": self.chip, "chip_reason": self.chip_reason, "platform": self.platform,
             "device_kind": self.device_kind, "num_devices": self.num_devices,
-            "roofs": asdict(self.roofs) if self.roofs else None,
+            "roofs": asdict(self.roofs) if self.roofs else None, "calibration": self.calibration,
             "op_stats": [asdict(s) for s in self.op_stats],
             "comparison": [asdict(c) for c in self.comparison],
             "findings": [f.to_dict() for f in self.findings],

@@ -27,6 +27,8 @@ from rooflens.trace.events import EventTable
 
 #: an achieved fraction above this is impossible on the chip (1 % for timer rounding)
 MAX_FRACTION = 1.0
+#: what a roofline note says when a measurement beats its roof: the figures that would exceed 100 % are not given
+WITHHELD = "its ratio and fractions of peak are withheld"
 
 
 def price_from_text(table: EventTable, priced: set[tuple[str, str]], chip: Chip,
@@ -103,17 +105,16 @@ def module_kernels(modules: dict[str, Module]) -> dict[tuple[str, str], KernelCo
     return out
 
 
-def check_roofline(c: OpComparison, kc: KernelCost | None, physical: bool = True, *,
-                   cached: OpPrediction | None = None, hbm_bytes_per_s: float = 0.0) -> OpComparison:
-    """The comparison with its bound named, and marked unreliable where it achieves > 100 % of a roof.
-    ``physical=False`` (a CPU's calibrated rates, measured and shared, not a hardware limit): only the bound.
+def check_roofline(c: OpComparison, kc: KernelCost | None, *, cached: OpPrediction | None = None,
+                   hbm_bytes_per_s: float = 0.0, calibrated: bool = False) -> OpComparison:
+    """The comparison with its bound named, and marked unreliable where it achieves > 100 % of a roof, on
+    every chip: a CPU's calibrated rates are its roofs too (beaten, they say the calibration is too low).
     ``cached``: the op priced with the reads a GPU's L2 still holds taken off HBM
     (:func:`rooflens.cost.cache.l2_resident_reads`); where the HBM roofline is beaten and this one is not,
-    the comparison takes it (the op read those operands from L2)."""
+    the comparison takes it (the op read those operands from L2). ``calibrated``: the roofs were measured on this
+    machine (a CPU's ``local``), so the calibration is what the op beats."""
     if kc is not None and kc.bound != "exact":
         c = replace(c, roofline_bound=kc.bound, roofline_note=kc.note)
-    if not physical:
-        return c
     over = [(f, what) for f, what in ((c.flops_fraction_of_peak, "peak FLOP/s"),
                                       (c.bytes_fraction_of_peak, "HBM bandwidth")) if f and f > MAX_FRACTION]
     if not over:
@@ -125,8 +126,9 @@ def check_roofline(c: OpComparison, kc: KernelCost | None, physical: bool = True
     if cached is not None and (fixed := _from_cache(c, cached, f, what, hbm_bytes_per_s)) is not None:
         return fixed
     held = (" even with the reads the L2 holds off HBM" if cached is not None else "")
-    why = (f"measured at {f:.0%} of the chip's {what}{held}, which no kernel can reach: the cost model overcounts "
-           "this op or the chip is not the one that ran it")
+    blame = ("the calibration is too low (or the cost model overcounts this op)" if calibrated else
+             "the cost model overcounts this op or the chip is not the one that ran it")
+    why = f"measured at {f:.0%} of the chip's {what}{held}, which no kernel can reach: {blame}; {WITHHELD}"
     return replace(c, roofline_reliable=False, roofline_note=why, ratio=None,
                    flops_fraction_of_peak=None, bytes_fraction_of_peak=None)
 

@@ -98,6 +98,7 @@ class _State:
             if spec.get("step_fn") and not windowed else None
         self.counter = self.window or self.tally  # what counts the script's jitted calls (None: nothing does)
         self.made: set[str] = self.counter.made if self.counter is not None else set()  # the script's jitted functions
+        self.calibration_file: str | None = None  # the chip 'local' a CPU run records
         self.armed = False  # the script's backend is up: compilations are recorded from here on
         self.tmp = ""  # where jax writes the trace before it is moved into the run directory
         self.dump_dir = ""
@@ -552,6 +553,8 @@ def _finish(target: dict, outcome: dict) -> None:
                 _say(S.tally.unknown_step_fn() + "; the whole run was traced, its report chooses the step itself.")
         if S.drained_s is not None:
             meta["drained_s"] = round(S.drained_s, 6)
+        if meta.get("backend") == "cpu":  # the CPU's calibration it is priced against, kept with the run
+            meta["calibration"] = manifest.calibration_record(S.calibration_file)
         meta = manifest.RunManifest.from_dict(meta).to_dict()  # the typed manifest's document
         artifacts.save(S, meta, {stepwindow.program_name(f) for f in meta.get("window", {}).get("programs") or []}
                        if S.window is not None else None)
@@ -593,6 +596,7 @@ def main(argv: list[str]) -> None:
     opts, mode, target, *args = argv
     opts = json.loads(opts)
     S = _State(opts["logdir"], opts.get("dump", True), opts.get("window"))
+    S.calibration_file = opts.get("calibration_file")
     sys.argv[:] = [target, *args]
     sys.meta_path.insert(0, _Finder({"jax._src.xla_bridge": _hook_xla_bridge, "jax._src.compiler": _hook_compiler,
                                      "jax._src.profiler": _hook_annotations, "jax._src.monitoring": _hook_monitoring,
@@ -660,8 +664,10 @@ BOOT = (
 
 
 def command(logdir: str, mode: str, target: str, args: list[str], dump: bool = True,
-            window: dict | None = None) -> list[str]:
+            window: dict | None = None, calibration_file: str | None = None) -> list[str]:
     """The ``argv`` that runs ``target`` under rooflens in a fresh interpreter; ``window``:
-    ``{"steps": [a, b]}`` or ``{"delay_s": d, "duration_s": t}`` (see :mod:`rooflens.capture.stepwindow`)."""
-    opts = json.dumps({"logdir": os.path.abspath(logdir), "dump": dump, "window": window})
+    ``{"steps": [a, b]}`` or ``{"delay_s": d, "duration_s": t}`` (see :mod:`rooflens.capture.stepwindow`);
+    ``calibration_file``: the chip ``local`` a CPU run records (read when the run ends)."""
+    opts = json.dumps({"logdir": os.path.abspath(logdir), "dump": dump, "window": window,
+                       "calibration_file": calibration_file})
     return [sys.executable, "-c", BOOT.format(path=HERE), opts, mode, target, *args]

@@ -76,7 +76,10 @@ def command(target: str, args: list[str], logdir: str | Path | None = None, modu
         logdir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise RooflensError(f"cannot create the log directory {logdir} ({e.strerror or e}).") from None
-    return launch.command(str(logdir), "module" if module else "path", target, list(args), dump=dump, window=window)
+    from rooflens.hardware.catalog import local_chip_path
+
+    return launch.command(str(logdir), "module" if module else "path", target, list(args), dump=dump, window=window,
+                          calibration_file=str(local_chip_path()))
 
 
 def exec_run(target: str, args: list[str], logdir: str | Path | None = None, module: bool = False,

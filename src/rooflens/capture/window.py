@@ -17,7 +17,8 @@ from pathlib import Path
 from rooflens.capture.common import device_memory_bytes, drain_devices
 from rooflens.capture.recorder import Recorder, recording
 from rooflens.errors import RooflensError
-from rooflens.trace.manifest import RunManifest
+from rooflens.hardware.catalog import local_chip_path
+from rooflens.trace.manifest import RunManifest, calibration_record
 
 
 def wait_for_fresh_run_name(logdir: Path) -> None:
@@ -90,6 +91,7 @@ class TraceWindow:
             devices=[{"id": d.id, "kind": d.device_kind, "platform": d.platform} for d in devices],
             num_local_devices=jax.local_device_count(), device_memory_bytes=device_memory_bytes(devices[0]),
             in_window=self.rec.record(), drained_s=round(drained_s, 6), **({"notes": notes} if notes else {}),
+            calibration=calibration_record(str(local_chip_path())) if jax.default_backend() == "cpu" else None,
             **metadata,
         )
         (self.run_dir / "rooflens.json").write_text(json.dumps(manifest.to_dict(), indent=2, default=str))

@@ -228,11 +228,14 @@ def calibrate_first_use() -> None:
         task = progress.add_task("rooflens: calibrating this CPU once for the roofline (saved as chip 'local'; "
                                  "`rooflens calibrate` measures it more closely)", total=QUICK["repeats"])
         try:
-            path = calibrate_once(progress=lambda done, total: progress.update(task, completed=done))
+            path, cal = calibrate_once(progress=lambda done, total: progress.update(task, completed=done))
         except Exception as e:  # no roofline then; the report says how to get one
             progress.update(task, description=f"rooflens: calibration failed ({type(e).__name__}: {e})")
             return
     click.echo(f"rooflens: calibration saved to {path}", err=True)
+    if cal.busy:
+        click.echo(f"rooflens: warning: the machine was busy while it was calibrated (IQR up to {cal.spread:.0%} of "
+                   "the median): run `rooflens calibrate` when it is quiet.", err=True)
 
 
 def load_report(paths, hlo_dir: str | None = None, chip_name: str | None = None, include_warmup: bool = False,
@@ -241,8 +244,8 @@ def load_report(paths, hlo_dir: str | None = None, chip_name: str | None = None,
     """:func:`rooflens.api.load_report`, calibrating a CPU first (once) unless told not to."""
     from rooflens.api import load_report as api_load_report
 
-    def calibrate(prof) -> None:
-        if chip_name is None and prof.platform == "cpu" and not no_calibrate:
+    def calibrate(prof) -> None:  # a run that recorded its calibration is priced with that one
+        if chip_name is None and prof.platform == "cpu" and not no_calibrate and not prof.manifest.calibration:
             calibrate_first_use()
 
     return api_load_report(paths, hlo_dir, chip_name, include_warmup, calibrate, workers=workers, engine=engine,

@@ -64,6 +64,11 @@ def report(logdirs: tuple[str, ...], hlo_dir: str | None, chip_name: str | None,
         need_dir(hlo_dir, "--hlo")
     rep = load_report(list(logdirs), hlo_dir, chip_name, include_warmup, no_calibrate,
                       workers=workers or os.cpu_count() or 1, engine=engine, ray_address=ray_address, merge=merge)
+    if os.environ.get("ROOFLENS_DEBUG"):  # a debugging session: say any number the report should not print
+        from rooflens.analysis.invariants import violations
+
+        for v in violations(rep):
+            click.echo(f"rooflens: debug: impossible number: {v}", err=True)
     if plan_model:
         from rooflens.api import plan_check
 

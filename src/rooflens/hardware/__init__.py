@@ -18,11 +18,12 @@ from rooflens.hardware.catalog import (
     chips,
     local_chip_path,
     read_catalog_file,
+    read_catalog_text,
     shared_by,
 )
 from rooflens.hardware.infer import infer_chip
 
 __all__ = [
     "LOCAL_CHIP", "Chip", "ChipError", "ChipTable", "Figure", "cache_dir", "catalog", "chip", "chip_rows",
-    "chips", "infer_chip", "local_chip_path", "read_catalog_file", "shared_by",
+    "chips", "infer_chip", "local_chip_path", "read_catalog_file", "read_catalog_text", "shared_by",
 ]

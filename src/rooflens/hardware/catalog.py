@@ -36,7 +36,8 @@ from rooflens.userdirs import cache_dir
 #: Sections of a chip table that hold cited numbers.
 SECTIONS = ("peak_flops_per_s", "memory", "compute", "interconnect", "topology", "overheads")
 #: Plain (uncited) string fields of a chip table.
-PLAIN_FIELDS = ("description", "vendor", "kind", "device_unit", "device_kinds", "calibration")
+PLAIN_FIELDS = ("description", "vendor", "kind", "device_unit", "device_kinds", "calibration", "calibrated_at",
+                "calibration_spread")
 KINDS = ("tpu", "gpu", "cpu")
 DEVICE_UNITS = ("core", "chip", "gpu", "cpu")
 WRAPAROUND_RULES = ("always", "full-axis", "multiple-of-4", "full-cube", "none")
@@ -75,6 +76,8 @@ class Chip:
     figures: Mapping[str, Figure]
     origin: str  # the file it was read from
     calibration: str = ""  # for measured chips: how, when, the spread
+    calibrated_at: str = ""  # for measured chips: when ("2026-11-26 06:45 UTC")
+    calibration_spread: float | None = None  # for measured chips: the largest IQR / median of the rates it kept
 
     def figure(self, key: str) -> Figure | None:
         return self.figures.get(key)
@@ -260,7 +263,8 @@ class Chip:
         return {
             "name": self.name, "description": self.description, "vendor": self.vendor, "kind": self.kind,
             "device_unit": self.device_unit, "device_kinds": list(self.device_kinds), "origin": self.origin,
-            "calibration": self.calibration,
+            "calibration": self.calibration, "calibrated_at": self.calibrated_at,
+            "calibration_spread": self.calibration_spread,
             "figures": {k: {"value": list(f.value) if isinstance(f.value, tuple) else f.value, "source": f.source}
                         for k, f in self.figures.items()},
         }
@@ -322,7 +326,17 @@ def chip_from_table(name: str, table: Mapping, origin: str) -> Chip:
         name=name, description=str(table.get("description", "")), vendor=str(table.get("vendor", "")),
         kind=kind, device_unit=unit, device_kinds=tuple(str(k) for k in kinds),
         figures=MappingProxyType(figures), origin=origin, calibration=str(table.get("calibration", "")),
+        calibrated_at=str(table.get("calibrated_at", "")), calibration_spread=_spread(where, table),
     )
+
+
+def _spread(where: str, table: Mapping) -> float | None:
+    v = table.get("calibration_spread")
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int | float) or not v >= 0:
+        raise ChipError(f"{where}: calibration_spread must be a number (IQR / median), 0 or more.")
+    return float(v)
 
 
 def read_catalog_file(path: str | os.PathLike) -> dict[str, Chip]:
@@ -339,10 +353,24 @@ def read_catalog_file(path: str | os.PathLike) -> dict[str, Chip]:
         raise ChipError(f"cannot read chip file {p}: {e.strerror or e}.") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise ChipError(f"chip file {p} is not valid TOML ({e}).") from None
+    return chips_of_document(doc, str(p))
+
+
+def chips_of_document(doc: Mapping, origin: str) -> dict[str, Chip]:
+    """Every chip of one parsed catalogue document (``origin``: where it was read, for messages)."""
     chips = doc.get("chip")
     if not isinstance(chips, Mapping) or not chips:
-        raise ChipError(f"chip file {p} has no [chip.<name>] table.")
-    return {name: chip_from_table(name, table, str(p)) for name, table in chips.items()}
+        raise ChipError(f"chip file {origin} has no [chip.<name>] table.")
+    return {name: chip_from_table(name, table, origin) for name, table in chips.items()}
+
+
+def read_catalog_text(text: str, origin: str) -> dict[str, Chip]:
+    """Every chip of a catalogue file's text (a calibration recorded with a run, read back)."""
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ChipError(f"chip file {origin} is not valid TOML ({e}).") from None
+    return chips_of_document(doc, origin)
 
 
 def local_chip_path() -> Path:
@@ -407,7 +435,8 @@ def shared_by(c: Chip, n: float) -> Chip:
             figures[key] = fig
     return Chip(name=c.name, description=f"{c.description} (shared by {n:.3g} devices)", vendor=c.vendor, kind=c.kind,
                 device_unit=c.device_unit, device_kinds=c.device_kinds, figures=MappingProxyType(figures),
-                origin=c.origin, calibration=c.calibration)
+                origin=c.origin, calibration=c.calibration, calibrated_at=c.calibrated_at,
+                calibration_spread=c.calibration_spread)
 
 
 def chip(name: str | Chip, extra_files: Iterable[str | os.PathLike] = ()) -> Chip:

@@ -8,6 +8,7 @@ Location, Line, Function. Decoding is the ``protobuf`` library's.
 from __future__ import annotations
 
 import gzip
+import os
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -76,6 +77,23 @@ class MemorySnapshot:
     by_site: dict = field(default_factory=dict)  # innermost Python function that allocated it
 
 
+#: where the captures' drain barrier (``rooflens.capture.common.drain_devices``) allocates its one byte, the file
+#: ``rl.capture`` imports and ``rooflens run``'s launcher loads by path
+DRAIN_FILE = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "capture",
+                                           "common.py"))
+
+
+def _is_drain(frames: list[tuple[str, str]]) -> bool:
+    """Whether an allocation was made by the drain barrier: its innermost frame outside jax and rooflens's
+    libraries' internals is the drain's file (a snapshot taken as the trace stops holds that byte)."""
+    for _, filename in frames:
+        if filename and os.path.realpath(filename) == DRAIN_FILE:
+            return True
+        if not is_library(filename) or os.sep + "rooflens" + os.sep in filename:
+            return False
+    return False
+
+
 def parse_snapshot(data: bytes, label: str = "") -> MemorySnapshot:
     """Decode one pprof snapshot (gzipped or not)."""
     if data[:2] == b"\x1f\x8b":
@@ -95,6 +113,9 @@ def parse_snapshot(data: bytes, label: str = "") -> MemorySnapshot:
     locs = {loc.id: [funcs.get(line.function_id, ("", "")) for line in loc.line] for loc in msg.location}
     snap = MemorySnapshot(label, 0.0)
     for s in msg.sample:
+        frames = [f for lid in s.location_id for f in locs.get(lid, []) if f[0]]
+        if _is_drain(frames):
+            continue  # the capture's own buffer (its drain barrier's one byte), not the program's memory
         nbytes = float(s.value[space]) if len(s.value) > space else 0.0
         snap.total_bytes += nbytes
         labels = {strings[lb.key]: (strings[lb.str] if lb.str else lb.num) for lb in s.label}
@@ -102,7 +123,6 @@ def parse_snapshot(data: bytes, label: str = "") -> MemorySnapshot:
         snap.by_device[dev] = snap.by_device.get(dev, 0.0) + nbytes
         kind = str(labels.get("kind", "?"))
         snap.by_kind[kind] = snap.by_kind.get(kind, 0.0) + nbytes
-        frames = [f for lid in s.location_id for f in locs.get(lid, []) if f[0]]
         user = [f for f in frames if not is_library(f[1])]
         site = (user or frames or [("?", "")])[0][0]
         snap.by_site[site] = snap.by_site.get(site, 0.0) + nbytes

@@ -99,6 +99,12 @@ class MemorySummary:
     def live_peak_bytes(self) -> float:
         return max((s.total_bytes for s in self.snapshots), default=0.0)
 
+    @property
+    def live_peak_words(self) -> str:
+        """What :attr:`live_peak_bytes` is: the most of several snapshots ("up to"), or the one taken as the trace
+        stopped (``rooflens run``: after the script's work, so what it still held, not a peak)."""
+        return "up to" if any(s.label != "end" for s in self.snapshots) else "when the trace stopped"
+
     def __bool__(self) -> bool:
         return bool(self.programs or self.snapshots)
 

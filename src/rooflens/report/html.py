@@ -40,8 +40,11 @@ def page_data(report, prediction=None, title: str = "") -> dict:
              ["platform", f"{report.platform} · {report.device_kind}"]]
     if roofs is None:
         cards.append(["roofline", f"unknown: {report.chip_reason}"])
+    elif report.calibration is not None:  # a CPU's calibration: when it was made, its spread, recorded or not
+        cards.append(["calibration", report.chip_reason])
     if steps:
-        cards.append(["step time", f"{steps.mean_s * 1e3:.3g} ± {steps.std_s * 1e3:.2g} ms ({steps.count} steps)"])
+        cards.append(["step time", f"mean {steps.mean_s * 1e3:.3g} ms, standard deviation {steps.std_s * 1e3:.2g} ms "
+                                   f"({steps.count} steps)"])
     if st:
         if roofs is not None:
             cards.append(["roofline step", f"{st.predicted_s * 1e3:.3g} ms"])

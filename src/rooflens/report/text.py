@@ -28,7 +28,10 @@ def percent(x: float) -> str:
 def mfu_text(step, roofs, chip_reason: str = "") -> str:
     """``MFU 34.6%``, or why it is unknown (never a zero for an unknown): no roofline, or no model FLOPs."""
     if step is not None and step.mfu is not None:
-        return f"MFU {percent(step.mfu)}"
+        note = getattr(step, "mfu_note", "")
+        return f"MFU {percent(step.mfu)}" + (f" ({note})" if note else "")
+    if step is not None and getattr(step, "mfu_note", ""):
+        return f"MFU withheld ({step.mfu_note})"
     if roofs is None:
         return "MFU unknown (no roofline" + (f": {chip_reason})" if chip_reason else ")")
     if step is None:
@@ -43,7 +46,8 @@ def memory_line(mem) -> str:
     ratio = mem.peak_over_state
     return (f"{main.program}: compiled peak {fmt_bytes(main.peak_bytes)} per device, holding "
             f"{fmt_bytes(main.state_bytes)} of inputs and outputs" + (f" ({ratio:.2f}×)" if ratio else "")
-            + (f"; live device memory up to {fmt_bytes(mem.live_peak_bytes)}" if mem.live_peak_bytes else ""))
+            + (f"; live device memory {mem.live_peak_words} {fmt_bytes(mem.live_peak_bytes)}"
+               if mem.live_peak_bytes else ""))
 
 
 # What a terminal would act on rather than show: C0 controls (ESC starts colour, cursor and OSC title

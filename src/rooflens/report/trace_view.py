@@ -31,7 +31,8 @@ def render_op_stats(console: Console, report, source: str, top: int = 20) -> Non
             console.print(f"{title}: " + ", ".join(f"{e(k)} {ms(v)}" for k, v in items))
     if stats.steps:
         s = stats.steps
-        console.print(f"steps: {s.count}, mean {ms(s.mean_s)} ± {ms(s.std_s)} (min {ms(s.min_s)}, max {ms(s.max_s)})")
+        console.print(f"steps: {s.count}, mean {ms(s.mean_s)}, standard deviation {ms(s.std_s)} (min {ms(s.min_s)}, "
+                      f"max {ms(s.max_s)})")
     dev = Table(title="Devices", title_justify="left")
     for col in ("device", "host", "events", "busy", "idle", "window", "largest gap", "between"):
         dev.add_column(col, justify="left" if col in ("host", "between") else "right")
@@ -96,20 +97,23 @@ def _render_comparison(console: Console, report, top: int) -> None:
     console.print(table)
     unpriced = [c for c in report.comparison if not c.priced]
     if unpriced:
-        console.print(f"unpriced ({len(unpriced)} ops, {ms(sum(c.total_time_s for c in unpriced))} in all): "
+        console.print(f"unpriced ({len(unpriced)} ops, {ms(sum(c.self_time_s for c in unpriced))} of self time): "
                       + ", ".join(f"{e(c.program)}/{e(c.name)} ({e(c.unpriced_reason)})" for c in unpriced[:5])
                       + _share_of_device(report, unpriced))
     kernels = [c for c in report.comparison if c.priced and c.opcode == "custom-call"]
     if kernels:
-        console.print(f"custom kernels priced ({len(kernels)} ops, {ms(sum(c.total_time_s for c in kernels))} in all"
+        own = sum(c.self_time_s for c in kernels)
+        console.print(f"custom kernels priced ({len(kernels)} ops, {ms(own)} of self time"
                       f"{_share_of_device(report, kernels)}); lower bounds: "
                       f"{sum(1 for c in kernels if c.roofline_bound == 'lower')}, inferred from shapes (~): "
                       f"{sum(1 for c in kernels if c.roofline_bound == 'inferred')}")
 
 
 def _share_of_device(report, ops) -> str:
-    busy = sum(d.busy_s for d in report.stats.devices)
-    return f", {sum(c.total_time_s for c in ops) / busy:.0%} of device time" if busy else ""
+    """Their self time over every op's (a loop's time counts once, in the ops of its body; ops that overlap on
+    several streams count each, as in the whole)."""
+    whole = sum(s.self_time_s for s in report.stats.op_stats)
+    return f", {sum(c.self_time_s for c in ops) / whole:.0%} of the ops' self time" if whole else ""
 
 
 def _render_step_memory_findings(console: Console, report) -> None:

@@ -261,6 +261,7 @@ class RunManifest(_Record):
     memory: dict | None = None  # program → compiled memory stats
     step_program: StepProgram | None = None  # rooflens run --steps: the function taken as the step, and why
     drained_s: float | None = None  # how long the capture waited for the devices to finish before it stopped
+    calibration: dict | None = None  # a CPU's calibration when it ran: {"path", "toml"} (the chip 'local' file)
     extra: dict = field(default_factory=dict)
     order: tuple[str, ...] = ()
     problems: list[str] = field(default_factory=list)  # what could not be read (not written back)
@@ -272,10 +273,23 @@ class RunManifest(_Record):
         "jax_version": str, "jaxlib_version": str, "backend": str, "device_kind": str, "num_devices": int,
         "num_local_devices": int, "devices": list, "devices_error": str, "in_window": dict, "steps": int,
         "warmup": int, "programs": list, "args": list, "function": str, "memory": dict, "step_program": dict,
-        "drained_s": float}
+        "drained_s": float, "calibration": dict}
     RECORDS: ClassVar[dict[str, type]] = {"in_window": InWindowRecord, "step_program": StepProgram}
 
     @property
     def window(self) -> InWindowRecord:
         """The in-window records (empty when the capture wrote none)."""
         return self.in_window if self.in_window is not None else InWindowRecord()
+
+
+def calibration_record(path: str | None) -> dict | None:
+    """The calibration file a CPU run is priced against (the chip ``local``), as the run records it:
+    ``{"path", "toml"}`` (its text, read back by ``rooflens.hardware.read_catalog_text``), or None when
+    there is none."""
+    if not path:
+        return None
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return {"path": path, "toml": fh.read()}
+    except (OSError, UnicodeDecodeError):
+        return None

@@ -184,7 +184,7 @@ def rule_in_window(report: Report) -> list[Finding]:
             severity = "high"
         per = total / periods_of(report)
         f = Finding(
-            "recompilation", severity, title, (), total,
+            "recompilation", severity, title, (), per,  # per step, as every finding's time
             tuple([f"{_ms(total)} compiling, from {', '.join(where[:3]) or 'an unknown place'}: {_ms(per)} per "
                    "step on average"] + reasons[:3]),
             "a jitted function sees new shapes or dtypes (or a new Python function object) during the steady "

@@ -30,10 +30,9 @@ def rule_hosts(report: Report) -> list[Finding]:
     wait = statistics.median(others) - coll[k]
     if step_s > 0 and wait > STRAGGLER_WAIT * step_s and coll[k] < 0.7 * statistics.median(others):
         host = hs.hosts[k]
-        mine = [x for x in hs.times_s[k] if x is not None]
         out.append(with_saving(report, Finding(
             "straggler", severity_of(wait / step_s), f"Host {host} is the straggler: the other hosts wait for it "
-            f"{_ms(wait)} per step inside collectives", (), wait * len(mine) * (len(hs.hosts) - 1),
+            f"{_ms(wait)} per step inside collectives", (), wait,  # per device per step, as every finding's time
             (f"time inside collectives per step: {host} {_ms(coll[k])}, the other {len(others)} hosts "
              f"{_ms(min(others))}–{_ms(max(others))} (step {_ms(step_s)})",
              f"its other ops: {_ms(hs.other_s[k])} per step, the others' median "

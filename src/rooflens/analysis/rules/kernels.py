@@ -59,6 +59,9 @@ def roofline_trust(report: Report) -> list[Finding]:
     evidence = [f"{len(bad)} op(s) faster than their roofline on {report.chip}; e.g. {ref(c)}: {c.roofline_note}"
                 for c in sorted(bad, key=lambda c: -c.total_time_s)[:1]]
     evidence.append(f"fastest rates reached: {describe_rates(rates, [])}")
+    cal = report.calibration
+    if cal is not None:  # a measured chip: the calibration is what the measurement questions
+        return [with_saving(report, calibration_trust(report, bad, evidence, cal), 0.0, severity=False)]
     given = "given" in report.chip_reason
     if given:
         evidence.append("catalogue chips those rates fit: " + (", ".join(fit) if fit else "none"))
@@ -75,6 +78,30 @@ def roofline_trust(report: Report) -> list[Finding]:
         ("give the chip that ran the trace (--chip) — one the rates fit" if given else
          "read these ops' times as measured only; `rooflens hlo --op` shows what the model counted")),
         0.0, severity=False)]  # a wrong model or chip costs the device nothing: fixing it gives back no time
+
+
+def calibration_trust(report: Report, bad: list, evidence: list[str], cal: dict) -> Finding:
+    """Ops faster than a calibrated chip's roofs (a CPU's ``local``): the calibration is too low, so its ratios
+    are withheld until it is measured again."""
+    spread = cal.get("spread_iqr_over_median")
+    how = (f"the calibration {cal['origin']}" if cal.get("recorded_with_run")
+           else f"this machine's calibration ({cal['origin']})")
+    evidence = [*evidence, f"priced against {how}: made {cal.get('made') or 'at an unknown time'}, "
+                + ("its spread not recorded" if spread is None else
+                   f"IQR up to {spread:.0%} of the median" + (" (the machine was busy)" if cal.get("busy") else ""))]
+    redo = ("run `rooflens calibrate` on a quiet machine (it measures again while the machine is busy), then "
+            "`rooflens report --chip local` to price this trace against the new calibration")
+    return Finding(
+        "roofline-trust", "medium",
+        f"{len(bad)} op(s) run faster than the calibration of {report.chip} allows: it is too low, so their ratios "
+        "are withheld",
+        tuple(ref(c) for c in sorted(bad, key=lambda c: -c.total_time_s)[:6]), per_device_step(report, sum(
+            c.total_time_s for c in bad)), tuple(evidence),
+        "the calibration measured this CPU slower than it runs: while the machine was busy, on another machine or "
+        "power setting, or over arrays larger than the ones these ops read (data in the CPU's caches streams faster "
+        "than the memory bandwidth measured over a large array)",
+        redo + ("; a `rooflens run` profile keeps the calibration it recorded unless --chip local is given"
+                if cal.get("recorded_with_run") else ""))
 
 
 def _kind_of(report: Report) -> str:
