@@ -43,6 +43,7 @@ from rooflens.errors import RooflensError
 from rooflens.hardware import Chip, ChipError, shared_by
 from rooflens.hardware import chip as get_chip
 from rooflens.hardware import infer_chip as infer_from_trace
+from rooflens.hardware.infer import chip_mismatch
 from rooflens.hlo import Module
 from rooflens.hlo.graph import OpGraph, op_graph
 from rooflens.memory.summary import MemorySummary
@@ -492,6 +493,8 @@ def _analyze(profile: Profile, stats: OpStats, chip: str | Chip | None, memory: 
             raise
         c, reason = None, str(e)
     serial = 1.0
+    mismatch = chip_mismatch(c, profile.platform, profile.device_kind, profile.plane_stats) if (
+        chip is not None and c is not None) else ""
     if c is not None:
         c, serial, shared = share_cpu(profile, c, n_dev, concurrency.result() if concurrency else None)
         reason += shared
@@ -516,6 +519,6 @@ def _analyze(profile: Profile, stats: OpStats, chip: str | Chip | None, memory: 
         steady=steady.result(),
         # the trace's own per-op rates (an HLO parse per op) serve the roofline-trust finding alone
         trace_rates=tuple(op_rates(profile)) if any(not c.roofline_reliable for c in comparison) else (),
-        events=profile.table,
+        events=profile.table, chip_mismatch=mismatch,
     )
     return report

@@ -216,6 +216,8 @@ class Report:
     trace_rates: tuple = field(default=(), repr=False)  # per-op rates from the trace's own counts (roofline-trust)
     events: object = field(default=None, repr=False)  # its EventTable: the op events the Perfetto view writes
     plan: object = None  # a rooflens.plan.PlanCheck: the model's plan against this run (rl.analyze(plan=…))
+    #: one sentence when the chip given is not the one the trace ran on (the comparison is then a what-if), else ""
+    chip_mismatch: str = ""
 
     @property
     def chip_peaks(self) -> dict[str, float]:
@@ -233,7 +235,8 @@ class Report:
         return {
             "schema_version": SCHEMA_VERSION, "path": self.path, "sources": list(self.sources),
             "hosts": list(self.hosts), "metadata": self.metadata,
-            "chip": self.chip, "chip_reason": self.chip_reason, "platform": self.platform,
+            "chip": self.chip, "chip_reason": self.chip_reason, "chip_mismatch": self.chip_mismatch or None,
+            "platform": self.platform,
             "device_kind": self.device_kind, "num_devices": self.num_devices,
             "roofs": asdict(self.roofs) if self.roofs else None,
             "op_stats": [asdict(s) for s in self.op_stats],

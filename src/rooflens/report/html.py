@@ -38,6 +38,8 @@ def page_data(report, prediction=None, title: str = "") -> dict:
     cards = [["chip", f"{report.chip or 'unknown'} ({report.num_devices} device"
                       f"{'s' if report.num_devices != 1 else ''})"],
              ["platform", f"{report.platform} · {report.device_kind}"]]
+    if report.chip_mismatch:
+        cards.append(["what-if", report.chip_mismatch])
     if roofs is None:
         cards.append(["roofline", f"unknown: {report.chip_reason}"])
     if steps:

@@ -14,6 +14,8 @@ def render_op_stats(console: Console, report, source: str, top: int = 20) -> Non
     stats = report.stats
     console.print(f"[bold]{e(source)}[/bold]: {stats.platform} ({e(stats.device_kind)}), "
                   f"{len(stats.devices)} device(s), {sum(d.events for d in stats.devices):,} op events")
+    if report.chip_mismatch:
+        console.print(f"[bold yellow]what-if:[/bold yellow] {e(report.chip_mismatch)}")
     table = Table(title=f"Top {min(top, len(stats.op_stats))} of {len(stats.op_stats)} HLO ops by self time "
                         "(summed over devices)", title_justify="left")
     for col in ("op", "program", "category", "scope", "occurrences", "executions", "total", "self", "per execution",
@@ -74,7 +76,8 @@ def render_report(console: Console, report, source: str, top: int = 20) -> None:
 
 def _render_comparison(console: Console, report, top: int) -> None:
     console.print(f"\n[bold]Expected vs observed[/bold] on {e(report.chip)} ({e(report.chip_reason)}); times per "
-                  "execution on one device")
+                  "execution on one device" + (", a what-if (the trace ran on another chip)" if report.chip_mismatch
+                                               else ""))
     table = Table(title_justify="left")
     for col in ("op", "program", "category", "scope", "events", "executions", "measured", "roofline", "ratio",
                 "bound", "achieved"):
