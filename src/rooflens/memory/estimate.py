@@ -95,7 +95,8 @@ def estimate(params, optimizer: str = "adam", param_dtype="bf16", grad_dtype="bf
     per_device = (weights + grads + moments + master) / shards
     k = OPTIMIZER_MOMENTS[opt]
     tree = bool(tree_bytes) and not isinstance(params, int | float)
-    parts = [("weights (in their own dtypes)" if tree else f"{_name(param_dtype)} weights", weights), (f"{_name(grad_dtype)} gradients", grads),
+    parts = [("weights (in their own dtypes)" if tree else f"{_name(param_dtype)} weights", weights),
+             (f"{_name(grad_dtype)} gradients", grads),
              (f"{k} {_name(moment_dtype)} {opt} moment{'s' if k != 1 else ''}", moments),
              (f"{_name(master_dtype)} master weights", master)]
     recipe = (" + ".join(f"{what} {b / n:.3g} B" for what, b in parts if b)
