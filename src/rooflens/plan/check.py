@@ -76,5 +76,5 @@ def check_plan(model: Transformer, chip: str, chips: int, peak_flops_per_s: floa
            else ""),
     )
     return PlanCheck(model.name, chip, chips, float(batch_tokens), inferred, seq_len, peak_flops_per_s, planned,
-                     measured, mfu, step, measured_step_s, measured_mfu, report_mfu, mem, measured_memory_per_chip_bytes or None,
-                     lines)
+                     measured, mfu, step, measured_step_s, measured_mfu, report_mfu, mem,
+                     measured_memory_per_chip_bytes or None, lines)
