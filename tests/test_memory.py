@@ -70,8 +70,21 @@ def test_a_large_intermediate_tops_the_peak_list_named_by_its_scope(tmp_path):
     assert top.named_scope == "big" and top.bytes == 2048 * 2048 * 4 and top.shape.startswith("f32[2048,2048]")
     assert prog.argument_bytes == 2048 * 64 * 4
     assert rep.memory.peak_over_state > 1.3
-    f = next(f for f in rep.findings if f.rule == "memory-peak")
-    assert any("from big" in e for e in f.evidence) and "remat" in f.fix
+    # 16.8 MB over the state on a device of gigabytes does not matter: no finding
+    assert rep.memory.peak_over_device < 0.01 and "memory-peak" not in {f.rule for f in rep.findings}
+    # the same program on a device its peak fills to 60 %: the finding names the ops at the peak (not the
+    # argument), and, with no backward pass in the program, no training advice
+    from dataclasses import replace
+
+    from rooflens.analysis.rules.memory import rule_memory_peak
+
+    tight = replace(rep, memory=replace(rep.memory, device_bytes=rep.memory.peak_bytes / 0.6))
+    (f,) = rule_memory_peak(tight)
+    assert any("from big" in e for e in f.evidence) and "remat" not in f.fix and "donate" in f.fix
+    names = {o.name for o in f.ops}
+    params = {i.name for i in rep.modules[prog.program].entry.instructions if i.opcode == "parameter"}
+    assert any(b.name in params for b in prog.peak_buffers)  # the argument is live at the peak …
+    assert names and not names & params and top.name in names  # … and is no op of the finding
     labels = [s.label for s in rep.memory.snapshots]
     assert labels == ["before", "step_0", "step_1"]
     assert all(s.total_bytes >= 2048 * 64 * 4 for s in rep.memory.snapshots)
