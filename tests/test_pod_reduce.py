@@ -17,7 +17,7 @@ from tests.conftest import fixture_path
 #: the sketch's bound: a bucket's representative against any duration in it
 SKETCH_REL = (GAMMA - 1) / (GAMMA + 1)
 EXACT = ("total_time_s", "self_time_s", "min_time_s", "max_time_s", "avg_time_s", "pct_device_time",
-         "min_execution_s", "max_execution_s")
+         "min_execution_s", "max_execution_s", "mean_execution_s")
 
 
 def _same_stats(events, merged) -> None:

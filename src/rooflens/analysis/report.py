@@ -59,13 +59,20 @@ class Roofs:
         return self.peak_max_flops_per_s / self.hbm_bytes_per_s if self.hbm_bytes_per_s else None
 
 
+#: the statistic of every per-op time in a report (per execution: comparison, findings, diff, budgets)
+MEASURED_STATISTIC = "mean per execution"
+MEAN_MEDIAN_APART = 2.0  # mean / median beyond this: the median is shown beside the mean
+
+
 @dataclass(frozen=True)
 class OpComparison:
     """One measured op next to its roofline, per execution of its program on one device.
 
     ``measured_s`` is the op's time in one program execution: the sum of its events there, all its kernels (a
     custom call, a split-K GEMM, a collective may launch several) and every iteration of the loops around it
-    (:attr:`OpStat.median_execution_s`, the median over executions). ``predicted_s``, ``flops``, ``bytes``,
+    (:attr:`OpStat.mean_execution_s`, the **mean** over executions: the report's one statistic, the one whose
+    parts add up to the step, a diff's rows and a budget's sums; ``median_s`` is the median beside it, which
+    differs where a few executions are far slower or faster). ``predicted_s``, ``flops``, ``bytes``,
     ``comm_bytes`` and ``model_flops`` are its roofline's for the same: one run of the op (the cost model's
     unit) × ``runs_per_execution`` (1, or the trip counts of its loops). ``occurrences`` are its events,
     ``executions`` the program executions it ran in (over devices)."""
@@ -77,7 +84,7 @@ class OpComparison:
     opcode: str
     occurrences: int  # op events (kernels on GPU, loop iterations), over devices
     total_time_s: float  # measured, summed over devices and executions
-    measured_s: float  # per execution of its program (median): the sum of its events in one
+    measured_s: float  # per execution of its program (mean): the sum of its events in one
     predicted_s: float | None  # None: the cost model could not price it
     ratio: float | None  # measured / predicted
     bound: Bound
@@ -98,6 +105,14 @@ class OpComparison:
     roofline_note: str = ""  # why unreliable, or which bound
     executions: int = 0  # program executions (one program run on one device) it ran in, over devices
     runs_per_execution: float = 1.0  # its runs in one, the roofline's multiple (HLO trip counts; else events per one)
+    median_s: float = 0.0  # per execution of its program, the median (measured_s is the mean)
+
+    @property
+    def median_apart(self) -> bool:
+        """The mean and the median more than MEAN_MEDIAN_APART× apart: a few executions far off the others
+        (warm-up, a stall), so the median is worth showing beside the mean."""
+        lo, hi = sorted((self.measured_s, self.median_s))
+        return lo > 0 and hi / lo > MEAN_MEDIAN_APART
 
     @property
     def priced(self) -> bool:
@@ -218,6 +233,7 @@ class Report:
     plan: object = None  # a rooflens.plan.PlanCheck: the model's plan against this run (rl.analyze(plan=…))
     #: one sentence when the chip given is not the one the trace ran on (the comparison is then a what-if), else ""
     chip_mismatch: str = ""
+    framework: str = ""  # what made the trace: "JAX", "TensorFlow", "PyTorch", or "" (not known)
 
     @property
     def chip_peaks(self) -> dict[str, float]:
@@ -233,10 +249,11 @@ class Report:
     def to_json(self) -> dict:
         """The one JSON document (``--json`` and ``--out``; docs/report-schema.md)."""
         return {
-            "schema_version": SCHEMA_VERSION, "path": self.path, "sources": list(self.sources),
+            "schema_version": SCHEMA_VERSION, "measured_statistic": MEASURED_STATISTIC, "path": self.path,
+            "sources": list(self.sources),
             "hosts": list(self.hosts), "metadata": self.metadata,
             "chip": self.chip, "chip_reason": self.chip_reason, "chip_mismatch": self.chip_mismatch or None,
-            "platform": self.platform,
+            "platform": self.platform, "framework": self.framework or None,
             "device_kind": self.device_kind, "num_devices": self.num_devices,
             "roofs": asdict(self.roofs) if self.roofs else None,
             "op_stats": [asdict(s) for s in self.op_stats],

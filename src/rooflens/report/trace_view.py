@@ -12,25 +12,27 @@ from rooflens.units import fmt_seconds as ms
 def render_op_stats(console: Console, report, source: str, top: int = 20) -> None:
     """What ran: top ops, time by category/program/scope, steps, devices, what happened in the window."""
     stats = report.stats
-    console.print(f"[bold]{e(source)}[/bold]: {stats.platform} ({e(stats.device_kind)}), "
+    made = f"{e(report.framework)} trace, " if report.framework and report.framework != "JAX" else ""
+    console.print(f"[bold]{e(source)}[/bold]: {made}{stats.platform} ({e(stats.device_kind)}), "
                   f"{len(stats.devices)} device(s), {sum(d.events for d in stats.devices):,} op events")
     if report.chip_mismatch:
         console.print(f"[bold yellow]what-if:[/bold yellow] {e(report.chip_mismatch)}")
-    table = Table(title=f"Top {min(top, len(stats.op_stats))} of {len(stats.op_stats)} HLO ops by self time "
+    what = "kernels" if made else "HLO ops"  # another framework's trace: its kernels, by name
+    table = Table(title=f"Top {min(top, len(stats.op_stats))} of {len(stats.op_stats)} {what} by self time "
                         "(summed over devices)", title_justify="left")
-    for col in ("op", "program", "category", "scope", "occurrences", "executions", "total", "self", "per execution",
-                "% device"):
+    for col in ("op", "program", "category", "scope", "occurrences", "executions", "total", "self",
+                "mean per execution", "% device"):
         table.add_column(col, justify="left" if col in ("op", "program", "category", "scope") else "right")
     for s in stats.op_stats[:top]:
         table.add_row(e(s.name), e(s.program), s.category, e(s.named_scope), f"{s.occurrences:,}", f"{s.executions:,}",
-                      ms(s.total_time_s), ms(s.self_time_s), ms(s.median_execution_s) if s.executions else "—",
+                      ms(s.total_time_s), ms(s.self_time_s), ms(s.mean_execution_s) if s.executions else "—",
                       f"{s.pct_device_time:.1f}%")
     console.print(table)
     for title, totals in (("by category", stats.by_category_s), ("by program", stats.by_program_s),
                           ("by named scope", stats.by_scope_prefix_s)):
         items = list(totals.items())[:10]
         if items:
-            console.print(f"{title}: " + ", ".join(f"{e(k)} {ms(v)}" for k, v in items))
+            console.print(f"{title}: " + ", ".join(f"{e(k) or '(no XLA program)'} {ms(v)}" for k, v in items))
     if stats.steps:
         s = stats.steps
         console.print(f"steps: {s.count}, mean {ms(s.mean_s)} ± {ms(s.std_s)} (min {ms(s.min_s)}, max {ms(s.max_s)})")
@@ -79,8 +81,8 @@ def _render_comparison(console: Console, report, top: int) -> None:
                   "execution on one device" + (", a what-if (the trace ran on another chip)" if report.chip_mismatch
                                                else ""))
     table = Table(title_justify="left")
-    for col in ("op", "program", "category", "scope", "events", "executions", "measured", "roofline", "ratio",
-                "bound", "achieved"):
+    for col in ("op", "program", "category", "scope", "events", "executions", "measured (mean)", "roofline",
+                "ratio", "bound", "achieved"):
         table.add_column(col, justify="left" if col in ("op", "program", "category", "scope", "bound") else "right")
     for c in sorted(report.comparison, key=lambda c: -c.total_time_s)[:top]:
         ratio = (f"{c.ratio:.2f}×" if c.ratio is not None else "unreliable" if not c.roofline_reliable
@@ -93,7 +95,7 @@ def _render_comparison(console: Console, report, top: int) -> None:
         elif c.bytes_fraction_of_peak is not None:
             achieved = f"{c.bytes_fraction_of_peak:.0%} of HBM B/s"
         table.add_row(e(c.name), e(c.program), c.category, e(c.named_scope), f"{c.occurrences:,}",
-                      f"{c.executions:,}", ms(c.measured_s),
+                      f"{c.executions:,}", ms(c.measured_s) + (f" (median {ms(c.median_s)})" if c.median_apart else ""),
                       ms(c.predicted_s) if c.predicted_s is not None else "—",
                       f"[{_ratio_style(c.ratio)}]{ratio}[/]", c.bound, achieved)
     console.print(table)

@@ -246,6 +246,16 @@ def _dominant_scopes(work: T.Work, at: np.ndarray, path: np.ndarray, up: np.ndar
 
 # -- the trace -------------------------------------------------------------------------------------
 
+def framework_of_ranges(words: list[str]) -> str:
+    """The framework an export's NVTX ranges show (no XLA ranges): PyTorch's profiler names its ranges after
+    its operators (``aten::mm``), TensorFlow after ``tf.…``/``TensorFlow`` ones; "" when they say nothing."""
+    if any(w.startswith("aten::") for w in words):
+        return "PyTorch"
+    if any(w.startswith(("tf.", "TensorFlow")) for w in words):
+        return "TensorFlow"
+    return ""
+
+
 def _read(db: D.Export, path: Path, host: str, progress: Progress) -> RawTrace:
     work = T.work(db)
     if not len(work):
@@ -294,4 +304,5 @@ def _read(db: D.Export, path: Path, host: str, progress: Progress) -> RawTrace:
     return RawTrace(host, table, ops.steps, device_kind, "gpu", notes=notes, plane_stats=plane_stats,
                     host_events=ops.host_events, events_total=len(work) + n_runtime + len(r),
                     dispatches=dispatches, end_ps=(end_ns - base) * 1000, steps_ran=True,
-                    session_clock=True)  # the session's start on its host's clock, one session per process
+                    # the session's start on its host's clock, one session per process
+                    session_clock=True, framework="JAX" if xla else framework_of_ranges(r.words))
