@@ -498,8 +498,8 @@ def _analyze(profile: Profile, stats: OpStats, chip: str | Chip | None, memory: 
         if require_roofline or chip is not None:
             raise
         c, reason = None, str(e)
-    if foreign and c is None:  # no chip would give it one: its kernels are not XLA ops
-        reason = f"a {profile.framework} trace has no HLO, so its kernels have no roofline"
+    if foreign and c is None:  # no chip gives its kernels a roofline (a chip still prices its host link)
+        reason = f"a {profile.framework} trace has no HLO, so its kernels have no roofline; {reason}"
     serial = 1.0
     mismatch = chip_mismatch(c, profile.platform, profile.device_kind, profile.plane_stats) if (
         chip is not None and c is not None) else ""
