@@ -37,7 +37,8 @@ def page_data(report, prediction=None, title: str = "") -> dict:
     roofs = report.roofs
     cards = [["chip", f"{report.chip or 'unknown'} ({report.num_devices} device"
                       f"{'s' if report.num_devices != 1 else ''})"],
-             ["platform", f"{report.platform} · {report.device_kind}"]]
+             ["platform", f"{report.platform} · {report.device_kind}"
+                          + (f" · a {report.framework} trace" if report.framework else "")]]
     if report.chip_mismatch:
         cards.append(["what-if", report.chip_mismatch])
     if roofs is None:
