@@ -92,12 +92,12 @@ def test_an_amd_convolution_is_timed_by_its_two_kernels_per_execution():
     rep = analyze(prof)
     c = next(c for c in rep.comparison if c.name == "cudnn-conv.1.0")
     assert (c.occurrences, c.executions, c.runs_per_execution) == (10, 5, 1.0)
-    # the report's one statistic: the mean per execution, the median beside it
-    assert c.measured_s == pytest.approx(np.mean(per_execution), rel=1e-9)
-    assert c.median_s == pytest.approx(np.median(per_execution), rel=1e-9)
+    # the report's one statistic: the median per execution, the mean beside it
+    assert c.measured_s == pytest.approx(np.median(per_execution), rel=1e-9)
+    assert c.mean_s == pytest.approx(np.mean(per_execution), rel=1e-9)
     assert s.mean_execution_s == pytest.approx(np.mean(per_execution), rel=1e-9)
     doc = rep.to_json()
-    assert doc["measured_statistic"] == "mean per execution"
+    assert doc["measured_statistic"] == "median per execution"
     row = next(r for r in doc["comparison"] if r["name"] == "cudnn-conv.1.0")
     assert (row["occurrences"], row["executions"]) == (10, 5)
     op = next(r for r in doc["op_stats"] if r["name"] == "cudnn-conv.1.0")
@@ -190,8 +190,8 @@ def test_a_loop_body_op_is_measured_per_execution_against_its_roofline_times_its
         sel = np.flatnonzero(t.name == t.names.index(c.name))
         per_execution = np.bincount(ex[sel], weights=t.dur_ps[sel]) * 1e-12
         assert c.runs_per_execution == 3 and c.executions == 3 and c.occurrences == 9 and c.runs == 3
-        assert c.measured_s == pytest.approx(np.mean(per_execution), rel=1e-9)
-        assert c.median_s == pytest.approx(np.median(per_execution), rel=1e-9)
+        assert c.measured_s == pytest.approx(np.median(per_execution), rel=1e-9)
+        assert c.mean_s == pytest.approx(np.mean(per_execution), rel=1e-9)
         if c.predicted_s is not None:
             assert c.predicted_s == pytest.approx(3 * per_run[c.name], rel=1e-9)
             assert any("× 3 runs in one execution" in line for line in c.explanation)

@@ -257,14 +257,13 @@ def join(profile: Profile, stats: OpStats, pricing: Pricing, roofs: Roofs | None
         info = profile.op_info.get(key)
         opcode = info.opcode if info else ""
         # per execution of its program on one device: all its kernels there, every iteration of its loops; the
-        # mean over executions, the report's one statistic (what adds up: op × runs = its total, the step's
-        # parts, a diff's and a budget's per-step times); the median beside it shows an outlier execution.
-        # Its roofline × its runs in one
+        # median over executions, the report's one statistic (one noisy run does not make an op "slow"), the mean
+        # beside it. Its roofline × its runs in one
         k = runs_in.get(s.program, {}).get(s.name)
         if k is None or k <= 0:  # runs unknown to the HLO: one event per run (TPU, CPU)
             k = s.occurrences / s.executions if s.executions else 1.0
-        per = s.mean_execution_s if s.executions else s.avg_time_s
-        median = s.median_execution_s if s.executions else s.median_time_s
+        per = s.median_execution_s if s.executions else s.median_time_s
+        mean = s.mean_execution_s if s.executions else s.avg_time_s
         p = per_execution(pricing.preds.get(key), k, s.program)
         why = no_roofline or _unpriced_reason(p, opcode, s.category)
         if key in pricing.async_done and (s.program, pricing.async_done[key]) in measured:
@@ -285,7 +284,7 @@ def join(profile: Profile, stats: OpStats, pricing: Pricing, roofs: Roofs | None
             bytes_fraction_of_peak=(nbytes / per / hbm) if per and nbytes and hbm else None,
             unpriced_reason=why, explanation=p.explanation if p else (), model_flops=mflops,
             shape=_shape_of(pricing.modules.get(s.program), s.name), executions=s.executions,
-            runs_per_execution=float(k), median_s=median,
+            runs_per_execution=float(k), mean_s=mean,
         ))
         out[-1] = check_roofline(out[-1], pricing.kernels.get(key), physical=profile.platform != "cpu",
                                  cached=None if why else per_execution(pricing.cached.get(key), k, s.program),

@@ -10,9 +10,9 @@
 
 An op left over whose kind (opcode) the other side does not run at all *appeared* (a new
 all-gather, a new copy) or *disappeared*; one whose kind the other side runs but that could not be
-paired is *unmatched*. Times are per device per step; a share is of the step time. Every time is a mean
-(the report's one statistic, ``MEASURED_STATISTIC``): an op's per-step time is its total over the steps, and
-its roofline ratio is its mean per execution over its roofline, so the two agree.
+paired is *unmatched*. Times are per device per step (totals over the steps); a share is of the step time.
+An op's roofline ratio is the report's one statistic, ``MEASURED_STATISTIC`` (its median per execution over its
+roofline), named so in the JSON and the column header.
 """
 
 from __future__ import annotations

@@ -60,8 +60,8 @@ class Roofs:
 
 
 #: the statistic of every per-op time in a report (per execution: comparison, findings, diff, budgets)
-MEASURED_STATISTIC = "mean per execution"
-MEAN_MEDIAN_APART = 2.0  # mean / median beyond this: the median is shown beside the mean
+MEASURED_STATISTIC = "median per execution"
+MEAN_MEDIAN_APART = 2.0  # mean / median beyond this: the mean is shown beside the median
 
 
 @dataclass(frozen=True)
@@ -70,9 +70,11 @@ class OpComparison:
 
     ``measured_s`` is the op's time in one program execution: the sum of its events there, all its kernels (a
     custom call, a split-K GEMM, a collective may launch several) and every iteration of the loops around it
-    (:attr:`OpStat.mean_execution_s`, the **mean** over executions: the report's one statistic, the one whose
-    parts add up to the step, a diff's rows and a budget's sums; ``median_s`` is the median beside it, which
-    differs where a few executions are far slower or faster). ``predicted_s``, ``flops``, ``bytes``,
+    (:attr:`OpStat.median_execution_s`, the **median** over executions: the report's one statistic for an op's time
+    per execution, in the comparison, the findings' evidence and a diff's ratios, so that one slow execution (a
+    warm-up, a stall, a noisy host) does not make an op "slow"; ``mean_s`` is the mean beside it, shown where the
+    two are more than 2× apart. Totals and per-step times are sums (``total_time_s`` over the steps), not a
+    statistic). ``predicted_s``, ``flops``, ``bytes``,
     ``comm_bytes`` and ``model_flops`` are its roofline's for the same: one run of the op (the cost model's
     unit) × ``runs_per_execution`` (1, or the trip counts of its loops). ``occurrences`` are its events,
     ``executions`` the program executions it ran in (over devices)."""
@@ -84,7 +86,7 @@ class OpComparison:
     opcode: str
     occurrences: int  # op events (kernels on GPU, loop iterations), over devices
     total_time_s: float  # measured, summed over devices and executions
-    measured_s: float  # per execution of its program (mean): the sum of its events in one
+    measured_s: float  # per execution of its program (median): the sum of its events in one
     predicted_s: float | None  # None: the cost model could not price it
     ratio: float | None  # measured / predicted
     bound: Bound
@@ -105,13 +107,13 @@ class OpComparison:
     roofline_note: str = ""  # why unreliable, or which bound
     executions: int = 0  # program executions (one program run on one device) it ran in, over devices
     runs_per_execution: float = 1.0  # its runs in one, the roofline's multiple (HLO trip counts; else events per one)
-    median_s: float = 0.0  # per execution of its program, the median (measured_s is the mean)
+    mean_s: float = 0.0  # per execution of its program, the mean over the same executions (measured_s: the median)
 
     @property
-    def median_apart(self) -> bool:
+    def mean_apart(self) -> bool:
         """The mean and the median more than MEAN_MEDIAN_APART× apart: a few executions far off the others
-        (warm-up, a stall), so the median is worth showing beside the mean."""
-        lo, hi = sorted((self.measured_s, self.median_s))
+        (warm-up, a stall), so the mean is worth showing beside the median."""
+        lo, hi = sorted((self.measured_s, self.mean_s))
         return lo > 0 and hi / lo > MEAN_MEDIAN_APART
 
     @property

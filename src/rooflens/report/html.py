@@ -55,8 +55,8 @@ def page_data(report, prediction=None, title: str = "") -> dict:
     ordered = sorted(report.comparison, key=lambda c: -c.total_time_s)[:MAX_OPS]
     ops = [{"key": f"{c.program}/{c.name}", "name": c.name, "program": c.program, "category": c.category,
             "scope": c.named_scope, "runs": c.runs, "events": c.occurrences,
-            "executions": c.executions, "total": c.total_time_s, "measured": c.measured_s, "median": c.median_s,
-            "median_apart": c.median_apart,
+            "executions": c.executions, "total": c.total_time_s, "measured": c.measured_s, "mean": c.mean_s,
+            "mean_apart": c.mean_apart,
             "predicted": c.predicted_s, "ratio": c.ratio, "bound": c.bound, "unpriced": c.unpriced_reason,
             "reliable": c.roofline_reliable, "roofline_bound": c.roofline_bound, "roofline_note": c.roofline_note,
             "explanation": list(c.explanation), "hlo": list(c.hlo)} for c in ordered]

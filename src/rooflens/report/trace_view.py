@@ -21,11 +21,11 @@ def render_op_stats(console: Console, report, source: str, top: int = 20) -> Non
     table = Table(title=f"Top {min(top, len(stats.op_stats))} of {len(stats.op_stats)} {what} by self time "
                         "(summed over devices)", title_justify="left")
     for col in ("op", "program", "category", "scope", "occurrences", "executions", "total", "self",
-                "mean per execution", "% device"):
+                "median per execution", "% device"):
         table.add_column(col, justify="left" if col in ("op", "program", "category", "scope") else "right")
     for s in stats.op_stats[:top]:
         table.add_row(e(s.name), e(s.program), s.category, e(s.named_scope), f"{s.occurrences:,}", f"{s.executions:,}",
-                      ms(s.total_time_s), ms(s.self_time_s), ms(s.mean_execution_s) if s.executions else "—",
+                      ms(s.total_time_s), ms(s.self_time_s), ms(s.median_execution_s) if s.executions else "—",
                       f"{s.pct_device_time:.1f}%")
     console.print(table)
     for title, totals in (("by category", stats.by_category_s), ("by program", stats.by_program_s),
@@ -81,7 +81,7 @@ def _render_comparison(console: Console, report, top: int) -> None:
                   "execution on one device" + (", a what-if (the trace ran on another chip)" if report.chip_mismatch
                                                else ""))
     table = Table(title_justify="left")
-    for col in ("op", "program", "category", "scope", "events", "executions", "measured (mean)", "roofline",
+    for col in ("op", "program", "category", "scope", "events", "executions", "measured (median)", "roofline",
                 "ratio", "bound", "achieved"):
         table.add_column(col, justify="left" if col in ("op", "program", "category", "scope", "bound") else "right")
     for c in sorted(report.comparison, key=lambda c: -c.total_time_s)[:top]:
@@ -95,7 +95,7 @@ def _render_comparison(console: Console, report, top: int) -> None:
         elif c.bytes_fraction_of_peak is not None:
             achieved = f"{c.bytes_fraction_of_peak:.0%} of HBM B/s"
         table.add_row(e(c.name), e(c.program), c.category, e(c.named_scope), f"{c.occurrences:,}",
-                      f"{c.executions:,}", ms(c.measured_s) + (f" (median {ms(c.median_s)})" if c.median_apart else ""),
+                      f"{c.executions:,}", ms(c.measured_s) + (f" (mean {ms(c.mean_s)})" if c.mean_apart else ""),
                       ms(c.predicted_s) if c.predicted_s is not None else "—",
                       f"[{_ratio_style(c.ratio)}]{ratio}[/]", c.bound, achieved)
     console.print(table)

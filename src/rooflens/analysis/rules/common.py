@@ -69,12 +69,12 @@ def in_terms_of(report: Report, jax: str, pytorch: str, other: str) -> str:
 
 
 def per_execution(c: OpComparison) -> str:
-    """An op's time per execution as every finding says it: the mean (the report's statistic), with the median
-    beside it where the two are far apart: '12.5 ms mean per execution (median 3.02 ms)'."""
+    """An op's time per execution as every finding says it: the median (the report's statistic), with the mean
+    beside it where the two are far apart: '3.02 ms median per execution (mean 12.5 ms)'."""
     from rooflens.units import fmt_seconds
 
-    return (f"{fmt_seconds(c.measured_s)} mean per execution"
-            + (f" (median {fmt_seconds(c.median_s)})" if c.median_apart else ""))
+    return (f"{fmt_seconds(c.measured_s)} median per execution"
+            + (f" (mean {fmt_seconds(c.mean_s)})" if c.mean_apart else ""))
 
 
 def runs_per_step(report: Report, c: OpComparison) -> float:
