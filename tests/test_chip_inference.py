@@ -141,6 +141,19 @@ def test_a_chip_given_against_the_traces_own_device_is_a_what_if():
     assert all(f["what_if"] == (f["rule"] in ("slow-op", "kernel-inefficiency", "slow-collective"))
                for f in doc["findings"])
     assert _report_json(path, "--chip", "mi300x")["chip_mismatch"] is None
+    import tempfile
+    from pathlib import Path
+
+    from click.testing import CliRunner
+
+    from rooflens import cli
+
+    with tempfile.TemporaryDirectory() as d:  # the page's header says it too
+        page = Path(d) / "r.html"
+        assert CliRunner().invoke(cli.cli, ["report", str(path), "--chip", "h100-sxm", "--html", str(page)]).exit_code == 0
+        assert "what-if" in page.read_text() and "which is mi300x, not h100-sxm" in page.read_text()
+    text = CliRunner().invoke(cli.cli, ["report", str(path), "--chip", "h100-sxm"], env={"COLUMNS": "200"}).stdout
+    assert text.splitlines()[1].startswith("what-if: the trace ran on AMD GPUs (gfx942")
     assert _report_json(path)["chip_mismatch"] is None  # inferred: the trace's own
 
 
