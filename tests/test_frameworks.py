@@ -99,6 +99,9 @@ def test_a_tensorflow_xspace_is_read_as_tensorflow():
     assert any(n.startswith("this is a TensorFlow trace, not a JAX program") for n in doc["notes"])
     assert not any("StepTraceAnnotation" in n for n in doc["notes"])
     assert "TensorFlow trace has no HLO" in doc["chip_reason"]
+    # its V100s (80 SMs, 16 GB: no catalogue chip) are no H100: a chip given is a what-if
+    said = _report(path, "--chip", "h100-sxm")["chip_mismatch"]
+    assert "80 cores" in said and "15.78 GiB" in said and "not on h100-sxm" in said
     for f in doc["findings"]:
         assert not any(w in f["fix"] for w in JAX_API), f["fix"]
 

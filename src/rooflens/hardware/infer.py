@@ -279,7 +279,8 @@ def trace_device_text(device_kind: str, plane_stats: Mapping | None = None, plat
     name = next((str(n) for n in (stats.get("device_type_string"), stats.get("device_name"), device_kind)
                  if _norm(n)), "")
     if platform and (_norm(name) in VENDORS or _norm(name) in ("", platform)):  # a vendor alone: say what kind
-        name = f"{name} {platform.upper()}s" if _norm(name) not in ("", platform) else f"{platform.upper()}s"
+        maker = name if _norm(name) in VENDORS else str(stats.get("device_vendor") or "")
+        name = f"{maker} {platform.upper()}s".strip()
     vendor = VENDORS.get(_norm(stats.get("device_vendor")), "")
     clock_khz = _number(stats, "clock_rate")
     arch = _amd_arch([_norm(name)], stats) if vendor in ("amd", "") else ""
@@ -313,9 +314,14 @@ def chip_mismatch(given: Chip, platform: str, device_kind: str, plane_stats: Map
         return (f"the trace ran on {what}, which is {ran.name}, not {given.name}: the expected-vs-observed comparison "
                 f"is a what-if on {given.name}, and its ratios compare {ran.name}'s times with {given.name}'s "
                 "roofline")
-    vendor = VENDORS.get(_norm((plane_stats or {}).get("device_vendor")), "")
+    stats = dict(plane_stats or {})
+    vendor = VENDORS.get(_norm(stats.get("device_vendor")), "")
+    cores, mem = _number(stats, "core_count"), _number(stats, "memory_size")
+    other_device = ((cores and given.core_count and int(cores) != given.core_count) or (
+        mem and given.hbm_bytes and abs(math.log(mem / given.hbm_bytes)) > math.log1p(MEMORY_TOLERANCE)))
     if (platform in ("gpu", "tpu") and given.kind not in (platform, "")) or (vendor and given.vendor
-                                                                             and _norm(given.vendor) != vendor):
+                                                                             and _norm(given.vendor) != vendor) \
+            or (given.kind == platform == "gpu" and other_device):
         return (f"the trace ran on {what}, not on {given.name}: the expected-vs-observed "
                 f"comparison is a what-if on {given.name}")
     return ""
