@@ -111,7 +111,7 @@ def test_a_pytorch_kineto_trace_is_read_as_pytorch():
     (deviceProperties), which the reader used to take for the events. Its 79 kernels are read by name on GPU 0
     (the Memcpy/Memset engines and the cuda_sync waits on the same streams are not kernels), and the header and
     the advice are PyTorch's."""
-    path = fixture_path("gpu_nvidia", "hta_pytorch_alexnet_a100.pt.trace.json.gz")
+    path = fixture_path("pytorch", "hta_alexnet_a100.pt.trace.json.gz")
     with gzip.open(path) as f:
         events = json.loads(f.read())["traceEvents"]
     kernels = [e for e in events if e.get("cat") == "kernel"]
