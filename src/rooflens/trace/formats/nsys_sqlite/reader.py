@@ -220,9 +220,12 @@ def _by_kernel(work: T.Work, gtid: np.ndarray, launch: np.ndarray, r: T.Ranges, 
         host_events = sorted(((clean_words[clean_code[c]], (s - base) * 1000, (e - base) * 1000) for c, s, e in
                               zip(r.name[long].tolist(), r.start[long].tolist(), r.end[long].tolist())
                               if clean_words[clean_code[c]]), key=lambda h: h[1])
-    notes = ["no XLA ranges (TSL XlaModule/Thunk) in this export, so no HLO: not a JAX program, or a JAX that did "
-             "not emit them. Kernels are grouped by kernel name (their scope: the NVTX ranges they were launched "
-             "under most), and there is no roofline to compare with"]
+    made = framework_of_ranges(r.words) if len(r) else ""
+    notes = [(f"no XLA ranges (TSL XlaModule/Thunk) in this export: this is a {made} trace, not a JAX program"
+              if made else "no XLA ranges (TSL XlaModule/Thunk) in this export, so no HLO: not a JAX program, or a "
+              "JAX that did not emit them")
+             + ". Kernels are grouped by kernel name (their scope: the NVTX ranges they were launched under most), "
+             "and with no HLO there is no roofline to compare with"]
     return _Ops(rows, work.name, work.names, np.zeros(len(rows), np.int64), [""], op_meta, [], host_events, notes)
 
 
