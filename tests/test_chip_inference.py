@@ -115,3 +115,60 @@ def test_a_model_word_two_chips_share_is_no_match():
 
     with pytest.raises(ChipError, match="matches no catalogue chip"):
         infer_chip("NVIDIA H100")  # SXM or PCIe: nothing says which
+
+
+def _report_json(*args):
+    import json
+
+    from click.testing import CliRunner
+
+    from rooflens import cli
+
+    res = CliRunner().invoke(cli.cli, ["report", *map(str, args), "--json"])
+    assert res.exit_code == 0, res.output
+    return json.loads(res.stdout)
+
+
+def test_a_chip_given_against_the_traces_own_device_is_a_what_if():
+    """The real MI300X capture priced on an H100: the report says the trace ran on an MI300X (its plane's
+    304 compute units, 192 GiB, gfx942 from compute capability 9.4) and that the comparison is a what-if;
+    the slow-op findings, if any, are what-ifs too. The same chip given as the trace's own says nothing."""
+    path = fixture_path("gpu_amd", "tracelens_mi300x_jax08_gemm.xplane.pb")
+    doc = _report_json(path, "--chip", "h100-sxm")
+    said = doc["chip_mismatch"]
+    assert said and "mi300x" in said and "h100-sxm" in said and "what-if" in said
+    assert "gfx942" in said and "304 cores" in said and "192 GiB" in said
+    assert all(f["what_if"] == (f["rule"] in ("slow-op", "kernel-inefficiency", "slow-collective"))
+               for f in doc["findings"])
+    assert _report_json(path, "--chip", "mi300x")["chip_mismatch"] is None
+    import tempfile
+    from pathlib import Path
+
+    from click.testing import CliRunner
+
+    from rooflens import cli
+
+    with tempfile.TemporaryDirectory() as d:  # the page's header says it too
+        page = Path(d) / "r.html"
+        assert CliRunner().invoke(cli.cli, ["report", str(path), "--chip", "h100-sxm", "--html", str(page)]).exit_code == 0
+        assert "what-if" in page.read_text() and "which is mi300x, not h100-sxm" in page.read_text()
+    text = CliRunner().invoke(cli.cli, ["report", str(path), "--chip", "h100-sxm"], env={"COLUMNS": "200"}).stdout
+    assert text.splitlines()[1].startswith("what-if: the trace ran on AMD GPUs (gfx942")
+    assert _report_json(path)["chip_mismatch"] is None  # inferred: the trace's own
+
+
+def test_a_tpu_given_for_a_cpu_run_makes_its_slow_ops_what_ifs(sharded_cpu_trace):
+    """A real 8-device CPU capture priced on a TPU v5e: every op is hundreds of times off the TPU's roofline;
+    the report says the trace ran on CPUs, and no roofline finding is HIGH or listed before the findings
+    about the run itself."""
+    doc = _report_json(sharded_cpu_trace, "--chip", "tpu-v5e")
+    assert "ran on CPUs" in doc["chip_mismatch"] and "tpu-v5e" in doc["chip_mismatch"]
+    slow = [f for f in doc["findings"] if f["rule"] == "slow-op"]
+    assert slow, "a CPU matmul is far off a TPU's roofline: the rule must still report the what-if"
+    priced = {(c["program"], c["name"]): c["ratio"] for c in doc["comparison"] if c["ratio"]}
+    assert max(priced.values()) > 100  # what the what-if is about: the CPU's times against the TPU's roof
+    for f in slow:
+        assert f["what_if"] and f["severity"] == "low" and f["title"].startswith("What-if on tpu-v5e")
+        assert f["evidence"][0].startswith("what-if")
+    flags = [f["what_if"] for f in doc["findings"]]
+    assert flags == sorted(flags)  # the run's own findings first

@@ -227,6 +227,8 @@ def test_steps_agree_with_the_step_programs_executions(loaded):
     t = prof.table
     if not prof.steps or not len(t):
         pytest.skip("no steps in this trace")
+    if not any(t.programs[int(i)] for i in np.unique(t.program)):
+        pytest.skip("no XLA program: another framework's kernels, whose steps are no program's executions")
     ex = _executions(t)
     # executions of each (host, device, program): the most any program ran on one device bounds the steps
     key = (t.host.astype(np.int64) << 42) + (t.device.astype(np.int64) + 1 << 21) + t.program

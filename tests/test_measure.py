@@ -113,8 +113,12 @@ def test_an_amd_convolution_is_timed_by_its_two_kernels_per_execution():
     rep = analyze(prof)
     c = next(c for c in rep.comparison if c.name == "cudnn-conv.1.0")
     assert (c.occurrences, c.executions, c.runs_per_execution) == (10, 5, 1.0)
+    # the report's one statistic: the median per execution, the mean beside it
     assert c.measured_s == pytest.approx(np.median(per_execution), rel=1e-9)
+    assert c.mean_s == pytest.approx(np.mean(per_execution), rel=1e-9)
+    assert s.mean_execution_s == pytest.approx(np.mean(per_execution), rel=1e-9)
     doc = rep.to_json()
+    assert doc["measured_statistic"] == "median per execution"
     row = next(r for r in doc["comparison"] if r["name"] == "cudnn-conv.1.0")
     assert (row["occurrences"], row["executions"]) == (10, 5)
     op = next(r for r in doc["op_stats"] if r["name"] == "cudnn-conv.1.0")
@@ -148,6 +152,7 @@ def test_an_nvidia_op_with_eight_thunks_per_step_is_timed_by_their_sum():
     s = _stat(op_stats(rl.load(path)), "copy_fusion", "pjit__wrapped_step_fn")
     assert (s.occurrences, s.executions) == (40, 5)
     assert s.median_execution_s == pytest.approx(np.median(per_execution), rel=1e-9)
+    assert s.mean_execution_s == pytest.approx(np.mean(per_execution), rel=1e-9)
     assert (s.min_execution_s, s.max_execution_s) == pytest.approx((per_execution.min(), per_execution.max()),
                                                                    rel=1e-9)
 
@@ -207,6 +212,7 @@ def test_a_loop_body_op_is_measured_per_execution_against_its_roofline_times_its
         assert (per_execution > 0).all()
         assert c.runs_per_execution == 3 and c.executions == 3 and c.occurrences == 9 and c.runs == 3
         assert c.measured_s == pytest.approx(np.median(per_execution), rel=1e-6)
+        assert c.mean_s == pytest.approx(np.mean(per_execution), rel=1e-6)
         if c.predicted_s is not None:
             assert c.predicted_s == pytest.approx(3 * per_run[c.name], rel=1e-9)
             assert any("× 3 runs in one execution" in line for line in c.explanation)

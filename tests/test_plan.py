@@ -201,6 +201,29 @@ def test_cli_plan_terminal_shows_the_books_answers():
     assert (cells["min topology"], cells["MLP bound"], cells["fits"]) == ("2x4", "memory", "yes")
 
 
+def test_plan_and_memory_state_one_model_with_its_recipe_said(capsys):
+    """`plan` counts the book's 10 B per parameter (bf16 weights + two f32 Adam moments) and says so, naming the
+    16 B `rooflens memory --estimate` counts by default; asked for gradients and an f32 master copy, the plan's
+    state is exactly what `memory --estimate` gives for the same parameters."""
+    args = ("plan", "--model", "llama3-8b", "--chip", "tpu-v5p", "--chips", "256", "--batch-tokens", "1e6", "--json")
+    code, out, _ = _cli(capsys, *args)
+    assert code == 0
+    doc = json.loads(out)
+    n = doc["model"]["params"]["total"]
+    train = doc["train"]
+    assert train["state_bytes"] == (2 + 2 * 4) * n
+    assert "10 B/parameter" in train["state_recipe"] and "16 B/parameter" in train["state_recipe"]
+    assert any(train["state_recipe"] in line for line in train["explain"])
+    code, out, _ = _cli(capsys, *args, "--grad-dtype", "bf16", "--master-dtype", "f32")
+    full = json.loads(out)["train"]
+    code, out, _ = _cli(capsys, "memory", "--estimate", "--params", str(n), "--json")
+    est = json.loads(out)
+    assert full["state_bytes"] == est["total_bytes"] == (2 + 2 + 2 * 4 + 4) * n
+    assert est["recipe"].endswith("= 16 B/parameter") and full["state_recipe"] == est["recipe"]
+    code, out, _ = _cli(capsys, *args[:-1])
+    assert "state: 80.3 GB = bf16 weights 2 B + 2 f32 adam moments 8 B = 10 B/parameter" in out
+
+
 def test_builtin_transformer_matches_real_jax():
     """The workload's Transformer: its exact parameter count is the pytree's, its training FLOPs the compiled
     step's dot FLOPs (rooflens's count, equal to XLA's cost analysis for dots)."""
@@ -243,6 +266,10 @@ def test_plan_against_a_captured_run(tmp_path):
     redundant = 6 * m.vocab * m.d_model * cfg.batch * cfg.seq_len
     assert c.measured_flops == pytest.approx(c.planned_flops + redundant, rel=1e-9)
     assert c.measured_mfu == pytest.approx(c.planned_flops / (c.measured_step_s * 8 * c.peak_flops_per_s))
+    # two MFUs of one step, both named: the plan's FLOPs (6·P·T) and XLA's dots, which is the report's own MFU
+    assert c.report_mfu == pytest.approx(rep.steps.mfu, rel=1e-9)
+    assert c.report_mfu / c.measured_mfu == pytest.approx(c.measured_flops / c.planned_flops, rel=1e-9)
+    assert "of the plan's FLOPs" in c.explain[1] and f"the report's MFU, {rep.steps.mfu:.1%}" in c.explain[1]
     doc = rep.to_json()
     assert doc["plan"]["model"] == "rooflens-demo"
     assert "plan" not in rl.analyze(prof).to_json()

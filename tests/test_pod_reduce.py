@@ -17,7 +17,7 @@ from tests.conftest import fixture_path
 #: the sketch's bound: a bucket's representative against any duration in it
 SKETCH_REL = (GAMMA - 1) / (GAMMA + 1)
 EXACT = ("total_time_s", "self_time_s", "min_time_s", "max_time_s", "avg_time_s", "pct_device_time",
-         "min_execution_s", "max_execution_s")
+         "min_execution_s", "max_execution_s", "mean_execution_s")
 
 
 def _same_stats(events, merged) -> None:
@@ -127,8 +127,12 @@ def test_report_takes_merge_from_the_command_line(pod, tmp_path):
 def test_a_host_with_no_op_event_is_left_out_and_named(tmp_path):
     import shutil
 
+    import jax
+
     tpu = fixture_path("tpu", "xprof_tpu_inference_2.v6e-4.xplane.pb")
-    empty = fixture_path("gpu_nvidia", "tfprof_GPU-multi-worker_34.83.195.179_6003.v100x8.xplane.pb")  # no XLA op
+    with jax.profiler.trace(str(tmp_path / "idle")):  # a real trace of a host that ran nothing: no op, no kernel
+        pass
+    (empty,) = (tmp_path / "idle").rglob("*.xplane.pb")
     for name, src in (("a", tpu), ("b", tpu), ("c", empty)):
         shutil.copy(src, tmp_path / f"{name}.xplane.pb")
     merged = rl.load(tmp_path, workers=1, merge="aggregates")

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 from rooflens.analysis.diff import op_kind, program_key
 from rooflens.analysis.findings import Finding
-from rooflens.analysis.report import OpComparison, Report, StepBreakdown
+from rooflens.analysis.report import MEASURED_STATISTIC, OpComparison, Report, StepBreakdown
 from rooflens.errors import RooflensError
 from rooflens.hlo.opcodes import CATEGORIES
 
@@ -104,7 +104,7 @@ class CheckResult:
                             for c in self.violated))
 
     def to_json(self) -> dict:
-        return {"ok": self.ok, "source": self.source,
+        return {"ok": self.ok, "source": self.source, "measured_statistic": MEASURED_STATISTIC,
                 "checks": [{"budget": c.budget, "limit": c.limit, "measured": c.measured, "ok": c.ok,
                             "detail": c.detail} for c in self.checks],
                 "violated": [c.budget for c in self.violated]}

@@ -43,9 +43,11 @@ from rooflens.errors import RooflensError
 from rooflens.hardware import LOCAL_CHIP, Chip, ChipError, read_catalog_text, shared_by
 from rooflens.hardware import chip as get_chip
 from rooflens.hardware import infer_chip as infer_from_trace
+from rooflens.hardware.infer import chip_mismatch
 from rooflens.hlo import Module
 from rooflens.hlo.graph import OpGraph, op_graph
 from rooflens.memory.summary import MemorySummary
+from rooflens.trace.assemble import NO_STEPS
 from rooflens.trace.idle import measure_steady_state
 from rooflens.trace.profile import Profile
 from rooflens.trace.stats import OpStats, busy_union, op_stats
@@ -298,12 +300,14 @@ def join(profile: Profile, stats: OpStats, pricing: Pricing, roofs: Roofs | None
         key = (s.program, s.name)
         info = profile.op_info.get(key)
         opcode = info.opcode if info else ""
-        # per execution of its program on one device: all its kernels there, every iteration of its loops (the
-        # median over executions, so one noisy run does not make an op "slow"); its roofline × its runs in one
+        # per execution of its program on one device: all its kernels there, every iteration of its loops; the
+        # median over executions, the report's one statistic (one noisy run does not make an op "slow"), the mean
+        # beside it. Its roofline × its runs in one
         k = runs_in.get(s.program, {}).get(s.name)
         if k is None or k <= 0:  # runs unknown to the HLO: one event per run (TPU, CPU)
             k = s.occurrences / s.executions if s.executions else 1.0
         per = s.median_execution_s if s.executions else s.median_time_s
+        mean = s.mean_execution_s if s.executions else s.avg_time_s
         p = per_execution(pricing.preds.get(key), k, s.program)
         why = no_roofline or _unpriced_reason(p, opcode, s.category)
         if key in pricing.async_done and (s.program, pricing.async_done[key]) in measured:
@@ -324,7 +328,7 @@ def join(profile: Profile, stats: OpStats, pricing: Pricing, roofs: Roofs | None
             bytes_fraction_of_peak=(nbytes / per / hbm) if per and nbytes and hbm else None,
             unpriced_reason=why, explanation=p.explanation if p else (), model_flops=mflops,
             shape=_shape_of(pricing.modules.get(s.program), s.name), executions=s.executions,
-            runs_per_execution=float(k), self_time_s=s.self_time_s,
+            runs_per_execution=float(k), self_time_s=s.self_time_s, mean_s=mean,
         ))
         out[-1] = check_roofline(out[-1], pricing.kernels.get(key),
                                  cached=None if why else per_execution(pricing.cached.get(key), k, s.program),
@@ -553,13 +557,19 @@ def analyze(profile: Profile, chip: str | Chip | None = None, memory: MemorySumm
 def _analyze(profile: Profile, stats: OpStats, chip: str | Chip | None, memory: MemorySummary | None,
              require_roofline: bool, steady: Future, concurrency: Future | None) -> Report:
     n_dev = max(len(stats.devices), 1)
+    t = profile.table
+    foreign = profile.framework not in ("JAX", "") and not any(t.programs[int(i)] for i in np.unique(t.program))
     try:
         c, reason = resolve_chip(profile, chip)
     except RooflensError as e:
         if require_roofline or chip is not None:
             raise
         c, reason = None, str(e)
+    if foreign and c is None:  # no chip gives its kernels a roofline (a chip still prices its host link)
+        reason = f"a {profile.framework} trace has no HLO, so its kernels have no roofline; {reason}"
     serial = 1.0
+    mismatch = chip_mismatch(c, profile.platform, profile.device_kind, profile.plane_stats) if (
+        chip is not None and c is not None) else ""
     if c is not None:
         c, serial, shared = share_cpu(profile, c, n_dev, concurrency.result() if concurrency else None)
         reason += shared
@@ -571,6 +581,8 @@ def _analyze(profile: Profile, stats: OpStats, chip: str | Chip | None, memory: 
     programs = step_breakdowns(stats, comparison, roofs, n_dev, serial,
                                executions=None if stats.steps else executions_of(profile))
     notes = list(stats.notes)
+    if profile.framework not in ("JAX", ""):  # JAX's step annotations are no advice for another framework's trace
+        notes = [n if n != NO_STEPS else "the trace marks no steps, so there are no per-step times" for n in notes]
     if c is None:
         notes.append(f"no expected-vs-observed comparison: {reason}")
     report = Report(
@@ -585,6 +597,6 @@ def _analyze(profile: Profile, stats: OpStats, chip: str | Chip | None, memory: 
         steady=steady.result(),
         # the trace's own per-op rates (an HLO parse per op) serve the roofline-trust finding alone
         trace_rates=tuple(op_rates(profile)) if any(not c.roofline_reliable for c in comparison) else (),
-        events=profile.table,
+        events=profile.table, chip_mismatch=mismatch, framework=profile.framework,
     )
     return report

@@ -10,7 +10,9 @@
 
 An op left over whose kind (opcode) the other side does not run at all *appeared* (a new
 all-gather, a new copy) or *disappeared*; one whose kind the other side runs but that could not be
-paired is *unmatched*. Times are per device per step; a share is of the step time.
+paired is *unmatched*. Times are per device per step (totals over the steps); a share is of the step time.
+An op's roofline ratio is the report's one statistic, ``MEASURED_STATISTIC`` (its median per execution over its
+roofline), named so in the JSON and the column header.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
-from rooflens.analysis.report import Report
+from rooflens.analysis.report import MEASURED_STATISTIC, Report
 
 MatchedBy = Literal["name", "scope+opcode+shape"]
 _SUFFIX = re.compile(r"\(\d+\)$")
@@ -165,6 +167,7 @@ class Diff:
             return {**asdict(r), "kind": r.kind}
 
         return {
+            "measured_statistic": MEASURED_STATISTIC,
             "a": self.label_a, "b": self.label_b, "chip_a": self.chip_a, "chip_b": self.chip_b,
             "steps": {**asdict(self.steps), "delta_s": self.steps.delta_s, "ratio": self.steps.ratio},
             "categories": [{**asdict(c), "delta_s": c.delta_s, "delta_share": c.delta_share} for c in self.categories],

@@ -44,6 +44,7 @@ class Finding:
     per: str = "step"  # what recoverable_s is per: "step", or "execution of jit_f" (a trace without steps)
     program: str = ""  # the program whose step (execution) it is judged in
     headroom_bytes: float | None = None  # memory findings: device memory a fix would free (None: not a memory one)
+    what_if: bool = False  # judged against the roofline of a chip given that is not the trace's own (--chip)
 
     def to_dict(self) -> dict:
         d = asdict(self)

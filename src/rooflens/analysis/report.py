@@ -59,13 +59,22 @@ class Roofs:
         return self.peak_max_flops_per_s / self.hbm_bytes_per_s if self.hbm_bytes_per_s else None
 
 
+#: the statistic of every per-op time in a report (per execution: comparison, findings, diff, budgets)
+MEASURED_STATISTIC = "median per execution"
+MEAN_MEDIAN_APART = 2.0  # mean / median beyond this: the mean is shown beside the median
+
+
 @dataclass(frozen=True)
 class OpComparison:
     """One measured op next to its roofline, per execution of its program on one device.
 
     ``measured_s`` is the op's time in one program execution: the sum of its events there, all its kernels (a
     custom call, a split-K GEMM, a collective may launch several) and every iteration of the loops around it
-    (:attr:`OpStat.median_execution_s`, the median over executions). ``predicted_s``, ``flops``, ``bytes``,
+    (:attr:`OpStat.median_execution_s`, the **median** over executions: the report's one statistic for an op's time
+    per execution, in the comparison, the findings' evidence and a diff's ratios, so that one slow execution (a
+    warm-up, a stall, a noisy host) does not make an op "slow"; ``mean_s`` is the mean beside it, shown where the
+    two are more than 2× apart. Totals and per-step times are sums (``total_time_s`` over the steps), not a
+    statistic). ``predicted_s``, ``flops``, ``bytes``,
     ``comm_bytes`` and ``model_flops`` are its roofline's for the same: one run of the op (the cost model's
     unit) × ``runs_per_execution`` (1, or the trip counts of its loops). ``occurrences`` are its events,
     ``executions`` the program executions it ran in (over devices)."""
@@ -99,6 +108,14 @@ class OpComparison:
     executions: int = 0  # program executions (one program run on one device) it ran in, over devices
     runs_per_execution: float = 1.0  # its runs in one, the roofline's multiple (HLO trip counts; else events per one)
     self_time_s: float = 0.0  # total_time_s less the ops it holds (a loop's body, a call's callee)
+    mean_s: float = 0.0  # per execution of its program, the mean over the same executions (measured_s: the median)
+
+    @property
+    def mean_apart(self) -> bool:
+        """The mean and the median more than MEAN_MEDIAN_APART× apart: a few executions far off the others
+        (warm-up, a stall), so the mean is worth showing beside the median."""
+        lo, hi = sorted((self.measured_s, self.mean_s))
+        return lo > 0 and hi / lo > MEAN_MEDIAN_APART
 
     @property
     def priced(self) -> bool:
@@ -219,6 +236,9 @@ class Report:
     events: object = field(default=None, repr=False)  # its EventTable: the op events the Perfetto view writes
     plan: object = None  # a rooflens.plan.PlanCheck: the model's plan against this run (rl.analyze(plan=…))
     calibration: dict | None = None  # a calibrated chip's (CPU 'local'): when made, its spread, recorded or not
+    #: one sentence when the chip given is not the one the trace ran on (the comparison is then a what-if), else ""
+    chip_mismatch: str = ""
+    framework: str = ""  # what made the trace: "JAX", "TensorFlow", "PyTorch", or "" (not known)
 
     @property
     def chip_peaks(self) -> dict[str, float]:
@@ -234,9 +254,11 @@ class Report:
     def to_json(self) -> dict:
         """The one JSON document (``--json`` and ``--out``; docs/report-schema.md)."""
         return {
-            "schema_version": SCHEMA_VERSION, "path": self.path, "sources": list(self.sources),
+            "schema_version": SCHEMA_VERSION, "measured_statistic": MEASURED_STATISTIC, "path": self.path,
+            "sources": list(self.sources),
             "hosts": list(self.hosts), "metadata": self.metadata,
-            "chip": self.chip, "chip_reason": self.chip_reason, "platform": self.platform,
+            "chip": self.chip, "chip_reason": self.chip_reason, "chip_mismatch": self.chip_mismatch or None,
+            "platform": self.platform, "framework": self.framework or None,
             "device_kind": self.device_kind, "num_devices": self.num_devices,
             "roofs": asdict(self.roofs) if self.roofs else None, "calibration": self.calibration,
             "op_stats": [asdict(s) for s in self.op_stats],

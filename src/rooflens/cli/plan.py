@@ -34,10 +34,16 @@ def _positive(value: float | None, option: str) -> None:
 @click.option("--context", type=click.IntRange(min=1), help="Decode: KV cache length per sequence.")
 @click.option("--kv-dtype", default="bf16", show_default=True, help="Decode: KV cache dtype (bf16, int8, int4, …).")
 @click.option("--param-dtype", default="bf16", show_default=True, help="Weight dtype.")
+@click.option("--optimizer", default="adam", show_default=True, help="Training: the optimizer whose moments count.")
+@click.option("--grad-dtype", default="none", show_default=True,
+              help="Training: count gradients in this dtype ('none': the book's recipe, gradients not counted).")
+@click.option("--master-dtype", default="none", show_default=True,
+              help="Training: count a master copy of the weights in this dtype, e.g. f32 ('none': not counted).")
 @click.option("--explain", is_flag=True, help="Show every formula with its numbers and the book's section.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
 def plan(model_name, config_path, chip_name, chips, batch_tokens, mfu, tokens, topology, seq_len, checkpoints,
-         do_decode, batch, context, kv_dtype, param_dtype, explain, as_json) -> None:
+         do_decode, batch, context, kv_dtype, param_dtype, optimizer, grad_dtype, master_dtype, explain,
+         as_json) -> None:
     """A model's parameters, memory, sharding, step time and run time, or its decode step, from first principles.
 
     rooflens plan --model llama2-13b --chip tpu-v5p --chips 4096 --batch-tokens 3e6 --mfu 0.4 --tokens 15e12
@@ -62,7 +68,9 @@ def plan(model_name, config_path, chip_name, chips, batch_tokens, mfu, tokens, t
         for value, option in ((batch_tokens, "--batch-tokens"), (tokens, "--tokens"), (mfu, "--mfu")):
             _positive(value, option)
         result = P.train(m, chip_name, chips, batch_tokens, mfu=mfu, tokens=tokens, topology=topology,
-                         seq_len=seq_len, checkpoints_per_layer=ckpt, param_dtype=param_dtype)
+                         seq_len=seq_len, checkpoints_per_layer=ckpt, param_dtype=param_dtype, optimizer=optimizer,
+                         grad_dtype=None if grad_dtype.lower() == "none" else grad_dtype,
+                         master_dtype=None if master_dtype.lower() == "none" else master_dtype)
 
     def render(con) -> None:
         plan_view.render_model(con, m)

@@ -269,3 +269,59 @@ def infer_chip_from_rates(rates: list[MeasuredRate], kind: str,
     raise ChipError(f"the trace names no {kind.upper()} generation; its ops' measured rates, {how}, fit "
                     f"{', '.join(c.name for c in fit)} (a slower chip could not have run them): give --chip, one of "
                     "those.")
+
+
+# -- a chip given against the trace's own devices ----------------------------------------------------
+
+def trace_device_text(device_kind: str, plane_stats: Mapping | None = None, platform: str = "") -> str:
+    """What a trace says its devices are, in words: 'AMD GPUs (gfx942, 304 cores, 192 GiB, 2.1 GHz)'."""
+    stats = dict(plane_stats or {})
+    name = next((str(n) for n in (stats.get("device_type_string"), stats.get("device_name"), device_kind)
+                 if _norm(n)), "")
+    if platform and (_norm(name) in VENDORS or _norm(name) in ("", platform)):  # a vendor alone: say what kind
+        maker = name if _norm(name) in VENDORS else str(stats.get("device_vendor") or "")
+        name = f"{maker} {platform.upper()}s".strip()
+    vendor = VENDORS.get(_norm(stats.get("device_vendor")), "")
+    clock_khz = _number(stats, "clock_rate")
+    arch = _amd_arch([_norm(name)], stats) if vendor in ("amd", "") else ""
+    what = _describe("", _number(stats, "core_count"), _number(stats, "memory_size"),
+                     clock_khz * 1e3 if clock_khz else None)
+    inner = ", ".join(p for p in (arch, what) if p)
+    return (name or "an unnamed device") + (f" ({inner})" if inner else "")
+
+
+def chip_mismatch(given: Chip, platform: str, device_kind: str, plane_stats: Mapping | None = None,
+                  chips: Mapping[str, Chip] | None = None) -> str:
+    """One sentence when the chip given (``--chip``) is not what the trace ran on, else "".
+
+    The trace's chip is :func:`infer_chip`'s when its devices name or describe one; a CPU trace ran on
+    CPU devices; a trace whose devices match no catalogue chip still disagrees with a chip of another
+    kind (a GPU trace priced on a TPU) or vendor. The comparison on the given chip is then a what-if:
+    how the same program would fare there, not how slow it ran."""
+    what = trace_device_text(device_kind, plane_stats, platform)
+    if platform == "cpu":
+        if given.kind == "cpu":
+            return ""
+        return (f"the trace ran on {what}, not on {given.name}: the expected-vs-observed comparison is "
+                f"a what-if on {given.name}, and its ratios compare the CPU's times with {given.name}'s roofline")
+    try:
+        ran, _ = infer_chip(device_kind, plane_stats, chips)
+    except ChipError:
+        ran = None
+    if ran is not None:
+        if ran.name == given.name or _norm(ran.name) in {_norm(k) for k in given.device_kinds}:
+            return ""
+        return (f"the trace ran on {what}, which is {ran.name}, not {given.name}: the expected-vs-observed comparison "
+                f"is a what-if on {given.name}, and its ratios compare {ran.name}'s times with {given.name}'s "
+                "roofline")
+    stats = dict(plane_stats or {})
+    vendor = VENDORS.get(_norm(stats.get("device_vendor")), "")
+    cores, mem = _number(stats, "core_count"), _number(stats, "memory_size")
+    other_device = ((cores and given.core_count and int(cores) != given.core_count) or (
+        mem and given.hbm_bytes and abs(math.log(mem / given.hbm_bytes)) > math.log1p(MEMORY_TOLERANCE)))
+    if (platform in ("gpu", "tpu") and given.kind not in (platform, "")) or (vendor and given.vendor
+                                                                             and _norm(given.vendor) != vendor) \
+            or (given.kind == platform == "gpu" and other_device):
+        return (f"the trace ran on {what}, not on {given.name}: the expected-vs-observed "
+                f"comparison is a what-if on {given.name}")
+    return ""

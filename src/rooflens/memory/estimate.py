@@ -27,6 +27,8 @@ class MemoryEstimate:
     master_bytes: float  # fp32 master weights (0 when training in the parameter dtype)
     shards: int  # devices the state is split over (ZeRO-3 / FSDP style); 1 = replicated
     fits_on: dict  # chip → whether the per-device state fits in its HBM
+    #: what is counted per parameter, each part with its dtype: "bf16 weights 2 B + 2 f32 adam moments 8 B"
+    recipe: str = ""
 
     @property
     def total_bytes(self) -> float:
@@ -91,7 +93,21 @@ def estimate(params, optimizer: str = "adam", param_dtype="bf16", grad_dtype="bf
     moments = n * OPTIMIZER_MOMENTS[opt] * _bytes(moment_dtype, "moment")
     master = n * _bytes(master_dtype, "master")
     per_device = (weights + grads + moments + master) / shards
+    k = OPTIMIZER_MOMENTS[opt]
+    tree = bool(tree_bytes) and not isinstance(params, int | float)
+    parts = [("weights (in their own dtypes)" if tree else f"{_name(param_dtype)} weights", weights),
+             (f"{_name(grad_dtype)} gradients", grads),
+             (f"{k} {_name(moment_dtype)} {opt} moment{'s' if k != 1 else ''}", moments),
+             (f"{_name(master_dtype)} master weights", master)]
+    recipe = (" + ".join(f"{what} {b / n:.3g} B" for what, b in parts if b)
+              + f" = {(weights + grads + moments + master) / n:.3g} B/parameter")
+    if not grads and not master:
+        recipe += " (no gradients or master copy counted)"
     known = catalog()
     names = chips if chips is not None else sorted(k for k, c in known.items() if c.kind != "cpu")
     fits = {name: per_device <= (known[name].hbm_bytes or 0) for name in names if name in known}
-    return MemoryEstimate(n, opt, weights, grads, moments, master, shards, fits)
+    return MemoryEstimate(n, opt, weights, grads, moments, master, shards, fits, recipe)
+
+
+def _name(dtype) -> str:
+    return str(getattr(dtype, "name", dtype)).lower() if dtype is not None else ""

@@ -15,7 +15,7 @@ from rooflens import hlo as H
 from rooflens.errors import RooflensError
 from rooflens.memory.compiled import CompiledMemory, compiled_memory, parse_peak
 from rooflens.memory.pprof import parse_snapshot
-from rooflens.memory.timeline import place_snapshots
+from rooflens.memory.timeline import compiled_sizes, place_snapshots
 
 
 def read_text_file(path: Path) -> str:
@@ -203,7 +203,8 @@ def read_dump_memory(directory: Path) -> MemorySummary:
         lr = directory / f"{stem}-live-range.txt"
         text = read_text_file(ba)
         name = module.name if module is not None else stem
-        cm = compiled_memory(name, {}, read_text_file(lr) if lr.is_file() else "", text, module)
+        # no memory_analysis in a dump: its sizes come from the same buffer assignment the table lists
+        cm = compiled_memory(name, compiled_sizes(text), read_text_file(lr) if lr.is_file() else "", text, module)
         if not cm.peak_buffers and not parse_peak(text) and not cm.padded_bytes:
             continue
         programs.append(cm)

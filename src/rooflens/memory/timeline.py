@@ -139,6 +139,29 @@ def parse_allocations(buffer_assignment: str) -> list[Allocation]:
     return out
 
 
+def compiled_sizes(buffer_assignment: str) -> dict[str, float]:
+    """What ``compiled.memory_analysis()`` would say, from the buffer assignment alone (an XLA dump has
+    no memory_analysis): arguments are the parameter allocations, outputs the live-out ones, aliased
+    bytes those that are both (a donated buffer handed back), temporaries every other allocation that
+    lives in device memory (not a constant, not thread-local). The keys are memory_analysis's own."""
+    arg = out = alias = temp = 0.0
+    for line in buffer_assignment.splitlines():
+        a = _ALLOC.match(line)
+        if not a:
+            continue
+        size, flags = float(a.group(1)), a.group(2)
+        if "thread-local" in flags or re.search(r"(?:^|, )constant(?:,|:|$)", flags):
+            continue
+        parameter = bool(re.search(r"(?:^|, )parameter \d+", flags))
+        live_out = "maybe-live-out" in flags or "output shape is" in flags
+        arg += size if parameter else 0.0
+        out += size if live_out else 0.0
+        alias += size if parameter and live_out else 0.0
+        temp += size if not parameter and not live_out else 0.0
+    return {"argument_size_in_bytes": arg, "output_size_in_bytes": out, "alias_size_in_bytes": alias,
+            "temp_size_in_bytes": temp}
+
+
 def _norm(name: str) -> str:
     return name[:-2] if name.endswith("{}") else name
 

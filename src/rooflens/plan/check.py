@@ -26,7 +26,10 @@ class PlanCheck:
     planned_mfu: float  # the MFU the planned step assumes (1.0: the roofline's compute time)
     planned_step_s: float
     measured_step_s: float | None
-    measured_mfu: float | None  # planned FLOPs / (measured step × chips × peak)
+    measured_mfu: float | None  # planned FLOPs (6·P·T) / (measured step × chips × peak)
+    #: the report's MFU, the same step's: FLOPs of the dots XLA ran / (measured step × chips × peak); it differs
+    #: from measured_mfu by measured_flops / planned_flops (what 6·P·T leaves out or adds: attention, embeddings)
+    report_mfu: float | None
     planned_memory_per_chip_bytes: float  # model state + one checkpoint per layer, fully sharded
     measured_memory_per_chip_bytes: float | None  # the compiled peak of the main program
     explain: tuple[str, ...]
@@ -53,6 +56,7 @@ def check_plan(model: Transformer, chip: str, chips: int, peak_flops_per_s: floa
     planned = fpt * batch_tokens
     step = planned / (chips * peak_flops_per_s * mfu)
     measured_mfu = planned / (measured_step_s * chips * peak_flops_per_s) if measured_step_s else None
+    report_mfu = measured / (measured_step_s * chips * peak_flops_per_s) if measured_step_s and measured else None
     state = model.state(optimizer, param_dtype).total_bytes
     act = model.activation_bytes(batch_tokens, 1, activation_dtype)
     mem = (state + act) / chips
@@ -62,12 +66,15 @@ def check_plan(model: Transformer, chip: str, chips: int, peak_flops_per_s: floa
         + (" (tokens inferred from the measured model FLOPs)" if inferred else "")
         + (f"; measured {measured:.4g} (ratio {measured / planned:.4f})" if measured else ""),
         f"planned step = FLOPs/(chips·C·MFU) = {planned:.4g}/({chips}·{peak_flops_per_s:.4g}·{mfu:g}) = {step:.4g} s"
-        + (f"; measured {measured_step_s:.4g} s → MFU {measured_mfu:.1%}" if measured_mfu is not None else ""),
+        + (f"; measured {measured_step_s:.4g} s → MFU {measured_mfu:.1%} of the plan's FLOPs"
+           if measured_mfu is not None else "")
+        + (f" (the report's MFU, {report_mfu:.1%}, counts the FLOPs of the dots XLA ran instead)"
+           if report_mfu is not None and measured_mfu is not None and abs(report_mfu - measured_mfu) > 5e-4 else ""),
         f"planned memory per chip = ({state:.4g} B state ({optimizer}, {param_dtype}) + {act:.4g} B of one "
         f"checkpoint per layer) / {chips} = {mem:.4g} B, fully sharded"
         + (f"; measured compiled peak {measured_memory_per_chip_bytes:.4g} B" if measured_memory_per_chip_bytes
            else ""),
     )
     return PlanCheck(model.name, chip, chips, float(batch_tokens), inferred, seq_len, peak_flops_per_s, planned,
-                     measured, mfu, step, measured_step_s, measured_mfu, mem, measured_memory_per_chip_bytes or None,
-                     lines)
+                     measured, mfu, step, measured_step_s, measured_mfu, report_mfu, mem,
+                     measured_memory_per_chip_bytes or None, lines)

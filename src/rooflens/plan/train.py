@@ -63,6 +63,7 @@ class TrainPlan:
     step_time_s: float  # at ``mfu`` when given, else the best strategy's roofline
     step_time_roofline_s: float
     state_bytes: float  # weights + optimizer (+ grads, master) for the whole model
+    state_recipe: str  # what state_bytes counts per parameter (rl.memory.estimate's recipe)
     activation_bytes: float  # checkpoints of one step, whole batch
     min_chips_memory: int  # chips whose HBM holds state + activations at all
     levels: tuple[Level, ...]
@@ -223,7 +224,14 @@ def train(model: Transformer, chip: str | Chip, chips: int, batch_tokens: float,
     fpt = m.flops_per_token(True, seq_len)
     step_flops = fpt * batch_tokens
     act = m.activation_bytes(batch_tokens, checkpoints_per_layer, dtype)
-    state = m.state(optimizer, param_dtype, grad_dtype, master_dtype).total_bytes
+    est = m.state(optimizer, param_dtype, grad_dtype, master_dtype)
+    state, recipe = est.total_bytes, est.recipe
+    if not est.gradients_bytes or not est.master_bytes:  # say what the other usual recipe would count
+        full = m.state(optimizer, param_dtype, grad_dtype or param_dtype, master_dtype or "f32")
+        recipe += (f"; with {'gradients' if not est.gradients_bytes else ''}"
+                   f"{' and ' if not est.gradients_bytes and not est.master_bytes else ''}"
+                   f"{'an f32 master copy' if not est.master_bytes else ''} too (`rooflens memory --estimate`'s "
+                   f"default) it is {full.bytes_per_param:.3g} B/parameter")
     hbm = float(c.hbm_bytes or 0.0)
     pod_batch = batch_tokens / pods
     attn_fwd_layer = (m.attention_flops_per_token(seq_len, False) / m.layers) if seq_len else 0.0
@@ -248,7 +256,7 @@ def train(model: Transformer, chip: str | Chip, chips: int, batch_tokens: float,
     total_mem = state + act
     plan = TrainPlan(
         m.name, c.name, chips, float(batch_tokens), seq_len, peak, fpt, step_flops, mfu, step, chosen.step_time_s,
-        state, act, max(1, math.ceil(total_mem / hbm)) if hbm else 0, (inner, outer), pods, plans, best,
+        state, recipe, act, max(1, math.ceil(total_mem / hbm)) if hbm else 0, (inner, outer), pods, plans, best,
         alpha, alpha / axes, 4 * alpha ** 2 / (mx * my * m.d_ff), dcn, axes * m.d_ff / alpha, x_opt, n / x_opt,
         tokens, run_s, run_s / SECONDS_PER_DAY if run_s is not None else None, ())
     return _with_explain(plan, m, setup, mx, my)
@@ -285,7 +293,7 @@ def _with_explain(p: TrainPlan, m: Transformer, s: _Setup, mx: int, my: int) -> 
         f"FSDP+TP: B/N > 4α²/(M_X·M_Y·F) = {p.critical_batch_per_chip_fsdp_tp:.1f} (M_X={mx}, M_Y={my}); "
         f"X_opt = √(B/F · M_X/M_Y · N) = √({s.batch:.4g}/{m.d_ff} · {mx}/{my} · {s.n}) = {p.x_opt:.1f}, "
         f"Y_opt = N/X_opt = {p.y_opt:.2f} (training.md, 'Mixed FSDP and Tensor Parallelism')",
-        f"memory: state {p.state_bytes:.4g} B ({m.params.total:,} params, optimizer state per rl.memory.estimate) "
+        f"memory: state {p.state_bytes:.4g} B ({m.params.total:,} params × {p.state_recipe}) "
         f"+ activations {p.activation_bytes:.4g} B = {p.state_bytes + p.activation_bytes:.4g} B; at least "
         f"{p.min_chips_memory} chips of {s.hbm_bytes:.4g} B (applied-training.md, 'Counting parameters and FLOPs')",
     ]

@@ -50,7 +50,8 @@ def render_diff(console: Console, d, top: int = 20) -> None:
                       _pct(c.share_a), _pct(c.share_b), _share_delta(c.share_a, c.share_b))
     console.print(table)
     table = Table(title=f"Top {min(top, len(d.ops))} of {len(d.ops)} matched ops", title_justify="left")
-    for col in ("op (A → B)", "category", "scope", "A", "B", "B/A", "share A", "share B", "roofline ×", "matched by"):
+    for col in ("op (A → B)", "category", "scope", "A", "B", "B/A", "share A", "share B", "median ÷ roofline",
+                "matched by"):
         table.add_column(col, justify="left" if col in ("op (A → B)", "category", "scope", "matched by") else "right")
     for o in d.ops[:top]:
         name = o.name_a if o.name_a == o.name_b else f"{o.name_a} → {o.name_b}"

@@ -37,7 +37,10 @@ def page_data(report, prediction=None, title: str = "") -> dict:
     roofs = report.roofs
     cards = [["chip", f"{report.chip or 'unknown'} ({report.num_devices} device"
                       f"{'s' if report.num_devices != 1 else ''})"],
-             ["platform", f"{report.platform} · {report.device_kind}"]]
+             ["platform", f"{report.platform} · {report.device_kind}"
+                          + (f" · a {report.framework} trace" if report.framework else "")]]
+    if report.chip_mismatch:
+        cards.append(["what-if", report.chip_mismatch])
     if roofs is None:
         cards.append(["roofline", f"unknown: {report.chip_reason}"])
     elif report.calibration is not None:  # a CPU's calibration: when it was made, its spread, recorded or not
@@ -55,7 +58,8 @@ def page_data(report, prediction=None, title: str = "") -> dict:
     ordered = sorted(report.comparison, key=lambda c: -c.total_time_s)[:MAX_OPS]
     ops = [{"key": f"{c.program}/{c.name}", "name": c.name, "program": c.program, "category": c.category,
             "scope": c.named_scope, "runs": c.runs, "events": c.occurrences,
-            "executions": c.executions, "total": c.total_time_s, "measured": c.measured_s,
+            "executions": c.executions, "total": c.total_time_s, "measured": c.measured_s, "mean": c.mean_s,
+            "mean_apart": c.mean_apart,
             "predicted": c.predicted_s, "ratio": c.ratio, "bound": c.bound, "unpriced": c.unpriced_reason,
             "reliable": c.roofline_reliable, "roofline_bound": c.roofline_bound, "roofline_note": c.roofline_note,
             "explanation": list(c.explanation), "hlo": list(c.hlo)} for c in ordered]

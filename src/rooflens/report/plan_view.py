@@ -39,6 +39,7 @@ def render_train(console: Console, plan, explain: bool = False) -> None:
     console.print(f"step: {fmt_seconds(plan.step_time_s)}" + (f" at MFU {plan.mfu:g}" if plan.mfu else " (roofline)")
                   + f"; {fmt_si(plan.step_flops, 'FLOP')} per step; X_opt {plan.x_opt:.1f}, Y_opt {plan.y_opt:.2f}; "
                   f"TP useful up to {plan.max_model_parallel:.1f} ways")
+    console.print(f"state: {fmt_bytes(plan.state_bytes, 3)} = {e(plan.state_recipe)}")
     if plan.days is not None:
         console.print(f"run: {plan.tokens:.4g} tokens in {plan.days:.1f} days")
     _explain(console, plan.explain if explain else ())
@@ -68,7 +69,8 @@ def render_check(console: Console, c) -> None:
         t.add_column(col, justify="left" if not col else "right")
     for label, p, m, fmt in (("model FLOPs per step", c.planned_flops, c.measured_flops, lambda v: fmt_si(v, "FLOP")),
                              ("step time", c.planned_step_s, c.measured_step_s, fmt_seconds),
-                             ("MFU", c.planned_mfu, c.measured_mfu, percent),
+                             ("MFU of the plan's FLOPs", c.planned_mfu, c.measured_mfu, percent),
+                             ("MFU of XLA's FLOPs (the report's)", None, c.report_mfu, percent),
                              ("memory per chip", c.planned_memory_per_chip_bytes, c.measured_memory_per_chip_bytes,
                               lambda v: fmt_bytes(v, 3))):
         t.add_row(label, "—" if p is None else fmt(p), "—" if m is None else fmt(m),

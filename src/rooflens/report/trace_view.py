@@ -12,12 +12,16 @@ from rooflens.units import fmt_seconds as ms
 def render_op_stats(console: Console, report, source: str, top: int = 20) -> None:
     """What ran: top ops, time by category/program/scope, steps, devices, what happened in the window."""
     stats = report.stats
-    console.print(f"[bold]{e(source)}[/bold]: {stats.platform} ({e(stats.device_kind)}), "
+    made = f"{e(report.framework)} trace, " if report.framework and report.framework != "JAX" else ""
+    console.print(f"[bold]{e(source)}[/bold]: {made}{stats.platform} ({e(stats.device_kind)}), "
                   f"{len(stats.devices)} device(s), {sum(d.events for d in stats.devices):,} op events")
-    table = Table(title=f"Top {min(top, len(stats.op_stats))} of {len(stats.op_stats)} HLO ops by self time "
+    if report.chip_mismatch:
+        console.print(f"[bold yellow]what-if:[/bold yellow] {e(report.chip_mismatch)}")
+    what = "kernels" if made else "HLO ops"  # another framework's trace: its kernels, by name
+    table = Table(title=f"Top {min(top, len(stats.op_stats))} of {len(stats.op_stats)} {what} by self time "
                         "(summed over devices)", title_justify="left")
-    for col in ("op", "program", "category", "scope", "occurrences", "executions", "total", "self", "per execution",
-                "% device"):
+    for col in ("op", "program", "category", "scope", "occurrences", "executions", "total", "self",
+                "median per execution", "% device"):
         table.add_column(col, justify="left" if col in ("op", "program", "category", "scope") else "right")
     for s in stats.op_stats[:top]:
         table.add_row(e(s.name), e(s.program), s.category, e(s.named_scope), f"{s.occurrences:,}", f"{s.executions:,}",
@@ -28,7 +32,7 @@ def render_op_stats(console: Console, report, source: str, top: int = 20) -> Non
                           ("by named scope", stats.by_scope_prefix_s)):
         items = list(totals.items())[:10]
         if items:
-            console.print(f"{title}: " + ", ".join(f"{e(k)} {ms(v)}" for k, v in items))
+            console.print(f"{title}: " + ", ".join(f"{e(k) or '(no XLA program)'} {ms(v)}" for k, v in items))
     if stats.steps:
         s = stats.steps
         console.print(f"steps: {s.count}, mean {ms(s.mean_s)}, standard deviation {ms(s.std_s)} (min {ms(s.min_s)}, "
@@ -75,10 +79,11 @@ def render_report(console: Console, report, source: str, top: int = 20) -> None:
 
 def _render_comparison(console: Console, report, top: int) -> None:
     console.print(f"\n[bold]Expected vs observed[/bold] on {e(report.chip)} ({e(report.chip_reason)}); times per "
-                  "execution on one device")
+                  "execution on one device" + (", a what-if (the trace ran on another chip)" if report.chip_mismatch
+                                               else ""))
     table = Table(title_justify="left")
-    for col in ("op", "program", "category", "scope", "events", "executions", "measured", "roofline", "ratio",
-                "bound", "achieved"):
+    for col in ("op", "program", "category", "scope", "events", "executions", "measured (median)", "roofline",
+                "ratio", "bound", "achieved"):
         table.add_column(col, justify="left" if col in ("op", "program", "category", "scope", "bound") else "right")
     for c in sorted(report.comparison, key=lambda c: -c.total_time_s)[:top]:
         ratio = (f"{c.ratio:.2f}×" if c.ratio is not None else "unreliable" if not c.roofline_reliable
@@ -91,7 +96,7 @@ def _render_comparison(console: Console, report, top: int) -> None:
         elif c.bytes_fraction_of_peak is not None:
             achieved = f"{c.bytes_fraction_of_peak:.0%} of HBM B/s"
         table.add_row(e(c.name), e(c.program), c.category, e(c.named_scope), f"{c.occurrences:,}",
-                      f"{c.executions:,}", ms(c.measured_s),
+                      f"{c.executions:,}", ms(c.measured_s) + (f" (mean {ms(c.mean_s)})" if c.mean_apart else ""),
                       ms(c.predicted_s) if c.predicted_s is not None else "—",
                       f"[{_ratio_style(c.ratio)}]{ratio}[/]", c.bound, achieved)
     console.print(table)

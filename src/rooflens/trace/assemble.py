@@ -154,10 +154,12 @@ def assemble(paths: list[str], runs: list[str], raws: list[RawTrace], files: lis
 
         none = (np.zeros((0, 4), np.int64), np.zeros(0, np.int64), np.zeros(0), np.zeros(0), np.zeros(0, bool))
         queued = [u for u in unran_dispatches(table, none, dispatches_of, end_ns_of) if u.queued]
-        why = (("; " + unran_note(queued[0], stats=False)) if queued
-               else ": was anything running on the devices while it was traced?")
-        raise RooflensError(f"{', '.join(paths)} has no device op events (no XLA ops on any device or CPU "
-                            f"thread){why}.")
+        made = next((r.framework for r in raws if r.framework), "")
+        why = (("; " + unran_note(queued[0], stats=False) + ".") if queued
+               else f": a {made} trace with no kernel on any device" + (" either." if made == "JAX" else ".")
+               if made else ": was anything running on the devices while it was traced?")
+        raise RooflensError(f"{', '.join(paths)} has no device op events (no XLA ops or GPU kernels on any device "
+                            f"or CPU thread){why}")
     platform = next((r.platform for r in raws if r.platform != "unknown"), "unknown")
     manifest = run_manifest(runs, notes)
     saved = saved_hlo(runs, hlo_dir)
@@ -171,6 +173,7 @@ def assemble(paths: list[str], runs: list[str], raws: list[RawTrace], files: lis
         path=", ".join(paths), table=table, steps=steps, platform=platform,
         device_kind=next((r.device_kind for r in raws if r.device_kind != "unknown"), "unknown"),
         hosts=[r.host for r in raws], sources=files, notes=notes, metadata=manifest.to_dict(), manifest=manifest,
+        framework=next((r.framework for r in raws if r.framework), ""),
         hlo_texts=hlo_texts, plane_stats=next((r.plane_stats for r in raws if r.plane_stats), {}),
         host_events=host_events, host_events_of=host_events_of, events_total=sum(r.events_total for r in raws),
         dispatches_of=dispatches_of, end_ns_of=end_ns_of,

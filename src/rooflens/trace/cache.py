@@ -157,7 +157,7 @@ def _meta(raw: RawTrace, key: dict | None) -> dict:
         "op_meta": [[p, n, v] for (p, n), v in t.op_meta.items()], "program_keys": t.program_keys,
         "hlo_protos": {k: base64.b64encode(v).decode() for k, v in raw.hlo_protos.items()},
         "dispatches": {k: v.tolist() for k, v in raw.dispatches.items()}, "end_ps": raw.end_ps,
-        "session_clock": raw.session_clock, "steps_ran": raw.steps_ran,
+        "session_clock": raw.session_clock, "steps_ran": raw.steps_ran, "framework": raw.framework,
     }
 
 
@@ -269,4 +269,4 @@ def _read(src, key: dict | None) -> RawTrace | None:
         events_total=int(meta["events_total"]),
         dispatches={k: np.asarray(v, np.int64) for k, v in meta.get("dispatches", {}).items()},
         end_ps=int(meta.get("end_ps", 0)), session_clock=bool(meta.get("session_clock", False)),
-        steps_ran=bool(meta.get("steps_ran", False)))
+        steps_ran=bool(meta.get("steps_ran", False)), framework=str(meta.get("framework") or ""))

@@ -62,6 +62,7 @@ class Profile:
     dispatches_of: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
     end_ns_of: dict[str, float] = field(default_factory=dict)
     unran: tuple = ()  # rooflens.trace.dispatch.Unran: programs dispatched more often than they ran in the trace
+    framework: str = ""  # "JAX", "TensorFlow", "PyTorch", or "" (not known): what made the trace, as it shows
 
     @cached_property
     def modules(self) -> dict[str, H.Module]:
@@ -166,9 +167,11 @@ def _guess_from_name(name: str) -> tuple[str, str, str]:
         return "collective", "", "custom-call"
     # CUDA kernel names: nvjet_… are cuBLAS's GEMMs; flash_fwd_kernel / fmha_… fused attention, which XLA runs as a
     # custom call (cuDNN)
-    for key, cat in (("gemm", "matmul"), ("cublas", "matmul"), ("nvjet", "matmul"), ("conv", "convolution"),
-                     ("elementwise", "elementwise"), ("flash", "custom-call"), ("fmha", "custom-call")):
-        if key in low:
+    # (not Eigen's TensorConversionOp: "conv" of a convolution, not of a conversion; ROCm's runtime copy kernel)
+    for key, cat in (("gemm", "matmul"), ("cublas", "matmul"), ("nvjet", "matmul"), (r"conv(?!er)", "convolution"),
+                     ("elementwise", "elementwise"), ("flash", "custom-call"), ("fmha", "custom-call"),
+                     ("copybuffer", "copy/transpose")):
+        if re.search(key, low):
             return cat, "", "custom-call"
     for tok in reversed(tokens):
         if tok in KNOWN_OPCODES:

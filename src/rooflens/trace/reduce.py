@@ -92,6 +92,7 @@ class HostPart:
     sketch: tuple[np.ndarray, np.ndarray, np.ndarray]  # (op, bucket, count) rows, grouped by op
     runs: np.ndarray  # per op: the program executions it ran in (trace-cut ones left out)
     run_min_ps: np.ndarray  # per op: its smallest and largest time in one execution (0 when none)
+    run_total_ps: np.ndarray  # per op: its time summed over those executions (their mean's numerator)
     run_max_ps: np.ndarray
     run_sketch: tuple[np.ndarray, np.ndarray, np.ndarray]  # the sketch of its times per execution
     unran: tuple  # rooflens.trace.dispatch.Unran: its programs dispatched more often than run in the trace
@@ -110,6 +111,7 @@ class HostPart:
     notes: list[str]
     platform: str
     device_kind: str
+    framework: str
     plane_stats: dict
     metadata: dict
     hlo_texts: dict[str, str]
@@ -187,6 +189,7 @@ def reduce_profile(profile: Profile, sample_events: int, pod_hosts: int = 1) -> 
     sketch = sketch_of(np.repeat(np.arange(m), cnt), ranked)
     run_op, run_sums = execution_sums(t, inv)  # sums of integers below 2**53 ps: exact
     runs, _, run_min, run_max = execution_extremes(run_op, run_sums, m)
+    run_total = np.bincount(run_op, weights=run_sums, minlength=m)
     run_sketch = sketch_of(np.repeat(np.arange(m), runs), grouped_sorted(run_op, m, run_sums))
     ops = [(t.programs[int(u // width)], t.names[int(u % width)]) for u in uniq.tolist()]
     pairs = unique_rows(inv, t.device)[0]
@@ -211,6 +214,7 @@ def reduce_profile(profile: Profile, sample_events: int, pod_hosts: int = 1) -> 
         min_ps=ranked[first] if m else ranked, max_ps=ranked[first + cnt - 1] if m else ranked,
         op_devices=[tuple(d) for d in op_devices], sketch=sketch, runs=runs.astype(np.int64),
         run_min_ps=np.rint(run_min).astype(np.int64), run_max_ps=np.rint(run_max).astype(np.int64),
+        run_total_ps=np.rint(run_total).astype(np.int64),
         run_sketch=run_sketch, unran=tuple(profile.unran), devices=devices, host_time=hosts[0],
         step_nums=nums.astype(np.int64), step_first_ps=step_first[0, :len(nums)], step_last_ps=step_last[0, :len(nums)],
         steps=np.asarray(profile.steps, np.float64).reshape(-1, 3),
@@ -220,8 +224,9 @@ def reduce_profile(profile: Profile, sample_events: int, pod_hosts: int = 1) -> 
         warmup_ns=np.asarray(steady_info(profile.metadata).get("intervals_ns") or [], float).reshape(-1, 2),
         sample=_used_words(t.select(rows[:sample_events])),
         sampled_step=sampled, notes=[n for n in profile.notes if not n.startswith("no HLO for ") and n != NO_STEPS],
-        platform=profile.platform, device_kind=profile.device_kind, plane_stats=profile.plane_stats,
-        metadata=profile.metadata, hlo_texts=profile.hlo_texts, events_total=profile.events_total)
+        platform=profile.platform, device_kind=profile.device_kind, framework=profile.framework,
+        plane_stats=profile.plane_stats, metadata=profile.metadata, hlo_texts=profile.hlo_texts,
+        events_total=profile.events_total)
 
 
 def _used_words(t: EventTable) -> EventTable:
@@ -318,6 +323,7 @@ class Merge:
         self.sketch = MergedSketch()  # of the events' durations
         self.runs = np.zeros(0, np.int64)  # per op: program executions it ran in, and its time in one
         self.run_min_ps = np.zeros(0, np.int64)
+        self.run_total_ps = np.zeros(0, np.int64)
         self.run_max_ps = np.zeros(0, np.int64)
         self.run_sketch = MergedSketch()
         self.unran: list = []
@@ -342,6 +348,7 @@ class Merge:
         self.devices += [set() for _ in range(extra)]
         self.runs = np.concatenate([self.runs, np.zeros(extra, np.int64)])
         self.run_min_ps = np.concatenate([self.run_min_ps, np.full(extra, np.iinfo(np.int64).max, np.int64)])
+        self.run_total_ps = np.concatenate([self.run_total_ps, np.zeros(extra, np.int64)])
         self.run_max_ps = np.concatenate([self.run_max_ps, np.zeros(extra, np.int64)])
 
     def add(self, index: int, part: HostPart) -> None:
@@ -357,6 +364,7 @@ class Merge:
             self.devices[g].update(devs)
         self.sketch.add(gi, part.sketch)
         self.runs[gi] += part.runs
+        self.run_total_ps[gi] += part.run_total_ps
         ran = part.runs > 0
         np.minimum.at(self.run_min_ps, gi[ran], part.run_min_ps[ran])
         np.maximum.at(self.run_max_ps, gi[ran], part.run_max_ps[ran])
@@ -434,7 +442,8 @@ class Merge:
             hosts=[p.host for p in parts], sources=files, notes=notes,
             metadata=self.first.get("metadata", (0, {}))[1], manifest=manifest, hlo_texts=hlo_texts,
             plane_stats=self.first.get("plane_stats", (0, {}))[1],
-            events_total=sum(p.events_total for p in parts), reduced=reduced, unran=unran)
+            events_total=sum(p.events_total for p in parts), reduced=reduced, unran=unran,
+            framework=next((p.framework for p in parts if p.framework), ""))
         shifts_s = [(s + p.t0_ns - t0) * 1e-9 for p, s in zip(parts, shift_ns)]
         devices = [_shifted(d, s) for p, s in zip(parts, shifts_s) for d in p.devices]
         hosts = [_shifted(p.host_time, s) for p, s in zip(parts, shifts_s)]
@@ -464,7 +473,7 @@ class Merge:
                          float(self.total_ps[g]) * 1e-3, float(self.self_ps[g]) * 1e-3, float(medians[g]) * 1e-3,
                          float(self.min_ps[g]) * 1e-3, float(self.max_ps[g]) * 1e-3, total_busy_s,
                          (int(self.runs[g]), float(run_med[g]) * 1e-3, float(run_min[g]) * 1e-3,
-                          float(run_max[g]) * 1e-3))
+                          float(run_max[g]) * 1e-3), float(self.run_total_ps[g]) * 1e-3)
                  for key, g in self.index.items()]
         stats.sort(key=lambda s: (s.program, s.name))  # ties in self time: a fixed order
         table = (self._host_steps(parts, origin, {(s.program, s.name): s.category for s in stats}) if len(parts) > 1
@@ -539,8 +548,8 @@ def load_aggregated(paths: list[str], runs: list[str], host_files, hlo_dir, prog
             else:
                 empty.append(host_files[i].host)
     if not merge.index:
-        raise RooflensError(f"{', '.join(paths)} has no device op events (no XLA ops on any device or CPU thread): "
-                            "was anything running on the devices while it was traced?")
+        raise RooflensError(f"{', '.join(paths)} has no device op events (no XLA ops or GPU kernels on any device "
+                            "or CPU thread): was anything running on the devices while it was traced?")
     return merge.profile(paths, runs, files, hlo_dir, tuple(empty))
 
 

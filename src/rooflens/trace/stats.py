@@ -44,6 +44,7 @@ class OpStat:
     pct_device_time: float  # of all devices' busy time
     executions: int = 0  # program executions it ran in, over all devices (cut ones left out)
     median_execution_s: float = 0.0  # per execution: the sum of its events in one program execution on one device
+    mean_execution_s: float = 0.0  # the mean of the same sums (over the same, uncut executions)
     min_execution_s: float = 0.0
     max_execution_s: float = 0.0
 
@@ -587,7 +588,9 @@ def _op_stats(profile: Profile, gaps_per_device: int) -> OpStats:
     mins, maxs = ranked[first], ranked[first + cnt - 1]
     medians = (ranked[first + (cnt - 1) // 2] + ranked[first + cnt // 2]) / 2
     ndev = _devices_per_group(inv, len(uniq), t.device)
-    runs, run_med, run_min, run_max = execution_extremes(*execution_sums(t, inv), len(uniq))
+    run_op, run_sums = execution_sums(t, inv)
+    runs, run_med, run_min, run_max = execution_extremes(run_op, run_sums, len(uniq))
+    run_tot = np.bincount(run_op, weights=run_sums, minlength=len(uniq))  # ps: the mean's numerator
     info = profile.op_info  # after the grouping: a caller may be parsing the HLO on another thread
     devices, hosts = device_times(profile, gaps_per_device)  # its transfers: by the ops' categories
     total_busy_s = sum(d.busy_s for d in devices) or 1.0
@@ -601,7 +604,7 @@ def _op_stats(profile: Profile, gaps_per_device: int) -> OpStats:
         stats.append(op_stat(info.get((program, name)), program, name, int(cnt[k]), int(ndev[k]), float(tot[k]),
                              float(selft[k]), float(medians[k]), float(mins[k]), float(maxs[k]), total_busy_s,
                              (int(runs[k]), float(run_med[k]) * 1e-3, float(run_min[k]) * 1e-3,
-                              float(run_max[k]) * 1e-3)))
+                              float(run_max[k]) * 1e-3), float(run_tot[k]) * 1e-3))
     cat_of_op = np.asarray([s.category for s in stats] or ["unknown"], dtype=object)  # in the order of uniq
     return stats_of(profile, stats, devices, hosts,
                     host_steps(profile, cat_of_op[inv]) if len(t.hosts) > 1 else None)
@@ -609,16 +612,20 @@ def _op_stats(profile: Profile, gaps_per_device: int) -> OpStats:
 
 def op_stat(info, program: str, name: str, count: int, devices: int, total_ns: float, self_ns: float,
             median_ns: float, min_ns: float, max_ns: float, total_busy_s: float,
-            executions: tuple[int, float, float, float] = (0, 0.0, 0.0, 0.0)) -> OpStat:
+            executions: tuple[int, float, float, float] = (0, 0.0, 0.0, 0.0),
+            run_total_ns: float | None = None) -> OpStat:
     """One op's stat from its measured sums and extremes in ns (``info``: its OpInfo, None when unknown);
-    ``executions``: its executions and the median, smallest and largest of its time in one (ns)."""
+    ``executions``: its executions and the median, smallest and largest of its time in one (ns);
+    ``run_total_ns``: its time summed over those executions (None: its total, no execution cut)."""
     runs, run_median_ns, run_min_ns, run_max_ns = executions
+    run_total = total_ns if run_total_ns is None else run_total_ns
     return OpStat(name=name, program=program, category=info.category if info else "unknown",
                   named_scope=info.named_scope if info else "", occurrences=count, devices=devices,
                   total_time_s=total_ns * 1e-9, self_time_s=self_ns * 1e-9, avg_time_s=(total_ns / count) * 1e-9,
                   median_time_s=median_ns * 1e-9, min_time_s=min_ns * 1e-9, max_time_s=max_ns * 1e-9,
                   pct_device_time=100.0 * self_ns * 1e-9 / total_busy_s, executions=runs,
                   median_execution_s=run_median_ns * 1e-9, min_execution_s=run_min_ns * 1e-9,
+                  mean_execution_s=run_total / runs * 1e-9 if runs else 0.0,
                   max_execution_s=run_max_ns * 1e-9)
 
 

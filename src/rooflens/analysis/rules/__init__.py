@@ -12,7 +12,7 @@ such as idle time over the steady state, are computed into it).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rooflens.analysis.findings import Finding, OpRef, Severity
 from rooflens.analysis.report import Report
@@ -25,6 +25,9 @@ class Rule:
     finding_ids: tuple[str, ...]  # the ``Finding.rule`` values it may produce
     summary: str  # one line: what it finds
     fn: Callable[[Report], list[Finding]]
+    #: its findings judge the measured times against the chip's roofline: with a chip given that is not the
+    #: trace's own, they are a what-if on that chip, not the trace's own slowness
+    roofline: bool = False
 
     def __call__(self, report) -> list[Finding]:
         found = self.fn(report)
@@ -41,11 +44,11 @@ RULES: tuple[Rule, ...] = (
     Rule("roofline-trust", ("roofline-trust",), "ops measured faster than their roofline: the cost model or the "
          "chip is wrong", kernels.roofline_trust),
     Rule("slow-op", ("slow-op",), "a dot, convolution or fusion more than 2× off its roofline, with its cause",
-         device_time.rule_slow_ops),
+         device_time.rule_slow_ops, roofline=True),
     Rule("kernel-inefficiency", ("kernel-inefficiency",), "many ops each moderately off their roofline: the "
          "step's time inside kernels beyond their rooflines", device_time.rule_kernel_inefficiency),
     Rule("slow-collective", ("slow-collective",), "collectives far slower than their bandwidth prediction",
-         communication.rule_slow_collectives),
+         communication.rule_slow_collectives, roofline=True),
     Rule("communication", ("communication-share", "weights-all-gathered"), "collectives take a large share of "
          "the step, or parameters are gathered every step", communication.rule_communication_share),
     Rule("copies", ("copies",), "copies and transposes take a large share of device time", device_time.rule_copies),
@@ -72,10 +75,21 @@ FINDING_IDS: tuple[str, ...] = tuple(i for r in RULES for i in r.finding_ids)
 
 def run_rules(report: Report) -> list[Finding]:
     """Every rule's findings, the one whose fix gives back the most time per step first (ties: the more
-    severe, then the more device time involved)."""
-    found = [f for rule in RULES for f in rule(report)]
+    severe, then the more device time involved). With a chip given that is not the trace's own
+    (``report.chip_mismatch``), the roofline rules' findings are what-ifs on that chip: low, said so in
+    their title and evidence, and after the findings about the trace itself."""
+    found = [what_if(report, f) if rule.roofline and report.chip_mismatch else f
+             for rule in RULES for f in rule(report)]
     rank: dict[Severity, int] = {"high": 0, "medium": 1, "low": 2}
-    return sorted(found, key=lambda f: (-f.recoverable_s, rank.get(f.severity, 3), -f.time_s))
+    return sorted(found, key=lambda f: (f.what_if, -f.recoverable_s, rank.get(f.severity, 3), -f.time_s))
+
+
+def what_if(report: Report, f: Finding) -> Finding:
+    """A roofline finding on a chip the trace did not run on, said to be a what-if (and low: the trace's
+    own chip may well run the op at its roofline)."""
+    return replace(f, severity="low", title=f"What-if on {report.chip}: {f.title}", what_if=True,
+                   evidence=(f"what-if: the times were measured on another chip than {report.chip} (the report's "
+                             "header says which); on its own chip the op may well run at its roofline", *f.evidence))
 
 
 __all__ = ["FINDING_IDS", "RULES", "Finding", "OpRef", "Rule", "Severity", "run_rules"]

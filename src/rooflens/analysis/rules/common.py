@@ -55,6 +55,28 @@ def per_what(st: StepBreakdown | None) -> str:
     return f"execution of {st.program}" if st is not None and st.basis == "executions" else "step"
 
 
+def is_jax(report: Report) -> bool:
+    """Whether the trace is a JAX program's: it says so, or (not said) its ops belong to XLA programs. A trace of
+    another framework (PyTorch, TensorFlow, an Nsight export without XLA ranges) gets advice in its own terms."""
+    if report.framework:
+        return report.framework == "JAX"
+    return any(c.program for c in report.comparison)
+
+
+def in_terms_of(report: Report, jax: str, pytorch: str, other: str) -> str:
+    """A rule's advice in the trace's framework's terms: JAX's, PyTorch's, or any other's (no framework API)."""
+    return jax if is_jax(report) else pytorch if report.framework == "PyTorch" else other
+
+
+def per_execution(c: OpComparison) -> str:
+    """An op's time per execution as every finding says it: the median (the report's statistic), with the mean
+    beside it where the two are far apart: '3.02 ms median per execution (mean 12.5 ms)'."""
+    from rooflens.units import fmt_seconds
+
+    return (f"{fmt_seconds(c.measured_s)} median per execution"
+            + (f" (mean {fmt_seconds(c.mean_s)})" if c.mean_apart else ""))
+
+
 def runs_per_step(report: Report, c: OpComparison) -> float:
     """How many times one device runs the op per step of its program (per execution, without steps)."""
     return c.runs / max(report.num_devices, 1) / periods_of(report, c.program)

@@ -7,6 +7,7 @@ from rooflens.analysis.report import Report
 from rooflens.analysis.rules.common import (
     busy_total,
     per_device_step,
+    per_execution,
     producer_chain,
     ref,
     runs_per_step,
@@ -44,8 +45,8 @@ def rule_slow_collectives(report: Report) -> list[Finding]:
         "slow-collective", severity_of(total / busy),
         f"{len(slow)} collective(s) take {min(c.ratio for c in slow):.0f}–{max(c.ratio for c in slow):.0f}× their "
         "bandwidth prediction", tuple(ref(c) for c in slow[:8]), per_device_step(report, total),
-        tuple(f"{ref(c)}: {_ms(c.measured_s)} vs {_ms(c.predicted_s)} for {c.comm_bytes / 1e6:.3g} MB sent per "
-              "device" for c in slow[:4]) + (f"{_ms(saved)} per step beyond their bandwidth and latency model",),
+        tuple(f"{ref(c)}: {per_execution(c)} vs {_ms(c.predicted_s)} for {c.comm_bytes / 1e6:.3g} MB sent "
+              "per device" for c in slow[:4]) + (f"{_ms(saved)} per step beyond their bandwidth and latency model",),
         cause, "look at what runs just before it on the slowest device; check the mesh axes against the topology")
     return [with_saving(report, f, saved, main)]
 
@@ -78,7 +79,7 @@ def rule_communication_share(report: Report) -> list[Finding]:
     exposed = min(st.communication_s, max(st.step_time_s - others, 0.0))
     evidence = [f"collectives take {_ms(st.communication_s)} of a {_ms(st.step_time_s)} step ({share:.0%}); "
                 f"exposed, at most {_ms(exposed)} (the step less its other ops)"]
-    evidence += [f"{ref(c)}: {_ms(c.total_time_s / max(c.runs, 1))} per execution, "
+    evidence += [f"{ref(c)}: {per_execution(c)}, "
                  f"{c.comm_bytes / 1e6:.3g} MB per device" for c in colls[:3]]
     if weights:
         evidence.append(f"{len(weights)} all-gather(s) read program parameters: the weights are gathered every step")

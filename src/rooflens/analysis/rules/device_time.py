@@ -18,8 +18,10 @@ from rooflens.analysis.rules.common import (
     busy_total,
     dot_of,
     excess_per_step,
+    in_terms_of,
     outside_kernels,
     per_device_step,
+    per_execution,
     per_step_of,
     per_what,
     producer_chain,
@@ -171,7 +173,7 @@ def rule_slow_ops(report: Report) -> list[Finding]:
         runs = runs_per_step(report, c)
         saved = excess_per_step(report, c)
         st = step_of(report, c.program)
-        evidence = [f"measured {_ms(c.measured_s)} per execution vs roofline {_ms(c.predicted_s)} "
+        evidence = [f"measured {per_execution(c)} vs roofline {_ms(c.predicted_s)} "
                     f"({c.ratio:.1f}×, {c.bound}-bound), {share:.0%} of device time",
                     f"{runs:.3g} execution(s) per {'execution' if st and st.basis == 'executions' else 'step'}: "
                     f"{_ms(saved)} beyond the roofline"] + notes
@@ -325,8 +327,12 @@ def rule_tiny_ops(report: Report) -> list[Finding]:
          f"{per_step:.0f} op executions per step per device across {programs} program(s)"),
         "the work is split into kernels too small to amortise their launch and synchronisation (a Python loop "
         "of small jitted calls, or ops XLA could not fuse)",
-        "jit the whole step (one program), turn Python loops into lax.scan / vmap, or give each op more work "
-        "(larger batch)")
+        in_terms_of(report, "jit the whole step (one program), turn Python loops into lax.scan / vmap, or give each "
+                    "op more work (larger batch)",
+                    "fuse the small kernels (torch.compile the step), capture the step as a CUDA graph, or give each "
+                    "kernel more work (larger batch)",
+                    "fuse the small kernels (compile the step), capture it as a CUDA graph, or give each kernel more "
+                    "work (larger batch)"))
     return [with_saving(report, f, saved, main)]
 
 
@@ -410,19 +416,33 @@ def rule_overheads(report: Report) -> list[Finding]:
     if within_share >= 0.5 and per_gap and per_gap < LAUNCH_GAP_S:
         cause = ("launch and dispatch latency between ops: each of the step's many short kernels waits a few "
                  "microseconds for the next to be launched")
-        fix = ("fewer, larger kernels: fuse (jit the whole step), let XLA capture the step as command buffers / CUDA "
-               "graphs, or give each op more work (larger batch)")
+        fix = in_terms_of(
+            report, "fewer, larger kernels: fuse (jit the whole step), let XLA capture the step as command buffers / "
+            "CUDA graphs, or give each op more work (larger batch)",
+            "fewer, larger kernels: fuse them (torch.compile the step), capture the step as a CUDA graph "
+            "(torch.cuda.graphs, or torch.compile(mode=\"reduce-overhead\")), or give each kernel more work (larger "
+            "batch)",
+            "fewer, larger kernels: fuse them (compile the step with the framework's compiler), capture the step as "
+            "a CUDA graph, or give each kernel more work (larger batch)")
     elif within_share >= 0.5:
         cause = ("the device waits inside its programs for the host: the runtime launching each op slower than the "
                  "device runs it (a library call's set-up, per-op host work), host callbacks, or transfers and "
                  "synchronisation the program waits for")
         fix = ("give each op more work so launches keep ahead of the device (larger batch, fewer and larger ops), "
-               "remove host callbacks and in-program transfers from the step (jax.debug.print, io_callback), and "
-               "check the gaps above")
+               + in_terms_of(report, "remove host callbacks and in-program transfers from the step (jax.debug.print, "
+                             "io_callback)", "remove host synchronisations from the step (tensor.item(), .cpu(), "
+                             "printing tensors, torch.cuda.synchronize())", "remove host synchronisations and "
+                             "transfers from the step (reading values back, printing them)")
+               + ", and check the gaps above")
     else:
         cause = ("host round-trips inside the step: the step runs several programs and the device waits for the "
                  "host to dispatch each")
-        fix = "jit the whole step as one program, and drop per-step synchronisations (device_get, printing values)"
+        fix = in_terms_of(report, "jit the whole step as one program, and drop per-step synchronisations "
+                          "(device_get, printing values)",
+                          "compile the step as one graph (torch.compile, CUDA graphs), and drop per-step "
+                          "synchronisations (tensor.item(), printing values)",
+                          "run the step as one compiled graph, and drop per-step synchronisations (reading values "
+                          "back, printing them)")
     f = Finding("overheads", "low", f"The device runs no kernel {share:.0%} of the {unit}", (), overhead_s,
                 tuple(evidence), cause, fix)
     return [with_saving(report, f, overhead_s, st.program)]

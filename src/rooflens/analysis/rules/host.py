@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from rooflens.analysis.findings import Finding
 from rooflens.analysis.report import Report
 from rooflens.analysis.rules.common import (
+    in_terms_of,
     per_device_step,
     per_step_of,
     per_what,
@@ -461,18 +462,23 @@ def _measured_finding(report: Report, m: MeasuredTransfers, implicit: Implicit |
                              "need them), or the host side (several GPUs copying at once through one switch or host "
                              "memory) holds them below the link"))
         fix = (("batch the small copies into one (a contiguous pinned staging buffer), " if small else "")
-               + "issue the copies non-blocking on a separate stream a step ahead (PyTorch: .to(device, "
-               "non_blocking=True) of the next batch on a side stream; JAX: jax.device_put of the next batch before "
-               "this step runs) so that they overlap compute, and keep on the device what need not cross each step")
+               + "issue the copies non-blocking on a separate stream a step ahead ("
+               + in_terms_of(report, "jax.device_put of the next batch before this step runs",
+                             ".to(device, non_blocking=True) of the next batch on a side stream",
+                             "the next batch's copy started before this step runs")
+               + ") so that they overlap compute, and keep on the device what need not cross each step")
     else:
         cause = ("the device waits for copies between host and device memory that no kernel overlaps: data fed or read "
                  "back every step, from pageable host memory (staged through a bounce buffer, at a fraction of the "
                  "link's bandwidth), in many small copies that each pay a fixed latency, or on the stream the "
                  "kernels run on")
-        fix = ("keep the data on the device across steps; pin the host memory (PyTorch: pin_memory=True and "
-               ".to(device, non_blocking=True)); batch small copies into one; prefetch the next batch while this "
-               "step runs (jax.device_put ahead of the step, or a copy on a separate stream) so that copies overlap "
-               "compute")
+        fix = ("keep the data on the device across steps; "
+               + in_terms_of(report, "batch small copies into one; prefetch the next batch while this step runs "
+                             "(jax.device_put ahead of the step) so that copies overlap compute",
+                             "pin the host memory (pin_memory=True and .to(device, non_blocking=True)); batch small "
+                             "copies into one; prefetch the next batch on a separate stream while this step runs",
+                             "pin the host memory; batch small copies into one; prefetch the next batch on a "
+                             "separate stream while this step runs so that copies overlap compute"))
     title = (f"Host↔device transfers take {m.time_s / step:.0%} of the {per}"
              + (", overlapped with kernels" if hidden else f", {m.exposed_s / step:.0%} with no kernel alongside"))
     f = Finding("host-transfers", "low", title, tuple(ref(s) for s in m.ops[:6]), m.time_s, tuple(evidence), cause,

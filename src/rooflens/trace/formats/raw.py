@@ -56,6 +56,8 @@ class RawTrace:
     # its steps are executions the devices ran (the main program's, where the trace has no step annotations: Nsight),
     # not the host's annotations: a trace that stopped with work queued has no step of it to leave out
     steps_ran: bool = False
+    # the framework that made it, as the trace shows it: "JAX", "TensorFlow", "PyTorch", or "" (not known)
+    framework: str = ""
 
 
 #: a host event that dispatches a jitted function: ``PjitFunction(train_step)`` (jaxlib's C++ dispatch path, on
@@ -215,3 +217,39 @@ def assign_steps(table: EventTable, steps: list[tuple[int, float, float]], rows:
         table.step[:] = got
     else:
         table.step[rows] = got
+
+
+#: lines TensorFlow's profiler derives on its device planes (tensorflow/profiler's GPU-multi-worker demo XSpace)
+TENSORFLOW_LINES = ("TensorFlow Ops", "TensorFlow Name Scope")
+
+
+def framework_of(jax_ops: bool, line_names, dispatches: bool = False) -> str:
+    """What made a trace, from what it shows: XLA ops named by program (``hlo_op``/``hlo_module``) or jitted
+    dispatches are JAX's; TensorFlow's derived device lines with none of those are TensorFlow's; else ""."""
+    if jax_ops or dispatches:
+        return "JAX"
+    if any(n in TENSORFLOW_LINES for n in line_names):
+        return "TensorFlow"
+    return ""
+
+
+def foreign_note(framework: str) -> str:
+    """The sentence a trace of another framework gets: what rooflens reads of it, and what it cannot give."""
+    return (f"this is a {framework} trace, not a JAX program: its GPU kernels are read by kernel name (time, "
+            "timeline, idle), with no HLO and so no roofline to compare them with")
+
+
+def kernels_note(names: list[str], dur_ps) -> str:
+    """The note on GPU kernels that name no HLO op: their count and time, by kernel name, most time first."""
+    from rooflens.units import fmt_seconds
+
+    by_name: dict[str, list[float]] = {}
+    for name, d in zip(names, np.asarray(dur_ps).tolist()):
+        c = by_name.setdefault(name, [0, 0.0])
+        c[0] += 1
+        c[1] += d * 1e-12
+    top = sorted(by_name.items(), key=lambda kv: -kv[1][1])
+    return (f"{len(names):,} GPU kernel(s) name no HLO op ({fmt_seconds(sum(t for _, t in by_name.values()))} in "
+            "all, counted in device busy time, no roofline): "
+            + ", ".join(f"{n:,} × {name} ({fmt_seconds(t)})" for name, (n, t) in top[:4])
+            + (f", and {len(top) - 4} more" if len(top) > 4 else ""))

@@ -28,15 +28,22 @@ from rooflens.trace.formats.compiled import njit
 READ_BYTES = 1 << 20  # compressed bytes per read (~10-20 MB of text)
 
 
+_EVENTS_KEY = np.frombuffer(b"traceEvents", np.uint8).copy()  # the key of the events array in a trace object
+
+
 @njit(cache=True)
 def split_elements(buf, start, state, out):
     """Scan ``buf[start:]`` and record the (start, end) of every complete element of the events
-    array: the array at depth 0 (a bare list) or the first array valued at depth 1 (the object's
-    ``traceEvents``). ``state`` = [depth, in string, escaped, element depth (-1: not found yet,
-    -2: the array has ended), current element's start (-1: none)] carries over between calls.
+    array: the array at depth 0 (a bare list) or the array valued by the object's ``traceEvents`` key
+    (PyTorch's Kineto traces put ``deviceProperties`` and ``distributedInfo`` arrays before it). ``state`` =
+    [depth, in string, escaped, element depth (-1: not found yet, -2: the array has ended), current element's
+    start (-1: none), how much of a depth-1 string matches ``traceEvents`` so far (-1: not it), whether the last
+    depth-1 string was that key] carries over between calls.
     Returns the number of elements written to ``out`` (at most its length; the caller then
     continues from the end of the last one) and the position the scan reached."""
     depth, in_str, esc, ev_depth, elem = state[0], state[1], state[2], state[3], state[4]
+    match, is_key = state[5], state[6]
+    nkey = _EVENTS_KEY.shape[0]
     n = 0
     i = start
     end = buf.shape[0]
@@ -45,14 +52,21 @@ def split_elements(buf, start, state, out):
         if in_str:
             if esc:
                 esc = 0
+                match = -1
             elif c == 92:  # backslash
                 esc = 1
+                match = -1
             elif c == 34:
                 in_str = 0
+                if depth == 1:
+                    is_key = 1 if match == nkey else 0
+            elif depth == 1 and match >= 0:
+                match = match + 1 if match < nkey and c == _EVENTS_KEY[match] else -1
         elif c == 34:
             in_str = 1
+            match = 0
         elif c == 123 or c == 91:  # { [
-            if c == 91 and ev_depth == -1 and depth <= 1:
+            if c == 91 and ev_depth == -1 and (depth == 0 or (depth == 1 and is_key)):
                 ev_depth = depth + 1
             elif depth == ev_depth and elem < 0:
                 elem = i
@@ -70,6 +84,7 @@ def split_elements(buf, start, state, out):
                 ev_depth = -2
         i += 1
     state[0], state[1], state[2], state[3], state[4] = depth, in_str, esc, ev_depth, elem
+    state[5], state[6] = match, is_key
     return n, i
 
 
@@ -83,6 +98,7 @@ class _Columns:
         self.op_meta: dict[tuple[int, int], dict] = {}  # (pid code, name code) → the event's args
         self.processes: dict[int, str] = {}
         self.threads: dict[tuple[int, int], str] = {}
+        self.labels: dict[int, str] = {}  # process → its labels (PyTorch's Kineto: "GPU 0", "CPU")
         self.count = 0
         self.tkeys, self.tcodes = np.zeros(1 << 14, np.int64), np.zeros(1 << 14, np.int32)
         self.strs = np.empty((1 << 13, 2), np.int64)
@@ -129,6 +145,7 @@ class _Columns:
             final[c] = index[w]
         self.processes = {final[p]: v for p, v in self.processes.items()}
         self.threads = {(final[p], final[t]): v for (p, t), v in self.threads.items()}
+        self.labels = {final[p]: v for p, v in self.labels.items()}
 
     def add(self, data: bytes, buf: np.ndarray, spans: np.ndarray, path: Path) -> None:
         """The events at ``spans`` of ``data``."""
@@ -179,6 +196,8 @@ class _Columns:
             self.processes[self.code(e.get("pid"))] = str(name)
         elif e.get("name") == "thread_name":
             self.threads[(self.code(e.get("pid")), self.code(e.get("tid")))] = str(name)
+        elif e.get("name") == "process_labels" and isinstance(args, dict):
+            self.labels[self.code(e.get("pid"))] = str(args.get("labels"))
 
     def _grow(self) -> None:
         from rooflens.trace.formats.compiled import rehash
@@ -251,7 +270,7 @@ def read_events(path: Path, progress=None) -> _Columns:
 
     compile_kernels()
     cols = _Columns()
-    state = np.array([0, 0, 0, -1, -1], np.int64)
+    state = np.array([0, 0, 0, -1, -1, -1, 0], np.int64)
     out = np.empty((1 << 16, 2), np.int64)
     pending = b""
     seen_any = False

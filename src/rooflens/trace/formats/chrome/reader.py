@@ -3,6 +3,7 @@ columns as an XSpace gives."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -19,12 +20,17 @@ from rooflens.trace.formats.raw import (
     RawTrace,
     containing,
     device_span,
+    foreign_note,
+    framework_of,
+    kernels_note,
     op_name,
     top_level_dispatches,
     trace_op_meta,
 )
 
 MAX_SPAN_US = 9e12  # int64 picoseconds hold 9.2e18 ps
+KINETO_GPU = re.compile(r"GPU (\d+)")
+KINETO_WAITS = frozenset({"Stream Sync", "Context Sync", "Event Sync", "Stream Wait Event", "Device Sync"})
 
 
 def read_chrome(path: Path, progress: Progress = None) -> RawTrace:
@@ -55,6 +61,11 @@ def read_chrome(path: Path, progress: Progress = None) -> RawTrace:
         if m:
             dev_kind[pid] = 1 if m.group(1) == "TPU" else 2
             dev_num[pid] = int(m.group(2))
+    # PyTorch's profiler (Kineto) labels a GPU's process "GPU 0" and names its streams' threads "stream 7"
+    kineto = {pid: int(m.group(1)) for pid, label in ev.labels.items() if not proc_dev.get(pid)
+              and (m := KINETO_GPU.fullmatch(label.strip()))}
+    for pid, num in kineto.items():
+        dev_kind[pid], dev_num[pid] = 2, num
     pid, tid = c["pid"], c["tid"]
     line_key, line_inv = E.unique_rows(pid, tid)
     line_names = [ev.threads.get((int(p), int(t)), words[t] if t >= 0 else "") for p, t in line_key]
@@ -99,6 +110,21 @@ def read_chrome(path: Path, progress: Progress = None) -> RawTrace:
     if len(gpu):
         platform, device_kind = "gpu", "GPU"
         parts.append((gpu, dev[gpu], c["hlo_op"][gpu], _chrome_programs(c, gpu, word, code)))
+    from rooflens.trace.formats.xspace.decode import is_kernel_line
+
+    kernel_line = np.asarray([is_kernel_line(x) or (int(p) in kineto and x.lower().startswith("stream"))
+                              for x, (p, _) in zip(line_names, line_key.tolist())] + [False])
+    # Kineto's copy engines and its waits (cuda_sync: "Stream Sync", "Context Sync", "Stream Wait Event") are no kernels
+    copies = np.asarray([w.startswith(("Memcpy", "Memset")) or w in KINETO_WAITS for w in words] + [False])
+    other = np.flatnonzero((kind == 2) & (c["hlo_op"] < 0) & (ev_role == 0) & kernel_line[line_inv]
+                           & ~copies[c["name"]]) if n else []
+    notes = []
+    framework = "PyTorch" if kineto else framework_of(bool(parts), line_names)
+    if len(other):  # kernels that name no HLO op: counted, by kernel name, in no XLA program (as the XSpace reader)
+        platform, device_kind = "gpu", device_kind or "GPU"
+        parts.append((other, dev[other], c["name"][other], np.full(len(other), code(""), np.int64)))
+        notes.append(kernels_note([words[k] for k in c["name"][other].tolist()], dur[other])
+                     if framework in ("JAX", "") else foreign_note(framework))
     if not parts:
         cpu = np.flatnonzero((kind == 0) & (c["hlo_op"] >= 0) & (c["device_ordinal"] >= 0))
         if len(cpu):
@@ -114,8 +140,10 @@ def read_chrome(path: Path, progress: Progress = None) -> RawTrace:
     py = np.flatnonzero((ev_role == 4) & (dur >= HOST_EVENT_MIN_PS))
     host_events = [(words[k], s_, s_ + d) for k, s_, d in zip(c["name"][py].tolist(), start[py].tolist(),
                                                                dur[py].tolist()) if words[k].startswith("$")]
-    return RawTrace(host, table, sorted(steps), device_kind or "unknown", platform, host_events=host_events,
-                    events_total=ev.count, dispatches=_dispatches(c, words, kind, line_inv, event_start, event_dur),
+    dispatches = _dispatches(c, words, kind, line_inv, event_start, event_dur)
+    return RawTrace(host, table, sorted(steps), device_kind or "unknown", platform, notes=notes,
+                    framework=framework or ("JAX" if platform == "cpu" or dispatches else ""),
+                    host_events=host_events, events_total=ev.count, dispatches=dispatches,
                     end_ps=int((event_start + event_dur).max()) if n else 0)
 
 

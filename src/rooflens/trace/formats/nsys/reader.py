@@ -428,7 +428,8 @@ def _read(archive: Archive, path: Path, progress: Progress) -> RawTrace:
     return RawTrace(hosts[0], table, steps, gpu.name or "GPU", "gpu", notes=notes, plane_stats=gpu.plane_stats,
                     host_events=host.compilations, hlo_protos=protos, events_total=r.n,
                     dispatches=host.dispatches, end_ps=max(host.end_ps, gpu_end_ps), steps_ran=True,
-                    session_clock=True)  # ns from the start of the process's own Nsight session
+                    # ns from the start of the process's own Nsight session; nsys-jax is NVIDIA's JAX wrapper
+                    session_clock=True, framework="JAX")
 
 
 @dataclass

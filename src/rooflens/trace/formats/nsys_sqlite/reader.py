@@ -220,9 +220,12 @@ def _by_kernel(work: T.Work, gtid: np.ndarray, launch: np.ndarray, r: T.Ranges, 
         host_events = sorted(((clean_words[clean_code[c]], (s - base) * 1000, (e - base) * 1000) for c, s, e in
                               zip(r.name[long].tolist(), r.start[long].tolist(), r.end[long].tolist())
                               if clean_words[clean_code[c]]), key=lambda h: h[1])
-    notes = ["no XLA ranges (TSL XlaModule/Thunk) in this export, so no HLO: not a JAX program, or a JAX that did "
-             "not emit them. Kernels are grouped by kernel name (their scope: the NVTX ranges they were launched "
-             "under most), and there is no roofline to compare with"]
+    made = framework_of_ranges(r.words) if len(r) else ""
+    notes = [(f"no XLA ranges (TSL XlaModule/Thunk) in this export: this is a {made} trace, not a JAX program"
+              if made else "no XLA ranges (TSL XlaModule/Thunk) in this export, so no HLO: not a JAX program, or a "
+              "JAX that did not emit them")
+             + ". Kernels are grouped by kernel name (their scope: the NVTX ranges they were launched under most), "
+             "and with no HLO there is no roofline to compare with"]
     return _Ops(rows, work.name, work.names, np.zeros(len(rows), np.int64), [""], op_meta, [], host_events, notes)
 
 
@@ -245,6 +248,16 @@ def _dominant_scopes(work: T.Work, at: np.ndarray, path: np.ndarray, up: np.ndar
 
 
 # -- the trace -------------------------------------------------------------------------------------
+
+def framework_of_ranges(words: list[str]) -> str:
+    """The framework an export's NVTX ranges show (no XLA ranges): PyTorch's profiler names its ranges after
+    its operators (``aten::mm``), TensorFlow after ``tf.…``/``TensorFlow`` ones; "" when they say nothing."""
+    if any(w.startswith("aten::") for w in words):
+        return "PyTorch"
+    if any(w.startswith(("tf.", "TensorFlow")) for w in words):
+        return "TensorFlow"
+    return ""
+
 
 def _read(db: D.Export, path: Path, host: str, progress: Progress) -> RawTrace:
     work = T.work(db)
@@ -294,4 +307,5 @@ def _read(db: D.Export, path: Path, host: str, progress: Progress) -> RawTrace:
     return RawTrace(host, table, ops.steps, device_kind, "gpu", notes=notes, plane_stats=plane_stats,
                     host_events=ops.host_events, events_total=len(work) + n_runtime + len(r),
                     dispatches=dispatches, end_ps=(end_ns - base) * 1000, steps_ran=True,
-                    session_clock=True)  # the session's start on its host's clock, one session per process
+                    # the session's start on its host's clock, one session per process
+                    session_clock=True, framework="JAX" if xla else framework_of_ranges(r.words))

@@ -144,6 +144,12 @@ def _metadata_stats(buf, start: int, end: int, stat_names: dict[int, str]) -> di
     return out
 
 
+def is_kernel_line(line_name: str) -> bool:
+    """A GPU line of kernels: ``Stream #16(Kernel)``, ``Stream #2``, ``Stream #7(Compute)`` (TensorFlow), not the
+    copy engines' ``Stream #8(MemcpyH2D)``/``(MemcpyOther)`` lines."""
+    return line_name.startswith("Stream") and "Memcpy" not in line_name
+
+
 def line_flags(plane_name: str, line_name: str) -> int:
     """Which events of a line an analysis uses (0: none, skip the line)."""
     if plane_name.startswith(("/device:TPU", "/device:GPU")):
@@ -151,7 +157,9 @@ def line_flags(plane_name: str, line_name: str) -> int:
             return W.KEEP_ALL
         if line_name in ("XLA TraceMe", "Async XLA Ops", "Overlay", "TC Overlay", "_counters_"):
             return 0
-        return W.KEEP_KEYED  # GPU kernel streams: the events that name their HLO op
+        if is_kernel_line(line_name):
+            return W.KEEP_ALL  # GPU kernel streams: every kernel, with its HLO op or not (a runtime copy kernel)
+        return W.KEEP_KEYED
     if plane_name.startswith("/host:"):
         if plane_name == "/host:metadata":
             return 0

@@ -23,7 +23,10 @@ from rooflens.trace.formats.raw import (
     RawTrace,
     containing,
     device_span,
+    foreign_note,
+    framework_of,
     hlo_module_of,
+    kernels_note,
     op_name,
     program_name,
     top_level_dispatches,
@@ -78,6 +81,13 @@ def read_xspace(path: Path, progress: Progress = None, device_time: bool = True)
     if len(gpu_ops):  # GPU: kernels that name their HLO op
         platform = "gpu"
         parts.append((gpu_ops, ev.dev[gpu_ops], *_string_codes(x, gpu_ops, vocab.code)))
+    notes = []
+    protos_seen = any(p.name == "/host:metadata" and len(p.meta_ids) for p in x.planes)
+    framework = framework_of(bool(parts) or protos_seen, x.line_names)
+    if (other := _kernels_without_op(x, ev, vocab)) is not None:  # counted, as XProf's kernel stats count them
+        platform = "gpu"
+        parts.append(other[:3] + (np.full(len(other[0]), vocab.code(""), np.int64),))
+        notes.append(other[3] if framework == "JAX" or not framework else foreign_note(framework))
     if not parts and (cpu := _cpu_ops(x, ev, vocab)) is not None:
         platform, device_kind = "cpu", "cpu"
         parts.append(cpu)
@@ -101,7 +111,8 @@ def read_xspace(path: Path, progress: Progress = None, device_time: bool = True)
         names=words or [""], programs=words or [""], origin_ns=origin_ns, hlo_text=hlo_text,
         op_meta=op_meta)
     return RawTrace(table.hosts[0], table, sorted(steps), device_kind or ("cpu" if platform == "cpu" else "unknown"),
-                    platform, plane_stats=plane_stats, host_events=host_events, hlo_protos=protos,
+                    platform, notes=notes, plane_stats=plane_stats, framework=framework or (
+                        "JAX" if platform == "cpu" or dispatches else ""), host_events=host_events, hlo_protos=protos,
                     events_total=x.events_total, dispatches=dispatches, end_ps=end_ps)
 
 
@@ -202,6 +213,25 @@ def _tpu_ops(x, ev: _Events, vocab, hlo_text: dict, op_meta: dict):
         if metas[k] is not None:
             op_meta.setdefault(op_key, metas[k])
     return tpu_ops, ev.dev[tpu_ops], name_c[inv.ravel()], prog
+
+
+def _kernels_without_op(x, ev: _Events, vocab):
+    """GPU kernels that name no HLO op (a runtime's copy kernel such as ROCm's ``__amd_rocclr_copyBuffer`` behind
+    ``hipMemcpyDtoDAsync``, a kernel of another framework): (rows, devices, name codes by kernel name, a note with
+    their count and time by name), or None. They run on the device and count in its busy time; their program is
+    "" (no XLA program: no roofline, as Nsight's kernels of no XLA program)."""
+    from rooflens.trace.formats.xspace.decode import is_kernel_line
+
+    kernel_line = np.asarray([is_kernel_line(n) for n in x.line_names] + [False])
+    rows = np.flatnonzero((ev.kind == 2) & (x.col("hlo_op") == W.NONE) & (ev.role == 0) & kernel_line[x.line])
+    if not len(rows):
+        return None
+    uk, inv = np.unique(_metadata_key(x, ev, rows), return_inverse=True)
+    inv = inv.ravel()
+    names = [_metadata_of(x, k)[0] or _metadata_of(x, k)[1] or "kernel" for k in uk.tolist()]
+    codes = np.asarray([vocab.code(n) for n in names], np.int64)
+    note = kernels_note([names[k] for k in inv.tolist()], ev.dur[rows])
+    return rows, ev.dev[rows], codes[inv], note
 
 
 def _cpu_ops(x, ev: _Events, vocab):
