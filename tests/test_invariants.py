@@ -36,8 +36,6 @@ NOT_READ_HERE = ("corrupt",)
 #: case of its own (test_a_refused_trace_says_why_in_one_sentence), never a skip of the invariants. A fixture that
 #: starts to read moves from here into the sweep, where every invariant then holds of it.
 REFUSED = {
-    "gpu_nvidia/tfprof_GPU-multi-worker_34.83.195.179_6003.v100x8.xplane.pb": "has no device op events",
-    "gpu_nvidia/tfprof_GPU-multi-worker_34.83.195.179_6003.v100x8.DERIVED.trace.json.gz": "has no device op events",
     # three unrelated exports side by side (two PyTorch runs and a JAX one, years apart): not one pod
     "gpu_nvidia/nsys_sqlite": "are not one run",
 }

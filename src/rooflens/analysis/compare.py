@@ -562,7 +562,7 @@ def _analyze(profile: Profile, stats: OpStats, chip: str | Chip | None, memory: 
     try:
         c, reason = resolve_chip(profile, chip)
     except RooflensError as e:
-        if require_roofline or chip is not None:
+        if (require_roofline and not foreign) or chip is not None:  # no HLO: no chip could give it a roofline
             raise
         c, reason = None, str(e)
     if foreign and c is None:  # no chip gives its kernels a roofline (a chip still prices its host link)
