@@ -33,6 +33,21 @@ class FiniteFloat(click.FloatRange):
 
     name = "finite float range"
 
+    def _describe_range(self) -> str:
+        """The range as ``--help`` shows it: nothing when unbounded (click would print ``x<=None``)."""
+        if self.min is None and self.max is None:
+            return ""
+        lo = "" if self.min is None else f"{_typed(self.min)}{'<' if self.min_open else '<='}"
+        hi = "" if self.max is None else f"{'<' if self.max_open else '<='}{_typed(self.max)}"
+        return f"{lo}x{hi}"
+
+
+def _typed(v: float) -> str:
+    """A bound as a user would type it: ``1e15``, not ``1000000000000000.0``; ``0``, not ``0.0``."""
+    if float(v).is_integer():
+        return f"{v:.0e}".replace("e+", "e") if abs(v) >= 1e6 else str(int(v))
+    return repr(v)
+
     def convert(self, value, param, ctx):
         rv = super().convert(value, param, ctx)
         if not math.isfinite(rv):

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from rooflens.hlo.module import Instruction, Module
 from rooflens.hlo.opcodes import CATEGORIES, MATMUL, describe_opcode
 from rooflens.hlo.shape import MEMORY_SPACE_NAMES, Shape
-from rooflens.units import fmt_bytes_binary
+from rooflens.units import fmt_bytes
 
 _MAX_GROUPS_SHOWN = 8
 
@@ -172,7 +172,7 @@ class OpExplanation:
         return asdict(self)
 
 
-format_bytes = fmt_bytes_binary  # ``2048`` → ``2.0 KiB``: the one formatter in rooflens.units
+format_bytes = fmt_bytes  # ``2048`` → ``2.05 kB``: the one formatter, in rooflens.units
 
 
 def describe_layout(shape: Shape) -> list[str]:

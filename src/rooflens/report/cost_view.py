@@ -7,7 +7,7 @@ from rich.table import Table
 
 from rooflens.report.text import e
 from rooflens.units import fmt_seconds as ms
-from rooflens.units import fmt_si
+from rooflens.units import fmt_named, fmt_si
 
 UNITS = {"core": "one TensorCore", "chip": "one chip", "gpu": "one GPU", "cpu": "this CPU"}
 
@@ -41,10 +41,7 @@ def render_chip(console: Console, chip) -> None:
     table.add_column("value", justify="right")
     table.add_column("source")
     for key, fig in chip.figures.items():
-        unit = "FLOP/s" if key.startswith("peak_flops_per_s") else (
-            "B/s" if key.endswith("_per_s") else ("B" if key.endswith("_bytes") else ""))
-        value = si(fig.value, unit, 4) if isinstance(fig.value, int | float) and unit else str(fig.value)
-        table.add_row(e(key), e(value), e(fig.source))
+        table.add_row(e(key), e(fmt_named(key, fig.value)), e(fig.source))
     console.print(table)
 
 

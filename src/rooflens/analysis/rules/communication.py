@@ -15,6 +15,7 @@ from rooflens.analysis.rules.common import (
 )
 from rooflens.analysis.rules.device_time import MIN_SHARE
 from rooflens.hlo import Instruction, Module
+from rooflens.units import fmt_bytes, fmt_ratio_range, plural
 from rooflens.units import fmt_seconds as _ms
 
 SLOW_COLLECTIVE_RATIO = 3.0
@@ -42,9 +43,10 @@ def rule_slow_collectives(report: Report) -> list[Finding]:
                 if not per_exec or c.program == main)
     f = Finding(
         "slow-collective", severity_of(total / busy),
-        f"{len(slow)} collective(s) take {min(c.ratio for c in slow):.0f}–{max(c.ratio for c in slow):.0f}× their "
-        "bandwidth prediction", tuple(ref(c) for c in slow[:8]), per_device_step(report, total),
-        tuple(f"{ref(c)}: {_ms(c.measured_s)} vs {_ms(c.predicted_s)} for {c.comm_bytes / 1e6:.3g} MB sent per "
+        f"{plural(len(slow), 'collective')} {'takes' if len(slow) == 1 else 'take'} "
+        f"{fmt_ratio_range(min(c.ratio for c in slow), max(c.ratio for c in slow))} "
+        f"{'its' if len(slow) == 1 else 'their'} bandwidth prediction", tuple(ref(c) for c in slow[:8]), per_device_step(report, total),
+        tuple(f"{ref(c)}: {_ms(c.measured_s)} vs {_ms(c.predicted_s)} for {fmt_bytes(c.comm_bytes)} sent per "
               "device" for c in slow[:4]) + (f"{_ms(saved)} per step beyond their bandwidth and latency model",),
         cause, "look at what runs just before it on the slowest device; check the mesh axes against the topology")
     return [with_saving(report, f, saved, main)]
@@ -79,9 +81,10 @@ def rule_communication_share(report: Report) -> list[Finding]:
     evidence = [f"collectives take {_ms(st.communication_s)} of a {_ms(st.step_time_s)} step ({share:.0%}); "
                 f"exposed, at most {_ms(exposed)} (the step less its other ops)"]
     evidence += [f"{ref(c)}: {_ms(c.total_time_s / max(c.runs, 1))} per execution, "
-                 f"{c.comm_bytes / 1e6:.3g} MB per device" for c in colls[:3]]
+                 f"{fmt_bytes(c.comm_bytes)} per device" for c in colls[:3]]
     if weights:
-        evidence.append(f"{len(weights)} all-gather(s) read program parameters: the weights are gathered every step")
+        evidence.append(f"{plural(len(weights), 'all-gather')} {'reads' if len(weights) == 1 else 'read'} program "
+                        "parameters: the weights are gathered every step")
         gathered = sum(c.total_time_s for c in weights) / max(report.num_devices, 1) / (st.periods or 1.0)
         return [with_saving(report, Finding(
             "weights-all-gathered", severity_of(share), "Weights are all-gathered every step (FSDP-style sharding)",
