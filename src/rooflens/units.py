@@ -185,7 +185,7 @@ def fmt_named(name: str, value, digits: int = 4) -> str:
     ``ici_hop_latency_s, 1e-6`` → ``1 µs``; ``peak_flops_per_s.bf16`` → ``197 TFLOP/s``;
     ``shared_memory_bytes_per_sm`` → ``233.5 kB per SM``; a topology list ``((2, 4), (4, 4))`` →
     ``2x4, 4x4``; other numbers plainly (never an exponent)."""
-    if isinstance(value, bool) or isinstance(value, str):
+    if isinstance(value, bool | str):
         return str(value)
     if isinstance(value, list | tuple):
         if all(isinstance(v, list | tuple) for v in value):

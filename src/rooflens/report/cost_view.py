@@ -6,8 +6,8 @@ from rich.console import Console
 from rich.table import Table
 
 from rooflens.report.text import e
-from rooflens.units import fmt_seconds as ms
 from rooflens.units import fmt_named, fmt_si
+from rooflens.units import fmt_seconds as ms
 
 UNITS = {"core": "one TensorCore", "chip": "one chip", "gpu": "one GPU", "cpu": "this CPU"}
 

@@ -47,7 +47,8 @@ def _width(console: Console, table: Table) -> int:
     return Measurement.get(console, console.options.update(max_width=1 << 20), table).maximum
 
 
-def fitted_table(console: Console, cols: list[Col], rows: list[tuple], title: str | None = None) -> tuple[Table, list[str]]:
+def fitted_table(console: Console, cols: list[Col], rows: list[tuple],
+                 title: str | None = None) -> tuple[Table, list[str]]:
     """The table for ``rows`` (one cell per column of ``cols``) at this console's width, and the
     headers of the columns left out to fit it (say them: the reader should know what is missing)."""
     keep = list(range(len(cols)))

@@ -35,7 +35,9 @@ def render_op_stats(console: Console, report, source: str, top: int = 20) -> Non
         s = stats.steps
         console.print(f"steps: {s.count}, mean {ms(s.mean_s)} ± {ms(s.std_s)} (standard deviation; min {ms(s.min_s)}, "
                       f"max {ms(s.max_s)})")
-    dcols = [Col("device"), Col("host", "left", 3 if len({d.host for d in stats.devices}) > 1 else 6), Col("events", drop=4), Col("busy"), Col("idle"),
+    several_hosts = len({d.host for d in stats.devices}) > 1
+    dcols = [Col("device"), Col("host", "left", 3 if several_hosts else 6), Col("events", drop=4), Col("busy"),
+             Col("idle"),
              Col("window", drop=2), Col("largest gap", drop=1), Col("between", "left", 5, name=True)]
     drows = []
     for d in stats.devices:
@@ -105,7 +107,8 @@ def _render_comparison(console: Console, report, top: int) -> None:
                       + _share_of_device(report, unpriced))
     kernels = [c for c in report.comparison if c.priced and c.opcode == "custom-call"]
     if kernels:
-        console.print(f"custom kernels priced ({plural(len(kernels), 'op')}, {ms(sum(c.total_time_s for c in kernels))} in all"
+        console.print(f"custom kernels priced ({plural(len(kernels), 'op')}, "
+                      f"{ms(sum(c.total_time_s for c in kernels))} in all"
                       f"{_share_of_device(report, kernels)}); lower bounds: "
                       f"{sum(1 for c in kernels if c.roofline_bound == 'lower')}, inferred from shapes (~): "
                       f"{sum(1 for c in kernels if c.roofline_bound == 'inferred')}")

@@ -45,7 +45,8 @@ def rule_slow_collectives(report: Report) -> list[Finding]:
         "slow-collective", severity_of(total / busy),
         f"{plural(len(slow), 'collective')} {'takes' if len(slow) == 1 else 'take'} "
         f"{fmt_ratio_range(min(c.ratio for c in slow), max(c.ratio for c in slow))} "
-        f"{'its' if len(slow) == 1 else 'their'} bandwidth prediction", tuple(ref(c) for c in slow[:8]), per_device_step(report, total),
+        f"{'its' if len(slow) == 1 else 'their'} bandwidth prediction", tuple(ref(c) for c in slow[:8]),
+        per_device_step(report, total),
         tuple(f"{ref(c)}: {_ms(c.measured_s)} vs {_ms(c.predicted_s)} for {fmt_bytes(c.comm_bytes)} sent per "
               "device" for c in slow[:4]) + (f"{_ms(saved)} per step beyond their bandwidth and latency model",),
         cause, "look at what runs just before it on the slowest device; check the mesh axes against the topology")
