@@ -5,7 +5,9 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from rooflens.report.tables import Col, print_fitted
 from rooflens.report.text import e, percent
+from rooflens.units import fmt_ratio
 from rooflens.units import fmt_seconds as ms
 
 
@@ -26,7 +28,7 @@ def _delta(a: float, b: float) -> str:
         return "new" if b else ""
     r = b / a
     style = "green" if r < 0.95 else "red" if r > 1.05 else "dim"
-    return f"[{style}]{r:.2f}×[/]"
+    return f"[{style}]{fmt_ratio(r)}[/]"
 
 
 def _share_delta(a: float, b: float) -> str:
@@ -49,15 +51,16 @@ def render_diff(console: Console, d, top: int = 20) -> None:
         table.add_row(e(c.category), ms(c.time_a_s), ms(c.time_b_s), _delta(c.time_a_s, c.time_b_s),
                       _pct(c.share_a), _pct(c.share_b), _share_delta(c.share_a, c.share_b))
     console.print(table)
-    table = Table(title=f"Top {min(top, len(d.ops))} of {len(d.ops)} matched ops", title_justify="left")
-    for col in ("op (A → B)", "category", "scope", "A", "B", "B/A", "share A", "share B", "roofline ×", "matched by"):
-        table.add_column(col, justify="left" if col in ("op (A → B)", "category", "scope", "matched by") else "right")
+    cols = [Col("op (A → B)", "left", name=True), Col("category", "left", 3), Col("scope", "left", 4), Col("A"),
+            Col("B"), Col("B/A"), Col("share A", drop=5), Col("share B", drop=5), Col("roofline ×", drop=2),
+            Col("matched by", "left", 6)]
+    rows = []
     for o in d.ops[:top]:
         name = o.name_a if o.name_a == o.name_b else f"{o.name_a} → {o.name_b}"
-        ratios = " → ".join("—" if r is None else f"{r:.2f}" for r in (o.ratio_a, o.ratio_b))
-        table.add_row(e(name), o.category, e(o.named_scope), ms(o.time_a_s), ms(o.time_b_s),
-                      _delta(o.time_a_s, o.time_b_s), _pct(o.share_a), _pct(o.share_b), ratios, o.matched_by)
-    console.print(table)
+        ratios = " → ".join(fmt_ratio(r) for r in (o.ratio_a, o.ratio_b))
+        rows.append((e(name), o.category, e(o.named_scope), ms(o.time_a_s), ms(o.time_b_s),
+                     _delta(o.time_a_s, o.time_b_s), _pct(o.share_a), _pct(o.share_b), ratios, o.matched_by))
+    print_fitted(console, cols, rows, f"Top {min(top, len(d.ops))} of {len(d.ops)} matched ops")
     for title, rows in (("Appeared in B", d.appeared), ("Disappeared from A", d.disappeared)):
         if rows:
             console.print(f"\n[bold]{title}[/bold] ({len(rows)})")

@@ -8,14 +8,14 @@ from rich.console import Console
 from rich.table import Table
 
 from rooflens.report.text import e
-from rooflens.units import fmt_bytes
+from rooflens.units import fmt_bytes, fmt_count, fmt_number, fmt_ratio
 
 gb = partial(fmt_bytes, digits=3)
 
 
 def render_estimate(console: Console, est) -> None:
-    console.print(f"[bold]Model state for {est.params:.3g} parameters[/bold] ({est.optimizer}): "
-                  f"{gb(est.total_bytes)} = {est.bytes_per_param:.3g} bytes/parameter"
+    console.print(f"[bold]Model state for {fmt_count(est.params, 'parameters')}[/bold] ({est.optimizer}): "
+                  f"{gb(est.total_bytes)} = {fmt_number(est.bytes_per_param)} bytes/parameter"
                   + (f", {gb(est.per_device_bytes)} per device over {est.shards}" if est.shards > 1 else ""))
     for name, value in (("weights", est.weights_bytes), ("gradients", est.gradients_bytes),
                         ("optimizer moments", est.optimizer_bytes), ("master weights", est.master_bytes)):
@@ -44,7 +44,7 @@ def render_memory(console: Console, mem, source: str) -> None:
         if p.timeline is not None:
             render_timeline(console, p.timeline)
     if mem.peak_over_state:
-        console.print(f"peak / state held (inputs and outputs): {mem.peak_over_state:.2f}×")
+        console.print(f"peak / state held (inputs and outputs): {fmt_ratio(mem.peak_over_state)}")
     for s in mem.snapshots:
         console.print(f"live device memory at {e(s.label)}: {gb(s.total_bytes)}")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from rooflens.units import fmt_bytes, fmt_seconds
+from rooflens.units import fmt_bytes, fmt_percent, fmt_ratio, fmt_seconds
 
 
 def saving_line(f) -> str:
@@ -15,14 +15,13 @@ def saving_line(f) -> str:
         return "fixing this would save no device time"
     if f.step_s:
         return (f"fixing this would save ~{fmt_seconds(f.recoverable_s)} of a {fmt_seconds(f.step_s)} {f.per} "
-                f"({f.recoverable_s / f.step_s:.0%})")
+                f"({fmt_percent(f.recoverable_s / f.step_s)})")
     return f"fixing this would save ~{fmt_seconds(f.recoverable_s)} per {f.per}"
 
 
 def percent(x: float) -> str:
-    """A share as a percentage that never shows a non-zero share as 0.0 % (``0.04%``)."""
-    v = 100 * x
-    return "0%" if v == 0 else f"{v:.1f}%" if abs(v) >= 0.1 else f"{v:.2g}%"
+    """A share as a percentage (:func:`rooflens.units.fmt_percent`: a non-zero share never reads 0%)."""
+    return fmt_percent(x)
 
 
 def mfu_text(step, roofs, chip_reason: str = "") -> str:
@@ -38,11 +37,12 @@ def mfu_text(step, roofs, chip_reason: str = "") -> str:
 
 
 def memory_line(mem) -> str:
-    """``jit_step: compiled peak 16.8 MB per device, holding 0.52 MB of inputs and outputs (32×); …``"""
+    """``jit_step: compiled peak 16.8 MB per device, holding 520 kB of inputs and outputs (the peak is 32× that)``."""
     main = mem.main
     ratio = mem.peak_over_state
     return (f"{main.program}: compiled peak {fmt_bytes(main.peak_bytes)} per device, holding "
-            f"{fmt_bytes(main.state_bytes)} of inputs and outputs" + (f" ({ratio:.2f}×)" if ratio else "")
+            f"{fmt_bytes(main.state_bytes)} of inputs and outputs"
+            + (f" (the peak is {fmt_ratio(ratio)} that)" if ratio else "")
             + (f"; live device memory up to {fmt_bytes(mem.live_peak_bytes)}" if mem.live_peak_bytes else ""))
 
 
