@@ -539,7 +539,8 @@ def test_implicit_transfers_the_capture_recorded_join_the_measured_finding(tmp_p
     big = dataclasses.replace(_nsight_report(NSYS_H100), in_window=recorded)
     (f,) = [f for f in rule_in_window(big) if f.rule == "host-transfers"]
     assert f.title.startswith("Host↔device transfers take")
-    assert any(e.startswith(f"the capture recorded {len(recorded.transfers)} implicit transfer(s)") for e in f.evidence)
+    n = len(recorded.transfers)
+    assert any(e.startswith(f"the capture recorded {n} implicit transfer{'s' if n != 1 else ''}") for e in f.evidence)
     small = dataclasses.replace(_nsight_report(NSYS_H100_MFU), in_window=recorded)
     (g,) = [f for f in rule_in_window(small) if f.rule == "host-transfers"]
     exposed = sum(x.exposed_s for d in small.stats.devices for x in d.transfers) / small.num_devices

@@ -62,6 +62,14 @@ def console():
     return terminal_console(highlight=False, soft_wrap=True, width=width)
 
 
+def err_console():
+    """A console on stderr, for progress and notes (stdout carries the result): its width as :func:`console`."""
+    from rooflens.report.text import terminal_console
+
+    width = None if sys.stderr.isatty() else int(os.environ.get("COLUMNS", "160"))
+    return terminal_console(highlight=False, soft_wrap=True, width=width, stderr=True)
+
+
 def json_text(doc) -> str:
     """The JSON rooflens prints or writes (indented; see :func:`rooflens.report.text.json_text`)."""
     from rooflens.report.text import json_text as render_json

@@ -32,6 +32,7 @@ from rooflens.analysis.rules.host import idle_flagged
 from rooflens.analysis.rules.kernels import launched_one_by_one, tiny_programs
 from rooflens.analysis.trust import is_async
 from rooflens.cost.kernels import instruction_module
+from rooflens.units import fmt_number, fmt_percent, fmt_ratio, plural
 from rooflens.units import fmt_seconds as _ms
 
 SLOW_RATIO = 2.0  # an op this many times slower than its roofline is worth a look (seed 000's red flag)
@@ -172,8 +173,9 @@ def rule_slow_ops(report: Report) -> list[Finding]:
         saved = excess_per_step(report, c)
         st = step_of(report, c.program)
         evidence = [f"measured {_ms(c.measured_s)} per execution vs roofline {_ms(c.predicted_s)} "
-                    f"({c.ratio:.1f}×, {c.bound}-bound), {share:.0%} of device time",
-                    f"{runs:.3g} execution(s) per {'execution' if st and st.basis == 'executions' else 'step'}: "
+                    f"({fmt_ratio(c.ratio)}, {c.bound}-bound), {fmt_percent(share)} of device time",
+                    f"{fmt_number(runs)} {'execution' if runs == 1 else 'executions'} per "
+                    f"{'execution' if st and st.basis == 'executions' else 'step'}: "
                     f"{_ms(saved)} beyond the roofline"] + notes
         if c.roofline_bound != "exact":
             evidence.append(f"its roofline: {c.roofline_note}")
@@ -182,7 +184,7 @@ def rule_slow_ops(report: Report) -> list[Finding]:
                           "dtype or layout change that explains the gap)")
             fixes.append("check its fusion in the HLO (`rooflens hlo --op`), whether it overlaps other work, and the "
                          "kernel the compiler chose (its tiling)")
-        f = Finding("slow-op", "low", f"{ref(c)} is {c.ratio:.1f}× slower than its roofline", (ref(c),),
+        f = Finding("slow-op", "low", f"{ref(c)} is {fmt_ratio(c.ratio)} slower than its roofline", (ref(c),),
                     per_step_of(report, c.total_time_s, c.program), tuple(evidence), "; ".join(causes),
                     "; ".join(fixes))
         out.append(with_saving(report, f, saved, c.program))
@@ -319,10 +321,10 @@ def rule_tiny_ops(report: Report) -> list[Finding]:
             saved += (c.measured_s - min(c.predicted_s or 0.0, c.measured_s)) * runs_per_step(report, c)
     main = report.steps.program if report.steps else None
     f = Finding(
-        "tiny-ops", "low", f"Many tiny ops: {per_step:.0f} per step per device, median {_ms(median)}",
+        "tiny-ops", "low", f"Many tiny ops: {per_step:,.0f} per step per device, median {_ms(median)}",
         tuple(ref(s) for s in sorted(tiny, key=lambda s: -s.occurrences)[:6]), per_device_step(report, total),
         (f"median op time {_ms(median)} < {_ms(TINY_OP_S)} (about the cost of launching one)",
-         f"{per_step:.0f} op executions per step per device across {programs} program(s)"),
+         f"{per_step:,.0f} op executions per step per device across {plural(programs, 'program')}"),
         "the work is split into kernels too small to amortise their launch and synchronisation (a Python loop "
         "of small jitted calls, or ops XLA could not fuse)",
         "jit the whole step (one program), turn Python loops into lax.scan / vmap, or give each op more work "
