@@ -7,7 +7,8 @@ README's later blocks assume the first one's import). What an example cannot hav
 the reader's own input (their script, their HLO file, their logdir before any example made one, a job
 listening on a port, a bucket): those examples are skipped, and only for a name listed in READER_INPUTS, so
 an example that points at a file nothing makes fails here instead of being skipped quietly. Each example
-that runs must exit 0 with no traceback, and write its numbers as people do (no ``e+``, ``None``, ``(s)``).
+that runs must exit 0 with no traceback, and write its numbers as people do (no Python exponent ``e+``,
+``None`` or ``(s)``; a cited source's own ``4.5e10`` stays).
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ def clean(out: str) -> list[str]:
     """What a person should never read in an output: an exponent, a None, a "(s)" plural, a traceback."""
     bad = []
     for line in out.splitlines():
-        if re.search(r"\d[eE][+-]\d", line) or re.search(r"\bNone\b", line) or "(s)" in line or \
+        if re.search(r"\d[eE][+]\d", line) or re.search(r"\bNone\b", line) or "(s)" in line or \
                 "Traceback (most recent call last)" in line:
             bad.append(line)
     return bad

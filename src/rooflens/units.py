@@ -227,3 +227,16 @@ def fmt_count(n: float | None, noun: str = "", missing: str = MISSING) -> str:
         if a >= size and a / size < 1000:
             return f"{_sig(_round_sig(n / size, 3), 3)} {word} {noun}".rstrip()
     return f"{fmt_number(n)} {noun}".rstrip()
+
+
+def fmt_g(value: float | None, digits: int = 4, missing: str = MISSING) -> str:
+    """A number in arithmetic shown step by step, as the scaling book writes it: ``digits`` significant
+    digits, and for very large or small values the book's exponent (``4.17e11``, ``2.5e-5``), never
+    Python's ``4.17e+11``."""
+    if _missing(value):
+        return missing
+    text = f"{value:.{digits}g}"
+    if "e" in text:
+        mantissa, exp = text.split("e")
+        text = f"{mantissa}e{int(exp)}"
+    return text
