@@ -15,6 +15,11 @@ def _t(v: float | None) -> str:
     return "—" if v is None else ms(v)
 
 
+def _roof(v: float | None, chip: str | None) -> str:
+    """A roofline sum, or ``unknown`` where there is no roofline (never a ``0 s`` for what was not priced)."""
+    return ms(v) if chip and v else "unknown"
+
+
 def _pct(v: float | None) -> str:
     return "—" if v is None else percent(v)
 
@@ -43,7 +48,8 @@ def render_diff(console: Console, d, top: int = 20) -> None:
     console.print(f"[bold]B[/bold] {e(d.label_b)} ({e(d.chip_b or 'no roofline')})")
     console.print(f"\n[bold]Step[/bold] (per device): {_t(s.step_time_a_s)} → {_t(s.step_time_b_s)} "
                   f"({_delta(s.step_time_a_s, s.step_time_b_s)}); MFU {_mfu(s.mfu_a)} → {_mfu(s.mfu_b)}; roofline sum "
-                  f"{_t(s.predicted_a_s)} → {_t(s.predicted_b_s)}; program {e(s.program_a)} → {e(s.program_b)}")
+                  f"{_roof(s.predicted_a_s, d.chip_a)} → {_roof(s.predicted_b_s, d.chip_b)}; program "
+                  f"{e(s.program_a)} → {e(s.program_b)}")
     table = Table(title="Time per step and share of the step, by category", title_justify="left")
     for col in ("category", "A", "B", "B/A", "share A", "share B", "Δ share"):
         table.add_column(col, justify="left" if col == "category" else "right")

@@ -5,8 +5,8 @@ from __future__ import annotations
 from functools import partial
 
 from rich.console import Console
-from rich.table import Table
 
+from rooflens.report.tables import Col, print_fitted
 from rooflens.report.text import e
 from rooflens.units import fmt_bytes, fmt_count, fmt_number, fmt_ratio
 
@@ -35,12 +35,11 @@ def render_memory(console: Console, mem, source: str) -> None:
                       f"aliased {gb(p.alias_bytes)}, temporaries {gb(p.temp_bytes)} → peak {gb(p.peak_bytes)}"
                       + (f"; tiling padding wastes {gb(p.padding_waste_bytes)}" if p.padding_waste_bytes else ""))
         if p.peak_buffers:
-            t = Table(title="Buffers live at the peak", title_justify="left")
-            for col in ("value", "shape", "bytes", "padded", "scope"):
-                t.add_column(col, justify="right" if col in ("bytes", "padded") else "left")
-            for b in p.peak_buffers:
-                t.add_row(e(b.name), e(b.shape), gb(b.bytes), gb(b.padded_bytes) if b.shape else "", e(b.named_scope))
-            console.print(t)
+            cols = [Col("value", "left", name=True), Col("shape", "left", 2), Col("bytes"), Col("padded", drop=3),
+                    Col("scope", "left", 4)]
+            rows = [(e(b.name), e(b.shape), gb(b.bytes), gb(b.padded_bytes) if b.shape else "", e(b.named_scope))
+                    for b in p.peak_buffers]
+            print_fitted(console, cols, rows, "Buffers live at the peak")
         if p.timeline is not None:
             render_timeline(console, p.timeline)
     if mem.peak_over_state:
