@@ -292,3 +292,17 @@ const pre = document.createElement("pre"); pre.id = "units"; pre.textContent = J
     assert js["s"] == [fmt_si(v, "B/s") for v in rates]
     assert js["p"] == [fmt_percent(v) for v in shares]
     assert js["r"] == [fmt_ratio(v) for v in ratios]
+
+
+def test_op_detail_source_stack_is_the_users_code(report_html):
+    """Issue 38: the op detail's Python stack listed rooflens's capture and click frames; it lists the
+    user's (here this test file, which defined the step) and says how many others it left out."""
+    import re
+
+    rep = rl.analyze(rl.load(report_html.parent / "logs"))
+    lines = [line.strip() for c in rep.comparison for line in c.hlo]
+    frames = [line for line in lines if re.match(r"\S+\.py:\d+", line)]
+    assert any("test_html.py" in f for f in frames), lines[:40]
+    assert not [f for f in frames if re.search(r"/src/rooflens/|-packages/(rooflens|click|_pytest|pluggy)/", f)]
+    assert any(re.fullmatch(r"\(\d+ frames of rooflens, click, runpy or a test runner left out\)", line)
+               for line in lines)

@@ -168,3 +168,20 @@ def test_terminal_tables_keep_op_names_whole_at_100_columns():
     assert shown == names and not any("…" in s for s in shown)  # each whole, so each distinguishable
     assert all(len(line) <= 100 for line in out.splitlines() if line.startswith(("│", "┃", "┏", "└")))
     assert "left out at 100 columns:" in out
+
+
+@pytest.mark.parametrize("path, user", [
+    ("/home/me/project/train.py", True),
+    ("/usr/local/lib/python3.10/dist-packages/flax/linen/module.py", True),  # a library the user calls
+    ("/home/me/rooflens/src/rooflens/capture/capture.py", False),
+    ("/opt/venv/lib/python3.12/site-packages/rooflens/cli/demo.py", False),
+    ("/opt/venv/lib/python3.12/site-packages/rooflens/workloads.py", True),  # the demo's own workload
+    ("/opt/venv/lib/python3.12/site-packages/click/core.py", False),
+    ("/usr/lib/python3.11/runpy.py", False),
+    ("<frozen runpy>", False),
+    ("/usr/lib/python3/dist-packages/_pytest/python.py", False),
+])
+def test_source_frames_of_the_tool_are_not_the_users(path, user):
+    from rooflens.hlo.explain import is_user_frame
+
+    assert is_user_frame(path) is user
