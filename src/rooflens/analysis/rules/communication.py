@@ -15,7 +15,7 @@ from rooflens.analysis.rules.common import (
 )
 from rooflens.analysis.rules.device_time import MIN_SHARE
 from rooflens.hlo import Instruction, Module
-from rooflens.units import fmt_bytes, fmt_ratio_range, plural
+from rooflens.units import fmt_bytes, fmt_percent, fmt_ratio_range, plural
 from rooflens.units import fmt_seconds as _ms
 
 SLOW_COLLECTIVE_RATIO = 3.0
@@ -79,7 +79,7 @@ def rule_communication_share(report: Report) -> list[Finding]:
     # exposed: the collectives' time, but no more than the step leaves once its other ops have run
     others = st.compute_s + st.layout_s + st.host_s + st.other_s
     exposed = min(st.communication_s, max(st.step_time_s - others, 0.0))
-    evidence = [f"collectives take {_ms(st.communication_s)} of a {_ms(st.step_time_s)} step ({share:.0%}); "
+    evidence = [f"collectives take {_ms(st.communication_s)} of a {_ms(st.step_time_s)} step ({fmt_percent(share)}); "
                 f"exposed, at most {_ms(exposed)} (the step less its other ops)"]
     evidence += [f"{ref(c)}: {_ms(c.total_time_s / max(c.runs, 1))} per execution, "
                  f"{fmt_bytes(c.comm_bytes)} per device" for c in colls[:3]]
@@ -96,7 +96,7 @@ def rule_communication_share(report: Report) -> list[Finding]:
             "jax.lax.with_sharding_constraint / shard_map, or use a mesh whose axis matches the sharding"),
             min(gathered, exposed), st.program)]
     return [with_saving(report, Finding(
-        "communication-share", severity_of(share), f"Collectives take {share:.0%} of the step", ops,
+        "communication-share", severity_of(share), f"Collectives take {fmt_percent(share)} of the step", ops,
         st.communication_s, tuple(evidence),
         "the sharding makes devices exchange activations or gradients more than they compute",
         "check which tensors the collectives move (`rooflens hlo --op`); add with_sharding_constraint on the "

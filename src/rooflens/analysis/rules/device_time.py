@@ -119,7 +119,8 @@ def _padding_cause(report: Report, c: OpComparison, module, ins) -> tuple[str, s
     small = [f"{what}={x}" for what, x, t in (("M", mm.m, SUBLANES), ("N", mm.n, edge), ("K", mm.k, edge))
              if x % t]
     batch = f" (× {mm.batch} batch, not tiled)" if mm.batch > 1 else ""
-    return (f"its matmul dims ({', '.join(small)}){batch} pad the {edge}×{edge} matrix unit's tiles: {useful:.0%} of "
+    return (f"its matmul dims ({', '.join(small)}){batch} pad the {edge}×{edge} matrix unit's tiles: "
+            f"{fmt_percent(useful)} of "
             f"the work done is useful, so its matrix work alone takes ~{_ms(padded_s)} against a roofline of "
             f"{_ms(c.predicted_s)}",
             f"make N and K multiples of {edge} and M of {SUBLANES} (fuse heads or projections, batch more tokens), "
@@ -218,8 +219,9 @@ def rule_kernel_inefficiency(report: Report) -> list[Finding]:
         return str(ref(c)) if several else c.name
 
     unit = "execution" if st.basis == "executions" else "step"
-    evidence = [f"{len(ops)} ops take {measured / (measured - total):.2g}× their rooflines together: "
-                f"{_ms(total)} per {unit} beyond them, {total / st.step_time_s:.0%} of the {_ms(st.step_time_s)} "
+    evidence = [f"{len(ops)} ops take {fmt_ratio(measured / (measured - total))} their rooflines together: "
+                f"{_ms(total)} per {unit} beyond them, {fmt_percent(total / st.step_time_s)} of the "
+                f"{_ms(st.step_time_s)} "
                 f"{unit}",
                 "the largest contributors: " + ", ".join(f"{name(c)} ({c.ratio:.2g}×, +{_ms(x)})" for c, x in ops[:5])]
     split = [(memory, "in memory-bound ops"), (compute, "in compute-bound ops"),
@@ -230,7 +232,7 @@ def rule_kernel_inefficiency(report: Report) -> list[Finding]:
     def achieved(bound: str, frac) -> str:
         sel = [(c, x) for c, x in ops if c.bound == bound and c.measured_s >= TINY_OP_S and frac(c)]
         t = sum(c.measured_s * runs_per_step(report, c) for c, _ in sel)
-        return f"{sum(frac(c) * c.measured_s * runs_per_step(report, c) for c, _ in sel) / t:.0%}" if t else ""
+        return f"{fmt_percent(sum(frac(c) * c.measured_s * runs_per_step(report, c) for c, _ in sel) / t)}" if t else ""
 
     biggest = max(split[:3], key=lambda xw: xw[0])[1]
     if biggest == split[2][1]:
@@ -268,7 +270,7 @@ def rule_copies(report: Report) -> list[Finding]:
     main = report.steps.program if report.steps else None
     saved = sum(c.measured_s * runs_per_step(report, c) for c in copies if _in_step(report, c))
     f = Finding(
-        "copies", "low", f"Copies and transposes take {share:.0%} of device time",
+        "copies", "low", f"Copies and transposes take {fmt_percent(share)} of device time",
         tuple(ref(c) for c in copies[:6]), per_step_of(report, total, main),
         tuple(f"{c.program}/{c.name}: {_ms(c.total_time_s)} in all" for c in copies[:4]),
         "arrays are retiled between ops whose preferred layouts differ (a transpose or layout change that XLA "
@@ -345,7 +347,7 @@ def rule_variance(report: Report) -> list[Finding]:
         if spread > (STEP_CV_CPU if cpu else STEP_CV) and (not cpu or q3 - q1 > STEP_SPREAD_CPU_S):
             slow = max(range(st.count), key=lambda i: st.times_s[i])
             f = Finding(
-                "step-variance", "low", f"Step times vary by {spread:.0%} (IQR/median)", (),
+                "step-variance", "low", f"Step times vary by {fmt_percent(spread)} (IQR/median)", (),
                 max(st.times_s) - min(st.times_s),
                 (f"steps: median {_ms(med)}, quartiles {_ms(q1)}–{_ms(q3)}, min {_ms(st.min_s)}, max {_ms(st.max_s)}",
                  f"slowest: step {st.steps[slow]}; steps as fast as the median would save {_ms(st.mean_s - med)} "
@@ -399,7 +401,8 @@ def rule_overheads(report: Report) -> list[Finding]:
     n_ops = per_step_of(report, sum(c.occurrences for c in report.comparison if _in_step(report, c)))
     per_gap = overhead_s * within_share / n_ops if n_ops else 0.0
     unit = per_what(st)
-    evidence = [f"the device runs no op {share:.0%} of the {unit} ({_ms(overhead_s)} of {_ms(st.step_time_s)}), "
+    evidence = [f"the device runs no op {fmt_percent(share)} of the {unit} ({_ms(overhead_s)} of "
+                f"{_ms(st.step_time_s)}), "
                 "measured from the gaps between its op events",
                 f"inside program executions: {_ms(gaps.within_s)} of gaps over {_ms(gaps.window_s)} measured"
                 + (f", ≈ {_ms(per_gap)} per op boundary ({n_ops:.0f} ops per {unit})" if n_ops else "")]
@@ -424,7 +427,7 @@ def rule_overheads(report: Report) -> list[Finding]:
         cause = ("host round-trips inside the step: the step runs several programs and the device waits for the "
                  "host to dispatch each")
         fix = "jit the whole step as one program, and drop per-step synchronisations (device_get, printing values)"
-    f = Finding("overheads", "low", f"The device runs no kernel {share:.0%} of the {unit}", (), overhead_s,
+    f = Finding("overheads", "low", f"The device runs no kernel {fmt_percent(share)} of the {unit}", (), overhead_s,
                 tuple(evidence), cause, fix)
     return [with_saving(report, f, overhead_s, st.program)]
 

@@ -87,7 +87,7 @@ def rule_idle(report: Report) -> list[Finding]:
             evidence.append(f"not counted: {_ms(warm_s)} of idle time while the host compiled or around first runs "
                             "(warm-up)")
         f = Finding(
-            "idle", severity_of(share), f"{who} is idle {share:.0%} of the time", (),
+            "idle", severity_of(share), f"{who} is idle {fmt_percent(share)} of the time", (),
             per_device_step(report, idle_s) * max(report.num_devices, 1), tuple(evidence),
             "the host does not feed the device fast enough: Python or data loading between steps, a "
             "synchronisation (print, device_get, block_until_ready) or a host-side stall",
@@ -441,8 +441,8 @@ def _measured_finding(report: Report, m: MeasuredTransfers, implicit: Implicit |
         fix = ("move fewer bytes between host and device: keep parameters and state on the device across steps, "
                "offload less, transfer in a narrower dtype")
     elif share is not None and share >= LINK_BOUND:
-        cause = (f"the device waits for copies that already move {share:.0%} of what the host link carries: the link "
-                 "is the limit, and the copies are not overlapped with compute")
+        cause = (f"the device waits for copies that already move {fmt_percent(share)} of what the host link carries: "
+                 "the link is the limit, and the copies are not overlapped with compute")
         fix = ("move fewer bytes across (keep parameters and state on the device between steps, offload fewer "
                "tensors, transfer in a narrower dtype), and overlap what must move with compute: start each copy a "
                "step ahead (jax.device_put of the next batch before this step runs; host offloading whose copy-start "
@@ -458,7 +458,7 @@ def _measured_finding(report: Report, m: MeasuredTransfers, implicit: Implicit |
     elif said:
         small = per_copy is not None and per_copy < SMALL_COPY_BYTES
         size = f" of {fmt_bytes(per_copy)} each" if per_copy is not None else ""
-        rate_said = (f"at {share:.0%} of the host link" if share is not None else
+        rate_said = (f"at {fmt_percent(share)} of the host link" if share is not None else
                      "at a rate this chip's host link is not known to compare with")
         cause = (f"the copies come from pinned host memory ({fmt_number(m.pinned)} of the {fmt_number(said)} whose "
                  "memory the trace "
