@@ -437,7 +437,7 @@ def test_memcpy_time_of_a_real_nsight_export_is_a_transfers_finding_priced_at_it
     assert 0.9 < time_s / step_s < 1.0
     assert f.time_s == pytest.approx(time_s, rel=1e-9) and f.recoverable_s == pytest.approx(exposed_s, rel=1e-9)
     assert f.step_s == pytest.approx(step_s, rel=1e-6) and f.per == "step" and f.severity == "high"
-    assert f"take {time_s / step_s:.0%} of the step" in f.title
+    assert f"take {100 * time_s / step_s:.1f}% of the step" in f.title  # rooflens.units.fmt_percent: 0.1 % steps
     assert rep.findings[0] is f  # the most a fix gives back
     h2d = sql[0]["h2d"]
     assert sql[1]["h2d"] == h2d
