@@ -90,6 +90,7 @@ def test_demo_runs_the_whole_loop(tmp_path):
 
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
     env["ROOFLENS_CACHE_DIR"] = str(tmp_path / "cache")  # no calibration yet: the demo makes one
+    env["COLUMNS"] = "100"  # a 100-column terminal: the op names must stay whole (issue 38)
     t0 = time.time()
     r = subprocess.run([sys.executable, "-m", "rooflens.cli", "demo", "--out", str(tmp_path / "demo")],
                        capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
@@ -100,6 +101,10 @@ def test_demo_runs_the_whole_loop(tmp_path):
     assert "8 devices" in r.stdout and "On tpu-v5e" in r.stdout and str(html) in r.stdout
     assert (tmp_path / "cache" / "local.toml").is_file()
     # no terminal: the progress (its last line too) goes to stderr, stdout carries the report alone
+    rows = [line for line in r.stdout.splitlines() if line.startswith("│")]
+    assert rows and all(len(line) <= 100 for line in r.stdout.splitlines() if line[:1] in "│┃┏┡└")
+    ops = {line.split("│")[1].strip() for line in rows if line.split("│")[1].strip().startswith("all-")}
+    assert len(ops) >= 9 and not any("…" in o for o in ops), ops  # the nine all-reduces, each its whole name
     bar_lines = ("starting JAX", "calibrating", "compiling", "capturing", "comparing", "predicting", "done")
     assert any(line.startswith("done") for line in r.stderr.splitlines())
     assert not any(line.startswith(bar_lines) for line in r.stdout.splitlines())
@@ -277,7 +282,7 @@ def test_pages_write_quantities_as_rooflens_units_does(tmp_path):
     seconds = [0.000999981, 0.0009994, 0, None, 1e-13, 5e-10, 0.9999996, 59.99, 999.7, 7200, 1e6, -0.002, 3.4e-5]
     sizes = [0, 512, 999.6, 2048, 4.19e6, 67108864, 1e15, 1e20, None]
     rates = [1.97e14, 4.5e10, 999.95, 0.5, 1e25, None]
-    shares = [0.346, 0.0004, 1e-6, 0, 1, None]
+    shares = [0.346, 0.0004, 0.00042, 1e-6, 0, 1, None]
     ratios = [1.2549, 232.67, 1974.7, 0.0944, None]
     units_js = (resources.files("rooflens.report") / "templates" / "units.js").read_text()
     page = ("<html><body><script>" + units_js + f"""

@@ -169,7 +169,7 @@ def fmt_percent(x: float | None, missing: str = MISSING) -> str:
         return f"{v:.1f}%"
     if abs(v) < 0.01:
         return "<0.01%" if v > 0 else ">-0.01%"
-    return f"{_sig(_round_sig(v, 1), 1)}%"
+    return f"{_sig(_round_sig(v, 2), 2)}%"
 
 
 def plural(n: int, noun: str, nouns: str | None = None) -> str:

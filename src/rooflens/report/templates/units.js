@@ -24,5 +24,5 @@ function bytes(n) {
   for (const [u, z] of [["PB", 1e15], ["TB", 1e12], ["GB", 1e9], ["MB", 1e6], ["kB", 1e3]]) if (a >= z) { const x = roundSig(a / z, 3); return sign + (u === "PB" && x >= 1000 ? Math.round(x).toLocaleString("en-US") : sig3(x)) + " " + u; }
   return sign + Math.round(Math.abs(n)).toLocaleString("en-US") + " B";
 }
-function pct(x) { if (missing(x)) return "—"; const v = 100 * x; if (v === 0) return "0%"; if (Math.abs(v) >= 0.1) return v.toFixed(1) + "%"; if (Math.abs(v) < 0.01) return v > 0 ? "<0.01%" : ">-0.01%"; return sig3(roundSig(v, 1), 1) + "%"; }
+function pct(x) { if (missing(x)) return "—"; const v = 100 * x; if (v === 0) return "0%"; if (Math.abs(v) >= 0.1) return v.toFixed(1) + "%"; if (Math.abs(v) < 0.01) return v > 0 ? "<0.01%" : ">-0.01%"; return sig3(roundSig(v, 2), 2) + "%"; }
 function ratio(x) { if (missing(x)) return "—"; if (!isFinite(x)) return "∞×"; if (Math.abs(x) >= 1000) return Math.round(x).toLocaleString("en-US") + "×"; return sig3(roundSig(x, 3)) + "×"; }
