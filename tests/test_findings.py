@@ -497,11 +497,11 @@ def test_xla_host_offload_waits_are_a_transfers_finding_with_bytes_from_the_hlo(
     outbound = sum(b for name, b in size.items() if not name.startswith("param"))
     assert inbound == outbound == 3 * 5 * 1024 * 1024 * 256 * 4
     line = next(e for e in f.evidence if "moved per execution of jit_f" in e)
-    assert f"{inbound / 1e9:.4g} GB host→device" in line and f"{outbound / 1e9:.4g} GB device→host" in line
+    assert f"{inbound / 1e9:.3g} GB host→device" in line and f"{outbound / 1e9:.3g} GB device→host" in line
     source = rl.chip("tpu-v6e").source("interconnect.pcie_bytes_per_s")
     assert "32 GB/s" in line and source in line
     rate = inbound / f.time_s / 32e9
-    assert f"{rate:.0%} of the host link" in line and "link is the limit" in f.cause
+    assert f"{100 * rate:.1f}% of the host link" in line and "link is the limit" in f.cause
     assert any(e.startswith("copy-done.5 (device→host)") for e in f.evidence)
     assert any(e.startswith("copy-done.2 (host→device)") for e in f.evidence)
 
@@ -590,12 +590,12 @@ def test_nsight_transfers_say_the_bytes_and_bandwidth_the_export_records_and_tha
     assert 25e9 < h2d < 26e9 and 20e9 < rate < 35e9  # what the export says, as the brief read it
     link = rl.chip("h100-sxm").value("interconnect.pcie_bytes_per_s")
     line = next(e for e in f.evidence if "moved per step on each device" in e)
-    assert f"{h2d / 1e9:.4g} GB host→device" in line and f"{d2h:.0f} B device→host" in line
-    assert f"{rate / 1e9:.3g} GB/s over the transfer time" in line and f"{rate / link:.0%} of the host link" in line
+    assert f"{h2d / 1e9:.3g} GB host→device" in line and f"{d2h:.0f} B device→host" in line
+    assert f"{rate / 1e9:.3g} GB/s over the transfer time" in line and f"{100 * rate / link:.1f}% of the host link" in line
     pinned = sum(c["pinned"] for c in copies.values()) / 2
     assert any(e.startswith(f"host memory: {pinned:.3g} of the") for e in f.evidence)
     assert f.cause.startswith("the copies come from pinned host memory") and "pageable staging is not" in f.cause
-    assert f"at {rate / link:.0%} of the host link" in f.cause and "are large" in f.cause
+    assert f"at {100 * rate / link:.1f}% of the host link" in f.cause and "are large" in f.cause
     assert "pin the host memory" not in f.fix
 
 
