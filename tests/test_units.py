@@ -185,3 +185,36 @@ def test_source_frames_of_the_tool_are_not_the_users(path, user):
     from rooflens.hlo.explain import is_user_frame
 
     assert is_user_frame(path) is user
+
+
+def test_memory_views_rank_programs_and_sum_up_the_small_ones():
+    """Issue 38: the memory section was dominated by 8-byte eager programs. The step program and the large
+    ones are shown; the rest is one line with their count and range (real compiled programs' figures)."""
+    import io
+
+    import jax
+    import jax.numpy as jnp
+    from rich.console import Console
+
+    from rooflens.memory.compiled import compiled_memory
+    from rooflens.memory.summary import summarize
+    from rooflens.report.memory_view import render_memory
+    from rooflens.report.text import ranked_programs
+
+    def stats(f, *args):
+        m = jax.jit(f).lower(*args).compile().memory_analysis()
+        return {k: getattr(m, k) for k in ("argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes",
+                                           "temp_size_in_bytes", "generated_code_size_in_bytes")}
+
+    step = compiled_memory("jit_step", stats(lambda w, x: jnp.tanh(x @ w) @ w.T, jnp.ones((512, 512)),
+                                             jnp.ones((256, 512))))
+    eager = [compiled_memory(f"jit_eager_{i}", stats(lambda x, i=i: x + i, jnp.float32(i))) for i in range(5)]
+    assert all(p.peak_bytes <= 16 for p in eager) and step.peak_bytes > 1e6  # what XLA itself says
+    mem = summarize([*eager, step], main_program="jit_step")
+    shown, rest, line = ranked_programs(mem.programs, mem.main_program)
+    assert [p.program for p in shown] == ["jit_step"] and len(rest) == 5
+    assert line.startswith("5 more programs not shown, with compiled peaks of ")
+    out = io.StringIO()
+    render_memory(Console(file=out, width=100), mem, "test")
+    text = out.getvalue()
+    assert "jit_step: arguments" in text and "jit_eager_0: arguments" not in text and "5 more programs" in text

@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 from importlib import resources
 
-from rooflens.report.text import memory_line, mfu_text, saving_line
-from rooflens.units import fmt_bytes, fmt_number, fmt_seconds, fmt_si, plural
+from rooflens.report.text import memory_line, mfu_text, ranked_programs, saving_line
+from rooflens.units import fmt_number, fmt_seconds, fmt_si, plural
 
 MAX_OPS = 2000
 
@@ -82,7 +82,7 @@ def page_data(report, prediction=None, title: str = "") -> dict:
         memory = {"summary": memory_line(mem),
                   "buffers": [{"name": b.name, "shape": b.shape, "bytes": b.bytes, "scope": b.named_scope}
                               for b in mem.main.peak_buffers],
-                  **_memory_timelines(mem.programs)}
+                  **_memory_timelines(mem)}
     pred = None
     if prediction is not None:
         pred = {"summary": f"predicted on {prediction.chip}: {fmt_seconds(prediction.time_s)} per step per device "
@@ -132,25 +132,10 @@ def _graph(g) -> dict:
                        "points": [list(p) for p in e.points]} for e in g.edges]}
 
 
-#: Programs whose compiled peak is under this share of the largest one are listed in one line, not drawn
-#: (Flax's init and eager primitives compile dozens of small programs, from 8 B to a weight's size).
-SMALL_PROGRAM_SHARE = 0.25
-MAX_MEMORY_CHARTS = 3
-
-
-def _memory_timelines(programs) -> dict:
-    """The programs' memory charts, largest peak first: the few that matter drawn, the tiny ones in one line."""
-    ranked = sorted((p for p in programs if p.timeline is not None), key=lambda p: -p.timeline.peak_bytes)
-    top = ranked[0].timeline.peak_bytes if ranked else 0
-    drawn = [p for p in ranked if p.timeline.peak_bytes >= SMALL_PROGRAM_SHARE * top][:MAX_MEMORY_CHARTS]
-    rest = ranked[len(drawn):]
-    small = ""
-    if rest:
-        names = ", ".join(p.program for p in rest[:6]) + (", …" if len(rest) > 6 else "")
-        small = (f"{plural(len(rest), 'more program')} not drawn, each with a peak of "
-                 f"{fmt_bytes(rest[-1].timeline.peak_bytes)} to {fmt_bytes(rest[0].timeline.peak_bytes)} "
-                 f"(under {SMALL_PROGRAM_SHARE:.0%} of the largest, or past the first {MAX_MEMORY_CHARTS}): {names}")
-    return {"timelines": [_memory_timeline(p.timeline) for p in drawn], "small_programs": small}
+def _memory_timelines(mem) -> dict:
+    """The programs' memory charts: the step program and the largest drawn, the small ones in one line."""
+    shown, _, small = ranked_programs([p for p in mem.programs if p.timeline is not None], mem.main_program)
+    return {"timelines": [_memory_timeline(p.timeline) for p in shown], "small_programs": small}
 
 
 def _memory_timeline(tl) -> dict:

@@ -7,7 +7,7 @@ from functools import partial
 from rich.console import Console
 
 from rooflens.report.tables import Col, print_fitted
-from rooflens.report.text import e
+from rooflens.report.text import e, ranked_programs
 from rooflens.units import fmt_bytes, fmt_count, fmt_number, fmt_ratio
 
 gb = partial(fmt_bytes, digits=3)
@@ -30,7 +30,8 @@ def render_estimate(console: Console, est) -> None:
 def render_memory(console: Console, mem, source: str) -> None:
     """A MemorySummary: each program's compiled memory and peak buffers, then the live snapshots."""
     console.print(f"[bold]Memory[/bold] of {e(source)}")
-    for p in mem.programs:
+    shown, _, small = ranked_programs(mem.programs, mem.main_program)
+    for p in shown:
         console.print(f"{e(p.program)}: arguments {gb(p.argument_bytes)}, outputs {gb(p.output_bytes)}, "
                       f"aliased {gb(p.alias_bytes)}, temporaries {gb(p.temp_bytes)} → peak {gb(p.peak_bytes)}"
                       + (f"; tiling padding wastes {gb(p.padding_waste_bytes)}" if p.padding_waste_bytes else ""))
@@ -42,6 +43,8 @@ def render_memory(console: Console, mem, source: str) -> None:
             print_fitted(console, cols, rows, "Buffers live at the peak")
         if p.timeline is not None:
             render_timeline(console, p.timeline)
+    if small:
+        console.print(f"[dim]{e(small)}[/dim]")
     if mem.peak_over_state:
         console.print(f"peak / state held (inputs and outputs): {fmt_ratio(mem.peak_over_state)}")
     for s in mem.snapshots:

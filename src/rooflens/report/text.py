@@ -46,6 +46,28 @@ def memory_line(mem) -> str:
             + (f"; live device memory up to {fmt_bytes(mem.live_peak_bytes)}" if mem.live_peak_bytes else ""))
 
 
+#: Programs whose compiled peak is under this share of the largest one are summed up in one line, not shown
+#: in full (Flax's init and eager primitives compile dozens of small programs, from 8 B to a weight's size).
+SMALL_PROGRAM_SHARE = 0.25
+MAX_PROGRAMS_SHOWN = 3
+
+
+def ranked_programs(programs, main: str = "") -> tuple[list, list, str]:
+    """A run's compiled programs as the memory views show them: the few that matter in full (the step
+    program ``main`` first, then by peak), and the rest summed up in one sentence (``""`` when none)."""
+    ranked = sorted(programs, key=lambda p: (p.program != main, -p.peak_bytes))
+    top = max((p.peak_bytes for p in programs), default=0)
+    shown = [p for p in ranked if p.program == main or p.peak_bytes >= SMALL_PROGRAM_SHARE * top][:MAX_PROGRAMS_SHOWN]
+    rest = sorted((p for p in ranked if p not in shown), key=lambda p: -p.peak_bytes)
+    if not rest:
+        return shown, rest, ""
+    names = ", ".join(p.program for p in rest[:6]) + (", …" if len(rest) > 6 else "")
+    lo, hi = fmt_bytes(rest[-1].peak_bytes), fmt_bytes(rest[0].peak_bytes)
+    return shown, rest, (f"{len(rest)} more {'program' if len(rest) == 1 else 'programs'} not shown, with compiled "
+                         f"peaks of {lo if lo == hi else f'{lo} to {hi}'} (under {SMALL_PROGRAM_SHARE:.0%} of the "
+                         f"largest, or past the first {MAX_PROGRAMS_SHOWN}): {names}")
+
+
 # What a terminal would act on rather than show: C0 controls (ESC starts colour, cursor and OSC title
 # sequences; BEL ends OSC), DEL, the C1 controls (0x9b is a one-byte CSI), and the bidirectional
 # overrides that reorder what follows them.
