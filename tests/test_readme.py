@@ -85,6 +85,7 @@ def reader(tmp_path_factory):
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "COLUMNS")}
     env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
     env["PYTHONPATH"] = str(REPO / "src") + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["ROOFLENS_CACHE_DIR"] = str(home / "cache")  # the reader's own cache: `rooflens calibrate` writes it
     work = home / "work"
     work.mkdir()
     return work, env
