@@ -54,7 +54,7 @@ def test_report_renders_in_headless_chromium(report_html, tmp_path):
     dom = subprocess.run([exe, *flags, "--dump-dom", report_html.as_uri()], capture_output=True, text=True,
                          timeout=120).stdout
     assert 'data-rendered="yes"' in dom  # the script ran to its end
-    assert 'id="roof"' in dom and 'class="point"' in dom  # the roofline with its ops
+    assert 'id="roof"' in dom and 'class="point' in dom  # the roofline with its ops (ringed: "point above-roof")
     timeline = dom[dom.index('id="timeline"'):]
     assert "<rect" in timeline[:timeline.index("</svg>")]  # the step's ops drawn on their device lane
     categories = dom[dom.index('id="categories"'):]

@@ -41,18 +41,18 @@ class FiniteFloat(click.FloatRange):
         hi = "" if self.max is None else f"{'<' if self.max_open else '<='}{_typed(self.max)}"
         return f"{lo}x{hi}"
 
+    def convert(self, value, param, ctx):
+        rv = super().convert(value, param, ctx)
+        if not math.isfinite(rv):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return rv
+
 
 def _typed(v: float) -> str:
     """A bound as a user would type it: ``1e15``, not ``1000000000000000.0``; ``0``, not ``0.0``."""
     if float(v).is_integer():
         return f"{v:.0e}".replace("e+", "e") if abs(v) >= 1e6 else str(int(v))
     return repr(v)
-
-    def convert(self, value, param, ctx):
-        rv = super().convert(value, param, ctx)
-        if not math.isfinite(rv):
-            self.fail(f"{value!r} is not a finite number.", param, ctx)
-        return rv
 
 
 def console():
