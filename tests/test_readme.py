@@ -32,11 +32,6 @@ READER_INPUTS = ("module.txt", "model.py", "train.py", "your_script.py", "dump",
 READER_NAMES = {"text", "fn", "w", "step", "params", "batch", "data", "train_step", "state", "prof"}
 # Shell lines that are not rooflens commands: installing the package (network, minutes), other tools.
 NOT_ROOFLENS = ("python3 -m venv", "XLA_FLAGS=", "nsys ", "tensorboard ", "- run:", "pip ")
-# rooflens commands left to the test that owns them, for their cost alone (the suite must stay under ten
-# minutes on two cores): the full calibration times every kernel seven times (a minute or more on a busy
-# machine); tests/test_hardware.py runs `rooflens calibrate --quick`, and the diff example below calibrates
-# once (quick) before its report, as a first report does.
-LEFT_TO_OTHER_TESTS = {"rooflens calibrate": "tests/test_hardware.py (calibrate --quick)"}
 
 
 def blocks() -> list[tuple[str, str]]:
@@ -121,9 +116,6 @@ def test_every_readme_example_runs_verbatim(reader):
             if cmd.startswith(NOT_ROOFLENS) or not cmd.startswith("rooflens"):
                 skipped.append((cmd, "not a rooflens command"))
                 continue
-            if cmd in LEFT_TO_OTHER_TESTS:
-                skipped.append((cmd, LEFT_TO_OTHER_TESTS[cmd]))
-                continue
             lacking = needs_reader_input(cmd, cwd)
             if lacking:
                 skipped.append((cmd, lacking))
@@ -136,7 +128,10 @@ def test_every_readme_example_runs_verbatim(reader):
                 failures.append(f"{cmd}: {clean(r.stdout)[:5]}")
     assert not failures, "\n\n".join(failures)
     # the examples a fresh directory can run did run: the catalogue, planning, memory, and the diff walk-through
-    for must in ("rooflens chips", "rooflens chips tpu-v5e", "rooflens diff logs/b64 logs/b4096",
+    # `rooflens calibrate` (the README's own line, before the diff example) saves the chip 'local' that the
+    # example's rl.analyze of a CPU trace needs: run in README order, the examples depend on each other
+    for must in ("rooflens chips", "rooflens chips tpu-v5e", "rooflens calibrate",
+                 "rooflens diff logs/b64 logs/b4096",
                  "rooflens memory --estimate --params 7e9 --optimizer adam --chip h100-sxm"):
         assert must in ran, (must, ran)
     assert any(r.startswith("import os") for r in ran)  # the diff example, which sets its own 8 devices
