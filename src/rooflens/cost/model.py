@@ -36,7 +36,7 @@ from rooflens.hardware import Chip
 from rooflens.hlo import Instruction, Module, Shape
 from rooflens.hlo.opcodes import MODEL_FLOP_OPCODES
 from rooflens.hlo.shape import HOST_MEMORY_SPACE
-from rooflens.units import fmt_bytes, fmt_g
+from rooflens.units import fmt_bytes, fmt_g, plural
 
 MATMUL_OPCODES = MODEL_FLOP_OPCODES  # dots and convolutions: the one table in rooflens.hlo.opcodes
 DTYPE_PEAK_KEY = {
@@ -553,8 +553,9 @@ def latency_assumptions(chip: Chip, num_devices: int = 0, topology: Topology | N
                    "collective latency: the chip publishes no per-hop ICI latency, so collectives are bandwidth only")
         sl = chip.default_slice(num_devices) if num_devices else None
         if topology is None and sl:
-            out.append(f"slice: the published {'x'.join(map(str, sl))} slice of {num_devices} devices; each group is "
-                       "placed by its size on whole axes (give --topology to place groups by their device ids)")
+            out.append(f"slice: the published {'x'.join(map(str, sl))} slice of {plural(num_devices, 'device')}; "
+                       "each group is placed by its size on whole axes (give --topology to place groups by their "
+                       "device ids)")
         out.append("kernel launch: no per-op launch cost is published for TPUs, so none is added")
     elif chip.kind == "gpu":
         lat = chip.collective_latency("ll")
