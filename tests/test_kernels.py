@@ -89,7 +89,7 @@ def test_ragged_paged_attention_is_a_lower_bound_from_the_trace_line():
     assert kc.kernel == "ragged paged attention" and kc.bound == "lower"
     q_rows = 4 * 1024 * 3 * 2  # q bf16[4,1024,3,2,128]: kv heads × tokens × packed query heads
     assert kc.flops == pytest.approx(4 * q_rows * 128)
-    assert "918.4 MB" in kc.note  # the whole KV cache bf16[7007,64,4,2,128] is the upper end of the reads
+    assert "918 MB" in kc.note  # the whole KV cache bf16[7007,64,4,2,128] is the upper end of the reads
 
 
 def test_gemm_bytes_leave_out_the_workspace():

@@ -54,8 +54,8 @@ def test_mesh_sharded_args_and_explain(model_py):
             "--arg", "bf16[32,1024,8192]@data,_,_", "--arg", "bf16[8192,32768]@_,model",
             "--arg", "bf16[32768,8192]@model,_", "--explain")
     assert r.returncode == 0, r.stderr
-    assert "8 device(s)" in r.stdout
-    assert "reduce-scatter over N=2" in r.stdout and "T_math = 2.199e+12 FLOP / 2.3e+13 FLOP/s" in r.stdout
+    assert "8 devices in the program" in r.stdout
+    assert "reduce-scatter over N=2" in r.stdout and "T_math = 2.199e12 FLOP / 2.3e13 FLOP/s" in r.stdout
     assert "ffn" in r.stdout  # the named scope
 
 

@@ -108,7 +108,7 @@ def test_shard_map_collectives_explained(hlo_corpus):
     assert true is not None and true.degree == 2 and true.evidence.startswith(ag.name)
     assert m.collective(by_kind["all-to-all"]).group_size == 4
     e = explain(m, ag.name)
-    assert e.collective[0].startswith("4 group(s) of 2 device(s)")
+    assert e.collective[0].startswith("4 groups of 2 devices")
     assert "devices 0 ↔ 1 exchange data" in e.collective
 
 

@@ -202,16 +202,22 @@ def test_outputs_are_checked_before_the_analysis(tmp_path):
 
 def test_demo_out_never_takes_a_users_directory_or_a_bad_path(tmp_path):
     one_sentence(rooflens("demo", "--out", "/dev/null/x"), "cannot create the --out directory")
-    from rooflens.cli.demo import fresh_dir
+    from rooflens.cli.common import UserError
+    from rooflens.cli.demo import demo_dir
 
     d = tmp_path / "D"
     d.mkdir()
     (d / "report.json").write_text("mine")
-    assert fresh_dir(d, force=False) == tmp_path / "D-2"  # anything in D keeps the demo out of it
-    (tmp_path / "D-2" / "notes.txt").write_text("also mine")
-    assert fresh_dir(d, force=False) == tmp_path / "D-3"
-    assert fresh_dir(tmp_path / "E", force=False) == tmp_path / "E"  # a new directory is used as given
-    assert (d / "report.json").read_text() == "mine"
+    (d / "notes.txt").write_text("also mine")
+    with pytest.raises(UserError, match="not the demo's"):  # the user's files: the demo stops, never elsewhere
+        demo_dir(d, force=False)
+    one_sentence(rooflens("demo", "--out", str(d)), "already holds files that are not the demo's", "--force")
+    assert not (tmp_path / "D-2").exists() and sorted(p.name for p in tmp_path.iterdir()) == ["D"]
+    assert demo_dir(tmp_path / "E", force=False) == (tmp_path / "E", False)  # a new directory is used as given
+    (tmp_path / "E" / "report.html").write_text("<p>an earlier demo</p>")  # the demo's own previous output
+    (tmp_path / "E" / "logs").mkdir()
+    assert demo_dir(tmp_path / "E", force=False) == (tmp_path / "E", True)
+    assert (d / "report.json").read_text() == "mine" and (d / "notes.txt").read_text() == "also mine"
 
 
 # -- item 5: numeric options --------------------------------------------------------------------------

@@ -222,7 +222,7 @@ def test_compilations_inside_the_window_are_recorded_with_their_reason(tmp_path)
     assert op_stats(prof).in_window == window
     assert not jax.config.jax_explain_cache_misses  # restored after the window
     r = run("report", str(tmp_path))
-    assert "compilation(s) inside the traced window" in r.stdout and "now f32[" in r.stdout
+    assert re.search(r"\d compilations? inside the traced window", r.stdout) and "now f32[" in r.stdout
 
 
 def test_hlo_from_the_xspace_metadata_plane_matches_jaxlibs_own_print():
@@ -296,7 +296,7 @@ def test_implicit_transfers_inside_the_window_are_counted(tmp_path, capfd):
     assert "float32[8]" in transfers[0]
     assert "transfer:" not in capfd.readouterr().err  # counted, not echoed
     r = run("report", str(tmp_path))
-    assert "implicit host-to-device transfer(s) inside the traced window" in r.stdout
+    assert re.search(r"implicit host-to-device transfers? inside the traced window", r.stdout)
 
 
 def test_several_hosts_in_one_run_directory(captured, tmp_path):

@@ -244,6 +244,40 @@ class Report:
     def chip_peaks(self) -> dict[str, float]:
         return dict(self.roofs.peak_flops_per_s) if self.roofs else {}
 
+    # -- the figures per device and per step (what the cards and the step say), for the views --------
+
+    @property
+    def per_step_divisor(self) -> float:
+        """What a total summed over devices and the whole window is divided by to read per device and per
+        step: devices × the step's periods (its steps, or its program's executions); devices alone with no
+        step."""
+        periods = self.steps.periods if self.steps is not None and self.steps.periods > 0 else 1.0
+        return max(self.num_devices, 1) * periods
+
+    @property
+    def per_step_label(self) -> str:
+        """How :attr:`by_category_per_step_s` and :attr:`by_scope_per_step_s` read: ``per device per step``."""
+        st = self.steps
+        if st is None:
+            return "per device, over the whole trace"
+        if st.basis == "executions":
+            return f"per device per execution of {st.program}"
+        if st.basis == "window":
+            return "per device, over the capture window"
+        return "per device per step"
+
+    @property
+    def by_category_per_step_s(self) -> dict[str, float]:
+        """Device time by category, :attr:`per_step_label` (every program's ops in the window, on average)."""
+        d = self.per_step_divisor
+        return {k: v / d for k, v in self.stats.by_category_s.items()}
+
+    @property
+    def by_scope_per_step_s(self) -> dict[str, float]:
+        """Device time by named-scope prefix, :attr:`per_step_label` (empty when no op has a scope)."""
+        d = self.per_step_divisor
+        return {k: v / d for k, v in self.stats.by_scope_prefix_s.items()}
+
     def _breakdown_json(self, b: StepBreakdown) -> dict:
         """A step breakdown; with no roofline its roofline figures are unknown (null), not zero."""
         d = asdict(b)
@@ -270,6 +304,8 @@ class Report:
             "devices": [asdict(d) for d in self.stats.devices],
             "host_steps": asdict(self.stats.host_steps) if self.stats.host_steps else None,
             "by_category_s": dict(self.stats.by_category_s), "by_program_s": dict(self.stats.by_program_s),
+            "per_step": {"label": self.per_step_label, "by_category_s": self.by_category_per_step_s,
+                         "by_scope_s": self.by_scope_per_step_s},
             "in_window": self.in_window.to_json(), "unran": [asdict(u) for u in self.stats.unran],
             "memory": self.memory.to_dict() if self.memory else {}, "notes": list(self.notes),
             "graphs": {k: g.to_dict() for k, g in self.graphs.items()},

@@ -33,6 +33,14 @@ class FiniteFloat(click.FloatRange):
 
     name = "finite float range"
 
+    def _describe_range(self) -> str:
+        """The range as ``--help`` shows it: nothing when unbounded (click would print ``x<=None``)."""
+        if self.min is None and self.max is None:
+            return ""
+        lo = "" if self.min is None else f"{_typed(self.min)}{'<' if self.min_open else '<='}"
+        hi = "" if self.max is None else f"{'<' if self.max_open else '<='}{_typed(self.max)}"
+        return f"{lo}x{hi}"
+
     def convert(self, value, param, ctx):
         rv = super().convert(value, param, ctx)
         if not math.isfinite(rv):
@@ -40,11 +48,26 @@ class FiniteFloat(click.FloatRange):
         return rv
 
 
+def _typed(v: float) -> str:
+    """A bound as a user would type it: ``1e15``, not ``1000000000000000.0``; ``0``, not ``0.0``."""
+    if float(v).is_integer():
+        return f"{v:.0e}".replace("e+", "e") if abs(v) >= 1e6 else str(int(v))
+    return repr(v)
+
+
 def console():
     from rooflens.report.text import terminal_console
 
     width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "160"))
     return terminal_console(highlight=False, soft_wrap=True, width=width)
+
+
+def err_console():
+    """A console on stderr, for progress and notes (stdout carries the result): its width as :func:`console`."""
+    from rooflens.report.text import terminal_console
+
+    width = None if sys.stderr.isatty() else int(os.environ.get("COLUMNS", "160"))
+    return terminal_console(highlight=False, soft_wrap=True, width=width, stderr=True)
 
 
 def json_text(doc) -> str:

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 
 from rooflens.errors import RooflensError
 from rooflens.hardware import Chip
-from rooflens.units import fmt_bytes
+from rooflens.units import fmt_bytes, fmt_g, plural
 
 KINDS = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute", "collective-broadcast",
          "send", "recv")
@@ -250,11 +250,12 @@ def _tpu(chip: Chip, kind: str, n: int, sent: float, span: Span) -> tuple[float,
     if kind == "all-reduce":
         hops *= 2
     if len(axes) == 1:
-        algo = (f"bidirectional ring with wraparound ({where}): {hops} hop(s), half the chunks each way" if wraps[0]
-                else f"no wraparound ({where}): {hops} hop(s) in a line, each end receives on one link")
+        algo = (f"bidirectional ring with wraparound ({where}): {plural(hops, 'hop')}, half the chunks each way"
+                if wraps[0]
+                else f"no wraparound ({where}): {plural(hops, 'hop')} in a line, each end receives on one link")
     else:
         algo = (f"rings on {len(axes)} torus axes at once ({where}; {sum(dirs)} link directions per device, "
-                f"{hops} hop(s) summed over the axes)")
+                f"{plural(hops, 'hop')} summed over the axes)")
     return factor, hops, algo
 
 
@@ -276,7 +277,8 @@ def _gpu(chip: Chip, kind: str, n: int, sent: float) -> CommCost:
         link = chip.scaleup_link
         if link == "Infinity Fabric":
             used = max(1, min(n - 1, int(chip.value("interconnect.infinity_fabric_links", 1))))
-            where = f"fully connected board: each GPU reaches the group over {used} link(s) (group of {n} ≤ {domain})"
+            where = (f"fully connected board: each GPU reaches the group over {plural(used, 'link')} (group of {n} ≤ "
+                     f"{domain})")
         else:
             where = f"NVLink switch: every pair one hop (group of {n} ≤ domain of {domain})"
         inter = 0
@@ -300,16 +302,18 @@ def _gpu(chip: Chip, kind: str, n: int, sent: float) -> CommCost:
         options.append((t_lat + t_bw, proto, eff, t_lat, t_bw))
     if options:
         _, proto, eff, t_lat, t_bw = min(options)
-        algo = (f"{where}; ring of {steps} step(s), protocol {proto} (the cheaper of NCCL/RCCL's LL and Simple): "
+        algo = (f"{where}; ring of {plural(steps, 'step')}, protocol {proto} (the cheaper of NCCL/RCCL's LL and "
+                "Simple): "
                 f"base + steps × step latency + bytes / ({eff:g} × bandwidth)")
     else:
         proto, eff, t_lat = "", 1.0, 0.0
         t_bw = sent / w if w and sent else 0.0
         algo = f"{where}; the chip publishes no collective latency, so none is priced"
     hops = steps
-    formula = (f"{kind} over N={n}: comm_bytes = {fmt_bytes(sent)}; T_bw = {fmt_bytes(sent)} / ({eff:g} × {w:.3g} B/s "
-               f"{link} one-way) = {t_bw * 1e6:.4g} µs; T_lat = {t_lat * 1e6:.4g} µs ({hops} step(s)"
-               f"{f', protocol {proto}' if proto else ''}); T = T_lat + T_bw = {(t_lat + t_bw) * 1e6:.4g} µs")
+    formula = (f"{kind} over N={n}: comm_bytes = {fmt_bytes(sent)}; T_bw = {fmt_bytes(sent)} / ({eff:g} × "
+               f"{fmt_g(w, 3)} B/s "
+               f"{link} one-way) = {fmt_g(t_bw * 1e6)} µs; T_lat = {fmt_g(t_lat * 1e6)} µs ({plural(hops, 'step')}"
+               f"{f', protocol {proto}' if proto else ''}); T = T_lat + T_bw = {fmt_g((t_lat + t_bw) * 1e6)} µs")
     return CommCost(kind, n, sent, w, 1.0 / eff, hops, link, algo, formula, t_bw, t_lat, "sum")
 
 
@@ -329,7 +333,8 @@ def collective_cost(chip: Chip, kind: str, n: int, in_bytes: float, out_bytes: f
         w = chip.hbm_bytes_per_s or 0.0
         t = sent / w if w else 0.0
         return CommCost(kind, n, sent, w, 1.0, 1, "memory", "devices share host memory: a collective is a memory copy",
-                        f"{kind} over N={n}: {fmt_bytes(sent)} copied at {w:.3g} B/s = {t * 1e6:.4g} µs", t, 0.0)
+                        f"{kind} over N={n}: {fmt_bytes(sent)} copied at {fmt_g(w, 3)} B/s = {fmt_g(t * 1e6)} µs",
+                        t, 0.0)
     if span is None or not span.axes:
         span = place_group(chip, n)
     w = chip.ici_link_bytes_per_s_oneway or 0.0
@@ -340,10 +345,11 @@ def collective_cost(chip: Chip, kind: str, n: int, in_bytes: float, out_bytes: f
     combine = "sum" if kind in POINT_TO_POINT else "max"
     rule = ("T = hops × T_min + T_bw (a point-to-point transfer is pipelined)" if combine == "sum"
             else "T = max(hops × T_min, T_bw) (each ring hop costs max(T_min, its bytes / bandwidth))")
-    lat_text = (f"T_lat = {hops} hop(s) × {t_hop * 1e6:.3g} µs = {t_lat * 1e6:.4g} µs" if t_hop
+    lat_text = (f"T_lat = {plural(hops, 'hop')} × {fmt_g(t_hop * 1e6, 3)} µs = {fmt_g(t_lat * 1e6)} µs" if t_hop
                 else "the chip publishes no per-hop latency: none priced")
     t = t_bw + t_lat if combine == "sum" else max(t_bw, t_lat)
     formula = (f"{kind} over N={n}: comm_bytes = {sent_text} = {fmt_bytes(sent)}; "
-               f"T_bw = {fmt_bytes(sent)} / {w:.3g} B/s (ICI one-way) × {factor:.3g} = {t_bw * 1e6:.4g} µs; "
-               f"{lat_text}; {rule} = {t * 1e6:.4g} µs")
+               f"T_bw = {fmt_bytes(sent)} / {fmt_g(w, 3)} B/s (ICI one-way) × {fmt_g(factor, 3)} = "
+               f"{fmt_g(t_bw * 1e6)} µs; "
+               f"{lat_text}; {rule} = {fmt_g(t * 1e6)} µs")
     return CommCost(kind, n, sent, w, factor, hops, "ICI", algo, formula, t_bw, t_lat, combine)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from rooflens.cost.kernels import kernel_cost
 from rooflens.hlo import Instruction, Module, Shape
 from rooflens.hlo.opcodes import MATMUL, MODEL_FLOP_OPCODES
+from rooflens.units import fmt_g
 
 TRANSCENDENTAL = frozenset("""
 exponential log tanh sqrt rsqrt cbrt logistic sine cosine tan exponential-minus-one log-plus-one erf
@@ -73,7 +74,7 @@ def _dims(value) -> tuple[int, ...]:
 
 
 def _fmt(n: float) -> str:
-    return f"{n:,.0f}" if n < 1e6 else f"{n:.4g}"
+    return f"{n:,.0f}" if n < 1e6 else fmt_g(n)
 
 
 def computation_flops(module: Module, name: str, _depth: int = 0) -> float:

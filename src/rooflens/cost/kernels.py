@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from rooflens.hlo import Instruction, Module, Shape
-from rooflens.units import fmt_bytes
+from rooflens.units import fmt_bytes, fmt_g
 
 #: exact: the formula is the work; lower: the least the shapes allow (lengths are runtime data);
 #: estimate: the kernel author's own figure; inferred: the work its operand and result shapes imply (a
@@ -68,7 +68,7 @@ def _hbm(shape: Shape | None) -> float:
 
 
 def _fmt(x: float) -> str:
-    return f"{x:.4g}"
+    return fmt_g(x)
 
 
 def _target(ins: Instruction) -> str:

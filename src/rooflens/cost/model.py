@@ -36,6 +36,7 @@ from rooflens.hardware import Chip
 from rooflens.hlo import Instruction, Module, Shape
 from rooflens.hlo.opcodes import MODEL_FLOP_OPCODES
 from rooflens.hlo.shape import HOST_MEMORY_SPACE
+from rooflens.units import fmt_bytes, fmt_g, plural
 
 MATMUL_OPCODES = MODEL_FLOP_OPCODES  # dots and convolutions: the one table in rooflens.hlo.opcodes
 DTYPE_PEAK_KEY = {
@@ -389,7 +390,7 @@ def _group_traffic(module: Module, g: Group) -> Traffic:
     r = sum(reads.values())
     n = len(g.members)
     what = f"{n} ops grouped as one kernel: " if n > 1 else ""
-    return Traffic(r, written, f"{what}{r / 1e6:.4g} MB read ({len(reads)} inputs) + {written / 1e6:.4g} MB written")
+    return Traffic(r, written, f"{what}{fmt_bytes(r)} read ({len(reads)} inputs) + {fmt_bytes(written)} written")
 
 
 def costs(module: Module, *, emulate_fusion: bool | None = None) -> list[OpCost]:
@@ -415,7 +416,7 @@ def costs(module: Module, *, emulate_fusion: bool | None = None) -> list[OpCost]
                     total = total + instruction_counts(module, m)
                 if root.name in rs:  # reads the partial sums, writes its 1/N shard
                     kind, n, cin, _ = _collective_fields(module, root)
-                    traffic = Traffic(cin, cin / n, f"{cin / 1e6:.4g} MB read + {cin / n / 1e6:.4g} MB shard written")
+                    traffic = Traffic(cin, cin / n, f"{fmt_bytes(cin)} read + {fmt_bytes(cin / n)} shard written")
                 elif root.opcode.endswith("-start") or root.collective_kind or root.opcode.endswith("-done"):
                     traffic = instruction_traffic(module, root)
                 else:
@@ -473,22 +474,23 @@ def price(op: OpCost, chip: Chip, topology: Topology | None = None, *, num_devic
     measured = chip.matmul_rate(key, op.flops, op.contracted) if op.is_matmul and op.flops else None
     what = f"{key} peak"
     if measured:
-        what = f"measured {key} matmul rate at this shape; best measured {peak:.4g}"
+        what = f"measured {key} matmul rate at this shape; best measured {fmt_g(peak)}"
         peak = measured
     t_math = op.flops / peak if op.flops and peak else 0.0
     if op.flops:
         lines.append(f"FLOPs: {op.flops_formula}")
         if op.model_flops and op.model_flops != op.flops:
-            lines.append(f"model FLOPs (its dots and convolutions only, what MFU counts): {op.model_flops:.4g}")
-        lines.append(f"T_math = {op.flops:.4g} FLOP / {peak:.4g} FLOP/s ({what}){' [' + note + ']' if note else ''}"
-                     f" = {t_math * 1e3:.4g} ms")
+            lines.append(f"model FLOPs (its dots and convolutions only, what MFU counts): {fmt_g(op.model_flops)}")
+        lines.append(f"T_math = {fmt_g(op.flops)} FLOP / {fmt_g(peak)} FLOP/s ({what})"
+                     f"{' [' + note + ']' if note else ''}"
+                     f" = {fmt_g(t_math * 1e3)} ms")
     if op.transcendentals:
-        lines.append(f"transcendentals: {op.transcendentals:.4g} (not in FLOPs)")
+        lines.append(f"transcendentals: {fmt_g(op.transcendentals)} (not in FLOPs)")
     bw = chip.hbm_bytes_per_s or 0.0
     t_mem = op.bytes / bw if bw and op.bytes else 0.0
     if op.bytes:
         lines.append(f"bytes: {op.bytes_formula}")
-        lines.append(f"T_mem = {op.bytes:.4g} B / {bw:.4g} B/s (HBM) = {t_mem * 1e3:.4g} ms")
+        lines.append(f"T_mem = {fmt_g(op.bytes)} B / {fmt_g(bw)} B/s (HBM) = {fmt_g(t_mem * 1e3)} ms")
     t_comm, comm_bytes, cc = 0.0, 0.0, None
     if op.collective:
         span = None
@@ -507,7 +509,8 @@ def price(op: OpCost, chip: Chip, topology: Topology | None = None, *, num_devic
     if op.host_bytes:
         pcie = chip.value("interconnect.pcie_bytes_per_s") or 0.0
         t_host = op.host_bytes / pcie if pcie else 0.0
-        lines.append(f"T_host = {op.host_bytes:.4g} B / {pcie:.4g} B/s (PCIe, host ↔ device) = {t_host * 1e3:.4g} ms"
+        lines.append(f"T_host = {fmt_g(op.host_bytes)} B / {fmt_g(pcie)} B/s (PCIe, host ↔ device) = "
+                     f"{fmt_g(t_host * 1e3)} ms"
                      if pcie else "host transfer: the chip has no published PCIe bandwidth, so it is not priced")
     overhead = chip.op_overhead_s
     terms = {"compute": t_math, "memory": t_mem, "communication": t_comm, "host-transfer": t_host}
@@ -519,16 +522,16 @@ def price(op: OpCost, chip: Chip, topology: Topology | None = None, *, num_devic
     floor = ""
     if launch and not op.collective and 0 < t < launch:
         t, bound = launch, "overhead"
-        floor = f"; below the kernel-launch floor: {launch * 1e6:.3g} µs"
+        floor = f"; below the kernel-launch floor: {fmt_g(launch * 1e6, 3)} µs"
     if overhead and overhead > t:
         bound = "overhead"
     if t == 0 and not overhead:
         bound = "none"
     t_pred = t + overhead
-    extra = f" + per-op overhead {overhead * 1e6:.3g} µs" if overhead else ""
+    extra = f" + per-op overhead {fmt_g(overhead * 1e6, 3)} µs" if overhead else ""
     times = f", × {op.count:g} executions" if op.count != 1 else ""
     host = ", T_host" if op.host_bytes else ""
-    lines.append(f"t_pred = max(T_math, T_mem, T_comm{host}){extra}{floor} = {t_pred * 1e3:.4g} ms → {bound}-bound"
+    lines.append(f"t_pred = max(T_math, T_mem, T_comm{host}){extra}{floor} = {fmt_g(t_pred * 1e3)} ms → {bound}-bound"
                  f"{times}")
     return OpPrediction(
         name=op.name, opcode=op.opcode, category=op.category, named_scope=op.named_scope, count=op.count,
@@ -544,19 +547,21 @@ def latency_assumptions(chip: Chip, num_devices: int = 0, topology: Topology | N
     out = []
     if chip.kind == "tpu":
         hop = chip.ici_hop_latency_s
-        out.append(f"collective latency: every ICI hop costs T_min = {hop * 1e6:.3g} µs (scaling book); a ring "
+        out.append(f"collective latency: every ICI hop costs T_min = {fmt_g(hop * 1e6, 3)} µs (scaling book); a ring "
                    "collective takes max(hops × T_min, bytes / bandwidth), hops summed over the torus axes its group "
                    "spans; a point-to-point transfer takes hops × T_min + bytes / bandwidth" if hop else
                    "collective latency: the chip publishes no per-hop ICI latency, so collectives are bandwidth only")
         sl = chip.default_slice(num_devices) if num_devices else None
         if topology is None and sl:
-            out.append(f"slice: the published {'x'.join(map(str, sl))} slice of {num_devices} devices; each group is "
-                       "placed by its size on whole axes (give --topology to place groups by their device ids)")
+            out.append(f"slice: the published {'x'.join(map(str, sl))} slice of {plural(num_devices, 'device')}; "
+                       "each group is placed by its size on whole axes (give --topology to place groups by their "
+                       "device ids)")
         out.append("kernel launch: no per-op launch cost is published for TPUs, so none is added")
     elif chip.kind == "gpu":
         lat = chip.collective_latency("ll")
         if lat:
-            out.append(f"collective latency (NCCL/RCCL's model): base {lat[0] * 1e6:.3g} µs + {lat[1] * 1e6:.3g} µs "
+            out.append(f"collective latency (NCCL/RCCL's model): base {fmt_g(lat[0] * 1e6, 3)} µs + "
+                       f"{fmt_g(lat[1] * 1e6, 3)} µs "
                        "per "
                        f"{chip.scaleup_link} ring step (LL protocol; Simple has more latency and the whole bandwidth; "
                        "the cheaper is taken), added to bytes / bandwidth")
@@ -564,7 +569,7 @@ def latency_assumptions(chip: Chip, num_devices: int = 0, topology: Topology | N
             out.append("collective latency: the chip publishes no collective latency, so collectives are bandwidth "
                        "only")
         if chip.kernel_launch_s:
-            out.append(f"kernel launch: a non-collective op takes at least {chip.kernel_launch_s * 1e6:.3g} µs "
+            out.append(f"kernel launch: a non-collective op takes at least {fmt_g(chip.kernel_launch_s * 1e6, 3)} µs "
                        f"({chip.source('overheads.kernel_launch_s')})")
         else:
             out.append("kernel launch: the chip publishes no launch cost, so none is added")

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from rooflens.hlo.module import Instruction, Module
 from rooflens.hlo.opcodes import CATEGORIES, MATMUL, describe_opcode
 from rooflens.hlo.shape import MEMORY_SPACE_NAMES, Shape
-from rooflens.units import fmt_bytes_binary
+from rooflens.units import fmt_bytes
 
 _MAX_GROUPS_SHOWN = 8
 
@@ -172,7 +172,7 @@ class OpExplanation:
         return asdict(self)
 
 
-format_bytes = fmt_bytes_binary  # ``2048`` → ``2.0 KiB``: the one formatter in rooflens.units
+format_bytes = fmt_bytes  # ``2048`` → ``2.05 kB``: the one formatter, in rooflens.units
 
 
 def describe_layout(shape: Shape) -> list[str]:
@@ -350,15 +350,43 @@ def _sharding_lines(module: Module, ins: Instruction) -> list[str]:
     return out
 
 
+#: Packages whose frames are the tool that ran the program, not the program: the command line (click), the
+#: interpreter's launchers (runpy), test runners and notebooks' kernels. Their frames are left out of an op's
+#: source stack wherever they were installed (site-packages or dist-packages, on any machine).
+_TOOL_PACKAGES = frozenset({"click", "runpy", "_pytest", "pytest", "pluggy", "IPython", "ipykernel"})
+#: rooflens's own modules that are a user's program: the demo's built-in workload.
+_ROOFLENS_WORKLOADS = ("rooflens/workloads.py",)
+
+
+def is_user_frame(path: str) -> bool:
+    """A source frame of the user's code, not of the tool that ran it: not in rooflens (its capture, CLI and
+    launcher; the demo's workload excepted), click, runpy, pytest or a notebook kernel, wherever installed."""
+    p = path.replace("\\", "/")
+    if "/src/rooflens/" in p or "-packages/rooflens/" in p:  # a checkout's src layout, or an installed wheel
+        return p.endswith(_ROOFLENS_WORKLOADS)
+    parts = p.split("/")
+    for marker in ("site-packages", "dist-packages"):
+        if marker in parts:
+            i = parts.index(marker)
+            top = parts[i + 1] if i + 1 < len(parts) else ""
+            if top.removesuffix(".py") in _TOOL_PACKAGES:
+                return False
+    return not (p.endswith("/runpy.py") or p.startswith("<frozen "))
+
+
 def _source_lines(module: Module, ins: Instruction) -> list[str]:
     out = []
     if ins.op_name:
         out.append(f"op_name {ins.op_name}")
     if ins.named_scope:
         out.append(f"named scope {ins.named_scope}")
-    for f in module.source_stack(ins)[:6]:
+    frames = module.source_stack(ins)
+    user = [f for f in frames if is_user_frame(f.file)]
+    for f in user[:6]:
         fn = f" in {f.function}" if f.function else ""
         out.append(f"{f.file}:{f.line}{fn}")
+    if frames and len(user) < len(frames):
+        out.append(f"({len(frames) - len(user)} frames of rooflens, click, runpy or a test runner left out)")
     return out
 
 

@@ -213,7 +213,8 @@ class CollectiveInfo:
             return _describe_pairs(self.pairs)
         if not self.groups:
             return "groups unknown (the module does not say how many devices there are)"
-        txt = f"{self.num_groups} group(s) of {self.group_size} device(s)"
+        txt = (f"{self.num_groups} group{'s' if self.num_groups != 1 else ''} of {self.group_size} "
+               f"device{'s' if self.group_size != 1 else ''}")
         if self.group_size < 2:
             return txt + ": nothing is exchanged"
         if self.group_size == self.num_devices:

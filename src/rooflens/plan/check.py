@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass
 
 from rooflens.errors import RooflensError
 from rooflens.plan.model import Transformer
+from rooflens.units import fmt_g
 
 
 @dataclass(frozen=True)
@@ -62,17 +63,18 @@ def check_plan(model: Transformer, chip: str, chips: int, peak_flops_per_s: floa
     mem = (state + act) / chips
     lines = (
         f"planned FLOPs = 6 × {model.matmul_params:,} matmul params"
-        + (f" + attention (T={seq_len})" if seq_len else "") + f" × {batch_tokens:,.0f} tokens = {planned:.4g}"
+        + (f" + attention (T={seq_len})" if seq_len else "") + f" × {batch_tokens:,.0f} tokens = {fmt_g(planned)}"
         + (" (tokens inferred from the measured model FLOPs)" if inferred else "")
-        + (f"; measured {measured:.4g} (ratio {measured / planned:.4f})" if measured else ""),
-        f"planned step = FLOPs/(chips·C·MFU) = {planned:.4g}/({chips}·{peak_flops_per_s:.4g}·{mfu:g}) = {step:.4g} s"
-        + (f"; measured {measured_step_s:.4g} s → MFU {measured_mfu:.1%} of the plan's FLOPs"
+        + (f"; measured {fmt_g(measured)} (ratio {measured / planned:.4f})" if measured else ""),
+        f"planned step = FLOPs/(chips·C·MFU) = {fmt_g(planned)}/({chips}·{fmt_g(peak_flops_per_s)}·{mfu:g}) = "
+        f"{fmt_g(step)} s"
+        + (f"; measured {fmt_g(measured_step_s)} s → MFU {measured_mfu:.1%} of the plan's FLOPs"
            if measured_mfu is not None else "")
         + (f" (the report's MFU, {report_mfu:.1%}, counts the FLOPs of the dots XLA ran instead)"
            if report_mfu is not None and measured_mfu is not None and abs(report_mfu - measured_mfu) > 5e-4 else ""),
-        f"planned memory per chip = ({state:.4g} B state ({optimizer}, {param_dtype}) + {act:.4g} B of one "
-        f"checkpoint per layer) / {chips} = {mem:.4g} B, fully sharded"
-        + (f"; measured compiled peak {measured_memory_per_chip_bytes:.4g} B" if measured_memory_per_chip_bytes
+        f"planned memory per chip = ({fmt_g(state)} B state ({optimizer}, {param_dtype}) + {fmt_g(act)} B of one "
+        f"checkpoint per layer) / {chips} = {fmt_g(mem)} B, fully sharded"
+        + (f"; measured compiled peak {fmt_g(measured_memory_per_chip_bytes)} B" if measured_memory_per_chip_bytes
            else ""),
     )
     return PlanCheck(model.name, chip, chips, float(batch_tokens), inferred, seq_len, peak_flops_per_s, planned,

@@ -15,6 +15,7 @@ from rooflens.hardware import chip as get_chip
 from rooflens.plan.model import Transformer, dtype_bytes
 from rooflens.plan.network import levels
 from rooflens.plan.train import peak_flops as peak_of
+from rooflens.units import fmt_g
 
 DEFAULT_PREFILL_MFU = 0.4  # applied-inference.md, 'What about prefill?': "Assume we achieve a 40% FLOPs utilization"
 
@@ -108,21 +109,23 @@ def decode(model: Transformer | str, chip: str | Chip, chips: int, batch: int, c
     pre_attn = pre + m.attention_flops_per_token(prompt, training=False) / 2 * prompt / (chips * peak * prefill_mfu)
     explain = (
         f"KV cache: 2·L·K·H·bytes = 2·{m.layers}·{m.kv_heads}·{m.head_dim}·{dtype_bytes(kv_dtype):g} = {kb:,.0f} B per "
-        f"token; × {batch} × {context} = {kv:.4g} B (inference.md, 'What about memory?')",
-        f"weights: {param_bytes:.4g} B held ({m.params.total:,} params × {pb:g} B), {weight_bytes:.4g} B streamed "
+        f"token; × {batch} × {context} = {fmt_g(kv)} B (inference.md, 'What about memory?')",
+        f"weights: {fmt_g(param_bytes)} B held ({m.params.total:,} params × {pb:g} B), {fmt_g(weight_bytes)} B "
+        "streamed "
         "per step (all but the input embedding, a gather)",
-        f"step = B·KV/(N·W_hbm) + max(2·B·P/(N·C), P_bytes/(N·W_hbm)) = {t_kv:.4g} + max({t_f:.4g}, {t_w:.4g}) = "
-        f"{step:.4g} s (inference.md, 'Theoretical estimates for LLM latency and throughput')",
+        f"step = B·KV/(N·W_hbm) + max(2·B·P/(N·C), P_bytes/(N·W_hbm)) = {fmt_g(t_kv)} + "
+        f"max({fmt_g(t_f)}, {fmt_g(t_w)}) = "
+        f"{fmt_g(step)} s (inference.md, 'Theoretical estimates for LLM latency and throughput')",
         f"throughput = B/step = {batch / step:,.1f} tokens/s, {batch / step / chips:,.1f} per chip",
         f"MLP compute-bound above B = (C/W_hbm)·(weight bytes/2) = {crit:.0f} (applied-inference.md, 'Thinking "
         "about throughput')",
-        f"memory: {(param_bytes + kv) / chips:.4g} B per chip of {hbm:.4g}; needs {min_chips} chips ({topo}); "
+        f"memory: {fmt_g((param_bytes + kv) / chips)} B per chip of {fmt_g(hbm)}; needs {min_chips} chips ({topo}); "
         f"at most {max_batch} sequences of {context} fit on {chips} (applied-inference.md)",
         f"model parallelism: ICI-bound beyond Y = M·F/α = {inner.axes}·{m.d_ff}/{alpha:.0f} = "
         f"{inner.axes * m.d_ff / alpha:.1f} when compute-bound, F/(B·β) = {m.d_ff / (batch * beta):.1f} when "
         f"weight-loading-bound (inference.md, 'Generation')",
-        f"prefill of {prompt} tokens at MFU {prefill_mfu:g}: 2·P·T/(N·C·MFU) = {pre:.4g} s "
-        f"({pre_attn:.4g} s with causal attention; applied-inference.md, 'What about prefill?')",
+        f"prefill of {prompt} tokens at MFU {prefill_mfu:g}: 2·P·T/(N·C·MFU) = {fmt_g(pre)} s "
+        f"({fmt_g(pre_attn)} s with causal attention; applied-inference.md, 'What about prefill?')",
     )
     return DecodePlan(
         m.name, c.name, chips, batch, context, param_dtype, kv_dtype, peak, hbm_bw, param_bytes, weight_bytes, kv,

@@ -16,6 +16,7 @@ from rooflens.hardware import Chip
 from rooflens.hardware import chip as get_chip
 from rooflens.plan.model import Transformer, dtype_bytes
 from rooflens.plan.network import Level, bandwidth_for, divisors, levels, parse_topology
+from rooflens.units import fmt_g
 
 STRATEGIES = ("dp", "fsdp", "tp", "fsdp+tp")
 #: Megatron blocks per layer that gather their input and scatter their output: attention and the MLP
@@ -147,20 +148,22 @@ def _strategy(s: _Setup, name: str, x: int, y: int, mx: int, my: int) -> Strateg
     lines = []
     if name == "dp":
         bwd = 2 * wb / (wx * mx)
-        lines.append(f"DP: gradients all-reduced in the backward pass, 2·W_bytes/(W·M) = 2·{wb:.4g}/({wx:.4g}·{mx}) "
-                     f"= {bwd:.4g} s per layer (training.md, 'Data Parallelism')")
+        lines.append(f"DP: gradients all-reduced in the backward pass, 2·W_bytes/(W·M) = "
+                     f"2·{fmt_g(wb)}/({fmt_g(wx)}·{mx}) "
+                     f"= {fmt_g(bwd)} s per layer (training.md, 'Data Parallelism')")
     if name in ("fsdp", "fsdp+tp"):
         fwd += wb / (y * wx * mx)
         bwd += 2 * wb / (y * wx * mx)
         lines.append(f"FSDP: weights all-gathered forward, all-gathered and reduce-scattered backward: "
-                     f"W_bytes/(Y·W·M_X) = {wb:.4g}/({y}·{wx:.4g}·{mx}) = {wb / (y * wx * mx):.4g} s per gather "
+                     f"W_bytes/(Y·W·M_X) = {fmt_g(wb)}/({y}·{fmt_g(wx)}·{mx}) = {fmt_g(wb / (y * wx * mx))} s "
+                     "per gather "
                      "(training.md, 'Fully-Sharded Data Parallelism')")
     if name in ("tp", "fsdp+tp"):
         tp = TP_BLOCKS_PER_LAYER * 2 * (s.batch / x) * s.m.d_model * s.act_bytes / (wy * my)
         fwd += tp
         bwd += tp
         lines.append(f"TP: each of {TP_BLOCKS_PER_LAYER} blocks all-gathers In[B/X, D] and reduce-scatters its output "
-                     f"each pass: {TP_BLOCKS_PER_LAYER}·2·(B/X)·D·bytes/(W·M_Y) = {tp:.4g} s per layer "
+                     f"each pass: {TP_BLOCKS_PER_LAYER}·2·(B/X)·D·bytes/(W·M_Y) = {fmt_g(tp)} s per layer "
                      "(training.md, 'Tensor Parallelism')")
     mf = s.math_fwd_layer_s
     layers = s.m.layers
@@ -282,34 +285,35 @@ def _with_explain(p: TrainPlan, m: Transformer, s: _Setup, mx: int, my: int) -> 
     lines = [
         f"FLOPs/token = 6 × {m.matmul_params:,} matmul params"
         + (f" + 12·T·N·H·L attention (T={p.seq_len})" if p.seq_len else " (attention left out: give seq_len)")
-        + f" = {p.flops_per_token:.4g} (transformers.md, 'Forward and reverse FLOPs', 'Attention')",
-        f"step FLOPs = {p.flops_per_token:.4g} × {p.batch_tokens:.4g} tokens = {p.step_flops:.4g}",
-        f"C = {p.peak_flops_per_s:.4g} FLOP/s per chip; {inner.name} W = {inner.bytes_per_s:.4g} B/s over "
-        f"{inner.axes} axis(es) ({inner.source})",
+        + f" = {fmt_g(p.flops_per_token)} (transformers.md, 'Forward and reverse FLOPs', 'Attention')",
+        f"step FLOPs = {fmt_g(p.flops_per_token)} × {fmt_g(p.batch_tokens)} tokens = {fmt_g(p.step_flops)}",
+        f"C = {fmt_g(p.peak_flops_per_s)} FLOP/s per chip; {inner.name} W = {fmt_g(inner.bytes_per_s)} B/s over "
+        f"{inner.axes} {'axis' if inner.axes == 1 else 'axes'} ({inner.source})",
         f"α = C/W = {p.critical_batch_per_chip_one_axis:.1f}: DP/FSDP compute-bound when B/X > α/M = "
         f"{p.critical_batch_per_chip:.1f} tokens per chip (training.md, 'Data Parallelism', 'FSDP' takeaways)",
         f"TP comms-bound beyond Y = M·F/α = {inner.axes}·{m.d_ff}/{p.critical_batch_per_chip_one_axis:.0f} = "
         f"{p.max_model_parallel:.1f} ways (training.md, 'Tensor Parallelism' takeaway)",
         f"FSDP+TP: B/N > 4α²/(M_X·M_Y·F) = {p.critical_batch_per_chip_fsdp_tp:.1f} (M_X={mx}, M_Y={my}); "
-        f"X_opt = √(B/F · M_X/M_Y · N) = √({s.batch:.4g}/{m.d_ff} · {mx}/{my} · {s.n}) = {p.x_opt:.1f}, "
+        f"X_opt = √(B/F · M_X/M_Y · N) = √({fmt_g(s.batch)}/{m.d_ff} · {mx}/{my} · {s.n}) = {p.x_opt:.1f}, "
         f"Y_opt = N/X_opt = {p.y_opt:.2f} (training.md, 'Mixed FSDP and Tensor Parallelism')",
-        f"memory: state {p.state_bytes:.4g} B ({m.params.total:,} params × {p.state_recipe}) "
-        f"+ activations {p.activation_bytes:.4g} B = {p.state_bytes + p.activation_bytes:.4g} B; at least "
-        f"{p.min_chips_memory} chips of {s.hbm_bytes:.4g} B (applied-training.md, 'Counting parameters and FLOPs')",
+        f"memory: state {fmt_g(p.state_bytes)} B ({m.params.total:,} params × {p.state_recipe}) "
+        f"+ activations {fmt_g(p.activation_bytes)} B = {fmt_g(p.state_bytes + p.activation_bytes)} B; at least "
+        f"{p.min_chips_memory} chips of {fmt_g(s.hbm_bytes)} B (applied-training.md, 'Counting parameters and FLOPs')",
     ]
     if p.critical_batch_per_pod_dcn is not None:
         lines.append(f"DCN: pure data parallelism between pods needs a per-pod batch > C/W_dcn = "
-                     f"{p.critical_batch_per_pod_dcn:,.0f} tokens ({p.pods} pod(s), {s.batch:,.0f} tokens each; "
+                     f"{p.critical_batch_per_pod_dcn:,.0f} tokens ({p.pods} pod{'s' if p.pods != 1 else ''}, "
+                     f"{s.batch:,.0f} tokens each; "
                      "training.md, 'Scaling Between Pods')")
     elif outer.bytes_per_s:
-        lines.append(f"{outer.name}: beyond {inner.devices} chips collectives run at {outer.bytes_per_s:.4g} B/s "
+        lines.append(f"{outer.name}: beyond {inner.devices} chips collectives run at {fmt_g(outer.bytes_per_s)} B/s "
                      f"per chip: data parallel compute-bound when B/X > C/W = "
                      f"{p.peak_flops_per_s / outer.bytes_per_s:,.0f}")
     if p.mfu:
-        lines.append(f"step at MFU {p.mfu:g}: {p.step_flops:.4g} / ({p.chips} × {p.peak_flops_per_s:.4g} × "
-                     f"{p.mfu:g}) = {p.step_time_s:.4g} s (applied-training.md, 'Counting parameters and FLOPs')")
-    lines.append(f"roofline step ({p.best}): {p.step_time_roofline_s:.4g} s")
+        lines.append(f"step at MFU {p.mfu:g}: {fmt_g(p.step_flops)} / ({p.chips} × {fmt_g(p.peak_flops_per_s)} × "
+                     f"{p.mfu:g}) = {fmt_g(p.step_time_s)} s (applied-training.md, 'Counting parameters and FLOPs')")
+    lines.append(f"roofline step ({p.best}): {fmt_g(p.step_time_roofline_s)} s")
     if p.run_time_s is not None:
-        lines.append(f"run: {p.tokens:.4g} tokens / {p.batch_tokens:.4g} per step × {p.step_time_s:.4g} s = "
-                     f"{p.run_time_s:.4g} s = {p.days:.1f} days")
+        lines.append(f"run: {fmt_g(p.tokens)} tokens / {fmt_g(p.batch_tokens)} per step × {fmt_g(p.step_time_s)} s = "
+                     f"{fmt_g(p.run_time_s)} s = {p.days:.1f} days")
     return replace(p, explain=tuple(lines))

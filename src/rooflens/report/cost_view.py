@@ -5,9 +5,10 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from rooflens.report.tables import Col, print_fitted
 from rooflens.report.text import e
+from rooflens.units import fmt_bytes, fmt_named, fmt_number, fmt_si, plural
 from rooflens.units import fmt_seconds as ms
-from rooflens.units import fmt_si
 
 UNITS = {"core": "one TensorCore", "chip": "one chip", "gpu": "one GPU", "cpu": "this CPU"}
 
@@ -41,10 +42,7 @@ def render_chip(console: Console, chip) -> None:
     table.add_column("value", justify="right")
     table.add_column("source")
     for key, fig in chip.figures.items():
-        unit = "FLOP/s" if key.startswith("peak_flops_per_s") else (
-            "B/s" if key.endswith("_per_s") else ("B" if key.endswith("_bytes") else ""))
-        value = si(fig.value, unit, 4) if isinstance(fig.value, int | float) and unit else str(fig.value)
-        table.add_row(e(key), e(value), e(fig.source))
+        table.add_row(e(key), e(fmt_named(key, fig.value)), e(fig.source))
     console.print(table)
 
 
@@ -62,23 +60,24 @@ def render_calibration(console: Console, cal, path) -> None:
 
 def render_prediction(console: Console, pred, top: int = 15, explain: bool = False) -> None:
     console.print(f"[bold]{e(pred.module)}[/bold] on [bold]{e(pred.chip)}[/bold] (per device, one device = "
-                  f"{UNITS.get(pred.device_unit, pred.device_unit)}; {pred.num_devices} device(s) in the program)")
+                  f"{UNITS.get(pred.device_unit, pred.device_unit)}; {plural(pred.num_devices, 'device')} in the "
+                  "program)")
     console.print(f"predicted time {ms(pred.time_s)}; {si(pred.flops, 'FLOP')} ({si(pred.model_flops, 'FLOP')} in "
-                  f"dots and convolutions), {si(pred.bytes, 'B')} HBM traffic, {si(pred.comm_bytes, 'B')} sent over "
-                  "links")
+                  f"dots and convolutions), {fmt_bytes(pred.bytes)} HBM traffic, {fmt_bytes(pred.comm_bytes)} sent "
+                  "over links")
     console.print(f"priced: {e(pred.source)}")
-    table = Table(title=f"Top {min(top, len(pred.ops))} of {len(pred.ops)} ops by predicted time", title_justify="left")
     lat = any(o.t_latency_s for o in pred.ops)
-    for col in ("op", "category", "scope", "×", "FLOPs", "bytes", "comm", "T_math", "T_mem", "T_comm",
-                *(("T_lat (hops)",) if lat else ()), "t_pred", "bound"):
-        table.add_column(col, justify="left" if col in ("op", "category", "scope", "bound") else "right")
-    for o in pred.top(top):
-        table.add_row(e(o.name), o.category, e(o.named_scope or ""), f"{o.count:g}", si(o.flops), si(o.bytes, "B"),
-                      si(o.comm_bytes, "B") if o.comm_bytes else "", ms(o.t_math_s), ms(o.t_mem_s),
-                      ms(o.t_comm_s) if o.comm_bytes else "",
-                      *((f"{ms(o.t_latency_s)} ({o.hops})" if o.t_latency_s else "",) if lat else ()),
-                      ms(o.t_pred_s), o.bound)
-    console.print(table)
+    cols = [Col("op", "left", name=True), Col("category", "left", 3), Col("scope", "left", 5), Col("×", drop=6),
+            Col("FLOPs", drop=2), Col("bytes", drop=2), Col("comm", drop=2), Col("T_math", drop=4),
+            Col("T_mem", drop=4), Col("T_comm", drop=4), *((Col("T_lat (hops)", drop=4),) if lat else ()),
+            Col("t_pred"), Col("bound", "left", 1)]
+    rows = [(e(o.name), o.category, e(o.named_scope or ""), fmt_number(o.count), si(o.flops, "FLOP"),
+             fmt_bytes(o.bytes),
+             fmt_bytes(o.comm_bytes) if o.comm_bytes else "", ms(o.t_math_s), ms(o.t_mem_s),
+             ms(o.t_comm_s) if o.comm_bytes else "",
+             *((f"{ms(o.t_latency_s)} ({o.hops})" if o.t_latency_s else "",) if lat else ()),
+             ms(o.t_pred_s), o.bound) for o in pred.top(top)]
+    print_fitted(console, cols, rows, f"Top {min(top, len(pred.ops))} of {len(pred.ops)} ops by predicted time")
     for title, totals in (("by category", pred.time_by_category_s), ("by bound", pred.time_by_bound_s),
                           ("by named scope", pred.time_by_scope_s)):
         items = list(totals.items())[:12]

@@ -5,12 +5,19 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from rooflens.report.tables import Col, print_fitted
 from rooflens.report.text import e, percent
+from rooflens.units import fmt_ratio
 from rooflens.units import fmt_seconds as ms
 
 
 def _t(v: float | None) -> str:
     return "—" if v is None else ms(v)
+
+
+def _roof(v: float | None, chip: str | None) -> str:
+    """A roofline sum, or ``unknown`` where there is no roofline (never a ``0 s`` for what was not priced)."""
+    return ms(v) if chip and v else "unknown"
 
 
 def _pct(v: float | None) -> str:
@@ -26,7 +33,7 @@ def _delta(a: float, b: float) -> str:
         return "new" if b else ""
     r = b / a
     style = "green" if r < 0.95 else "red" if r > 1.05 else "dim"
-    return f"[{style}]{r:.2f}×[/]"
+    return f"[{style}]{fmt_ratio(r)}[/]"
 
 
 def _share_delta(a: float, b: float) -> str:
@@ -41,7 +48,8 @@ def render_diff(console: Console, d, top: int = 20) -> None:
     console.print(f"[bold]B[/bold] {e(d.label_b)} ({e(d.chip_b or 'no roofline')})")
     console.print(f"\n[bold]Step[/bold] (per device): {_t(s.step_time_a_s)} → {_t(s.step_time_b_s)} "
                   f"({_delta(s.step_time_a_s, s.step_time_b_s)}); MFU {_mfu(s.mfu_a)} → {_mfu(s.mfu_b)}; roofline sum "
-                  f"{_t(s.predicted_a_s)} → {_t(s.predicted_b_s)}; program {e(s.program_a)} → {e(s.program_b)}")
+                  f"{_roof(s.predicted_a_s, d.chip_a)} → {_roof(s.predicted_b_s, d.chip_b)}; program "
+                  f"{e(s.program_a)} → {e(s.program_b)}")
     table = Table(title="Time per step and share of the step, by category", title_justify="left")
     for col in ("category", "A", "B", "B/A", "share A", "share B", "Δ share"):
         table.add_column(col, justify="left" if col == "category" else "right")
@@ -49,16 +57,16 @@ def render_diff(console: Console, d, top: int = 20) -> None:
         table.add_row(e(c.category), ms(c.time_a_s), ms(c.time_b_s), _delta(c.time_a_s, c.time_b_s),
                       _pct(c.share_a), _pct(c.share_b), _share_delta(c.share_a, c.share_b))
     console.print(table)
-    table = Table(title=f"Top {min(top, len(d.ops))} of {len(d.ops)} matched ops", title_justify="left")
-    for col in ("op (A → B)", "category", "scope", "A", "B", "B/A", "share A", "share B", "median ÷ roofline",
-                "matched by"):
-        table.add_column(col, justify="left" if col in ("op (A → B)", "category", "scope", "matched by") else "right")
+    cols = [Col("op (A → B)", "left", name=True), Col("category", "left", 3), Col("scope", "left", 4), Col("A"),
+            Col("B"), Col("B/A"), Col("share A", drop=5), Col("share B", drop=5), Col("median ÷ roofline", drop=2),
+            Col("matched by", "left", 6)]
+    rows = []
     for o in d.ops[:top]:
         name = o.name_a if o.name_a == o.name_b else f"{o.name_a} → {o.name_b}"
-        ratios = " → ".join("—" if r is None else f"{r:.2f}" for r in (o.ratio_a, o.ratio_b))
-        table.add_row(e(name), o.category, e(o.named_scope), ms(o.time_a_s), ms(o.time_b_s),
-                      _delta(o.time_a_s, o.time_b_s), _pct(o.share_a), _pct(o.share_b), ratios, o.matched_by)
-    console.print(table)
+        ratios = " → ".join(fmt_ratio(r) for r in (o.ratio_a, o.ratio_b))
+        rows.append((e(name), o.category, e(o.named_scope), ms(o.time_a_s), ms(o.time_b_s),
+                     _delta(o.time_a_s, o.time_b_s), _pct(o.share_a), _pct(o.share_b), ratios, o.matched_by))
+    print_fitted(console, cols, rows, f"Top {min(top, len(d.ops))} of {len(d.ops)} matched ops")
     for title, rows in (("Appeared in B", d.appeared), ("Disappeared from A", d.disappeared)):
         if rows:
             console.print(f"\n[bold]{title}[/bold] ({len(rows)})")

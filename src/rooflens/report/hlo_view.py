@@ -8,6 +8,7 @@ from rich.table import Table
 from rooflens.hlo.explain import HloSummary, OpExplanation
 from rooflens.hlo.explain import format_bytes as _b
 from rooflens.report.text import e as escape
+from rooflens.units import plural
 
 
 def render_summary(console: Console, s: HloSummary, source: str = "") -> None:
@@ -15,7 +16,7 @@ def render_summary(console: Console, s: HloSummary, source: str = "") -> None:
     console.print(title)
     console.print(
         f"ENTRY {escape(s.entry)} · {s.num_computations} computations · {s.num_instructions} instructions · "
-        f"{s.num_top_level_ops} ops outside fusions · {s.num_devices} device(s)"
+        f"{s.num_top_level_ops} ops outside fusions · {plural(s.num_devices, 'device')}"
         + (" · scheduled" if s.is_scheduled else "")
     )
     t = Table(title="Ops by category", title_justify="left", show_edge=False)
@@ -46,7 +47,7 @@ def render_summary(console: Console, s: HloSummary, source: str = "") -> None:
     if s.padding_waste_bytes:
         console.print(f"Tiling padding wastes {_b(s.padding_waste_bytes)} over the ops above and the rest.")
     if s.warnings:
-        console.print(f"[yellow]{len(s.warnings)} warning(s):[/yellow]")
+        console.print(f"[yellow]{plural(len(s.warnings), 'warning')}:[/yellow]")
         for w in s.warnings:
             console.print(f"  [yellow]•[/yellow] {escape(w)}")
     else:

@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 from importlib import resources
 
-from rooflens.report.text import memory_line, mfu_text, saving_line
+from rooflens.report.text import memory_line, mfu_text, ranked_programs, saving_line
+from rooflens.units import fmt_number, fmt_seconds, fmt_si, plural
 
 MAX_OPS = 2000
 
@@ -25,8 +26,11 @@ def fill_template(template: str, data: dict) -> str:
     """A template of report/templates filled with ``data``, embedded as JSON the page's script reads."""
     import jinja2
 
-    text = (resources.files("rooflens.report") / "templates" / template).read_text()
-    return jinja2.Template(text, autoescape=True).render(data_json=jinja2.utils.markupsafe.Markup(_embed(data)))
+    folder = resources.files("rooflens.report") / "templates"
+    text = (folder / template).read_text()
+    units_js = (folder / "units.js").read_text()  # the one place the pages format quantities
+    return jinja2.Template(text, autoescape=True).render(data_json=jinja2.utils.markupsafe.Markup(_embed(data)),
+                                                         units_js=jinja2.utils.markupsafe.Markup(units_js))
 
 
 def page_data(report, prediction=None, title: str = "") -> dict:
@@ -46,14 +50,15 @@ def page_data(report, prediction=None, title: str = "") -> dict:
     elif report.calibration is not None:  # a CPU's calibration: when it was made, its spread, recorded or not
         cards.append(["calibration", report.chip_reason])
     if steps:
-        cards.append(["step time", f"mean {steps.mean_s * 1e3:.3g} ms, standard deviation {steps.std_s * 1e3:.2g} ms "
-                                   f"({steps.count} steps)"])
+        cards.append(["step time", f"{fmt_seconds(steps.mean_s)} ± {fmt_seconds(steps.std_s, digits=2)} "
+                                   f"({plural(steps.count, 'step')}; mean ± standard deviation)"])
     if st:
         if roofs is not None:
-            cards.append(["roofline step", f"{st.predicted_s * 1e3:.3g} ms"])
+            cards.append(["roofline step", fmt_seconds(st.predicted_s) if st.predicted_s else
+                          "unknown (no op of the step is priced)"])
         mfu = mfu_text(st, roofs)
         cards.append(["MFU", mfu.removeprefix("MFU ")])
-        cards.append(["communication", f"{st.communication_s * 1e3:.3g} ms of the step"])
+        cards.append(["communication", f"{fmt_seconds(st.communication_s)} of the step"])
     cards.append(["findings", str(len(report.findings))])
     ordered = sorted(report.comparison, key=lambda c: -c.total_time_s)[:MAX_OPS]
     ops = [{"key": f"{c.program}/{c.name}", "name": c.name, "program": c.program, "category": c.category,
@@ -67,11 +72,11 @@ def page_data(report, prediction=None, title: str = "") -> dict:
     bw = roofs.hbm_bytes_per_s if roofs else 0.0
     ridge = roofs.ridge_flops_per_byte if roofs else None
     points = [{"key": f"{c.program}/{c.name}", "name": f"{c.program}/{c.name}", "category": c.category,
-               "x": c.flops / c.bytes,
+               "x": c.flops / c.bytes, "note": c.roofline_note if not c.roofline_reliable else "",
                "y": c.achieved_flops_per_s, "time": c.total_time_s}
               for c in ordered if c.priced and c.flops > 0 and c.bytes > 0 and c.achieved_flops_per_s > 0]
-    label = (f"{roofs.chip}: peak {peak:.3g} FLOP/s, memory {bw:.3g} B/s, ridge at {ridge:.3g} FLOP/B"
-             if peak and ridge else "")
+    label = (f"{roofs.chip}: peak {fmt_si(peak, 'FLOP/s')}, memory {fmt_si(bw, 'B/s')}, ridge at "
+             f"{fmt_number(ridge)} FLOP/B" if peak and ridge else "")
     several = len({c.program for c in ordered[:15]}) > 1  # the same name may be an op of two programs
     expected = [{"name": f"{c.program}/{c.name}" if several else c.name, "key": f"{c.program}/{c.name}",
                  "program": c.program, "measured": c.measured_s, "predicted": c.predicted_s, "ratio": c.ratio}
@@ -83,10 +88,10 @@ def page_data(report, prediction=None, title: str = "") -> dict:
         memory = {"summary": memory_line(mem),
                   "buffers": [{"name": b.name, "shape": b.shape, "bytes": b.bytes, "scope": b.named_scope}
                               for b in mem.main.peak_buffers],
-                  "timelines": [_memory_timeline(p.timeline) for p in mem.programs if p.timeline is not None]}
+                  **_memory_timelines(mem)}
     pred = None
     if prediction is not None:
-        pred = {"summary": f"predicted on {prediction.chip}: {prediction.time_s * 1e3:.4g} ms per step per device "
+        pred = {"summary": f"predicted on {prediction.chip}: {fmt_seconds(prediction.time_s)} per step per device "
                            f"({prediction.source})",
                 "ops": [{"name": o.name, "category": o.category, "t": o.total_s, "bound": o.bound}
                         for o in prediction.top(15)]}
@@ -97,15 +102,20 @@ def page_data(report, prediction=None, title: str = "") -> dict:
     return {
         "header": {"title": title or f"rooflens: {st.program if st else 'profile'}",
                    "subtitle": ", ".join(report.sources), "cards": cards},
-        "categories": [[k, v] for k, v in list(stats.by_category_s.items())[:12]],
-        "scopes": [[k, v] for k, v in list(stats.by_scope_prefix_s.items())[:14]],
+        # per device and per step, as the cards and the step say (the Report's figures; the sums over
+        # devices and steps are in the op table's "total")
+        "per_step_label": report.per_step_label,
+        "categories": [[k, v] for k, v in list(report.by_category_per_step_s.items())[:12]],
+        "scopes": [[k, v] for k, v in list(report.by_scope_per_step_s.items())[:14]],
         "ops": ops, "roofline": {"points": points, "peak": peak, "bandwidth": bw, "ridge": ridge or 1.0,
                                  "label": label},
         "expected": expected, "timeline": timeline, "findings": findings, "memory": memory, "prediction": pred,
         "plan": report.plan.to_dict() if getattr(report, "plan", None) is not None else None,
         "graphs": {k: _graph(g) for k, g in report.graphs.items()},
         "hosts": _hosts(stats.host_steps),
-        "footer": "Made by rooflens. Times are per device; ratios are measured ÷ roofline.",
+        "footer": (f"Made by rooflens. Time by category and by named scope: {report.per_step_label}. Expected vs "
+                   "observed, measured and roofline: per execution on one device. The op table's total: summed over "
+                   "devices and executions. Ratios are measured ÷ roofline. Bytes in decimal units (1 kB = 1000 B)."),
     }
 
 
@@ -126,6 +136,12 @@ def _graph(g) -> dict:
                        "w": n.w, "h": n.h} for n in g.nodes],
             "edges": [{"source": e.source, "target": e.target, "operand": e.operand,
                        "points": [list(p) for p in e.points]} for e in g.edges]}
+
+
+def _memory_timelines(mem) -> dict:
+    """The programs' memory charts: the step program and the largest drawn, the small ones in one line."""
+    shown, _, small = ranked_programs([p for p in mem.programs if p.timeline is not None], mem.main_program)
+    return {"timelines": [_memory_timeline(p.timeline) for p in shown], "small_programs": small}
 
 
 def _memory_timeline(tl) -> dict:

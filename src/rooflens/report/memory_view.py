@@ -5,17 +5,17 @@ from __future__ import annotations
 from functools import partial
 
 from rich.console import Console
-from rich.table import Table
 
-from rooflens.report.text import e
-from rooflens.units import fmt_bytes
+from rooflens.report.tables import Col, print_fitted
+from rooflens.report.text import e, ranked_programs
+from rooflens.units import fmt_bytes, fmt_count, fmt_number, fmt_ratio
 
 gb = partial(fmt_bytes, digits=3)
 
 
 def render_estimate(console: Console, est) -> None:
-    console.print(f"[bold]Model state for {est.params:.3g} parameters[/bold] ({est.optimizer}): "
-                  f"{gb(est.total_bytes)} = {est.bytes_per_param:.3g} bytes/parameter"
+    console.print(f"[bold]Model state for {fmt_count(est.params, 'parameters')}[/bold] ({est.optimizer}): "
+                  f"{gb(est.total_bytes)} = {fmt_number(est.bytes_per_param)} bytes/parameter"
                   + (f", {gb(est.per_device_bytes)} per device over {est.shards}" if est.shards > 1 else ""))
     for name, value in (("weights", est.weights_bytes), ("gradients", est.gradients_bytes),
                         ("optimizer moments", est.optimizer_bytes), ("master weights", est.master_bytes)):
@@ -30,21 +30,23 @@ def render_estimate(console: Console, est) -> None:
 def render_memory(console: Console, mem, source: str) -> None:
     """A MemorySummary: each program's compiled memory and peak buffers, then the live snapshots."""
     console.print(f"[bold]Memory[/bold] of {e(source)}")
-    for p in mem.programs:
+    shown, _, small = ranked_programs(mem.programs, mem.main_program)
+    for p in shown:
         console.print(f"{e(p.program)}: arguments {gb(p.argument_bytes)}, outputs {gb(p.output_bytes)}, "
                       f"aliased {gb(p.alias_bytes)}, temporaries {gb(p.temp_bytes)} → peak {gb(p.peak_bytes)}"
                       + (f"; tiling padding wastes {gb(p.padding_waste_bytes)}" if p.padding_waste_bytes else ""))
         if p.peak_buffers:
-            t = Table(title="Buffers live at the peak", title_justify="left")
-            for col in ("value", "shape", "bytes", "padded", "scope"):
-                t.add_column(col, justify="right" if col in ("bytes", "padded") else "left")
-            for b in p.peak_buffers:
-                t.add_row(e(b.name), e(b.shape), gb(b.bytes), gb(b.padded_bytes) if b.shape else "", e(b.named_scope))
-            console.print(t)
+            cols = [Col("value", "left", name=True), Col("shape", "left", 2), Col("bytes"), Col("padded", drop=3),
+                    Col("scope", "left", 4)]
+            rows = [(e(b.name), e(b.shape), gb(b.bytes), gb(b.padded_bytes) if b.shape else "", e(b.named_scope))
+                    for b in p.peak_buffers]
+            print_fitted(console, cols, rows, "Buffers live at the peak")
         if p.timeline is not None:
             render_timeline(console, p.timeline)
+    if small:
+        console.print(f"[dim]{e(small)}[/dim]")
     if mem.peak_over_state:
-        console.print(f"peak / state held (inputs and outputs): {mem.peak_over_state:.2f}×")
+        console.print(f"peak / state held (inputs and outputs): {fmt_ratio(mem.peak_over_state)}")
     for s in mem.snapshots:
         console.print(f"live device memory at {e(s.label)}: {gb(s.total_bytes)}")
 

@@ -22,7 +22,7 @@ from rooflens.cost import Prediction
 from rooflens.memory.summary import MemorySummary
 from rooflens.report.pages import FONT, TYPES, check_fragment, memory_fragment, page_html, text
 from rooflens.report.text import saving_line
-from rooflens.units import fmt_seconds
+from rooflens.units import fmt_ratio, fmt_seconds, plural
 
 #: the interactive page's height in a cell (it scrolls inside); wide enough for two charts side by side
 FRAME_HEIGHT_PX = 720
@@ -67,7 +67,7 @@ def report_cell(report: Report, prediction: Prediction | None = None) -> str:
 
 def diff_cell(diff: Diff) -> str:
     s = diff.steps
-    ratio = f" ({s.ratio:.2f}×)" if s.ratio else ""
+    ratio = f" ({fmt_ratio(s.ratio)})" if s.ratio else ""
     summary = (f'<div style="font-size:16px;font-weight:600">rooflens diff: {text(diff.label_a)} → '
                f"{text(diff.label_b)}</div>"
                + _cards([["step time", f"{fmt_seconds(s.step_time_a_s)} → {fmt_seconds(s.step_time_b_s)}{ratio}"],
@@ -114,14 +114,15 @@ def short_text(obj) -> str:
     if isinstance(obj, Report):
         step = f", step {fmt_seconds(obj.stats.steps.mean_s)}" if obj.stats.steps else ""
         return (f"<rooflens Report: {', '.join(obj.sources) or 'profile'} on {obj.chip or 'no roofline'}"
-                f"{step}, {len(obj.findings)} finding(s)>")
+                f"{step}, {plural(len(obj.findings), 'finding')}>")
     if isinstance(obj, Diff):
-        return f"<rooflens Diff: {obj.label_a} → {obj.label_b}, {len(obj.ops)} matched op(s)>"
+        return f"<rooflens Diff: {obj.label_a} → {obj.label_b}, {plural(len(obj.ops), 'matched op')}>"
     if isinstance(obj, Prediction):
         return f"<rooflens Prediction: {obj.module} on {obj.chip}, {fmt_seconds(obj.time_s)} per step per device>"
     if isinstance(obj, CheckResult):
         return f"<rooflens CheckResult: {obj.message()}>"
-    return f"<rooflens MemorySummary: {len(obj.programs)} program(s), {len(obj.snapshots)} snapshot(s)>"
+    return (f"<rooflens MemorySummary: {plural(len(obj.programs), 'program')}, "
+            f"{plural(len(obj.snapshots), 'snapshot')}>")
 
 
 def register(shell=None) -> bool:

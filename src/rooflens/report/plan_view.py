@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rooflens.report.text import e, percent
-from rooflens.units import fmt_bytes, fmt_seconds, fmt_si
+from rooflens.units import fmt_bytes, fmt_count, fmt_flops, fmt_number, fmt_ratio, fmt_seconds, fmt_si, plural
 
 
 def render_model(console: Console, m) -> None:
@@ -23,7 +23,7 @@ def render_model(console: Console, m) -> None:
 
 def render_train(console: Console, plan, explain: bool = False) -> None:
     console.print(f"[bold]Training plan[/bold]: {e(plan.model)} on {plan.chips} × {e(plan.chip)}, "
-                  f"{plan.batch_tokens:,.0f} tokens per step ({plan.pods} pod(s))")
+                  f"{plan.batch_tokens:,.0f} tokens per step ({plural(plan.pods, 'pod')})")
     t = Table(title_justify="left")
     for col in ("strategy", "X × Y", "memory/chip", "fits", "batch/chip", "critical", "compute-bound", "math",
                 "comm", "roofline step"):
@@ -37,11 +37,15 @@ def render_train(console: Console, plan, explain: bool = False) -> None:
                   fmt_seconds(s.t_comm_s), fmt_seconds(s.step_time_s))
     console.print(t)
     console.print(f"step: {fmt_seconds(plan.step_time_s)}" + (f" at MFU {plan.mfu:g}" if plan.mfu else " (roofline)")
-                  + f"; {fmt_si(plan.step_flops, 'FLOP')} per step; X_opt {plan.x_opt:.1f}, Y_opt {plan.y_opt:.2f}; "
-                  f"TP useful up to {plan.max_model_parallel:.1f} ways")
+                  + f"; {fmt_flops(plan.step_flops)} per step")
+    tp = ("tensor parallelism does not pay here (Y_opt below 1 way)" if plan.y_opt < 1 else
+          f"tensor parallelism pays up to {fmt_number(plan.max_model_parallel)} ways")
+    console.print(f"best FSDP × TP split (training.md, 'Mixed FSDP and Tensor Parallelism'): "
+                  f"X_opt = {fmt_number(plan.x_opt)} FSDP ways × Y_opt = {fmt_number(plan.y_opt)} tensor-parallel "
+                  f"ways (X_opt · Y_opt = the chips of one pod); {tp}")
     console.print(f"state: {fmt_bytes(plan.state_bytes, 3)} = {e(plan.state_recipe)}")
     if plan.days is not None:
-        console.print(f"run: {plan.tokens:.4g} tokens in {plan.days:.1f} days")
+        console.print(f"run: {fmt_count(plan.tokens, 'tokens')} in {fmt_number(plan.days)} days")
     _explain(console, plan.explain if explain else ())
 
 
@@ -74,7 +78,7 @@ def render_check(console: Console, c) -> None:
                              ("memory per chip", c.planned_memory_per_chip_bytes, c.measured_memory_per_chip_bytes,
                               lambda v: fmt_bytes(v, 3))):
         t.add_row(label, "—" if p is None else fmt(p), "—" if m is None else fmt(m),
-                  f"{m / p:.2f}×" if p and m is not None else "—")
+                  fmt_ratio(m / p) if p and m is not None else "—")
     console.print(t)
     for line in c.explain:
         console.print(f"  {e(line)}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from rooflens.units import fmt_bytes, fmt_seconds
+from rooflens.units import fmt_bytes, fmt_percent, fmt_ratio, fmt_seconds
 
 
 def saving_line(f) -> str:
@@ -15,14 +15,13 @@ def saving_line(f) -> str:
         return "fixing this would save no device time"
     if f.step_s:
         return (f"fixing this would save ~{fmt_seconds(f.recoverable_s)} of a {fmt_seconds(f.step_s)} {f.per} "
-                f"({f.recoverable_s / f.step_s:.0%})")
+                f"({fmt_percent(f.recoverable_s / f.step_s)})")
     return f"fixing this would save ~{fmt_seconds(f.recoverable_s)} per {f.per}"
 
 
 def percent(x: float) -> str:
-    """A share as a percentage that never shows a non-zero share as 0.0 % (``0.04%``)."""
-    v = 100 * x
-    return "0%" if v == 0 else f"{v:.1f}%" if abs(v) >= 0.1 else f"{v:.2g}%"
+    """A share as a percentage (:func:`rooflens.units.fmt_percent`: a non-zero share never reads 0%)."""
+    return fmt_percent(x)
 
 
 def mfu_text(step, roofs, chip_reason: str = "") -> str:
@@ -41,13 +40,36 @@ def mfu_text(step, roofs, chip_reason: str = "") -> str:
 
 
 def memory_line(mem) -> str:
-    """``jit_step: compiled peak 16.8 MB per device, holding 0.52 MB of inputs and outputs (32×); …``"""
+    """``jit_step: compiled peak 16.8 MB per device, holding 520 kB of inputs and outputs (the peak is 32× that)``."""
     main = mem.main
     ratio = mem.peak_over_state
     return (f"{main.program}: compiled peak {fmt_bytes(main.peak_bytes)} per device, holding "
-            f"{fmt_bytes(main.state_bytes)} of inputs and outputs" + (f" ({ratio:.2f}×)" if ratio else "")
+            f"{fmt_bytes(main.state_bytes)} of inputs and outputs"
+            + (f" (the peak is {fmt_ratio(ratio)} that)" if ratio else "")
             + (f"; live device memory {mem.live_peak_words} {fmt_bytes(mem.live_peak_bytes)}"
                if mem.live_peak_bytes else ""))
+
+
+#: Programs whose compiled peak is under this share of the largest one are summed up in one line, not shown
+#: in full (Flax's init and eager primitives compile dozens of small programs, from 8 B to a weight's size).
+SMALL_PROGRAM_SHARE = 0.25
+MAX_PROGRAMS_SHOWN = 3
+
+
+def ranked_programs(programs, main: str = "") -> tuple[list, list, str]:
+    """A run's compiled programs as the memory views show them: the few that matter in full (the step
+    program ``main`` first, then by peak), and the rest summed up in one sentence (``""`` when none)."""
+    ranked = sorted(programs, key=lambda p: (p.program != main, -p.peak_bytes))
+    top = max((p.peak_bytes for p in programs), default=0)
+    shown = [p for p in ranked if p.program == main or p.peak_bytes >= SMALL_PROGRAM_SHARE * top][:MAX_PROGRAMS_SHOWN]
+    rest = sorted((p for p in ranked if p not in shown), key=lambda p: -p.peak_bytes)
+    if not rest:
+        return shown, rest, ""
+    names = ", ".join(p.program for p in rest[:6]) + (", …" if len(rest) > 6 else "")
+    lo, hi = fmt_bytes(rest[-1].peak_bytes), fmt_bytes(rest[0].peak_bytes)
+    return shown, rest, (f"{len(rest)} more {'program' if len(rest) == 1 else 'programs'} not shown, with compiled "
+                         f"peaks of {lo if lo == hi else f'{lo} to {hi}'} (under {SMALL_PROGRAM_SHARE:.0%} of the "
+                         f"largest, or past the first {MAX_PROGRAMS_SHOWN}): {names}")
 
 
 # What a terminal would act on rather than show: C0 controls (ESC starts colour, cursor and OSC title

@@ -16,6 +16,7 @@ from rooflens.analysis.rules.common import (
 )
 from rooflens.analysis.rules.device_time import MIN_SHARE
 from rooflens.hlo import Instruction, Module
+from rooflens.units import fmt_bytes, fmt_percent, fmt_ratio_range, plural
 from rooflens.units import fmt_seconds as _ms
 
 SLOW_COLLECTIVE_RATIO = 3.0
@@ -43,10 +44,12 @@ def rule_slow_collectives(report: Report) -> list[Finding]:
                 if not per_exec or c.program == main)
     f = Finding(
         "slow-collective", severity_of(total / busy),
-        f"{len(slow)} collective(s) take {min(c.ratio for c in slow):.0f}–{max(c.ratio for c in slow):.0f}× their "
-        "bandwidth prediction", tuple(ref(c) for c in slow[:8]), per_device_step(report, total),
-        tuple(f"{ref(c)}: {per_execution(c)} vs {_ms(c.predicted_s)} for {c.comm_bytes / 1e6:.3g} MB sent "
-              "per device" for c in slow[:4]) + (f"{_ms(saved)} per step beyond their bandwidth and latency model",),
+        f"{plural(len(slow), 'collective')} {'takes' if len(slow) == 1 else 'take'} "
+        f"{fmt_ratio_range(min(c.ratio for c in slow), max(c.ratio for c in slow))} "
+        f"{'its' if len(slow) == 1 else 'their'} bandwidth prediction", tuple(ref(c) for c in slow[:8]),
+        per_device_step(report, total),
+        tuple(f"{ref(c)}: {per_execution(c)} vs {_ms(c.predicted_s)} for {fmt_bytes(c.comm_bytes)} sent per "
+              "device" for c in slow[:4]) + (f"{_ms(saved)} per step beyond their bandwidth and latency model",),
         cause, "look at what runs just before it on the slowest device; check the mesh axes against the topology")
     return [with_saving(report, f, saved, main)]
 
@@ -77,12 +80,13 @@ def rule_communication_share(report: Report) -> list[Finding]:
     # exposed: the collectives' time, but no more than the step leaves once its other ops have run
     others = st.compute_s + st.layout_s + st.host_s + st.other_s
     exposed = min(st.communication_s, max(st.step_time_s - others, 0.0))
-    evidence = [f"collectives take {_ms(st.communication_s)} of a {_ms(st.step_time_s)} step ({share:.0%}); "
+    evidence = [f"collectives take {_ms(st.communication_s)} of a {_ms(st.step_time_s)} step ({fmt_percent(share)}); "
                 f"exposed, at most {_ms(exposed)} (the step less its other ops)"]
     evidence += [f"{ref(c)}: {per_execution(c)}, "
-                 f"{c.comm_bytes / 1e6:.3g} MB per device" for c in colls[:3]]
+                 f"{fmt_bytes(c.comm_bytes)} per device" for c in colls[:3]]
     if weights:
-        evidence.append(f"{len(weights)} all-gather(s) read program parameters: the weights are gathered every step")
+        evidence.append(f"{plural(len(weights), 'all-gather')} {'reads' if len(weights) == 1 else 'read'} program "
+                        "parameters: the weights are gathered every step")
         gathered = sum(c.total_time_s for c in weights) / max(report.num_devices, 1) / (st.periods or 1.0)
         return [with_saving(report, Finding(
             "weights-all-gathered", severity_of(share), "Weights are all-gathered every step (FSDP-style sharding)",
@@ -93,7 +97,7 @@ def rule_communication_share(report: Report) -> list[Finding]:
             "jax.lax.with_sharding_constraint / shard_map, or use a mesh whose axis matches the sharding"),
             min(gathered, exposed), st.program)]
     return [with_saving(report, Finding(
-        "communication-share", severity_of(share), f"Collectives take {share:.0%} of the step", ops,
+        "communication-share", severity_of(share), f"Collectives take {fmt_percent(share)} of the step", ops,
         st.communication_s, tuple(evidence),
         "the sharding makes devices exchange activations or gradients more than they compute",
         "check which tensors the collectives move (`rooflens hlo --op`); add with_sharding_constraint on the "

@@ -34,6 +34,7 @@ from rooflens.analysis.rules.host import idle_flagged
 from rooflens.analysis.rules.kernels import launched_one_by_one, tiny_programs
 from rooflens.analysis.trust import is_async
 from rooflens.cost.kernels import instruction_module
+from rooflens.units import fmt_number, fmt_percent, fmt_ratio, plural
 from rooflens.units import fmt_seconds as _ms
 
 SLOW_RATIO = 2.0  # an op this many times slower than its roofline is worth a look (seed 000's red flag)
@@ -120,7 +121,8 @@ def _padding_cause(report: Report, c: OpComparison, module, ins) -> tuple[str, s
     small = [f"{what}={x}" for what, x, t in (("M", mm.m, SUBLANES), ("N", mm.n, edge), ("K", mm.k, edge))
              if x % t]
     batch = f" (× {mm.batch} batch, not tiled)" if mm.batch > 1 else ""
-    return (f"its matmul dims ({', '.join(small)}){batch} pad the {edge}×{edge} matrix unit's tiles: {useful:.0%} of "
+    return (f"its matmul dims ({', '.join(small)}){batch} pad the {edge}×{edge} matrix unit's tiles: "
+            f"{fmt_percent(useful)} of "
             f"the work done is useful, so its matrix work alone takes ~{_ms(padded_s)} against a roofline of "
             f"{_ms(c.predicted_s)}",
             f"make N and K multiples of {edge} and M of {SUBLANES} (fuse heads or projections, batch more tokens), "
@@ -174,8 +176,9 @@ def rule_slow_ops(report: Report) -> list[Finding]:
         saved = excess_per_step(report, c)
         st = step_of(report, c.program)
         evidence = [f"measured {per_execution(c)} vs roofline {_ms(c.predicted_s)} "
-                    f"({c.ratio:.1f}×, {c.bound}-bound), {share:.0%} of device time",
-                    f"{runs:.3g} execution(s) per {'execution' if st and st.basis == 'executions' else 'step'}: "
+                    f"({fmt_ratio(c.ratio)}, {c.bound}-bound), {fmt_percent(share)} of device time",
+                    f"{fmt_number(runs)} {'execution' if runs == 1 else 'executions'} per "
+                    f"{'execution' if st and st.basis == 'executions' else 'step'}: "
                     f"{_ms(saved)} beyond the roofline"] + notes
         if c.roofline_bound != "exact":
             evidence.append(f"its roofline: {c.roofline_note}")
@@ -184,7 +187,7 @@ def rule_slow_ops(report: Report) -> list[Finding]:
                           "dtype or layout change that explains the gap)")
             fixes.append("check its fusion in the HLO (`rooflens hlo --op`), whether it overlaps other work, and the "
                          "kernel the compiler chose (its tiling)")
-        f = Finding("slow-op", "low", f"{ref(c)} is {c.ratio:.1f}× slower than its roofline", (ref(c),),
+        f = Finding("slow-op", "low", f"{ref(c)} is {fmt_ratio(c.ratio)} slower than its roofline", (ref(c),),
                     per_step_of(report, c.total_time_s, c.program), tuple(evidence), "; ".join(causes),
                     "; ".join(fixes))
         out.append(with_saving(report, f, saved, c.program))
@@ -218,8 +221,9 @@ def rule_kernel_inefficiency(report: Report) -> list[Finding]:
         return str(ref(c)) if several else c.name
 
     unit = "execution" if st.basis == "executions" else "step"
-    evidence = [f"{len(ops)} ops take {measured / (measured - total):.2g}× their rooflines together: "
-                f"{_ms(total)} per {unit} beyond them, {total / st.step_time_s:.0%} of the {_ms(st.step_time_s)} "
+    evidence = [f"{len(ops)} ops take {fmt_ratio(measured / (measured - total))} their rooflines together: "
+                f"{_ms(total)} per {unit} beyond them, {fmt_percent(total / st.step_time_s)} of the "
+                f"{_ms(st.step_time_s)} "
                 f"{unit}",
                 "the largest contributors: " + ", ".join(f"{name(c)} ({c.ratio:.2g}×, +{_ms(x)})" for c, x in ops[:5])]
     split = [(memory, "in memory-bound ops"), (compute, "in compute-bound ops"),
@@ -230,7 +234,7 @@ def rule_kernel_inefficiency(report: Report) -> list[Finding]:
     def achieved(bound: str, frac) -> str:
         sel = [(c, x) for c, x in ops if c.bound == bound and c.measured_s >= TINY_OP_S and frac(c)]
         t = sum(c.measured_s * runs_per_step(report, c) for c, _ in sel)
-        return f"{sum(frac(c) * c.measured_s * runs_per_step(report, c) for c, _ in sel) / t:.0%}" if t else ""
+        return f"{fmt_percent(sum(frac(c) * c.measured_s * runs_per_step(report, c) for c, _ in sel) / t)}" if t else ""
 
     biggest = max(split[:3], key=lambda xw: xw[0])[1]
     if biggest == split[2][1]:
@@ -268,7 +272,7 @@ def rule_copies(report: Report) -> list[Finding]:
     main = report.steps.program if report.steps else None
     saved = sum(c.measured_s * runs_per_step(report, c) for c in copies if _in_step(report, c))
     f = Finding(
-        "copies", "low", f"Copies and transposes take {share:.0%} of device time",
+        "copies", "low", f"Copies and transposes take {fmt_percent(share)} of device time",
         tuple(ref(c) for c in copies[:6]), per_step_of(report, total, main),
         tuple(f"{c.program}/{c.name}: {_ms(c.total_time_s)} in all" for c in copies[:4]),
         "arrays are retiled between ops whose preferred layouts differ (a transpose or layout change that XLA "
@@ -321,10 +325,10 @@ def rule_tiny_ops(report: Report) -> list[Finding]:
             saved += (c.measured_s - min(c.predicted_s or 0.0, c.measured_s)) * runs_per_step(report, c)
     main = report.steps.program if report.steps else None
     f = Finding(
-        "tiny-ops", "low", f"Many tiny ops: {per_step:.0f} per step per device, median {_ms(median)}",
+        "tiny-ops", "low", f"Many tiny ops: {per_step:,.0f} per step per device, median {_ms(median)}",
         tuple(ref(s) for s in sorted(tiny, key=lambda s: -s.occurrences)[:6]), per_device_step(report, total),
         (f"median op time {_ms(median)} < {_ms(TINY_OP_S)} (about the cost of launching one)",
-         f"{per_step:.0f} op executions per step per device across {programs} program(s)"),
+         f"{per_step:,.0f} op executions per step per device across {plural(programs, 'program')}"),
         "the work is split into kernels too small to amortise their launch and synchronisation (a Python loop "
         "of small jitted calls, or ops XLA could not fuse)",
         in_terms_of(report, "jit the whole step (one program), turn Python loops into lax.scan / vmap, or give each "
@@ -351,7 +355,7 @@ def rule_variance(report: Report) -> list[Finding]:
             # the time it involves, per step: how much longer than the median the steps run, on average
             excess = sum(max(t - med, 0.0) for t in st.times_s) / st.count
             f = Finding(
-                "step-variance", "low", f"Step times vary by {spread:.0%} (IQR/median)", (), excess,
+                "step-variance", "low", f"Step times vary by {fmt_percent(spread)} (IQR/median)", (), excess,
                 (f"steps: median {_ms(med)}, quartiles {_ms(q1)}–{_ms(q3)}, min {_ms(st.min_s)}, max {_ms(st.max_s)}",
                  f"slowest: step {st.steps[slow]}; steps as fast as the median would save {_ms(st.mean_s - med)} "
                  "per step on average"),
@@ -404,7 +408,8 @@ def rule_overheads(report: Report) -> list[Finding]:
     n_ops = per_step_of(report, sum(c.occurrences for c in report.comparison if _in_step(report, c)))
     per_gap = overhead_s * within_share / n_ops if n_ops else 0.0
     unit = per_what(st)
-    evidence = [f"the device runs no op {share:.0%} of the {unit} ({_ms(overhead_s)} of {_ms(st.step_time_s)}), "
+    evidence = [f"the device runs no op {fmt_percent(share)} of the {unit} ({_ms(overhead_s)} of "
+                f"{_ms(st.step_time_s)}), "
                 "measured from the gaps between its op events",
                 f"inside program executions: {_ms(gaps.within_s)} of gaps over {_ms(gaps.window_s)} measured"
                 + (f", ≈ {_ms(per_gap)} per op boundary ({n_ops:.0f} ops per {unit})" if n_ops else "")]
@@ -443,7 +448,7 @@ def rule_overheads(report: Report) -> list[Finding]:
                           "synchronisations (tensor.item(), printing values)",
                           "run the step as one compiled graph, and drop per-step synchronisations (reading values "
                           "back, printing them)")
-    f = Finding("overheads", "low", f"The device runs no kernel {share:.0%} of the {unit}", (), overhead_s,
+    f = Finding("overheads", "low", f"The device runs no kernel {fmt_percent(share)} of the {unit}", (), overhead_s,
                 tuple(evidence), cause, fix)
     return [with_saving(report, f, overhead_s, st.program)]
 

@@ -22,7 +22,7 @@ from rooflens.analysis.rules.common import (
 )
 from rooflens.hlo.shape import HOST_MEMORY_SPACE, element_bytes
 from rooflens.trace.idle import IdleUnit
-from rooflens.units import fmt_bytes
+from rooflens.units import fmt_bytes, fmt_number, fmt_percent, fmt_rate, plural
 from rooflens.units import fmt_seconds as _ms
 
 IDLE_SHARE = 0.40
@@ -88,7 +88,7 @@ def rule_idle(report: Report) -> list[Finding]:
             evidence.append(f"not counted: {_ms(warm_s)} of idle time while the host compiled or around first runs "
                             "(warm-up)")
         f = Finding(
-            "idle", severity_of(share), f"{who} is idle {share:.0%} of the time", (),
+            "idle", severity_of(share), f"{who} is idle {fmt_percent(share)} of the time", (),
             per_device_step(report, idle_s) * max(report.num_devices, 1), tuple(evidence),
             "the host does not feed the device fast enough: Python or data loading between steps, a "
             "synchronisation (print, device_get, block_until_ready) or a host-side stall",
@@ -114,7 +114,9 @@ def rule_async_tail(report: Report) -> list[Finding]:
                 + (f": about {_ms(u.missing_s)} of device work" if u.missing_s else "") for u in queued[:5]]
     main = report.steps.program if report.steps else ""
     if main and report.steps.steps:
-        evidence.append(f"the {report.steps.steps} step(s) here are executions of {main} that ran inside the trace")
+        n = report.steps.steps
+        evidence.append(f"the {plural(n, 'step')} here {'is an execution' if n == 1 else 'are executions'} of {main} "
+                        "that ran inside the trace")
     # a trace cut short costs the run no device time: fixing it gives back none, it makes the report whole
     return [with_saving(report, Finding(
         "async-tail", "high" if worst.unran * 2 >= worst.dispatched else "medium",
@@ -175,13 +177,13 @@ def rule_in_window(report: Report) -> list[Finding]:
         total = w.compile_s
         if w.whole_run:  # rooflens run: `compilations` holds recompilations only
             reasons = list(dict.fromkeys(f"{c.module or '?'}: {c.reason}" for c in comps if c.reason))
-            title = f"{len(comps)} recompilation(s) of already-compiled functions"
+            title = f"{plural(len(comps), 'recompilation')} of already-compiled functions"
             # one recompilation (a second call whose input types differ once: weak types, a committed
             # array) is a second warm-up; churn is a function compiled again and again
             severity = "high" if len(comps) >= RECOMPILE_MANY else "medium" if len(comps) > 1 else "low"
         else:
             reasons = [m.splitlines()[-1].strip() for m in w.cache_misses]
-            title = f"{len(comps)} compilation(s) inside the measured window"
+            title = f"{plural(len(comps), 'compilation')} inside the measured window"
             severity = "high"
         per = total / periods_of(report)
         f = Finding(
@@ -245,11 +247,11 @@ def _implicit_finding(report: Report, implicit: Implicit, measured: MeasuredTran
     transfers, nbytes, steps = list(implicit.lines), implicit.nbytes, implicit.steps
     rate, what = _transfer_rate(report)
     per = nbytes / rate / steps if rate else 0.0
-    priced = (f"{nbytes / 1e6:.3g} MB in all, {_ms(per)} per step at {what} ({rate / 1e9:.3g} GB/s); the trace "
+    priced = (f"{fmt_bytes(nbytes)} in all, {_ms(per)} per step at {what} ({fmt_rate(rate)}); the trace "
               "does not time implicit transfers, so this is their roofline" if rate else
-              f"{nbytes / 1e6:.3g} MB in all; no bandwidth is known for them on this chip, so their time is not "
+              f"{fmt_bytes(nbytes)} in all; no bandwidth is known for them on this chip, so their time is not "
               "priced")
-    evidence = [f"{len(transfers) / steps:.1f} per step", priced] + transfers[:2]
+    evidence = [f"{fmt_number(len(transfers) / steps)} per step", priced] + transfers[:2]
     if measured is not None:  # the trace times the transfers (these among them): what it measures is what they cost
         per = measured.exposed_s
         evidence.insert(2, f"the trace measures {_ms(measured.time_s)} per {per_what(report.steps)} in host↔device "
@@ -257,7 +259,7 @@ def _implicit_finding(report: Report, implicit: Implicit, measured: MeasuredTran
                            "what fixing them gives back at most")
     f = Finding(
         "host-transfers", "medium" if len(transfers) >= TRANSFERS_PER_STEP * steps else "low",
-        f"{len(transfers)} implicit host↔device transfer(s) inside the window", (), 0.0, tuple(evidence),
+        f"{plural(len(transfers), 'implicit host↔device transfer')} inside the window", (), 0.0, tuple(evidence),
         "NumPy arrays or Python scalars cross to the device each step (or device values are read back), "
         "which serialises host and device",
         "device_put inputs ahead of time (prefetch), keep the loop state on the device, and read values back "
@@ -384,15 +386,18 @@ def _traced_by_direction(report: Report, m: MeasuredTransfers) -> tuple[dict[str
 def _measured_finding(report: Report, m: MeasuredTransfers, implicit: Implicit | None) -> Finding:
     per, step = per_what(report.steps), _step_s(report)
     steps_basis = report.steps is not None and report.steps.basis == "steps"
-    evidence = [f"{_ms(m.time_s)} per {per} on each device in host↔device transfers ({m.time_s / step:.0%} of the "
+    evidence = [f"{_ms(m.time_s)} per {per} on each device in host↔device transfers "
+                f"({fmt_percent(m.time_s / step)} of the "
                 f"{_ms(step)} {per}), {_ms(m.exposed_s)} of it with no kernel running alongside on the device "
-                f"({m.exposed_s / step:.0%}), in {m.events:.3g} transfer event(s) per {per}"]
+                f"({fmt_percent(m.exposed_s / step)}), in {fmt_number(m.events)} transfer "
+                f"{'event' if m.events == 1 else 'events'} per {per}"]
     if report.num_devices > 1 and m.worst[0] and m.worst[1] > 1.1 * m.exposed_s:  # the mean hides one device
         evidence.append(f"the most on device {m.worst[0]}: {_ms(m.worst[1])} per {per} with no kernel alongside")
     for s in m.ops[:4]:
         way = transfer_direction(report, s.program, s.name)
         counts = (f"{s.occurrences} in the trace, {_ms(s.total_time_s)} over its devices" if steps_basis else
-                  f"{per_step_of(report, s.occurrences, report.steps.program if report.steps else None):.3g} per "
+                  f"{fmt_number(per_step_of(report, s.occurrences, report.steps.program if report.steps else None))}"
+                  " per "
                   f"{per}, {_ms(per_step_of(report, s.total_time_s, report.steps.program if report.steps else None))}")
         evidence.append(f"{s.name}{f' ({way})' if way else ''}: {counts}")
     link, source = _host_link(report)
@@ -406,11 +411,11 @@ def _measured_finding(report: Report, m: MeasuredTransfers, implicit: Implicit |
         rate = busiest / m.time_s
         ways = ", ".join(f"{fmt_bytes(b)} {d}" for d, b in sorted(moved.items(), key=lambda kv: -kv[1]))
         line = (f"{fmt_bytes(total)} moved per {per} on each device ({ways}; {whence}), "
-                f"{fmt_bytes(total / copies)} per transfer: {rate / 1e9:.3g} GB/s over the transfer time in the "
+                f"{fmt_bytes(total / copies)} per transfer: {fmt_rate(rate)} over the transfer time in the "
                 "busier direction")
         if link:
             share = rate / link
-            line += f", {share:.0%} of the host link's {link / 1e9:.3g} GB/s ({source})"
+            line += f", {fmt_percent(share)} of the host link's {fmt_rate(link)} ({source})"
         evidence.append(line)
     else:
         evidence.append("the trace as read gives no byte counts for these transfers (no HLO prices them), so their "
@@ -420,14 +425,15 @@ def _measured_finding(report: Report, m: MeasuredTransfers, implicit: Implicit |
                         "the chip is unknown, so its host link's bandwidth is not known: "
                         + (report.chip_reason or "give --chip"))
     elif not moved:
-        evidence.append(f"the host link: {link / 1e9:.3g} GB/s per direction ({source})")
+        evidence.append(f"the host link: {fmt_rate(link)} per direction ({source})")
     said = m.pinned + m.pageable
     if said:
-        evidence.append(f"host memory: {m.pinned:.3g} of the {m.events:.3g} transfers per {per} from pinned "
-                        f"(page-locked) memory, {m.pageable:.3g} from pageable memory (as the trace records them)")
+        evidence.append(f"host memory: {fmt_number(m.pinned)} of the {fmt_number(m.events)} transfers per {per} from "
+                        f"pinned (page-locked) memory, {fmt_number(m.pageable)} from pageable memory (as the trace "
+                        "records them)")
     if implicit is not None:
-        evidence.append(f"the capture recorded {len(implicit.lines)} implicit transfer(s) over {implicit.steps} "
-                        f"step(s) among them: {implicit.lines[0]}")
+        evidence.append(f"the capture recorded {plural(len(implicit.lines), 'implicit transfer')} over "
+                        f"{plural(implicit.steps, 'step')} among them: {implicit.lines[0]}")
     hidden = m.exposed_s < TRANSFER_SHARE * step
     per_copy = sum(moved.values()) / copies if moved and copies else None
     if hidden:
@@ -436,14 +442,15 @@ def _measured_finding(report: Report, m: MeasuredTransfers, implicit: Implicit |
         fix = ("move fewer bytes between host and device: keep parameters and state on the device across steps, "
                "offload less, transfer in a narrower dtype")
     elif share is not None and share >= LINK_BOUND:
-        cause = (f"the device waits for copies that already move {share:.0%} of what the host link carries: the link "
-                 "is the limit, and the copies are not overlapped with compute")
+        cause = (f"the device waits for copies that already move {fmt_percent(share)} of what the host link carries: "
+                 "the link is the limit, and the copies are not overlapped with compute")
         fix = ("move fewer bytes across (keep parameters and state on the device between steps, offload fewer "
                "tensors, transfer in a narrower dtype), and overlap what must move with compute: start each copy a "
                "step ahead (jax.device_put of the next batch before this step runs; host offloading whose copy-start "
                "is scheduled earlier; in PyTorch, a non_blocking copy on a side stream)")
     elif said and m.pageable >= m.pinned:
-        cause = (f"the device waits for copies from pageable host memory ({m.pageable:.3g} of the {said:.3g} whose "
+        cause = (f"the device waits for copies from pageable host memory ({fmt_number(m.pageable)} of the "
+                 f"{fmt_number(said)} whose "
                  "memory the trace records): the driver stages each through a pinned bounce buffer, synchronously, at "
                  "a fraction of the link's bandwidth, and no kernel overlaps them")
         fix = ("pin the host memory (PyTorch: pin_memory=True in the DataLoader and .to(device, non_blocking=True); "
@@ -452,9 +459,10 @@ def _measured_finding(report: Report, m: MeasuredTransfers, implicit: Implicit |
     elif said:
         small = per_copy is not None and per_copy < SMALL_COPY_BYTES
         size = f" of {fmt_bytes(per_copy)} each" if per_copy is not None else ""
-        rate_said = (f"at {share:.0%} of the host link" if share is not None else
+        rate_said = (f"at {fmt_percent(share)} of the host link" if share is not None else
                      "at a rate this chip's host link is not known to compare with")
-        cause = (f"the copies come from pinned host memory ({m.pinned:.3g} of the {said:.3g} whose memory the trace "
+        cause = (f"the copies come from pinned host memory ({fmt_number(m.pinned)} of the {fmt_number(said)} whose "
+                 "memory the trace "
                  f"records), so pageable staging is not the cause; they move {rate_said}, and no kernel overlaps "
                  "them: " + (f"many small copies{size}, each paying a fixed launch and DMA set-up latency" if small
                              else f"the copies{size} are large, so per-copy latency is not it either: they run "
@@ -479,8 +487,9 @@ def _measured_finding(report: Report, m: MeasuredTransfers, implicit: Implicit |
                              "copies into one; prefetch the next batch on a separate stream while this step runs",
                              "pin the host memory; batch small copies into one; prefetch the next batch on a "
                              "separate stream while this step runs so that copies overlap compute"))
-    title = (f"Host↔device transfers take {m.time_s / step:.0%} of the {per}"
-             + (", overlapped with kernels" if hidden else f", {m.exposed_s / step:.0%} with no kernel alongside"))
+    title = (f"Host↔device transfers take {fmt_percent(m.time_s / step)} of the {per}"
+             + (", overlapped with kernels" if hidden else
+                f", {fmt_percent(m.exposed_s / step)} with no kernel alongside"))
     f = Finding("host-transfers", "low", title, tuple(ref(s) for s in m.ops[:6]), m.time_s, tuple(evidence), cause,
                 fix)
     return with_saving(report, f, m.exposed_s, report.steps.program if report.steps else None)

@@ -17,6 +17,7 @@ from rooflens.analysis.rules.common import (
 from rooflens.analysis.trust import is_async, rates_of_comparison
 from rooflens.hardware.infer import chips_fitting, describe_rates
 from rooflens.units import fmt_seconds as _ms
+from rooflens.units import plural
 
 
 def tiny_programs(report: Report) -> list[Finding]:
@@ -38,9 +39,9 @@ def tiny_programs(report: Report) -> list[Finding]:
     periods = report.steps.periods if report.steps and report.steps.periods > 0 else 1.0
     saved = gaps.between_s / max(gaps.units, 1) / periods
     f = Finding(
-        "tiny-ops", "medium", f"Many tiny programs: {per_step:.0f} executions per device, median {_ms(median)}",
+        "tiny-ops", "medium", f"Many tiny programs: {per_step:,.0f} executions per device, median {_ms(median)}",
         (), 0.0,
-        (f"median program execution {_ms(median)} < {_ms(TINY_OP_S)}", f"{len(st.by_program_s)} program(s): "
+        (f"median program execution {_ms(median)} < {_ms(TINY_OP_S)}", f"{plural(len(st.by_program_s), 'program')}: "
          + ", ".join(p.program for p in execs[:6]),
          f"the device waits {_ms(saved)} per step between program executions"),
         "each program execution is dispatched by the host; programs this short cannot amortise it",
@@ -56,7 +57,8 @@ def roofline_trust(report: Report) -> list[Finding]:
     total = sum(c.total_time_s for c in bad)
     rates = list(report.trace_rates) or rates_of_comparison(report.comparison)
     fit = [c.name for c in chips_fitting(rates, report.roofs and _kind_of(report) or "")]
-    evidence = [f"{len(bad)} op(s) faster than their roofline on {report.chip}; e.g. {ref(c)}: {c.roofline_note}"
+    evidence = [f"{plural(len(bad), 'op')} faster than {'its' if len(bad) == 1 else 'their'} roofline on "
+                f"{report.chip}; e.g. {ref(c)}: {c.roofline_note}"
                 for c in sorted(bad, key=lambda c: -c.total_time_s)[:1]]
     evidence.append(f"fastest rates reached: {describe_rates(rates, [])}")
     cal = report.calibration
@@ -67,8 +69,10 @@ def roofline_trust(report: Report) -> list[Finding]:
         evidence.append("catalogue chips those rates fit: " + (", ".join(fit) if fit else "none"))
     return [with_saving(report, Finding(
         "roofline-trust", "medium" if given else "low",
-        (f"The trace beats {report.chip}: {len(bad)} op(s) run faster than its roofline" if given else
-         f"{len(bad)} op(s) run faster than the cost model allows: their rooflines are marked unreliable"),
+        (f"The trace beats {report.chip}: {plural(len(bad), 'op')} {'runs' if len(bad) == 1 else 'run'} faster than "
+         "its roofline" if given else
+         f"{plural(len(bad), 'op')} {'runs' if len(bad) == 1 else 'run'} faster than the cost model allows: "
+         f"{'its roofline is' if len(bad) == 1 else 'their rooflines are'} marked unreliable"),
         tuple(ref(c) for c in sorted(bad, key=lambda c: -c.total_time_s)[:6]), per_device_step(report, total),
         tuple(evidence),
         ("the chip given is not the one that ran the trace (a faster generation), or the model counts bytes the "
