@@ -1,0 +1,159 @@
+"""The tools' results cut to a size an agent's context can hold: pure functions over the JSON documents.
+
+A summary keeps the documents' own keys and values (the report's are ``Report.to_json()``'s,
+docs/report-schema.md) and cuts their long lists to one page; ``page`` says what was kept of how
+many and how to ask for the rest. Whatever ``top`` asks for, a summary stays under ``max_bytes``:
+past it, long evidence is shortened and the page halved until it fits, and ``page`` says so.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+DEFAULT_TOP = 10  # findings and ops per page
+DEFAULT_MAX_BYTES = 24_000  # the most a summary's JSON takes (compact, UTF-8)
+
+FINDING_OPS = 8  # the ops a finding names, at most, in a summary
+EVIDENCE_LINES_WHEN_TIGHT = 2  # a finding's evidence lines kept once a page is over max_bytes
+MANY = 16  # hosts, sources, devices, notes shown at most
+METADATA_VALUE_BYTES = 400  # a capture-metadata entry larger than this is left to full=true
+OP_DETAIL_KEYS = ("explanation", "hlo")  # an op's arithmetic and HLO: the op tool's, not the page's
+MEMORY_KEYS = ("peak_bytes", "state_bytes", "peak_over_state", "padding_waste_bytes", "live_peak_bytes")
+DEVICE_KEYS = ("device", "host", "busy_s", "idle_s", "window_s", "op_time_s", "events")
+
+
+def size_bytes(doc) -> int:
+    """The bytes of ``doc`` as the server sends it (compact JSON, UTF-8)."""
+    return len(json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+
+
+def page_of(rows: list, top: int, offset: int) -> list:
+    return list(rows[offset:offset + top])
+
+
+def fitted(build: Callable[[int, bool], dict], top: int, max_bytes: int) -> dict:
+    """``build(top, tight)`` for the largest ``top`` (halving) whose document fits in ``max_bytes``;
+    ``tight`` shortens long text first. The page records the ``top`` asked for when it had to shrink."""
+    asked, tight = top, False
+    while True:
+        doc = build(top, tight)
+        if size_bytes(doc) <= max_bytes or (tight and top == 0):
+            break
+        if not tight:
+            tight = True
+        else:
+            top //= 2
+    if top != asked or tight:
+        doc["page"]["fitted"] = {"top_asked": asked, "top_given": top, "evidence_shortened": tight,
+                                 "max_bytes": max_bytes}
+    return doc
+
+
+def _finding(f: dict, tight: bool) -> dict:
+    out = dict(f)
+    ops = f.get("ops") or []
+    if len(ops) > FINDING_OPS:
+        out["ops"] = ops[:FINDING_OPS]
+        out["ops_total"] = len(ops)
+    if tight and len(f.get("evidence") or []) > EVIDENCE_LINES_WHEN_TIGHT:
+        out["evidence"] = f["evidence"][:EVIDENCE_LINES_WHEN_TIGHT]
+        out["evidence_total"] = len(f["evidence"])
+    return out
+
+
+def _op_row(c: dict) -> dict:
+    return {k: v for k, v in c.items() if k not in OP_DETAIL_KEYS}
+
+
+def _capped(values: list, what: str, cut: list[str]) -> list:
+    if len(values) > MANY:
+        cut.append(f"{what}: {MANY} of {len(values)} shown")
+        return values[:MANY]
+    return values
+
+
+def report_summary(doc: dict, top: int = DEFAULT_TOP, offset: int = 0, max_bytes: int = DEFAULT_MAX_BYTES,
+                   call: str = "report") -> dict:
+    """One page of a report (``Report.to_json()``): the run, the chip and its reason, the steps, findings
+    ranked by ``recoverable_s`` and the costliest ops measured against their roofline (``offset`` …
+    ``offset + top`` of each), under ``max_bytes``."""
+    findings = sorted(doc.get("findings") or [], key=lambda f: -(f.get("recoverable_s") or 0.0))
+    comparison = doc.get("comparison") or []
+    programs = doc.get("programs") or []
+
+    def build(n: int, tight: bool) -> dict:
+        cut: list[str] = []
+        steps = dict(doc.get("steps") or {})
+        for long in ("times_s", "steps"):
+            if isinstance(steps.get(long), list):
+                cut.append(f"steps.{long} (one per step: full=true)")
+                steps.pop(long)
+        metadata = {}
+        for k, v in (doc.get("metadata") or {}).items():
+            if size_bytes(v) <= METADATA_VALUE_BYTES:
+                metadata[k] = v
+            else:
+                cut.append(f"metadata.{k}")
+        memory = {k: v for k, v in (doc.get("memory") or {}).items() if k in MEMORY_KEYS}
+        window = doc.get("in_window") or {}
+        out = {
+            "schema_version": doc.get("schema_version"),
+            "path": doc.get("path"),
+            "sources": _capped(list(doc.get("sources") or []), "sources", cut),
+            "hosts": _capped(list(doc.get("hosts") or []), "hosts", cut),
+            "chip": doc.get("chip"), "chip_reason": doc.get("chip_reason"), "platform": doc.get("platform"),
+            "device_kind": doc.get("device_kind"), "num_devices": doc.get("num_devices"), "roofs": doc.get("roofs"),
+            "steps": steps,
+            "findings": [_finding(f, tight) for f in page_of(findings, n, offset)],
+            "comparison": [_op_row(c) for c in page_of(comparison, n, offset)],
+            "programs": page_of(programs, n, 0),
+            "by_category_s": doc.get("by_category_s"), "by_program_s": doc.get("by_program_s"),
+            "devices": _capped([{k: d.get(k) for k in DEVICE_KEYS} for d in doc.get("devices") or []], "devices",
+                               cut),
+            "memory": memory,
+            "in_window": {"compilations": page_of(window.get("compilations") or [], n, 0),
+                          "whole_run": window.get("whole_run"),
+                          "cache_misses": page_of(window.get("cache_misses") or [], n, 0),
+                          "transfers": page_of(window.get("transfers") or [], n, 0)},
+            "unran": page_of(doc.get("unran") or [], n, 0),
+            "notes": _capped(list(doc.get("notes") or []), "notes", cut),
+            "metadata": metadata,
+        }
+        cut += ["op_stats (op(path, name) gives one op's)", "graphs", "devices' largest_gaps and transfers",
+                "memory's per-program buffers and timelines"]
+        if doc.get("host_steps"):
+            cut.append("host_steps (the host × step table: full=true)")
+        if "plan" in doc:
+            out["plan"] = doc["plan"]
+        out["page"] = {
+            "top": n, "offset": offset,
+            "findings_total": len(findings), "comparison_total": len(comparison), "programs_total": len(programs),
+            "left_out": cut,
+            "more": (f"{call}(..., top={n}, offset={offset + n}) for the next page; op(path, name, program) for "
+                     "one op's roofline arithmetic, HLO line and source; full=true for the whole report "
+                     "(docs/report-schema.md)"),
+        }
+        return out
+
+    return fitted(build, top, max_bytes)
+
+
+def rows_summary(doc: dict, lists: tuple[str, ...], top: int = DEFAULT_TOP, offset: int = 0,
+                 max_bytes: int = DEFAULT_MAX_BYTES, call: str = "", trim: Callable[[dict], dict] | None = None
+                 ) -> dict:
+    """``doc`` with each of its ``lists`` cut to ``offset`` … ``offset + top`` (rows passed through
+    ``trim``), under ``max_bytes``; ``page`` gives each list's total."""
+
+    def build(n: int, tight: bool) -> dict:
+        out = dict(doc)
+        totals = {}
+        for key in lists:
+            rows = doc.get(key) or []
+            totals[f"{key}_total"] = len(rows)
+            out[key] = [trim(r) if trim else r for r in page_of(rows, n, offset)]
+        out["page"] = {"top": n, "offset": offset, **totals,
+                       "more": f"{call}(..., top={n}, offset={offset + n}) for the next page" if call else ""}
+        return out
+
+    return fitted(build, top, max_bytes)

@@ -1,0 +1,198 @@
+"""What each MCP tool computes: the command line's own pipeline, returning JSON documents.
+
+These run in the tool call's child process (:mod:`rooflens.mcp.child`), never in the server: a
+user's module, JAX and the trace readers keep the server's stdout (the protocol) clean, and a
+timeout ends them whole. Bad input raises :class:`rooflens.errors.RooflensError` with the sentence the
+command line prints. ``rooflens run`` is the command itself (the server starts it), not a function here.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from dataclasses import asdict
+
+from rooflens.errors import RooflensError
+from rooflens.mcp.summary import DEFAULT_MAX_BYTES, DEFAULT_TOP, report_summary, rows_summary, size_bytes
+
+BODY_LINES = 40  # a fusion's (or loop's) body lines shown with one op
+CLOSE_NAMES = 5  # "did you mean" names for an op the trace does not have
+
+
+def _paths(path: str | list[str]) -> list[str]:
+    paths = [path] if isinstance(path, str) else list(path)
+    if not paths or not all(isinstance(p, str) and p for p in paths):
+        raise RooflensError("give a logdir, run directory or trace file as path (or a list of them).")
+    return paths
+
+
+def _report(path: str | list[str], chip: str | None = None, hlo: str | None = None, include_warmup: bool = False):
+    """The Report ``rooflens report`` makes of ``path`` (calibrating a CPU once, as it does)."""
+    from rooflens.cli.common import load_report, need_dir
+
+    if hlo:
+        need_dir(hlo, "--hlo")
+    return load_report(_paths(path), hlo, chip, include_warmup, workers=os.cpu_count() or 1)
+
+
+def report(path: str | list[str], chip: str | None = None, hlo: str | None = None, top: int = DEFAULT_TOP,
+           offset: int = 0, full: bool = False, include_warmup: bool = False,
+           max_bytes: int = DEFAULT_MAX_BYTES) -> dict:
+    """The report of a run: one page of it (:func:`report_summary`), or all of it with ``full``."""
+    doc = _report(path, chip, hlo, include_warmup).to_json()
+    return doc if full else report_summary(doc, top, offset, max_bytes)
+
+
+def _match(rep, name: str, program: str | None):
+    """(program, its OpComparison or None, its OpStat or None) for op ``name``; with no program, the program
+    where it took the most time. The other programs that have an op of that name come back too."""
+    rows = [c for c in rep.comparison if c.name == name]
+    stats = [s for s in rep.op_stats if s.name == name]
+    known = {c.program for c in rows} | {s.program for s in stats}
+    known |= {p for p, m in rep.modules.items() if m is not None and m.find(name) is not None}
+    if program is not None and program not in known:
+        if known:
+            raise RooflensError(f"op {name!r} is in {', '.join(sorted(known))}, not in program {program!r}.")
+        programs = sorted({c.program for c in rep.comparison})
+        if program not in programs and programs:
+            raise RooflensError(f"the trace has no program {program!r} (its programs: {', '.join(programs[:8])}).")
+    if not known:
+        names = sorted({c.name for c in rep.comparison if program is None or c.program == program})
+        close = difflib.get_close_matches(name, names, n=CLOSE_NAMES, cutoff=0.5)
+        hint = f" Did you mean {', '.join(close)}?" if close else (
+            f" Its costliest ops: {', '.join(c.name for c in rep.comparison[:CLOSE_NAMES])}." if rep.comparison else "")
+        raise RooflensError(f"the trace has no op named {name!r}.{hint}")
+    if program is None:
+        timed = {c.program: c.total_time_s for c in rows}
+        program = max(sorted(known), key=lambda p: timed.get(p, -1.0))
+    row = next((c for c in rows if c.program == program), None)
+    stat = next((s for s in stats if s.program == program), None)
+    return program, row, stat, sorted(known - {program})
+
+
+def _explained(module, name: str) -> dict | None:
+    from rooflens.cost.counts import explain_op
+
+    if module is None or module.find(name) is None:
+        return None
+    exp = explain_op(module, name).to_dict()
+    for comp, lines in list(exp.get("called", {}).items()):
+        if len(lines) > BODY_LINES:
+            exp["called"][comp] = [*lines[:BODY_LINES], f"… {len(lines) - BODY_LINES} more lines"]
+    return exp
+
+
+def op(path: str | list[str], name: str, program: str | None = None, chip: str | None = None,
+       hlo: str | None = None) -> dict:
+    """One op of a run: its measurement, its roofline and the arithmetic behind it, its HLO line and
+    the Python source that made it, and the findings that name it."""
+    from rooflens.analysis.report import SCHEMA_VERSION
+
+    rep = _report(path, chip, hlo)
+    program, row, stat, elsewhere = _match(rep, name, program)
+    module = rep.modules.get(program)
+    ins = module.find(name) if module is not None else None
+    comparison = None
+    if row is not None:
+        comparison = {k: v for k, v in asdict(row).items() if k not in ("explanation", "hlo")}
+    source = [asdict(f) for f in module.source_stack(ins)] if ins is not None else []
+    named = [f for f in rep.findings if any(o.program == program and o.name == name for o in f.ops)]
+    return {
+        "schema_version": SCHEMA_VERSION, "path": rep.path, "chip": rep.chip, "chip_reason": rep.chip_reason,
+        "program": program, "name": name,
+        "measured": asdict(stat) if stat is not None else None,
+        "comparison": comparison,
+        "arithmetic": list(row.explanation) if row is not None else [],
+        "hlo_text": ins.text if ins is not None else "",
+        "hlo_line": ins.line if ins is not None else None,
+        "op_name": ins.op_name if ins is not None else "",
+        "named_scope": ins.named_scope if ins is not None else (row.named_scope if row is not None else ""),
+        "source": source,
+        "explained": _explained(module, name),
+        "findings": [{"rule": f.rule, "severity": f.severity, "title": f.title, "recoverable_s": f.recoverable_s,
+                      "time_s": f.time_s, "fix": f.fix} for f in named],
+        "other_programs": elsewhere,
+        "notes": ([] if row is not None else [f"{name} has no measured time in {program} (it did not run in the "
+                                               "trace, or it is inside a fusion)"])
+                 + ([] if ins is not None else [f"no HLO of {program} to show {name}'s line and source (give hlo: "
+                                                "an XLA dump directory)"]),
+    }
+
+
+def predict(source: str, chip: str, args: list[str] | None = None, mesh: str | None = None,
+            topology: str | None = None, top: int = DEFAULT_TOP, max_bytes: int = DEFAULT_MAX_BYTES) -> dict:
+    """``rooflens predict``: a FILE.py:FUNCTION with argument specs, or an HLO file, on ``chip``; the
+    costliest ``top`` ops with their arithmetic."""
+    from rooflens.cli.predict import prediction
+
+    pred = prediction(source, chip, tuple(args or ()), mesh, topology, quiet=True)
+    doc = pred.to_dict()
+    doc["ops"] = sorted(doc["ops"], key=lambda o: -(o.get("total_s") or 0.0))
+    return rows_summary(doc, ("ops",), top, 0, max_bytes, call="predict")
+
+
+def plan(model: str | None = None, config: str | None = None, chip: str | None = None, chips: int | None = None,
+         batch_tokens: float | None = None, mfu: float | None = None, tokens: float | None = None,
+         topology: str | None = None, seq_len: int | None = None, checkpoints: str = "1", decode: bool = False,
+         batch: int | None = None, context: int | None = None, kv_dtype: str = "bf16",
+         param_dtype: str = "bf16") -> dict:
+    """``rooflens plan``: a model's training step (or decode step) from first principles."""
+    from rooflens.cli.plan import make_plan, plan_doc
+
+    m, result = make_plan(model, config, chip, chips, batch_tokens, mfu, tokens, topology, seq_len, checkpoints,
+                          decode, batch, context, kv_dtype, param_dtype)
+    return plan_doc(m, result, decode)
+
+
+def diff(a: str, b: str, chip: str | None = None, chip_b: str | None = None, top: int = DEFAULT_TOP,
+         offset: int = 0, max_bytes: int = DEFAULT_MAX_BYTES) -> dict:
+    """``rooflens diff A B``: what changed, with the matched ops cut to one page."""
+    from rooflens.analysis.diff import diff as diff_reports
+    from rooflens.api import saved_report
+    from rooflens.cli.common import load_report
+
+    ra = saved_report(a) or load_report(a, chip_name=chip)
+    rb = saved_report(b) or load_report(b, chip_name=chip_b or chip)
+    doc = diff_reports(ra, rb, a, b).to_json()
+    return rows_summary(doc, ("ops", "appeared", "disappeared", "unmatched"), top, offset, max_bytes, call="diff")
+
+
+def check(path: str, budget: str | dict, chip: str | None = None) -> dict:
+    """``rooflens check``: every budget with its measured value; ``ok`` false names the violated ones.
+    ``budget`` is a TOML file, or a dict of the same keys."""
+    from rooflens.analysis.budget import evaluate
+    from rooflens.api import load_budget
+    from rooflens.cli.common import load_report
+
+    b = load_budget(budget)  # a bad budget fails before the trace is read
+    result = evaluate(load_report(path, chip_name=chip), b)
+    return {**result.to_json(), "message": "" if result.ok else result.message()}
+
+
+def hlo(path: str, op: str | None = None, top: int = DEFAULT_TOP, max_bytes: int = DEFAULT_MAX_BYTES) -> dict:
+    """``rooflens hlo``: an HLO file's summary, or one op of it in plain words with its FLOPs."""
+    from rooflens.cli.common import no_such_op, parse_hlo_file
+    from rooflens.hlo.explain import summarize
+
+    module = parse_hlo_file(path)
+    if op:
+        if module.find(op) is None:
+            raise no_such_op(module, op, path)
+        ins = module.find(op)
+        source = [asdict(f) for f in module.source_stack(ins)]
+        return {"file": path, **_explained(module, op), "source_frames": source}
+    doc = {"file": path, **summarize(module).to_dict()}
+    lists = tuple(k for k, v in doc.items() if isinstance(v, list) and v and size_bytes(v) > max_bytes // 8)
+    return rows_summary(doc, lists, top, 0, max_bytes, call="hlo")
+
+
+def chips(name: str | None = None) -> dict:
+    """``rooflens chips``: the catalogue (one entry per JAX device), or one chip with every figure's source."""
+    from rooflens import hardware as C
+
+    if name:
+        return C.chip(name).to_dict()
+    return {"chips": [dict(r.__dict__) for r in C.chip_rows()]}
+
+
+TOOLS = {f.__name__: f for f in (report, op, predict, plan, diff, check, hlo, chips)}
