@@ -184,6 +184,13 @@ async def _call(ctx: Context, tool: str, args: dict, timeout_s: float) -> CallTo
     return _result(json.loads(out.stdout))
 
 
+def _run_takes(param: str) -> bool:
+    """Whether ``rooflens run`` has this option (the command, not a copy of its list)."""
+    from rooflens.cli.run import run as run_command
+
+    return any(p.name == param for p in run_command.params)
+
+
 def _profiles(logdir: Path) -> set[str]:
     """The run directories under a logdir (``plugins/profile/<run>``)."""
     root = logdir / "plugins" / "profile"
@@ -340,6 +347,9 @@ def build() -> MCPServer:
 
 async def _run(ctx: Context, script: str, args: list[str], steps: str | None, step_fn: str | None,
                logdir: str | None, timeout_s: float) -> CallToolResult:
+    if step_fn is not None and not _run_takes("step_fn"):
+        return _error("rooflens: this rooflens's run has no --step-fn yet; leave step_fn out (the step function "
+                      "is then the heaviest repeated one).")
     where = Path(logdir) if logdir else _default_logdir(script)
     before = _profiles(where)
     argv = [sys.executable, "-m", "rooflens.cli", "run", "--logdir", str(where)]

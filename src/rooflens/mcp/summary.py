@@ -18,7 +18,12 @@ FINDING_OPS = 8  # the ops a finding names, at most, in a summary
 EVIDENCE_LINES_WHEN_TIGHT = 2  # a finding's evidence lines kept once a page is over max_bytes
 MANY = 16  # hosts, sources, devices, notes shown at most
 METADATA_VALUE_BYTES = 400  # a capture-metadata entry larger than this is left to full=true
-OP_DETAIL_KEYS = ("explanation", "hlo")  # an op's arithmetic and HLO: the op tool's, not the page's
+#: an op's row on a page: measured against its roofline (op(path, name) gives the rest: the arithmetic, the HLO,
+#: achieved rates, events)
+OP_KEYS = ("name", "program", "category", "opcode", "named_scope", "shape", "total_time_s", "executions",
+           "runs_per_execution", "measured_s", "predicted_s", "ratio", "bound", "flops", "bytes", "comm_bytes",
+           "flops_fraction_of_peak", "bytes_fraction_of_peak", "roofline_reliable", "roofline_bound", "roofline_note",
+           "unpriced_reason")
 MEMORY_KEYS = ("peak_bytes", "state_bytes", "peak_over_state", "padding_waste_bytes", "live_peak_bytes")
 DEVICE_KEYS = ("device", "host", "busy_s", "idle_s", "window_s", "op_time_s", "events")
 
@@ -63,7 +68,7 @@ def _finding(f: dict, tight: bool) -> dict:
 
 
 def _op_row(c: dict) -> dict:
-    return {k: v for k, v in c.items() if k not in OP_DETAIL_KEYS}
+    return {k: c[k] for k in OP_KEYS if k in c}
 
 
 def _capped(values: list, what: str, cut: list[str]) -> list:
@@ -86,8 +91,8 @@ def report_summary(doc: dict, top: int = DEFAULT_TOP, offset: int = 0, max_bytes
         cut: list[str] = []
         steps = dict(doc.get("steps") or {})
         for long in ("times_s", "steps"):
-            if isinstance(steps.get(long), list):
-                cut.append(f"steps.{long} (one per step: full=true)")
+            if isinstance(steps.get(long), list | tuple) and len(steps[long]) > MANY:
+                cut.append(f"steps.{long} (one per step, {len(steps[long])}: full=true)")
                 steps.pop(long)
         metadata = {}
         for k, v in (doc.get("metadata") or {}).items():
@@ -117,7 +122,7 @@ def report_summary(doc: dict, top: int = DEFAULT_TOP, offset: int = 0, max_bytes
                           "cache_misses": page_of(window.get("cache_misses") or [], n, 0),
                           "transfers": page_of(window.get("transfers") or [], n, 0)},
             "unran": page_of(doc.get("unran") or [], n, 0),
-            "notes": _capped(list(doc.get("notes") or []), "notes", cut),
+            "notes": _capped(list(dict.fromkeys(doc.get("notes") or [])), "notes", cut),  # once each (hosts repeat)
             "metadata": metadata,
         }
         cut += ["op_stats (op(path, name) gives one op's)", "graphs", "devices' largest_gaps and transfers",
@@ -152,8 +157,9 @@ def rows_summary(doc: dict, lists: tuple[str, ...], top: int = DEFAULT_TOP, offs
             rows = doc.get(key) or []
             totals[f"{key}_total"] = len(rows)
             out[key] = [trim(r) if trim else r for r in page_of(rows, n, offset)]
+        more = any(total > offset + n for total in totals.values())
         out["page"] = {"top": n, "offset": offset, **totals,
-                       "more": f"{call}(..., top={n}, offset={offset + n}) for the next page" if call else ""}
+                       "more": f"{call}(..., top={n}, offset={offset + n}) for the next page" if more else ""}
         return out
 
     return fitted(build, top, max_bytes)

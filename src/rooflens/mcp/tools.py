@@ -13,9 +13,12 @@ import os
 from dataclasses import asdict
 
 from rooflens.errors import RooflensError
-from rooflens.mcp.summary import DEFAULT_MAX_BYTES, DEFAULT_TOP, report_summary, rows_summary, size_bytes
+from rooflens.mcp.summary import DEFAULT_MAX_BYTES, DEFAULT_TOP, report_summary, rows_summary
 
-BODY_LINES = 40  # a fusion's (or loop's) body lines shown with one op
+BODY_LINES = 24  # a fusion's (or loop's) body lines shown with one op
+LINE_CHARS = 240  # of each body line (their metadata repeats the op's source)
+SOURCE_FRAMES = 12  # of an op's Python stack, innermost first
+HLO_LISTS = ("collectives", "largest_buffers", "warnings")  # an HLO summary's lists, paged
 CLOSE_NAMES = 5  # "did you mean" names for an op the trace does not have
 
 
@@ -76,10 +79,19 @@ def _explained(module, name: str) -> dict | None:
     if module is None or module.find(name) is None:
         return None
     exp = explain_op(module, name).to_dict()
+    for key in ("text", "source"):  # the op's line and source are given on their own
+        exp.pop(key, None)
     for comp, lines in list(exp.get("called", {}).items()):
-        if len(lines) > BODY_LINES:
-            exp["called"][comp] = [*lines[:BODY_LINES], f"… {len(lines) - BODY_LINES} more lines"]
+        shown = [line if len(line) <= LINE_CHARS else line[:LINE_CHARS] + " …" for line in lines[:BODY_LINES]]
+        exp["called"][comp] = shown + ([f"… {len(lines) - BODY_LINES} more lines"] if len(lines) > BODY_LINES else [])
     return exp
+
+
+def _frames(module, ins) -> list[str]:
+    """The Python stack that made ``ins``, innermost first: ``file:line function``."""
+    frames = module.source_stack(ins)
+    shown = [f"{f.file}:{f.line}" + (f" {f.function}" if f.function else "") for f in frames[:SOURCE_FRAMES]]
+    return shown + ([f"… {len(frames) - SOURCE_FRAMES} outer frames"] if len(frames) > SOURCE_FRAMES else [])
 
 
 def op(path: str | list[str], name: str, program: str | None = None, chip: str | None = None,
@@ -95,7 +107,7 @@ def op(path: str | list[str], name: str, program: str | None = None, chip: str |
     comparison = None
     if row is not None:
         comparison = {k: v for k, v in asdict(row).items() if k not in ("explanation", "hlo")}
-    source = [asdict(f) for f in module.source_stack(ins)] if ins is not None else []
+    source = _frames(module, ins) if ins is not None else []
     named = [f for f in rep.findings if any(o.program == program and o.name == name for o in f.ops)]
     return {
         "schema_version": SCHEMA_VERSION, "path": rep.path, "chip": rep.chip, "chip_reason": rep.chip_reason,
@@ -179,11 +191,10 @@ def hlo(path: str, op: str | None = None, top: int = DEFAULT_TOP, max_bytes: int
         if module.find(op) is None:
             raise no_such_op(module, op, path)
         ins = module.find(op)
-        source = [asdict(f) for f in module.source_stack(ins)]
-        return {"file": path, **_explained(module, op), "source_frames": source}
+        return {"file": path, **_explained(module, op), "hlo_text": ins.text, "hlo_line": ins.line,
+                "op_name": ins.op_name, "source": _frames(module, ins)}
     doc = {"file": path, **summarize(module).to_dict()}
-    lists = tuple(k for k, v in doc.items() if isinstance(v, list) and v and size_bytes(v) > max_bytes // 8)
-    return rows_summary(doc, lists, top, 0, max_bytes, call="hlo")
+    return rows_summary(doc, HLO_LISTS, top, 0, max_bytes, call="hlo")
 
 
 def chips(name: str | None = None) -> dict:
