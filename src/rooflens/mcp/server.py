@@ -50,7 +50,7 @@ Chip = Annotated[str | None, Field(description="A catalogue chip (see chips()), 
                                                "inferred from the trace (a CPU trace: the calibrated 'local').")]
 Top = Annotated[int, Field(ge=0, le=500, description="Rows per list on one page (findings, ops).")]
 Offset = Annotated[int, Field(ge=0, description="The first row of the page (paging: offset += top).")]
-MaxBytes = Annotated[int, Field(ge=2000, description="The most the result's JSON may take, in bytes.")]
+MaxBytes = Annotated[int, Field(ge=8000, description="The most the result's JSON may take, in bytes (8000 or more).")]
 Timeout = Annotated[float, Field(gt=0, description="Seconds before the call is stopped (its processes killed).")]
 
 
@@ -77,12 +77,16 @@ def _sentence(rc: int, err_lines: collections.deque, what: str) -> str:
     return f"rooflens: {what} ended with exit status {rc}" + (f" ({last.strip()})." if last else ".")
 
 
-def _child_env() -> dict[str, str]:
-    """The server's environment, with this rooflens first on the path (the child runs the same code)."""
+def _child_env(analysis: bool) -> dict[str, str]:
+    """The server's environment, with this rooflens first on the path (the child runs the same code). An
+    analysis child writes no bytecode beside a user's module it imports (predict's FILE.py): it writes only
+    in the user cache."""
     env = dict(os.environ)
     src = str(Path(rooflens.__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join([src, *filter(None, [env.get("PYTHONPATH")])])
     env.setdefault("PYTHONUNBUFFERED", "1")
+    if analysis:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
     return env
 
 
@@ -117,7 +121,7 @@ async def _spawn(ctx: Context, argv: list[str], stdin: bytes, timeout_s: float, 
         with contextlib.suppress(Exception):  # a client gone away: the call's own result says what matters
             await ctx.report_progress(round(now, 3), timeout_s, message[:300])
 
-    proc = await anyio.open_process(argv, stdin=-1, stdout=-1, stderr=-1, env=_child_env(),
+    proc = await anyio.open_process(argv, stdin=-1, stdout=-1, stderr=-1, env=_child_env(analysis=label != "run"),
                                     start_new_session=True)
     try:
         async def feed() -> None:

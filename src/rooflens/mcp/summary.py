@@ -17,6 +17,7 @@ DEFAULT_MAX_BYTES = 24_000  # the most a summary's JSON takes (compact, UTF-8)
 FINDING_OPS = 8  # the ops a finding names, at most, in a summary
 EVIDENCE_LINES_WHEN_TIGHT = 2  # a finding's evidence lines kept once a page is over max_bytes
 MANY = 16  # hosts, sources, devices, notes shown at most
+FEW = 2  # of the same, and of the programs, once a page is over max_bytes
 METADATA_VALUE_BYTES = 400  # a capture-metadata entry larger than this is left to full=true
 #: an op's row on a page: measured against its roofline (op(path, name) gives the rest: the arithmetic, the HLO,
 #: achieved rates, events)
@@ -71,10 +72,10 @@ def _op_row(c: dict) -> dict:
     return {k: c[k] for k in OP_KEYS if k in c}
 
 
-def _capped(values: list, what: str, cut: list[str]) -> list:
-    if len(values) > MANY:
-        cut.append(f"{what}: {MANY} of {len(values)} shown")
-        return values[:MANY]
+def _capped(values: list, what: str, cut: list[str], limit: int = MANY) -> list:
+    if len(values) > limit:
+        cut.append(f"{what}: {limit} of {len(values)}")
+        return values[:limit]
     return values
 
 
@@ -89,55 +90,56 @@ def report_summary(doc: dict, top: int = DEFAULT_TOP, offset: int = 0, max_bytes
 
     def build(n: int, tight: bool) -> dict:
         cut: list[str] = []
+        many = FEW if tight else MANY  # past max_bytes the side lists shrink first, the findings last
         steps = dict(doc.get("steps") or {})
         for long in ("times_s", "steps"):
             if isinstance(steps.get(long), list | tuple) and len(steps[long]) > MANY:
-                cut.append(f"steps.{long} (one per step, {len(steps[long])}: full=true)")
+                cut.append(f"steps.{long}: one per step, {len(steps[long])}")
                 steps.pop(long)
         metadata = {}
         for k, v in (doc.get("metadata") or {}).items():
-            if size_bytes(v) <= METADATA_VALUE_BYTES:
+            if not tight and size_bytes(v) <= METADATA_VALUE_BYTES:
                 metadata[k] = v
             else:
                 cut.append(f"metadata.{k}")
-        memory = {k: v for k, v in (doc.get("memory") or {}).items() if k in MEMORY_KEYS}
         window = doc.get("in_window") or {}
+        devices = [{k: d.get(k) for k in DEVICE_KEYS} for d in doc.get("devices") or []]
         out = {
             "schema_version": doc.get("schema_version"),
             "path": doc.get("path"),
-            "sources": _capped(list(doc.get("sources") or []), "sources", cut),
-            "hosts": _capped(list(doc.get("hosts") or []), "hosts", cut),
+            "sources": _capped(list(doc.get("sources") or []), "sources", cut, many),
+            "hosts": _capped(list(doc.get("hosts") or []), "hosts", cut, many),
             "chip": doc.get("chip"), "chip_reason": doc.get("chip_reason"), "platform": doc.get("platform"),
             "device_kind": doc.get("device_kind"), "num_devices": doc.get("num_devices"), "roofs": doc.get("roofs"),
             "steps": steps,
             "findings": [_finding(f, tight) for f in page_of(findings, n, offset)],
             "comparison": [_op_row(c) for c in page_of(comparison, n, offset)],
-            "programs": page_of(programs, n, 0),
+            "programs": _capped(page_of(programs, n, 0), "programs", cut, many),
             "by_category_s": doc.get("by_category_s"), "by_program_s": doc.get("by_program_s"),
-            "devices": _capped([{k: d.get(k) for k in DEVICE_KEYS} for d in doc.get("devices") or []], "devices",
-                               cut),
-            "memory": memory,
-            "in_window": {"compilations": page_of(window.get("compilations") or [], n, 0),
+            "devices": _capped(devices, "devices", cut, many),
+            "memory": {k: v for k, v in (doc.get("memory") or {}).items() if k in MEMORY_KEYS},
+            "in_window": {"compilations": page_of(window.get("compilations") or [], min(n, many), 0),
                           "whole_run": window.get("whole_run"),
-                          "cache_misses": page_of(window.get("cache_misses") or [], n, 0),
-                          "transfers": page_of(window.get("transfers") or [], n, 0)},
-            "unran": page_of(doc.get("unran") or [], n, 0),
-            "notes": _capped(list(dict.fromkeys(doc.get("notes") or [])), "notes", cut),  # once each (hosts repeat)
+                          "cache_misses": page_of(window.get("cache_misses") or [], min(n, many), 0),
+                          "transfers": page_of(window.get("transfers") or [], min(n, many), 0)},
+            "unran": page_of(doc.get("unran") or [], min(n, many), 0),
+            "notes": _capped(list(dict.fromkeys(doc.get("notes") or [])), "notes", cut, many),  # once each
             "metadata": metadata,
         }
-        cut += ["op_stats (op(path, name) gives one op's)", "graphs", "devices' largest_gaps and transfers",
-                "memory's per-program buffers and timelines"]
+        if tight and len(out["by_program_s"] or {}) > many:
+            cut.append(f"by_program_s: {len(out['by_program_s'])} programs")
+            out["by_program_s"] = dict(list(out["by_program_s"].items())[:many])
+        cut += ["op_stats", "graphs", "devices' gaps and transfers", "memory's buffers and timelines"]
         if doc.get("host_steps"):
-            cut.append("host_steps (the host × step table: full=true)")
+            cut.append("host_steps")
         if "plan" in doc:
             out["plan"] = doc["plan"]
         out["page"] = {
             "top": n, "offset": offset,
             "findings_total": len(findings), "comparison_total": len(comparison), "programs_total": len(programs),
             "left_out": cut,
-            "more": (f"{call}(..., top={n}, offset={offset + n}) for the next page; op(path, name, program) for "
-                     "one op's roofline arithmetic, HLO line and source; full=true for the whole report "
-                     "(docs/report-schema.md)"),
+            "more": (f"{call}(..., top={n}, offset={offset + n}): the next page; op(path, name, program): one "
+                     "op's arithmetic, HLO line and source; full=true: everything (docs/report-schema.md)"),
         }
         return out
 

@@ -115,7 +115,7 @@ def op(path: str | list[str], name: str, program: str | None = None, chip: str |
         "measured": asdict(stat) if stat is not None else None,
         "comparison": comparison,
         "arithmetic": list(row.explanation) if row is not None else [],
-        "hlo_text": ins.text if ins is not None else "",
+        "hlo_text": ins.text.strip() if ins is not None else "",
         "hlo_line": ins.line if ins is not None else None,
         "op_name": ins.op_name if ins is not None else "",
         "named_scope": ins.named_scope if ins is not None else (row.named_scope if row is not None else ""),
@@ -191,7 +191,7 @@ def hlo(path: str, op: str | None = None, top: int = DEFAULT_TOP, max_bytes: int
         if module.find(op) is None:
             raise no_such_op(module, op, path)
         ins = module.find(op)
-        return {"file": path, **_explained(module, op), "hlo_text": ins.text, "hlo_line": ins.line,
+        return {"file": path, **_explained(module, op), "hlo_text": ins.text.strip(), "hlo_line": ins.line,
                 "op_name": ins.op_name, "source": _frames(module, ins)}
     doc = {"file": path, **summarize(module).to_dict()}
     return rows_summary(doc, HLO_LISTS, top, 0, max_bytes, call="hlo")
