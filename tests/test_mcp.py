@@ -30,6 +30,7 @@ except ImportError:
 
 from mcp import ClientSession  # noqa: E402
 from mcp.client.stdio import StdioServerParameters, stdio_client  # noqa: E402
+from mcp.shared.exceptions import MCPError  # noqa: E402
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 SCRIPTS = Path(__file__).parent / "run_scripts"
@@ -90,14 +91,21 @@ async def converse(cwd: Path, calls: list[tuple[str, str, dict]]) -> dict:
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
         answers["tools"] = (await session.list_tools()).tools
-        for key, tool, args in calls:
+        for key, tool, args, *client_timeout_s in calls:
             progress: list = []
 
             async def on_progress(value, total, message, seen=progress):
                 seen.append((value, total, message))
 
+            if callable(args):  # made from an earlier answer
+                args = args(answers)
             start = time.monotonic()
-            result = await session.call_tool(tool, args, progress_callback=on_progress)
+            try:
+                result = await session.call_tool(tool, args, progress_callback=on_progress,
+                                                 read_timeout_seconds=client_timeout_s[0] if client_timeout_s else None)
+            except MCPError as e:  # the client gave up waiting: it cancels the request
+                answers[key] = e
+                continue
             answers[key] = Answer(result, progress, time.monotonic() - start)
     return answers
 
@@ -149,14 +157,14 @@ def talk(workdir):
         ("hlo", "hlo", {"path": EXAMPLE_HLO, "top": 3}),
         ("hlo_op", "hlo", {"path": EXAMPLE_HLO, "op": "ynn_fusion.3"}),
         ("run", "run", {"script": str(SCRIPTS / "healthy_loop.py"), "steps": "3:6"}),
+        ("run_report", "report", lambda answers: {"path": answers["run"].data["profiles"][-1]
+                                                  if answers["run"].data else "the run failed"}),
         ("run_missing", "run", {"script": "no_such_script.py"}),
         ("run_slow", "run", {"script": "slow.py", "args": ["pid.txt"], "logdir": "slow-logs", "timeout_s": 6}),
+        ("run_cancelled", "run", {"script": "slow.py", "args": ["pid-cancelled.txt"], "logdir": "slow-logs"}, 4),
+        ("after_cancel", "chips", {"name": "tpu-v5e"}),
     ]
     answers = anyio.run(converse, workdir, calls)
-    # the run's profile, read back on a second session (a fresh server: each call is its own process anyway)
-    profile = answers["run"].data["profiles"][-1] if answers["run"].data else None
-    if profile:
-        answers.update(anyio.run(converse, workdir, [("run_report", "report", {"path": profile})]))
     answers["before"] = before
     return answers
 
@@ -310,28 +318,39 @@ def test_a_script_profiled_end_to_end_with_progress(talk):
     assert rep.data["chip"] == "local" and rep.data["comparison"]
 
 
+def ended(pid: int, within_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return True
+        if state == "Z":
+            return True
+        time.sleep(0.1)
+    return False
+
+
 def test_a_run_past_its_timeout_is_stopped_with_its_processes(talk, workdir):
     slow = talk["run_slow"]
     assert slow.is_error and slow.text.startswith("rooflens: run did not finish in 6 s and was stopped")
     assert slow.elapsed_s < 60
     pid = int((workdir / "pid.txt").read_text())
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            break
-        if state == "Z":
-            break
-        time.sleep(0.1)
-    else:
-        pytest.fail(f"the script (pid {pid}) still runs after its call timed out")
+    assert ended(pid), f"the script (pid {pid}) still runs after its call timed out"
+
+
+def test_a_cancelled_call_is_stopped_and_the_session_goes_on(talk, workdir):
+    assert isinstance(talk["run_cancelled"], MCPError)  # the client stopped waiting after 4 s
+    pid = int((workdir / "pid-cancelled.txt").read_text())
+    assert ended(pid), f"the script (pid {pid}) still runs after its request was cancelled"
+    assert talk["after_cancel"].data == talk["chip"].data
 
 
 def test_no_tool_writes_outside_what_the_call_names(talk, workdir):
     after = sorted(p.relative_to(workdir) for p in workdir.rglob("*"))
     made = set(after) - set(talk["before"])
-    assert {p.parts[0] for p in made} <= {"slow-logs", "pid.txt"}  # the run's named logdir, the script's own file
+    # the runs' named logdir, the script's own files
+    assert {p.parts[0] for p in made} <= {"slow-logs", "pid.txt", "pid-cancelled.txt"}
     assert not (workdir / "rooflens-logs").exists()
 
 
