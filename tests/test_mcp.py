@@ -50,6 +50,11 @@ def tpu_json():
     return str(fixture_path("tpu", "xprof_tpu_inference_2.v6e-4.DERIVED.trace.json.gz"))
 
 
+def pod():
+    """Four hosts of a real Pax run: seconds to read and analyse, whatever the machine."""
+    return str(fixture_path("gpu_nvidia", "nsys_jax_pax_fsdp4_a100"))
+
+
 def gemm():
     return str(fixture_path("gpu_amd", "tracelens_mi300x_jax08_gemm.xplane.pb"))
 
@@ -141,6 +146,7 @@ def talk(workdir):
         ("chip", "chips", {"name": "tpu-v5e"}),
         ("report", "report", {"path": tpu()}),
         ("bad_path", "report", {"path": "no/such/trace.xplane.pb"}),
+        ("warm_timeout", "report", {"path": pod(), "timeout_s": 0.3}),
         ("page2", "report", {"path": tpu(), "top": 2, "offset": 2}),
         ("small", "report", {"path": tpu(), "max_bytes": 8000}),
         ("full", "report", {"path": tpu(), "full": True}),
@@ -339,6 +345,13 @@ def test_a_run_past_its_timeout_is_stopped_with_its_processes(talk, workdir):
     assert ended(pid), f"the script (pid {pid}) still runs after its call timed out"
 
 
+def test_an_analysis_past_its_timeout_is_stopped_and_the_next_call_answers(talk):
+    late = talk["warm_timeout"]
+    assert late.is_error and late.text == "rooflens: report did not finish in 0.3 s and was stopped; give a " \
+                                          "larger timeout_s."
+    assert not talk["page2"].is_error and talk["page2"].data["chip"] == "tpu-v6e"
+
+
 def test_a_cancelled_call_is_stopped_and_the_session_goes_on(talk, workdir):
     assert isinstance(talk["run_cancelled"], MCPError)  # the client stopped waiting after 4 s
     pid = int((workdir / "pid-cancelled.txt").read_text())
@@ -361,3 +374,26 @@ def test_without_the_sdk_one_sentence_and_exit_2(tmp_path):
                        timeout=60)
     assert r.returncode == 2
     assert r.stderr.strip() == "rooflens: the MCP server needs the MCP SDK (mcp 2.x): pip install 'rooflens[mcp]'."
+
+
+def test_a_serving_child_keeps_a_report_only_while_its_files_are_unchanged(tmp_path):
+    """What lets `op` after `report` skip reading the trace again, and never answer from a stale one."""
+    import shutil
+
+    from rooflens.mcp import tools
+
+    trace = tmp_path / "run" / "host.xplane.pb"
+    trace.parent.mkdir()
+    shutil.copy(tpu(), trace)
+    first = tools._report(str(trace.parent))
+    assert tools._report(str(trace.parent)) is first  # same files, same arguments: the kept one
+    assert tools._report(str(trace.parent), chip="tpu-v5e") is not first  # other arguments: its own
+    os.utime(trace, ns=(trace.stat().st_atime_ns, trace.stat().st_mtime_ns + 1_000_000_000))
+    again = tools._report(str(trace.parent))
+    assert again is not first and again.to_json()["findings"] == first.to_json()["findings"]
+    assert len(tools._KEPT) <= tools.REPORTS_KEPT
+    before = tools.identity([str(trace.parent)])
+    assert tools.identity([str(trace.parent)]) == before
+    (trace.parent / "other.xplane.pb").write_bytes(b"")  # a new file in the directory changes it too
+    assert tools.identity([str(trace.parent)]) != before
+    assert tools.identity(["gs://bucket/logs"]) is None  # buckets are not kept

@@ -95,13 +95,88 @@ def _kill_group(pid: int, sig: int) -> None:
         os.killpg(pid, sig)
 
 
+class Progress:
+    """Progress notifications for one call: seconds elapsed of its timeout, with a message; never more often
+    than every PROGRESS_MIN_GAP_S, and always increasing (as MCP asks)."""
+
+    def __init__(self, ctx: Context, timeout_s: float, label: str) -> None:
+        self.ctx, self.timeout_s, self.label = ctx, timeout_s, label
+        self.start = time.monotonic()
+        self.sent_s = -1.0
+
+    @property
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self.start
+
+    async def say(self, message: str) -> None:
+        now = self.elapsed_s
+        if now - self.sent_s < PROGRESS_MIN_GAP_S:
+            return
+        self.sent_s = now
+        with contextlib.suppress(Exception):  # a client gone away: the call's own result says what matters
+            await self.ctx.report_progress(round(now, 3), self.timeout_s, f"{self.label}: {message}"[:300])
+
+    async def beat(self) -> None:
+        """A notification at least every PROGRESS_EVERY_S while the work says nothing (run in a task)."""
+        while True:
+            await anyio.sleep(PROGRESS_EVERY_S)
+            await self.say(f"{self.elapsed_s:.0f} s of at most {self.timeout_s:.0f} s")
+
+
+class Lines:
+    """A stream's text cut into lines as it arrives (``\r`` too: progress bars redraw with it); the last
+    TAIL_LINES kept."""
+
+    def __init__(self) -> None:
+        self.pending = b""
+        self.kept: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+
+    def feed(self, chunk: bytes) -> list[str]:
+        self.pending += chunk
+        *whole, self.pending = self.pending.replace(b"\r", b"\n").split(b"\n")
+        lines = [raw.decode("utf-8", "replace") for raw in whole if raw.strip()]
+        self.kept.extend(lines)
+        return lines
+
+    def close(self) -> None:
+        if self.pending.strip():
+            self.kept.append(self.pending.decode("utf-8", "replace"))
+        self.pending = b""
+
+
+async def _forward(stream, lines: Lines, progress: Progress) -> None:
+    """A child's stderr, line by line, as progress messages (run in a task)."""
+    async for chunk in stream:
+        for line in lines.feed(chunk):
+            await progress.say(line.strip())
+    lines.close()
+
+
+async def _open(argv: list[str], analysis: bool):
+    return await anyio.open_process(argv, stdin=-1, stdout=-1, stderr=-1, env=_child_env(analysis),
+                                    start_new_session=True)
+
+
+async def _end(proc) -> None:
+    """The child and its whole process group ended (SIGTERM, then SIGKILL), whatever else is cancelled."""
+    with anyio.CancelScope(shield=True):
+        if proc.returncode is None:
+            _kill_group(proc.pid, signal.SIGTERM)
+            with anyio.move_on_after(KILL_GRACE_S):
+                await proc.wait()
+            if proc.returncode is None:
+                _kill_group(proc.pid, signal.SIGKILL)
+                await proc.wait()
+        _kill_group(proc.pid, signal.SIGKILL)  # what it left running in its group (a worker pool)
+
+
 class Outcome:
     """A finished child: its exit status, stdout, stderr's last lines, and whether it ran out of time."""
 
     def __init__(self) -> None:
         self.returncode: int | None = None
         self.stdout = bytearray()
-        self.stderr_lines: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+        self.stderr = Lines()
         self.timed_out = False
         self.elapsed_s = 0.0
 
@@ -110,82 +185,115 @@ async def _spawn(ctx: Context, argv: list[str], stdin: bytes, timeout_s: float, 
     """Run ``argv`` in its own process group, feeding ``stdin``; progress to the client meanwhile; the
     whole group killed past ``timeout_s`` or when the request is cancelled."""
     out = Outcome()
-    start = time.monotonic()
-    sent = {"at": -1.0, "progress": -1.0}
-
-    async def progress(message: str) -> None:
-        now = time.monotonic() - start
-        if now - sent["at"] < PROGRESS_MIN_GAP_S or now <= sent["progress"]:
-            return
-        sent["at"] = sent["progress"] = now
-        with contextlib.suppress(Exception):  # a client gone away: the call's own result says what matters
-            await ctx.report_progress(round(now, 3), timeout_s, message[:300])
-
-    proc = await anyio.open_process(argv, stdin=-1, stdout=-1, stderr=-1, env=_child_env(analysis=label != "run"),
-                                    start_new_session=True)
+    progress = Progress(ctx, timeout_s, label)
+    proc = await _open(argv, analysis=label != "run")
     try:
         async def feed() -> None:
             async with proc.stdin:
                 await proc.stdin.send(stdin)
 
-        async def read_stdout() -> None:
-            async for chunk in proc.stdout:
-                out.stdout += chunk
-
-        async def read_stderr() -> None:
-            pending = b""
-            async for chunk in proc.stderr:
-                pending += chunk
-                *lines, pending = pending.replace(b"\r", b"\n").split(b"\n")
-                for raw in lines:
-                    line = raw.decode("utf-8", "replace")
-                    if line.strip():
-                        out.stderr_lines.append(line)
-                        await progress(f"{label}: {line.strip()}")
-            if pending.strip():
-                out.stderr_lines.append(pending.decode("utf-8", "replace"))
-
-        async def heartbeat() -> None:
-            while True:
-                await anyio.sleep(PROGRESS_EVERY_S)
-                await progress(f"{label}: {time.monotonic() - start:.0f} s of at most {timeout_s:.0f} s")
-
         with anyio.move_on_after(timeout_s) as scope:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(feed)
-                tg.start_soon(heartbeat)
-                tg.start_soon(read_stderr)
-                await read_stdout()
+                tg.start_soon(progress.beat)
+                tg.start_soon(_forward, proc.stderr, out.stderr, progress)
+                async for chunk in proc.stdout:
+                    out.stdout += chunk
                 await proc.wait()
                 tg.cancel_scope.cancel()
         out.timed_out = scope.cancelled_caught
-        out.returncode = proc.returncode
     finally:
-        if proc.returncode is None:  # past its time, or the request was cancelled: end the whole group
-            with anyio.CancelScope(shield=True):
-                _kill_group(proc.pid, signal.SIGTERM)
-                with anyio.move_on_after(KILL_GRACE_S):
-                    await proc.wait()
-                if proc.returncode is None:
-                    _kill_group(proc.pid, signal.SIGKILL)
-                    await proc.wait()
-                out.returncode = proc.returncode
-        else:  # what the child left running in its group (a worker pool) ends with it
-            _kill_group(proc.pid, signal.SIGKILL)
-    out.elapsed_s = time.monotonic() - start
+        await _end(proc)
+        out.returncode = proc.returncode
+    out.elapsed_s = progress.elapsed_s
     return out
 
 
+def _timed_out(tool: str, timeout_s: float) -> CallToolResult:
+    return _error(f"rooflens: {tool} did not finish in {timeout_s:g} s and was stopped; give a larger timeout_s.")
+
+
 async def _call(ctx: Context, tool: str, args: dict, timeout_s: float) -> CallToolResult:
-    """One analysis tool in its child process: its JSON document, or its one sentence as a tool error."""
+    """One tool in a child process of its own: its JSON document, or its one sentence as a tool error."""
     request = json.dumps({"tool": tool, "args": args}).encode()
     out = await _spawn(ctx, [sys.executable, "-m", "rooflens.mcp.child"], request, timeout_s, tool)
     if out.timed_out:
-        return _error(f"rooflens: {tool} did not finish in {timeout_s:g} s and was stopped; give a larger "
-                      f"timeout_s.")
+        return _timed_out(tool, timeout_s)
     if out.returncode != 0:
-        return _error(_sentence(out.returncode, out.stderr_lines, f"the {tool} call"))
+        return _error(_sentence(out.returncode, out.stderr.kept, f"the {tool} call"))
     return _result(json.loads(out.stdout))
+
+
+class Warm:
+    """The serving child (``python -m rooflens.mcp.child --serve``) that answers the tools on runs (report,
+    op, diff, check) one call at a time, keeping the reports it made: ``op`` after ``report`` on a trace does
+    not read and analyse it again. Past a call's timeout, or when its request is cancelled, the child is
+    ended with all it kept, and the next call starts a new one."""
+
+    TOOLS = ("report", "op", "diff", "check")
+
+    def __init__(self) -> None:
+        self.proc = None
+        self.ended: int | None = None  # the exit status of the last child ended
+        self.lock = anyio.Lock()
+        self.stdout = bytearray()
+        self.stderr = Lines()
+
+    async def call(self, ctx: Context, tool: str, args: dict, timeout_s: float) -> CallToolResult:
+        request = json.dumps({"tool": tool, "args": args}).encode() + b"\n"
+        progress = Progress(ctx, timeout_s, tool)
+        reply = None
+        with anyio.move_on_after(timeout_s) as scope:
+            async with self.lock:  # parallel calls wait their turn (inside their own timeouts)
+                try:
+                    reply = await self._exchange(request, progress)
+                except BaseException:  # past its time, or cancelled: mid-answer, so it cannot be reused
+                    await self.stop()
+                    raise
+        if scope.cancelled_caught:
+            return _timed_out(tool, timeout_s)
+        if reply is None:  # the child died (killed from outside, out of memory): its last words
+            return _error(_sentence(self.returncode, self.stderr.kept, f"the {tool} call"))
+        if reply["status"] != 0:
+            return _error(reply["sentence"])
+        return _result(reply["doc"])
+
+    async def _exchange(self, request: bytes, progress: Progress) -> dict | None:
+        if self.proc is None or self.proc.returncode is not None:
+            await self.stop()
+            self.proc = await _open([sys.executable, "-m", "rooflens.mcp.child", "--serve"], analysis=True)
+        self.stderr = Lines()
+        await self.proc.stdin.send(request)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(progress.beat)
+            tg.start_soon(_forward, self.proc.stderr, self.stderr, progress)
+            while b"\n" not in self.stdout:
+                try:
+                    self.stdout += await self.proc.stdout.receive()
+                except (anyio.EndOfStream, anyio.BrokenResourceError):
+                    break
+            tg.cancel_scope.cancel()
+        if b"\n" not in self.stdout:
+            with anyio.move_on_after(KILL_GRACE_S):  # its last stderr lines say why
+                async for chunk in self.proc.stderr:
+                    self.stderr.feed(chunk)
+            self.stderr.close()
+            await self.stop()
+            return None
+        line, _, rest = bytes(self.stdout).partition(b"\n")
+        self.stdout = bytearray(rest)
+        return json.loads(line)
+
+    @property
+    def returncode(self) -> int:
+        return self.ended if self.ended is not None else 1
+
+    async def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            await _end(proc)
+            self.ended = proc.returncode
+        self.stdout = bytearray()
 
 
 def _run_takes(param: str) -> bool:
@@ -215,6 +323,7 @@ def _default_logdir(script: str) -> Path:
 def build() -> MCPServer:
     """The server with its tools (``rooflens mcp`` runs it over stdio)."""
     app = MCPServer("rooflens", instructions=INSTRUCTIONS, version=_version(), log_level="WARNING")
+    warm = Warm()
 
     @app.tool()
     async def report(ctx: Context, path: Annotated[str | list[str], Field(description=(
@@ -232,7 +341,7 @@ def build() -> MCPServer:
         fix gives back per step), and the costliest ops measured vs roofline. A page of the report's JSON
         (schema_version as in docs/report-schema.md): lists cut to `top` rows from `offset`, under
         `max_bytes`; `page` says what was left out."""
-        return await _call(ctx, "report", {"path": path, "chip": chip, "hlo": hlo, "top": top, "offset": offset,
+        return await warm.call(ctx, "report", {"path": path, "chip": chip, "hlo": hlo, "top": top, "offset": offset,
                                            "full": full, "include_warmup": include_warmup,
                                            "max_bytes": max_bytes}, timeout_s)
 
@@ -246,7 +355,7 @@ def build() -> MCPServer:
         """One op explained: its measurement (per execution of its program, and its spread), its roofline with
         the arithmetic (FLOPs, bytes, T_math / T_mem / T_comm, the bound), its HLO line in plain words, the
         Python source that made it, and the findings that name it."""
-        return await _call(ctx, "op", {"path": path, "name": name, "program": program, "chip": chip, "hlo": hlo},
+        return await warm.call(ctx, "op", {"path": path, "name": name, "program": program, "chip": chip, "hlo": hlo},
                            timeout_s)
 
     @app.tool()
@@ -298,7 +407,7 @@ def build() -> MCPServer:
                    timeout_s: Timeout = TIMEOUT_S) -> CallToolResult:
         """What changed from A to B: step time and MFU, time and share per category and per matched op, the ops
         that appeared or disappeared (`rooflens diff`)."""
-        return await _call(ctx, "diff", {"a": a, "b": b, "chip": chip, "chip_b": chip_b, "top": top,
+        return await warm.call(ctx, "diff", {"a": a, "b": b, "chip": chip, "chip_b": chip_b, "top": top,
                                          "offset": offset, "max_bytes": max_bytes}, timeout_s)
 
     @app.tool()
@@ -310,7 +419,7 @@ def build() -> MCPServer:
                     chip: Chip = None, timeout_s: Timeout = TIMEOUT_S) -> CallToolResult:
         """A run against performance budgets: every budget with its measured value; `ok` false names the
         violated ones in `violated` and `message` (`rooflens check`)."""
-        return await _call(ctx, "check", {"path": path, "budget": budget, "chip": chip}, timeout_s)
+        return await warm.call(ctx, "check", {"path": path, "budget": budget, "chip": chip}, timeout_s)
 
     @app.tool()
     async def hlo(ctx: Context, path: Annotated[str, Field(description="An HLO text file (a dump's "
@@ -364,13 +473,13 @@ async def _run(ctx: Context, script: str, args: list[str], steps: str | None, st
     argv += [script, *args]
     out = await _spawn(ctx, argv, b"", timeout_s, "run")
     made = sorted(_profiles(where) - before)
-    stderr = "\n".join(out.stderr_lines)
+    stderr = "\n".join(out.stderr.kept)
     if out.timed_out:
         return _error(f"rooflens: run did not finish in {timeout_s:g} s and was stopped"
                       + (f"; what it wrote is in {where}" if made else "") + "; give a larger timeout_s or "
                       "fewer steps.")
     if not made:
-        return _error(_sentence(out.returncode or 0, out.stderr_lines, "the script")
+        return _error(_sentence(out.returncode or 0, out.stderr.kept, "the script")
                       if out.returncode else f"rooflens: the run wrote no profile in {where}; its output ends: "
                       f"{_tail(stderr)[-500:]}")
     doc = {"exit_status": out.returncode, "logdir": str(where), "profiles": made, "elapsed_s": out.elapsed_s,

@@ -8,6 +8,7 @@ command line prints. ``rooflens run`` is the command itself (the server starts i
 
 from __future__ import annotations
 
+import collections
 import difflib
 import os
 from dataclasses import asdict
@@ -20,6 +21,7 @@ LINE_CHARS = 240  # of each body line (their metadata repeats the op's source)
 SOURCE_FRAMES = 12  # of an op's Python stack, innermost first
 HLO_LISTS = ("collectives", "largest_buffers", "warnings")  # an HLO summary's lists, paged
 CLOSE_NAMES = 5  # "did you mean" names for an op the trace does not have
+REPORTS_KEPT = 2  # analysed runs a serving child keeps (a diff's two sides; a pod's report can take GBs)
 
 
 def _paths(path: str | list[str]) -> list[str]:
@@ -29,13 +31,56 @@ def _paths(path: str | list[str]) -> list[str]:
     return paths
 
 
+def identity(paths: list[str]) -> tuple | None:
+    """What the files under ``paths`` are now (each file's path, size, modification time and inode), so a
+    kept report is used only while its inputs are unchanged; None for a bucket URL (not kept)."""
+    out = []
+    for p in paths:
+        if "://" in p:
+            return None
+        top = os.path.abspath(p)
+        try:
+            st = os.stat(top)
+        except OSError:
+            out.append((top, None))
+            continue
+        if not os.path.isdir(top):
+            out.append((top, st.st_size, st.st_mtime_ns, st.st_ino))
+            continue
+        for root, dirs, files in os.walk(top):
+            dirs.sort()
+            for f in sorted(files):
+                try:
+                    fst = os.stat(os.path.join(root, f))
+                except OSError:
+                    continue
+                out.append((os.path.join(root, f), fst.st_size, fst.st_mtime_ns, fst.st_ino))
+    return tuple(out)
+
+
+_KEPT: collections.OrderedDict = collections.OrderedDict()  # identity → Report, the newest last
+
+
 def _report(path: str | list[str], chip: str | None = None, hlo: str | None = None, include_warmup: bool = False):
-    """The Report ``rooflens report`` makes of ``path`` (calibrating a CPU once, as it does)."""
+    """The Report ``rooflens report`` makes of ``path`` (calibrating a CPU once, as it does). A process that
+    answers several calls (``child --serve``) keeps the last :data:`REPORTS_KEPT` of them, each used again
+    only for the same arguments and unchanged files."""
     from rooflens.cli.common import load_report, need_dir
 
     if hlo:
         need_dir(hlo, "--hlo")
-    return load_report(_paths(path), hlo, chip, include_warmup, workers=os.cpu_count() or 1)
+    paths = _paths(path)
+    files = identity(paths + ([hlo] if hlo else []))
+    key = None if files is None else (tuple(paths), chip, hlo, include_warmup, files)
+    if key is not None and key in _KEPT:
+        _KEPT.move_to_end(key)
+        return _KEPT[key]
+    rep = load_report(paths, hlo, chip, include_warmup, workers=os.cpu_count() or 1)
+    if key is not None:
+        _KEPT[key] = rep
+        while len(_KEPT) > REPORTS_KEPT:
+            _KEPT.popitem(last=False)
+    return rep
 
 
 def report(path: str | list[str], chip: str | None = None, hlo: str | None = None, top: int = DEFAULT_TOP,
@@ -161,10 +206,9 @@ def diff(a: str, b: str, chip: str | None = None, chip_b: str | None = None, top
     """``rooflens diff A B``: what changed, with the matched ops cut to one page."""
     from rooflens.analysis.diff import diff as diff_reports
     from rooflens.api import saved_report
-    from rooflens.cli.common import load_report
 
-    ra = saved_report(a) or load_report(a, chip_name=chip)
-    rb = saved_report(b) or load_report(b, chip_name=chip_b or chip)
+    ra = saved_report(a) or _report(a, chip)
+    rb = saved_report(b) or _report(b, chip_b or chip)
     doc = diff_reports(ra, rb, a, b).to_json()
     return rows_summary(doc, ("ops", "appeared", "disappeared", "unmatched"), top, offset, max_bytes, call="diff")
 
@@ -174,10 +218,9 @@ def check(path: str, budget: str | dict, chip: str | None = None) -> dict:
     ``budget`` is a TOML file, or a dict of the same keys."""
     from rooflens.analysis.budget import evaluate
     from rooflens.api import load_budget
-    from rooflens.cli.common import load_report
 
     b = load_budget(budget)  # a bad budget fails before the trace is read
-    result = evaluate(load_report(path, chip_name=chip), b)
+    result = evaluate(_report(path, chip), b)
     return {**result.to_json(), "message": "" if result.ok else result.message()}
 
 
