@@ -1,9 +1,11 @@
 """The MCP server: rooflens's verbs as tools over stdio (``rooflens mcp``), on the official SDK.
 
-Plumbing only. Each call runs in a child process of its own (``python -m rooflens.mcp.child`` for the
-analysis tools, ``python -m rooflens.cli run`` for ``run``), in the server's working directory, so paths
-are read as given, a user's module or a trace reader never writes on the protocol's stdout, and a
-timeout or a cancelled request ends the call's whole process group. While a call runs, the client
+Plumbing only. The work runs in child processes, in the server's working directory (paths are read as
+given): ``python -m rooflens.cli run`` for ``run``; ``python -m rooflens.mcp.child`` for predict, plan,
+hlo and chips, one process per call; one serving ``python -m rooflens.mcp.child --serve`` for report,
+op, diff and check, which keeps the runs it analysed (:class:`Warm`). So a user's module or a trace
+reader never writes on the protocol's stdout, and a timeout or a cancelled request ends the call's whole
+process group. While a call runs, the client
 gets progress notifications (seconds elapsed of the timeout, with the child's latest stderr line).
 Bad input comes back as a tool error (``is_error``) whose text is the sentence the command line
 prints; the server stays up for the next call.
