@@ -5,10 +5,9 @@ given): ``python -m rooflens.cli run`` for ``run``; ``python -m rooflens.mcp.chi
 hlo and chips, one process per call; one serving ``python -m rooflens.mcp.child --serve`` for report,
 op, diff and check, which keeps the runs it analysed (:class:`Warm`). So a user's module or a trace
 reader never writes on the protocol's stdout, and a timeout or a cancelled request ends the call's whole
-process group. While a call runs, the client
-gets progress notifications (seconds elapsed of the timeout, with the child's latest stderr line).
-Bad input comes back as a tool error (``is_error``) whose text is the sentence the command line
-prints; the server stays up for the next call.
+process group. While a call runs, the client gets progress notifications (seconds elapsed of the
+timeout, with the child's latest stderr line). Bad input comes back as a tool error (``is_error``)
+whose text is the sentence the command line prints; the server stays up for the next call.
 """
 
 from __future__ import annotations
@@ -183,12 +182,15 @@ class Outcome:
         self.elapsed_s = 0.0
 
 
-async def _spawn(ctx: Context, argv: list[str], stdin: bytes, timeout_s: float, label: str) -> Outcome:
+async def _spawn(ctx: Context, argv: list[str], stdin: bytes, timeout_s: float, label: str,
+                 script: bool = False) -> Outcome:
     """Run ``argv`` in its own process group, feeding ``stdin``; progress to the client meanwhile; the
-    whole group killed past ``timeout_s`` or when the request is cancelled."""
+    whole group killed past ``timeout_s`` or when the request is cancelled. A ``script`` (``run``): its
+    stdout is progress too, and only its tail is kept."""
     out = Outcome()
     progress = Progress(ctx, timeout_s, label)
-    proc = await _open(argv, analysis=label != "run")
+    printed = Lines()
+    proc = await _open(argv, analysis=not script)
     try:
         async def feed() -> None:
             async with proc.stdin:
@@ -201,6 +203,10 @@ async def _spawn(ctx: Context, argv: list[str], stdin: bytes, timeout_s: float, 
                 tg.start_soon(_forward, proc.stderr, out.stderr, progress)
                 async for chunk in proc.stdout:
                     out.stdout += chunk
+                    if script:
+                        del out.stdout[:-TAIL_CHARS * 4]
+                        for line in printed.feed(chunk):
+                            await progress.say(line.strip())
                 await proc.wait()
                 tg.cancel_scope.cancel()
         out.timed_out = scope.cancelled_caught
@@ -473,7 +479,7 @@ async def _run(ctx: Context, script: str, args: list[str], steps: str | None, st
     if step_fn is not None:
         argv += ["--step-fn", step_fn]
     argv += [script, *args]
-    out = await _spawn(ctx, argv, b"", timeout_s, "run")
+    out = await _spawn(ctx, argv, b"", timeout_s, "run", script=True)
     made = sorted(_profiles(where) - before)
     stderr = "\n".join(out.stderr.kept)
     if out.timed_out:
