@@ -25,6 +25,7 @@ OP_KEYS = ("name", "program", "category", "opcode", "named_scope", "shape", "tot
            "runs_per_execution", "measured_s", "predicted_s", "ratio", "bound", "flops", "bytes", "comm_bytes",
            "flops_fraction_of_peak", "bytes_fraction_of_peak", "roofline_reliable", "roofline_bound", "roofline_note",
            "unpriced_reason")
+SHAPE_CHARS = 200  # of an op's result shape on a page
 MEMORY_KEYS = ("peak_bytes", "state_bytes", "peak_over_state", "padding_waste_bytes", "live_peak_bytes")
 DEVICE_KEYS = ("device", "host", "busy_s", "idle_s", "window_s", "op_time_s", "events")
 
@@ -69,7 +70,11 @@ def _finding(f: dict, tight: bool) -> dict:
 
 
 def _op_row(c: dict) -> dict:
-    return {k: c[k] for k in OP_KEYS if k in c}
+    row = {k: c[k] for k in OP_KEYS if k in c}
+    shape = row.get("shape") or ""
+    if len(shape) > SHAPE_CHARS:  # a loop's tuple of hundreds of buffers: op(path, name) has it whole
+        row["shape"] = shape[:SHAPE_CHARS] + f" … ({len(shape) - SHAPE_CHARS} more characters)"
+    return row
 
 
 def _capped(values: list, what: str, cut: list[str], limit: int = MANY) -> list:
