@@ -10,6 +10,7 @@ process), against arithmetic done here, or against the trace's own facts.
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -89,10 +90,10 @@ class Answer:
         self.elapsed_s = elapsed_s
 
 
-async def converse(cwd: Path, calls: list[tuple[str, str, dict]]) -> dict:
+async def converse(cwd: Path, calls: list[tuple[str, str, dict]], workdir: Path | None = None) -> dict:
     params = StdioServerParameters(command=sys.executable, args=["-m", "rooflens", "mcp"], env=environment(),
                                    cwd=str(cwd))
-    answers: dict = {}
+    answers: dict = {"workdir": workdir}
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
         answers["tools"] = (await session.list_tools()).tools
@@ -134,7 +135,19 @@ def workdir(tmp_path_factory):
         time.sleep(120)
     """))
     (d / "budget.toml").write_text("max_step_time_s = 10.0\nmax_recoverable_share = 1.0\n")
+    (d / "loop.hlo.txt").write_text(loop_hlo())
     return d
+
+
+def loop_hlo() -> str:
+    """A real compiled module whose loop carries 200 arrays: a tuple shape of many kB, 200 users."""
+    import jax
+    import jax.numpy as jnp
+
+    def f(xs):
+        return jax.lax.fori_loop(0, 10, lambda i, c: [x * 1.0001 + i for x in c], xs)
+
+    return jax.jit(f).lower([jnp.ones((8, 128 + k)) for k in range(200)]).compile().as_text()
 
 
 @pytest.fixture(scope="module")
@@ -162,6 +175,7 @@ def talk(workdir):
         ("check_bad", "check", {"path": tpu(), "budget": {"max_nonsense": 1}}),
         ("hlo", "hlo", {"path": EXAMPLE_HLO, "top": 3}),
         ("hlo_op", "hlo", {"path": EXAMPLE_HLO, "op": "ynn_fusion.3"}),
+        ("hlo_loop", "hlo", lambda answers: {"path": "loop.hlo.txt", "op": loop_name(answers["workdir"])}),
         ("run", "run", {"script": str(SCRIPTS / "healthy_loop.py"), "steps": "3:6"}),
         ("run_report", "report", lambda answers: {"path": answers["run"].data["profiles"][-1]
                                                   if answers["run"].data else "the run failed"}),
@@ -170,7 +184,7 @@ def talk(workdir):
         ("run_cancelled", "run", {"script": "slow.py", "args": ["pid-cancelled.txt"], "logdir": "slow-logs"}, 10),
         ("after_cancel", "chips", {"name": "tpu-v5e"}),
     ]
-    answers = anyio.run(converse, workdir, calls)
+    answers = anyio.run(converse, workdir, calls, workdir)
     answers["before"] = before
     return answers
 
@@ -374,6 +388,26 @@ def test_without_the_sdk_one_sentence_and_exit_2(tmp_path):
                        timeout=60)
     assert r.returncode == 2
     assert r.stderr.strip() == "rooflens: the MCP server needs the MCP SDK (mcp 2.x): pip install 'rooflens[mcp]'."
+
+
+def loop_name(workdir: Path) -> str:
+    return re.search(r"%(while[.\d]*) = \(", (workdir / "loop.hlo.txt").read_text()).group(1)
+
+
+def test_one_op_of_a_loop_over_200_arrays_stays_small(talk, workdir):
+    text = (workdir / "loop.hlo.txt").read_text()
+    name = loop_name(workdir)
+    users = len(re.findall(rf"get-tuple-element\(%{re.escape(name)}\)", text))
+    assert users == 200
+    loop = talk["hlo_loop"]
+    assert not loop.is_error, loop.text
+    assert loop.data["users_total"] == users and len(loop.data["users"]) == 16
+    line = next(x.strip() for x in text.splitlines() if x.strip().startswith(f"%{name} = "))
+    line = re.sub(r"/\*index=\d+\*/", "", line)  # XLA's tuple index comments, not part of the instruction
+    assert len(line) > 3000 and loop.data["hlo_text"].startswith(line[:2000])
+    assert loop.data["hlo_text"].endswith(f"({len(line) - 2000} more characters)")
+    full = cli(workdir, "hlo", "loop.hlo.txt", "--op", name, "--json").stdout
+    assert len(loop.text.encode()) < 16_000 < len(full.encode())
 
 
 def test_a_serving_child_keeps_a_report_only_while_its_files_are_unchanged(tmp_path):
