@@ -140,14 +140,15 @@ def workdir(tmp_path_factory):
 
 
 def loop_hlo() -> str:
-    """A real compiled module whose loop carries 200 arrays: a tuple shape of many kB, 200 users."""
+    """A real module (JAX's lowering) whose loop carries 200 arrays: a tuple shape of kB, 200 users."""
     import jax
     import jax.numpy as jnp
 
     def f(xs):
         return jax.lax.fori_loop(0, 10, lambda i, c: [x * 1.0001 + i for x in c], xs)
 
-    return jax.jit(f).lower([jnp.ones((8, 128 + k)) for k in range(200)]).compile().as_text()
+    args = [jax.ShapeDtypeStruct((8, 128 + k), jnp.float32) for k in range(200)]
+    return jax.jit(f).lower(args).as_text(dialect="hlo")
 
 
 @pytest.fixture(scope="module")
@@ -391,18 +392,18 @@ def test_without_the_sdk_one_sentence_and_exit_2(tmp_path):
 
 
 def loop_name(workdir: Path) -> str:
-    return re.search(r"%(while[.\d]*) = \(", (workdir / "loop.hlo.txt").read_text()).group(1)
+    return re.search(r"^ *%?([\w.]+) = \(.* while\(", (workdir / "loop.hlo.txt").read_text(), re.M).group(1)
 
 
 def test_one_op_of_a_loop_over_200_arrays_stays_small(talk, workdir):
     text = (workdir / "loop.hlo.txt").read_text()
     name = loop_name(workdir)
-    users = len(re.findall(rf"get-tuple-element\(%{re.escape(name)}\)", text))
-    assert users == 200
+    users = len(re.findall(rf"get-tuple-element\(%?{re.escape(name)}\)", text))
+    assert users >= 200
     loop = talk["hlo_loop"]
     assert not loop.is_error, loop.text
     assert loop.data["users_total"] == users and len(loop.data["users"]) == 16
-    line = next(x.strip() for x in text.splitlines() if x.strip().startswith(f"%{name} = "))
+    line = next(x.strip() for x in text.splitlines() if x.strip().lstrip("%").startswith(f"{name} = "))
     line = re.sub(r"/\*index=\d+\*/", "", line)  # XLA's tuple index comments, not part of the instruction
     assert len(line) > 3000 and loop.data["hlo_text"].startswith(line[:2000])
     assert loop.data["hlo_text"].endswith(f"({len(line) - 2000} more characters)")
