@@ -10,7 +10,22 @@ import sys
 
 import click
 
-from rooflens.cli import calibrate, capture, check, chips, demo, diff, export, hlo, memory, plan, predict, report, run
+from rooflens.cli import (
+    calibrate,
+    capture,
+    check,
+    chips,
+    demo,
+    diff,
+    export,
+    hlo,
+    mcp,
+    memory,
+    plan,
+    predict,
+    report,
+    run,
+)
 from rooflens.cli.common import say
 from rooflens.cli.signals import Interrupts
 from rooflens.errors import RooflensError
@@ -24,7 +39,7 @@ def cli() -> None:
 
 #: the verbs, in the order ``rooflens --help`` lists them
 VERBS = (hlo.hlo, chips.chips, calibrate.calibrate, predict.predict, run.run, capture.capture, report.report,
-         diff.diff, check.check, export.export, memory.memory, plan.plan, demo.demo)
+         diff.diff, check.check, export.export, memory.memory, plan.plan, mcp.mcp, demo.demo)
 for _verb in VERBS:
     cli.add_command(_verb)
 

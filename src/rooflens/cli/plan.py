@@ -49,31 +49,45 @@ def plan(model_name, config_path, chip_name, chips, batch_tokens, mfu, tokens, t
     rooflens plan --model llama2-13b --chip tpu-v5p --chips 4096 --batch-tokens 3e6 --mfu 0.4 --tokens 15e12
     rooflens plan --model llama3-70b --chip tpu-v5e --chips 8 --decode --batch 32 --context 8192 --kv-dtype int8
     """
-    from rooflens import plan as P
     from rooflens.report import plan_view
+
+    m, result = make_plan(model_name, config_path, chip_name, chips, batch_tokens, mfu, tokens, topology, seq_len,
+                          checkpoints, do_decode, batch, context, kv_dtype, param_dtype, optimizer, grad_dtype,
+                          master_dtype)
+
+    def render(con) -> None:
+        plan_view.render_model(con, m)
+        (plan_view.render_decode if do_decode else plan_view.render_train)(con, result, explain)
+
+    emit(lambda: plan_doc(m, result, do_decode), as_json, render)
+
+
+def plan_doc(m, result, do_decode: bool) -> dict:
+    """The JSON ``rooflens plan --json`` prints (and the MCP tool returns)."""
+    return {"model": m.to_dict(), ("decode" if do_decode else "train"): result.to_dict()}
+
+
+def make_plan(model_name=None, config_path=None, chip_name=None, chips=None, batch_tokens=None, mfu=None,
+              tokens=None, topology=None, seq_len=None, checkpoints="1", do_decode=False, batch=None, context=None,
+              kv_dtype="bf16", param_dtype="bf16", optimizer="adam", grad_dtype="none", master_dtype="none"):
+    """The model and its training plan (or decode step) that ``rooflens plan`` shows, from its options."""
+    from rooflens import plan as P
 
     if bool(model_name) == bool(config_path):
         raise RooflensError("give one of --model NAME or --config FILE.toml.")
     m = P.model(model_name) if model_name else P.load_config(config_path)
     if not chip_name or not chips:
         raise RooflensError("give --chip and --chips (the chips to plan on).")
-    ckpt = int(checkpoints) if checkpoints.isdigit() else checkpoints
+    ckpt = int(checkpoints) if str(checkpoints).isdigit() else checkpoints
     if do_decode:
         if not batch or not context:
             raise RooflensError("--decode needs --batch and --context.")
-        result = P.decode(m, chip_name, chips, batch, context, kv_dtype=kv_dtype, param_dtype=param_dtype)
-    else:
-        if not batch_tokens:
-            raise RooflensError("a training plan needs --batch-tokens N (tokens per step), or give --decode.")
-        for value, option in ((batch_tokens, "--batch-tokens"), (tokens, "--tokens"), (mfu, "--mfu")):
-            _positive(value, option)
-        result = P.train(m, chip_name, chips, batch_tokens, mfu=mfu, tokens=tokens, topology=topology,
-                         seq_len=seq_len, checkpoints_per_layer=ckpt, param_dtype=param_dtype, optimizer=optimizer,
-                         grad_dtype=None if grad_dtype.lower() == "none" else grad_dtype,
-                         master_dtype=None if master_dtype.lower() == "none" else master_dtype)
-
-    def render(con) -> None:
-        plan_view.render_model(con, m)
-        (plan_view.render_decode if do_decode else plan_view.render_train)(con, result, explain)
-
-    emit(lambda: {"model": m.to_dict(), ("decode" if do_decode else "train"): result.to_dict()}, as_json, render)
+        return m, P.decode(m, chip_name, chips, batch, context, kv_dtype=kv_dtype, param_dtype=param_dtype)
+    if not batch_tokens:
+        raise RooflensError("a training plan needs --batch-tokens N (tokens per step), or give --decode.")
+    for value, option in ((batch_tokens, "--batch-tokens"), (tokens, "--tokens"), (mfu, "--mfu")):
+        _positive(value, option)
+    return m, P.train(m, chip_name, chips, batch_tokens, mfu=mfu, tokens=tokens, topology=topology, seq_len=seq_len,
+                      checkpoints_per_layer=ckpt, param_dtype=param_dtype, optimizer=optimizer,
+                      grad_dtype=None if str(grad_dtype).lower() == "none" else grad_dtype,
+                      master_dtype=None if str(master_dtype).lower() == "none" else master_dtype)

@@ -92,10 +92,19 @@ def predict(target: str, chip_name: str, arg_specs: tuple[str, ...], mesh: str |
     TARGET is FILE.py:FUNCTION (lowered here with the --arg shapes), or an HLO text file (a dump,
     or compiled.as_text()) priced as it is.
     """
-    from rooflens import hardware as C
     from rooflens.report.cost_view import render_prediction
 
-    files = chip_files(chips_file)
+    pred = prediction(target, chip_name, arg_specs, mesh, topology, chips_file, quiet=as_json)
+    emit(pred.to_dict, as_json, lambda c: render_prediction(c, pred, top=top, explain=explain))
+
+
+def prediction(target: str, chip_name: str, arg_specs=(), mesh: str | None = None, topology: str | None = None,
+               chips_file=(), quiet: bool = False):
+    """The Prediction ``rooflens predict`` shows (also the MCP tool's). ``quiet``: what the user's module
+    prints (on import, or while it is traced) goes to stderr, so stdout holds one JSON document."""
+    from rooflens import hardware as C
+
+    files = chip_files(tuple(chips_file))
     chip = C.chip(chip_name, files)  # unknown chips fail before JAX starts
     if not target.endswith(".py") and ":" not in target.replace("\\", "/").rsplit("/", 1)[-1]:
         if arg_specs or mesh:
@@ -103,9 +112,7 @@ def predict(target: str, chip_name: str, arg_specs: tuple[str, ...], mesh: str |
         from rooflens.cost import predict_module
 
         module = parse_hlo_file(target)
-        pred = predict_module(module, chip, source=f"the HLO in {target}, as written", topology=topology)
-        emit(pred.to_dict, as_json, lambda c: render_prediction(c, pred, top=top, explain=explain))
-        return
+        return predict_module(module, chip, source=f"the HLO in {target}, as written", topology=topology)
     need = mesh_devices(mesh)
     if need:
         force_cpu_devices(need, platform_cpu=chip.name != C.LOCAL_CHIP)
@@ -114,9 +121,6 @@ def predict(target: str, chip_name: str, arg_specs: tuple[str, ...], mesh: str |
 
     mesh_obj = make_mesh(mesh) if mesh else None
     args = [parse_arg_spec(a, mesh_obj) for a in arg_specs]
-    # the user's module may print (on import, or while it is traced): with --json that goes to stderr,
-    # so stdout holds the JSON document alone
-    with stdout_to_stderr() if as_json else contextlib.nullcontext():
+    with stdout_to_stderr() if quiet else contextlib.nullcontext():
         fn = load_function(target)
-        pred = run_predict(fn, *args, chip=chip, mesh=mesh_obj, topology=topology)
-    emit(pred.to_dict, as_json, lambda c: render_prediction(c, pred, top=top, explain=explain))
+        return run_predict(fn, *args, chip=chip, mesh=mesh_obj, topology=topology)
