@@ -10,6 +10,7 @@ the same archive.
 import importlib
 import json
 import os
+import re
 import shlex
 import shutil
 import sqlite3
@@ -364,3 +365,56 @@ def test_an_export_stopped_with_two_steps_queued_says_so(tmp_path, jax_derived):
     assert any(e.startswith(f"2 of 5 dispatches of {STEP}(40)") for e in tail.evidence)
     assert [n for n, _, _ in prof.steps] == [0, 1, 2] and rep.steps.steps == 3 and rep.steps.program == STEP
     assert [s for _, s, _ in prof.steps] == [s for _, s, _ in jax_derived.steps[:3]]
+
+
+# -- the columnar read: ADBC into Arrow, or sqlite3 where that driver is missing ------------------------------------
+
+def _raw_columns(raw) -> dict:
+    t = raw.table
+    cols = {c: getattr(t, c).tolist() for c in ("host", "device", "line", "name", "program", "start_ps", "dur_ps",
+                                                "step", "copy_bytes", "host_pinned") if getattr(t, c) is not None}
+    return {**cols, "names": t.names, "programs": t.programs, "lines": t.lines, "op_meta": t.op_meta,
+            "steps": raw.steps, "notes": raw.notes, "host_events": raw.host_events, "end_ps": raw.end_ps,
+            "events_total": raw.events_total, "dispatches": {k: v.tolist() for k, v in raw.dispatches.items()}}
+
+
+@pytest.mark.parametrize("name", [TORCH_1S, TORCH_MFU, JAX])
+def test_the_adbc_and_sqlite3_readings_give_identical_tables(name, monkeypatch):
+    """Both paths of Export.table on the real exports: the same Arrow tables for the reader's large queries, and
+    the same trace, column for column; the default path is ADBC (a fallback taken silently would pass otherwise)."""
+    from rooflens.trace.formats.nsys_sqlite import db as D
+
+    queries = [f'SELECT start, "end", deviceId, streamId, correlationId, globalPid FROM {D.KERNEL}',
+               f"SELECT correlationId, globalTid, start FROM {D.RUNTIME}",
+               f'SELECT start, "end", globalTid, textId, text FROM {D.NVTX}']
+    readings = {}
+    for how in ("", "sqlite3"):
+        monkeypatch.setenv("ROOFLENS_SQLITE", how)
+        with D.Export(_export(name)) as db:
+            assert db.reads_through == (how or "adbc")
+            readings[how or "adbc"] = ([db.table(q) for q in queries if db.has(q.rsplit(" ", 1)[-1])],
+                                       _raw_columns(read_nsys_sqlite(_export(name))))
+    (fast_tables, fast), (plain_tables, plain) = readings["adbc"], readings["sqlite3"]
+    assert len(fast_tables) == 3 and all(t.num_rows for t in fast_tables)
+    for a, b in zip(fast_tables, plain_tables):
+        assert a.schema == b.schema and a.to_pydict() == b.to_pydict()
+    # the queries' rows equal sqlite3's own fetch (the tables' contents, not only their agreement)
+    assert [tuple(r) for r in zip(*fast_tables[1].to_pydict().values())] == _sql(_export(name), queries[1])
+    assert fast == plain
+
+
+def test_a_null_where_the_export_has_integers_is_one_sentence_on_both_paths(tmp_path, monkeypatch):
+    """A kernel row without a start (Nsight writes one for every row): a clear error either way, not a traceback."""
+    path = tmp_path / "export.sqlite"
+    shutil.copyfile(_export(TORCH_1S), path)
+    with sqlite3.connect(path) as con:  # start is NOT NULL in Nsight's schema: that constraint dropped first
+        (schema,) = con.execute("SELECT sql FROM sqlite_master WHERE name = 'CUPTI_ACTIVITY_KIND_KERNEL'").fetchone()
+        con.execute("PRAGMA writable_schema = ON")
+        con.execute("UPDATE sqlite_master SET sql = ? WHERE name = 'CUPTI_ACTIVITY_KIND_KERNEL'",
+                    (re.sub(r"start\s+INTEGER\s+NOT NULL", "start INTEGER", schema, count=1),))
+    with sqlite3.connect(path) as con:
+        con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = NULL WHERE rowid = 7")
+    for how in ("", "sqlite3"):
+        monkeypatch.setenv("ROOFLENS_SQLITE", how)
+        with pytest.raises(RooflensError, match=r"cannot read as an integer \(its 'start' values are int64, 1 of"):
+            read_nsys_sqlite(path)

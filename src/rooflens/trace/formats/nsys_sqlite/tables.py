@@ -1,11 +1,10 @@
 """What an Nsight Systems export says, as numpy columns: its GPU work, the calls that launched it, the NVTX
 ranges of the launching threads, its clock and its GPUs.
 
-Names are coded in SQL, never one Python string per row: kernels by their ``StringIds`` id, memcpy by
-their kind, NVTX ranges by ``textId`` or, for inline ``text``, by a code from a temporary table of the
-distinct names (in the connection's own memory: nothing is written beside the export). PyTorch's
-``emit_nvtx`` appends each call's arguments to an op's range name (``aten::mm, seq = 12, op_id = 40``):
-they are cut in that same SQL, so a run's millions of calls name a few hundred ops.
+Names are coded, never one Python string per row: kernels by their ``StringIds`` id, memcpy by their kind, NVTX
+ranges by ``textId`` or, for inline ``text``, in Arrow (a dictionary encoding of the column). PyTorch's
+``emit_nvtx`` appends each call's arguments to an op's range name (``aten::mm, seq = 12, op_id = 40``): they are
+cut in Arrow before the encoding, so a run's millions of calls name a few hundred ops.
 """
 
 from __future__ import annotations
@@ -38,14 +37,6 @@ GPU_PLANE_STATS = (("clock_rate", "clockRate", 1e-3), ("core_count", "smCount", 
 #: what PyTorch's emit_nvtx appends to an op's range name, in its order (torch/csrc/profiler: "<op>, seq = N,
 #: op_id = N, sizes = […], input_op_ids = […]"): the name is cut at the first of them present
 TORCH_ARGS = (", seq = ", ", op_id = ", ", sizes = ", ", input_op_ids = ")
-_NAMES = "rooflens_nvtx_names"  # the temporary table of distinct inline NVTX names
-
-
-def without_torch_args_sql(col: str) -> str:
-    """An SQL expression: ``col`` cut at the first of PyTorch's per-call arguments it holds."""
-    whens = " ".join(f"WHEN instr({col}, '{a}') > 0 THEN substr({col}, 1, instr({col}, '{a}') - 1)"
-                     for a in TORCH_ARGS)
-    return f"CASE {whens} ELSE {col} END"
 
 
 @dataclass
@@ -113,7 +104,7 @@ def work(db: D.Export) -> Work:
     if name_col and cols >= {"start", "end"}:
         k = db.ints(f"SELECT {_work_columns(cols)}, {name_col} FROM {D.KERNEL}", 7)
         ids, inv = np.unique(k[:, 6], return_inverse=True)
-        words = db.strings(f"SELECT DISTINCT {name_col} FROM {D.KERNEL}")
+        words = db.strings(",".join(map(str, ids.tolist())) or "NULL")
         names += [words.get(int(i), f"kernel {int(i)}") for i in ids]
         parts.append((k[:, :6], KERNEL_WORK, inv.reshape(-1)))
         copies.append(np.full((len(k), 2), -1, np.int64))
@@ -158,10 +149,12 @@ def launches(db: D.Export, w: Work) -> tuple[np.ndarray, np.ndarray, int]:
     none = np.full(n, -1, np.int64)
     if not (db.columns(D.RUNTIME) >= {"correlationId", "globalTid", "start"}):
         return none, none.copy(), 0
-    sources = [t for t in (D.KERNEL, D.MEMCPY, D.MEMSET) if "correlationId" in db.columns(t)]
-    wanted = " UNION ".join(f"SELECT correlationId FROM {t}" for t in sources)
-    rt = db.ints(f"SELECT correlationId, COALESCE(globalTid, -1), start FROM {D.RUNTIME} "
-                 f"WHERE correlationId IN ({wanted})", 3)
+    # every runtime call, kept where its correlation id is some work's (in numpy: SQL's IN over the work tables
+    # took longer than reading the whole table)
+    rt = db.ints(f"SELECT COALESCE(correlationId, -1), COALESCE(globalTid, -1), start FROM {D.RUNTIME}", 3)
+    ids = np.sort(w.corr[w.corr >= 0])
+    at = np.clip(np.searchsorted(ids, rt[:, 0]), 0, max(len(ids) - 1, 0))
+    rt = rt[(rt[:, 0] >= 0) & (ids[at] == rt[:, 0])] if len(ids) else rt[:0]
     if not len(rt) or not n:
         return none, none.copy(), len(rt)
     mask = np.int64((1 << D.TID_BITS) - 1)
@@ -192,6 +185,29 @@ class Ranges:
         return len(self.start)
 
 
+def torch_args_pattern() -> str:
+    """A regular expression (RE2's syntax and Python's) matching a range name's tail from the first of PyTorch's
+    per-call arguments it holds."""
+    assert all(c.isalnum() or c in " ,=_" for a in TORCH_ARGS for c in a)  # literal in both syntaxes
+    return "(?s)(?:" + "|".join(TORCH_ARGS) + ").*$"
+
+
+def _coded(text) -> tuple[np.ndarray, list[str]]:
+    """An Arrow string column's values with PyTorch's per-call arguments cut, coded (-1: NULL) in Arrow: no
+    Python string per row (the codes follow the names' first appearance)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not len(text):
+        return np.zeros(0, np.int64), []
+    if not pa.types.is_string(text.type) and not pa.types.is_large_string(text.type):
+        text = pc.cast(text, pa.string())
+    cut = pc.replace_substring_regex(text, pattern=torch_args_pattern(), replacement="")
+    enc = pc.dictionary_encode(cut)
+    enc = enc.combine_chunks() if isinstance(enc, pa.ChunkedArray) else enc
+    return enc.indices.fill_null(-1).to_numpy().astype(np.int64), enc.dictionary.to_pylist()
+
+
 def ranges(db: D.Export, stop_ns: int) -> Ranges:
     """The push/pop ranges (an unclosed one ends at ``stop_ns``)."""
     cols = db.columns(D.NVTX)
@@ -203,26 +219,19 @@ def ranges(db: D.Export, stop_ns: int) -> Ranges:
     text_id = "COALESCE(n.textId, -1)" if "textId" in cols else "-1"
     end = 'COALESCE(n."end", -1)' if "end" in cols else "-1"
     tid = "COALESCE(n.globalTid, -1)" if "globalTid" in cols else "-1"
-    inline_words: list[str] = []
-    join, inline = "", "0"
-    if "text" in cols:
-        cut = without_torch_args_sql("n.text")
-        db.script(f"PRAGMA temp_store = MEMORY; DROP TABLE IF EXISTS temp.{_NAMES}; "
-                  f"CREATE TEMP TABLE {_NAMES} (t TEXT PRIMARY KEY); "
-                  f"INSERT OR IGNORE INTO temp.{_NAMES} SELECT DISTINCT {cut} FROM {D.NVTX} n "
-                  f"WHERE {where} AND n.text IS NOT NULL")
-        inline_words = [t for (t,) in db.rows(f"SELECT t FROM temp.{_NAMES} ORDER BY rowid")]
-        join, inline = f"LEFT JOIN temp.{_NAMES} m ON m.t = {cut}", "COALESCE(m.rowid, 0)"
-    a = db.ints(f"SELECT n.start, {end}, {tid}, {text_id}, {inline} FROM {D.NVTX} n {join} WHERE {where}", 5)
+    text = ", n.text" if "text" in cols else ""
+    got = db.table(f"SELECT n.start, {end}, {tid}, {text_id}{text} FROM {D.NVTX} n WHERE {where}")
+    a = db.int_columns(got, 4)
+    inline, inline_words = _coded(got.column(4)) if text else (np.full(len(a), -1, np.int64), [])
     ids = a[:, 3]
     by_id = ids >= 0
     u_ids, id_inv = np.unique(ids[by_id], return_inverse=True)
-    id_words = db.strings(f"SELECT DISTINCT n.textId FROM {D.NVTX} n WHERE {where}") if "textId" in cols else {}
+    id_words = db.strings(",".join(map(str, u_ids.tolist())) or "NULL") if "textId" in cols else {}
     words = [id_words.get(int(i), "") for i in u_ids] + inline_words + [""]
     code = np.full(len(a), len(words) - 1, np.int64)
     code[by_id] = id_inv.reshape(-1)
-    text = ~by_id & (a[:, 4] > 0)
-    code[text] = len(u_ids) + a[text, 4] - 1  # rowids count from 1, in insertion order
+    named = ~by_id & (inline >= 0)
+    code[named] = len(u_ids) + inline[named]
     return Ranges(a[:, 2], a[:, 0], np.where(a[:, 1] >= 0, a[:, 1], stop_ns), code, words)
 
 
