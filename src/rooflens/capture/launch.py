@@ -72,6 +72,7 @@ tap = _sibling("tap")
 artifacts = _sibling("artifacts")
 stepwindow = _sibling("stepwindow")
 pyrun = _sibling("pyrun")
+memwatch = _sibling("memwatch")
 KV_KEY = "rooflens/run_name"
 KV_TIMEOUT_MS = 20_000
 _COMPILE_SPANS = ("/jax/core/compile/jaxpr_trace_duration", "/jax/core/compile/jaxpr_to_mlir_module_duration",
@@ -83,8 +84,10 @@ class _Terminated(BaseException):
 
 
 class _State:
-    def __init__(self, logdir: str, dump: bool, window: dict | None = None) -> None:
+    def __init__(self, logdir: str, dump: bool, window: dict | None = None, max_trace_bytes: int | None = None) -> None:
         self.logdir = logdir
+        self.max_trace_bytes = max_trace_bytes  # a whole run's trace: stopped early past this (memwatch)
+        self.watch = None  # memwatch.Watch while a whole run's trace is open
         self.dump = dump
         self.window = stepwindow.Window(window, _begin_trace, _stop_trace, _drain) if window else None
         self.armed = False  # the script's backend is up: compilations are recorded from here on
@@ -380,6 +383,8 @@ def _begin_trace() -> bool:
         S.t0_unix_ns = time.time_ns()
         jprof.start_trace(S.tmp)
         S.tracing = True
+        if S.window is None and S.max_trace_bytes:
+            S.watch = memwatch.Watch(S.max_trace_bytes, _stop_for_memory)
     except Exception as e:
         _say(f"could not start the profiler ({type(e).__name__}: {e}); the script runs unprofiled")
     finally:
@@ -387,10 +392,22 @@ def _begin_trace() -> bool:
     return S.tracing
 
 
+def _stop_for_memory() -> None:
+    """The memory watch's limit was reached (on its thread): stop the trace now, say why; the script runs on."""
+    if S.finishing or not S.tracing:  # the trace is stopping anyway
+        S.watch.stopped = None
+        return
+    _say(S.watch.stopped["said"] + ".")
+    with contextlib.suppress(BaseException):
+        _stop_trace()
+
+
 def _stop_trace() -> None:
     """Wait until the devices have finished everything dispatched (no async tail: a loop that
     exits with steps still queued has them run inside the trace), then stop the trace and move it
     into the run directory (once; safe to call at any time, from any thread)."""
+    if S is not None and S.watch is not None:
+        S.watch.close()
     with _stop_lock:
         if S is None or not S.tracing:
             return
@@ -479,8 +496,10 @@ def _finish(target: dict, outcome: dict) -> None:
             _cleanup_empty()
             return
         first, again = artifacts.classify_compiles(S.compiles, S.misses)
-        if S.window is not None:  # only the window's transfers (recompilations count wherever they happen)
-            kept = [k for k, t in enumerate(S.transfer_times) if S.t0_unix_ns <= t * 1e9 <= S.t1_unix_ns]
+        stopped = S.watch.stopped if S.watch is not None else None
+        if S.window is not None or stopped:  # only the trace's transfers (recompilations count wherever they happen)
+            end_ns = stopped["at_unix_s"] * 1e9 if stopped else S.t1_unix_ns  # a stop for memory: when it began
+            kept = [k for k, t in enumerate(S.transfer_times) if S.t0_unix_ns <= t * 1e9 <= end_ns]
             S.transfers, S.transfer_times = [S.transfers[k] for k in kept], [S.transfer_times[k] for k in kept]
         meta = {
             "captured_by": "rooflens run", "warmup_in_window": S.window is None, **target,
@@ -512,6 +531,8 @@ def _finish(target: dict, outcome: dict) -> None:
             meta["step_program"] = S.window.step_program()
         if S.drained_s is not None:
             meta["drained_s"] = round(S.drained_s, 6)
+        if stopped:
+            meta["trace_stopped"] = stopped
         meta = manifest.RunManifest.from_dict(meta).to_dict()  # the typed manifest's document
         artifacts.save(S, meta, {stepwindow.program_name(f) for f in meta.get("window", {}).get("programs") or []}
                        if S.window is not None else None)
@@ -552,7 +573,7 @@ def main(argv: list[str]) -> None:
     global S
     opts, mode, target, *args = argv
     opts = json.loads(opts)
-    S = _State(opts["logdir"], opts.get("dump", True), opts.get("window"))
+    S = _State(opts["logdir"], opts.get("dump", True), opts.get("window"), opts.get("max_trace_bytes"))
     sys.argv[:] = [target, *args]
     sys.meta_path.insert(0, _Finder({"jax._src.xla_bridge": _hook_xla_bridge, "jax._src.compiler": _hook_compiler,
                                      "jax._src.profiler": _hook_annotations, "jax._src.monitoring": _hook_monitoring,
@@ -620,8 +641,10 @@ BOOT = (
 
 
 def command(logdir: str, mode: str, target: str, args: list[str], dump: bool = True,
-            window: dict | None = None) -> list[str]:
+            window: dict | None = None, max_trace_bytes: int | None = None) -> list[str]:
     """The ``argv`` that runs ``target`` under rooflens in a fresh interpreter; ``window``:
-    ``{"steps": [a, b]}`` or ``{"delay_s": d, "duration_s": t}`` (see :mod:`rooflens.capture.stepwindow`)."""
-    opts = json.dumps({"logdir": os.path.abspath(logdir), "dump": dump, "window": window})
+    ``{"steps": [a, b]}`` or ``{"delay_s": d, "duration_s": t}`` (see :mod:`rooflens.capture.stepwindow`);
+    ``max_trace_bytes``: a whole run's trace is stopped early past it (:mod:`rooflens.capture.memwatch`)."""
+    opts = json.dumps({"logdir": os.path.abspath(logdir), "dump": dump, "window": window,
+                       "max_trace_bytes": max_trace_bytes})
     return [sys.executable, "-c", BOOT.format(path=HERE), opts, mode, target, *args]
