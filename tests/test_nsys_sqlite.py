@@ -379,31 +379,45 @@ def _raw_columns(raw) -> dict:
 
 
 @pytest.mark.parametrize("name", [TORCH_1S, TORCH_MFU, JAX])
-def test_the_adbc_and_sqlite3_readings_give_identical_tables(name, monkeypatch):
-    """Both paths of Export.table on the real exports: the same Arrow tables for the reader's large queries, and
-    the same trace, column for column; the default path is ADBC (a fallback taken silently would pass otherwise)."""
+def test_the_pages_adbc_and_sqlite3_readings_give_identical_tables(name, monkeypatch):
+    """The three readings of an export's large tables on the real exports: the file's pages (the default, compiled),
+    ADBC into Arrow, and sqlite3 (the fallback) give the same columns, NULL masks and coded names, and the same
+    trace, column for column; the default reads every large table from the pages (SQL made to fail, it still
+    reads), and the ADBC path reads through ADBC."""
     from rooflens.trace.formats.nsys_sqlite import db as D
+    from rooflens.trace.formats.nsys_sqlite import tables as T
 
-    queries = [f'SELECT start, "end", deviceId, streamId, correlationId, globalPid FROM {D.KERNEL}',
-               f"SELECT correlationId, globalTid, start FROM {D.RUNTIME}",
-               f'SELECT start, "end", globalTid, textId, text FROM {D.NVTX}']
+    scans = [(D.KERNEL, ["start", "end", "deviceId", "streamId", "correlationId", "globalPid"], None),
+             (D.RUNTIME, ["correlationId", "globalTid", "start"], None),
+             (D.NVTX, ["start", "end", "eventType", "globalTid", "textId"], "text")]
     readings = {}
-    for how in ("", "sqlite3"):
+    for how in ("", "adbc", "sqlite3"):
         monkeypatch.setenv("ROOFLENS_SQLITE", how)
         with D.Export(_export(name)) as db:
-            assert db.reads_through == (how or "adbc")
-            readings[how or "adbc"] = ([db.table(q) for q in queries if db.has(q.rsplit(" ", 1)[-1])],
-                                       _raw_columns(read_nsys_sqlite(_export(name))))
-    (fast_tables, fast), (plain_tables, plain) = readings["adbc"], readings["sqlite3"]
-    assert len(fast_tables) == 3 and all(t.num_rows for t in fast_tables)
-    for a, b in zip(fast_tables, plain_tables):
-        assert a.schema == b.schema and a.to_pydict() == b.to_pydict()
-    # the queries' rows equal sqlite3's own fetch (the tables' contents, not only their agreement)
-    assert [tuple(r) for r in zip(*fast_tables[1].to_pydict().values())] == _sql(_export(name), queries[1])
-    assert fast == plain
+            assert db.reads_through == ("sqlite3" if how == "sqlite3" else "adbc")
+            got = [db.scan(t, [c for c in cols if c in db.columns(t)], text if text in db.columns(t) else None,
+                           T.TORCH_ARGS) for t, cols, text in scans]
+        readings[how or "pages"] = ([({c: v.tolist() for c, v in g.ints.items()},
+                                      {c: v.tolist() for c, v in g.nulls.items()},
+                                      None if g.codes is None else g.codes.tolist(), g.words) for g in got],
+                                    _raw_columns(read_nsys_sqlite(_export(name))))
+    assert readings["pages"] == readings["adbc"] == readings["sqlite3"]
+    kernels, runtime, nvtx = readings["pages"][0]
+    assert len(kernels[0]["start"]) and len(runtime[0]["start"]) and len(nvtx[0]["start"])
+    # the columns' contents, not only their agreement: sqlite3's own rows
+    want = _sql(_export(name), "SELECT correlationId, globalTid, start FROM CUPTI_ACTIVITY_KIND_RUNTIME")
+    assert list(zip(runtime[0]["correlationId"], runtime[0]["globalTid"], runtime[0]["start"])) == \
+        [tuple(0 if v is None else v for v in r) for r in want]
+    monkeypatch.setenv("ROOFLENS_SQLITE", "")
+
+    def no_sql(*a, **k):
+        raise AssertionError("a large table read through SQL")
+
+    monkeypatch.setattr(D.Export, "table", no_sql)
+    assert _raw_columns(read_nsys_sqlite(_export(name))) == readings["pages"][1]
 
 
-def test_a_null_where_the_export_has_integers_is_one_sentence_on_both_paths(tmp_path, monkeypatch):
+def test_a_null_where_the_export_has_integers_is_one_sentence_on_every_path(tmp_path, monkeypatch):
     """A kernel row without a start (Nsight writes one for every row): a clear error either way, not a traceback."""
     path = tmp_path / "export.sqlite"
     shutil.copyfile(_export(TORCH_1S), path)
@@ -414,7 +428,7 @@ def test_a_null_where_the_export_has_integers_is_one_sentence_on_both_paths(tmp_
                     (re.sub(r"start\s+INTEGER\s+NOT NULL", "start INTEGER", schema, count=1),))
     with sqlite3.connect(path) as con:
         con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = NULL WHERE rowid = 7")
-    for how in ("", "sqlite3"):
+    for how in ("", "adbc", "sqlite3"):
         monkeypatch.setenv("ROOFLENS_SQLITE", how)
         with pytest.raises(RooflensError, match=r"cannot read as an integer \(its 'start' values are int64, 1 of"):
             read_nsys_sqlite(path)

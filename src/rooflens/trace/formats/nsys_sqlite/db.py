@@ -54,6 +54,53 @@ def _arrow_column(values: tuple):
     return pa.array(values)
 
 
+class Scan:
+    """A table's integer columns (``ints``: int64, 0 where NULL; ``nulls``: where NULL) and a text column coded
+    (``codes``: -1 where NULL; ``words``)."""
+
+    def __init__(self, path: Path, ints: dict, nulls: dict, codes, words: list[str]) -> None:
+        self.path, self.ints, self.nulls, self.codes, self.words = path, ints, nulls, codes, words
+
+    def __len__(self) -> int:
+        return len(next(iter(self.ints.values()))) if self.ints else 0
+
+    def get(self, col: str, default: int | None = None, rows: np.ndarray | None = None) -> np.ndarray:
+        """A column (of ``rows`` only, when given) with NULLs made ``default`` (SQL's COALESCE); ``default`` None: a
+        NULL is an error."""
+        v, null = self.ints[col], self.nulls[col]
+        if rows is not None:
+            v, null = v[rows], null[rows]
+        if not null.any():
+            return v
+        if default is None:
+            raise RooflensError(f"{self.path} holds a value this reader cannot read as an integer (its {col!r} "
+                                f"values are int64, {int(null.sum())} of them NULL).")
+        return np.where(null, default, v)
+
+
+def literal_pattern(cut: tuple[str, ...]) -> str:
+    """A regular expression (RE2's syntax and Python's) matching a text's tail from the first of the literals."""
+    assert all(c.isalnum() or c in " ,=_" for a in cut for c in a)  # literal in both syntaxes
+    return "(?s)(?:" + "|".join(cut) + ").*$"
+
+
+def coded(text, cut: tuple[str, ...]) -> tuple[np.ndarray, list[str]]:
+    """An Arrow string column's values cut at the first of the literals ``cut``, coded (-1: NULL) in Arrow: no
+    Python string per row (codes in order of first appearance)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not len(text):
+        return np.zeros(0, np.int64), []
+    if not pa.types.is_string(text.type) and not pa.types.is_large_string(text.type):
+        text = pc.cast(text, pa.string())
+    if cut:
+        text = pc.replace_substring_regex(text, pattern=literal_pattern(cut), replacement="")
+    enc = pc.dictionary_encode(text)
+    enc = enc.combine_chunks() if isinstance(enc, pa.ChunkedArray) else enc
+    return enc.indices.fill_null(-1).to_numpy().astype(np.int64), enc.dictionary.to_pylist()
+
+
 def is_nsys_export(path: str) -> bool:
     """Whether ``path`` is an Nsight Systems SQLite export, by its content: an SQLite database with
     Nsight's kernel table, or its NVTX and string tables. A remote path is judged by its name."""
@@ -88,6 +135,7 @@ class Export:
         except sqlite3.Error as e:
             raise RooflensError(f"{path} is a damaged or truncated SQLite database ({e}).") from None
         self._columns: dict[str, set[str]] = {}
+        self._file = None  # the pages reader's map of the file (pages.File), made on the first scan
         self._arrow = None  # the ADBC connection, opened on the first large query (None: not yet; False: sqlite3)
 
     @property
@@ -102,6 +150,7 @@ class Export:
         self.close()
 
     def close(self) -> None:
+        self._file = None
         if self._arrow:
             self._arrow.close()
         self.con.close()
@@ -168,6 +217,57 @@ class Export:
         except sqlite3.Error as e:
             raise RooflensError(f"{self.path} is damaged or truncated, or an Nsight export this reader does not "
                                 f"know ({e}).") from None
+
+    def scan(self, table: str, cols: list[str], text: str | None = None, cut: tuple[str, ...] = ()) -> Scan:
+        """Integer columns ``cols`` of a whole table (every row, in rowid order) with their NULL masks, and a text
+        column coded (cut at the first of the literals ``cut`` it holds; codes in order of first appearance): from
+        the file's pages (:mod:`.pages`) where that reader takes the table, else through SQL (:meth:`table`)."""
+        fast = self._pages_scan(table, cols, text, cut)
+        if fast is not None:
+            return fast
+        names = ", ".join(f'"{c}"' for c in cols) + (f', "{text}"' if text else "")
+        got = self.table(f"SELECT {names} FROM {table}")
+        import pyarrow as pa
+
+        ints, nulls = {}, {}
+        for i, c in enumerate(cols):
+            col = got.column(i)
+            if col.null_count == len(col) and len(col):
+                col = col.cast(pa.int64())
+            if len(col) and not pa.types.is_integer(col.type):
+                raise RooflensError(f"{self.path} holds a value this reader cannot read as an integer (its {c!r} "
+                                    f"values are {col.type}).")
+            nulls[c] = col.is_null().to_numpy(zero_copy_only=False) if len(col) else np.zeros(0, bool)
+            ints[c] = col.fill_null(0).to_numpy().astype(np.int64) if len(col) else np.zeros(0, np.int64)
+        codes, words = coded(got.column(len(cols)), cut) if text else (None, [])
+        return Scan(self.path, ints, nulls, codes, words)
+
+    def _pages_scan(self, table: str, cols: list[str], text: str | None, cut: tuple[str, ...]) -> Scan | None:
+        if os.environ.get("ROOFLENS_SQLITE", "").strip().lower() in ("sqlite3", "adbc"):
+            return None
+        info = self.rows(f"PRAGMA table_info({table})")
+        order = {r[1]: r[0] for r in info}
+        pk = [r[0] for r in info if r[5]]
+        row = self.first(f"SELECT rootpage, sql FROM sqlite_master WHERE type = 'table' AND name = '{table}'")
+        if row is None or not isinstance(row[0], int) or "WITHOUT ROWID" in str(row[1]).upper() or \
+                any(c not in order for c in cols) or (text is not None and text not in order):
+            return None
+        pk_col = pk[0] if len(pk) == 1 and str(info[pk[0]][2]).upper() == "INTEGER" else -1
+        from rooflens.trace.formats.nsys_sqlite import pages
+
+        try:
+            if self._file is None:
+                self._file = pages.File(self.path)
+            got = self._file.scan(int(row[0]), len(info), [order[c] for c in cols], pk_col,
+                                  order[text] if text else -1, cut)
+        except (OSError, ValueError, IndexError):  # a file that changed or is cut under us: SQL says what
+            return None
+        if got is None:
+            return None
+        ints, nulls, coded_text = got
+        codes, words = coded_text if coded_text is not None else (None, [])
+        return Scan(self.path, {c: ints[k] for k, c in enumerate(cols)}, {c: nulls[k] for k, c in enumerate(cols)},
+                    codes, words)
 
     def ints(self, sql: str, ncols: int) -> np.ndarray:
         """An all-integer query as an int64 array of shape (rows, ncols)."""
