@@ -380,10 +380,10 @@ def _raw_columns(raw) -> dict:
 
 @pytest.mark.parametrize("name", [TORCH_1S, TORCH_MFU, JAX])
 def test_the_pages_adbc_and_sqlite3_readings_give_identical_tables(name, monkeypatch):
-    """The three readings of an export's large tables on the real exports: the file's pages (the default, compiled),
-    ADBC into Arrow, and sqlite3 (the fallback) give the same columns, NULL masks and coded names, and the same
-    trace, column for column; the default reads every large table from the pages (SQL made to fail, it still
-    reads), and the ADBC path reads through ADBC."""
+    """The three readings of an export's large tables on the real exports: the file's pages (compiled; the default
+    for a large export), ADBC into Arrow (a small one's), and sqlite3 (the fallback) give the same columns, NULL
+    masks and coded names, and the same trace, column for column; the pages reading takes every large table (SQL
+    made to fail, it still reads), and the ADBC path reads through ADBC."""
     from rooflens.trace.formats.nsys_sqlite import db as D
     from rooflens.trace.formats.nsys_sqlite import tables as T
 
@@ -391,13 +391,13 @@ def test_the_pages_adbc_and_sqlite3_readings_give_identical_tables(name, monkeyp
              (D.RUNTIME, ["correlationId", "globalTid", "start"], None),
              (D.NVTX, ["start", "end", "eventType", "globalTid", "textId"], "text")]
     readings = {}
-    for how in ("", "adbc", "sqlite3"):
+    for how in ("pages", "adbc", "sqlite3"):
         monkeypatch.setenv("ROOFLENS_SQLITE", how)
         with D.Export(_export(name)) as db:
             assert db.reads_through == ("sqlite3" if how == "sqlite3" else "adbc")
             got = [db.scan(t, [c for c in cols if c in db.columns(t)], text if text in db.columns(t) else None,
                            T.TORCH_ARGS) for t, cols, text in scans]
-        readings[how or "pages"] = ([({c: v.tolist() for c, v in g.ints.items()},
+        readings[how] = ([({c: v.tolist() for c, v in g.ints.items()},
                                       {c: v.tolist() for c, v in g.nulls.items()},
                                       None if g.codes is None else g.codes.tolist(), g.words) for g in got],
                                     _raw_columns(read_nsys_sqlite(_export(name))))
@@ -408,7 +408,7 @@ def test_the_pages_adbc_and_sqlite3_readings_give_identical_tables(name, monkeyp
     want = _sql(_export(name), "SELECT correlationId, globalTid, start FROM CUPTI_ACTIVITY_KIND_RUNTIME")
     assert list(zip(runtime[0]["correlationId"], runtime[0]["globalTid"], runtime[0]["start"])) == \
         [tuple(0 if v is None else v for v in r) for r in want]
-    monkeypatch.setenv("ROOFLENS_SQLITE", "")
+    monkeypatch.setenv("ROOFLENS_SQLITE", "pages")
 
     def no_sql(*a, **k):
         raise AssertionError("a large table read through SQL")
@@ -428,7 +428,20 @@ def test_a_null_where_the_export_has_integers_is_one_sentence_on_every_path(tmp_
                     (re.sub(r"start\s+INTEGER\s+NOT NULL", "start INTEGER", schema, count=1),))
     with sqlite3.connect(path) as con:
         con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = NULL WHERE rowid = 7")
-    for how in ("", "adbc", "sqlite3"):
+    for how in ("pages", "adbc", "sqlite3"):
         monkeypatch.setenv("ROOFLENS_SQLITE", how)
         with pytest.raises(RooflensError, match=r"cannot read as an integer \(its 'start' values are int64, 1 of"):
             read_nsys_sqlite(path)
+
+
+def test_a_small_export_is_read_without_loading_numba():
+    """Below PAGES_MIN_BYTES the export is read through SQL (ADBC), numba's import and load left off the path (a
+    fresh process: numba is loaded by nothing else the reader does)."""
+    code = ("import importlib, sys; from pathlib import Path; "
+            "r = importlib.import_module('rooflens.trace.formats.nsys_sqlite.reader').read_nsys_sqlite(Path(sys.argv[1]));"
+            " print(len(r.table), 'numba' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code, str(_export(TORCH_MFU))], capture_output=True, text=True,
+                         env={**os.environ, "ROOFLENS_SQLITE": ""}, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows, numba = out.stdout.split()
+    assert int(rows) > 0 and numba == "False"

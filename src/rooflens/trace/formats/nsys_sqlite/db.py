@@ -11,7 +11,9 @@ A ``globalTid`` is ``globalPid | tid`` (the process in bits 24 and up, Nsight's 
 A large query is read columnar, into an Arrow table (:meth:`Export.table`): through the ADBC SQLite driver
 (``adbc-driver-sqlite``, a core dependency: SQLite's rows straight into Arrow buffers in C, no Python object per
 row, about 3x a ``sqlite3`` fetchall of the same rows), or, where that driver cannot be loaded, through ``sqlite3``
-into the same Arrow table (``ROOFLENS_SQLITE=sqlite3`` picks it; both give identical tables). Integer columns
+into the same Arrow table (``ROOFLENS_SQLITE=sqlite3`` picks it; both give identical tables). A large export's
+big tables are read from the file's own pages instead (:mod:`.pages`, :meth:`Export.scan`; ``ROOFLENS_SQLITE=pages``
+for any size, ``=adbc`` never). Integer columns
 (NULLs made -1 in SQL) become int64 arrays; text stays Arrow strings, coded in Arrow (:mod:`.tables`). Small
 tables (strings, GPUs, the clock) go through ``sqlite3``. The database is opened read-only and immutable, so
 nothing (no journal, no lock file) is ever written beside it.
@@ -35,6 +37,9 @@ TID_BITS = 24  # a globalTid's thread id; the rest is its globalPid
 #: ENUM_NSYS_EVENT_TYPE's NvtxPushPopRange: a range pushed and popped on one thread (ids of nsys 2026.2)
 PUSH_POP = "NvtxPushPopRange"
 PUSH_POP_ID = 59
+#: an export at least this large is read from its pages (:mod:`.pages`, compiled) even when numba is not loaded yet:
+#: numba's import and load (~0.5-1 s of CPU on a 2-core machine) is what ADBC takes for ~1 M rows, ~80 MB of export
+PAGES_MIN_BYTES = 64 << 20
 
 
 def _uri(path: Path) -> str:
@@ -243,8 +248,13 @@ class Export:
         return Scan(self.path, ints, nulls, codes, words)
 
     def _pages_scan(self, table: str, cols: list[str], text: str | None, cut: tuple[str, ...]) -> Scan | None:
-        if os.environ.get("ROOFLENS_SQLITE", "").strip().lower() in ("sqlite3", "adbc"):
+        how = os.environ.get("ROOFLENS_SQLITE", "").strip().lower()
+        if how in ("sqlite3", "adbc"):
             return None
+        from rooflens.trace.formats import compiled
+
+        if how != "pages" and not compiled.loaded() and self.path.stat().st_size < PAGES_MIN_BYTES:
+            return None  # a small export: SQL reads it before numba would have loaded
         info = self.rows(f"PRAGMA table_info({table})")
         order = {r[1]: r[0] for r in info}
         pk = [r[0] for r in info if r[5]]
