@@ -445,3 +445,47 @@ def test_a_small_export_is_read_without_loading_numba():
     assert out.returncode == 0, out.stderr[-2000:]
     rows, numba = out.stdout.split()
     assert int(rows) > 0 and numba == "False"
+
+
+@pytest.mark.parametrize("page_size", [512, 4096, 65536])
+def test_the_pages_reader_follows_sqlites_format_or_declines(tmp_path, monkeypatch, page_size):
+    """The real export rewritten by SQLite itself with another page size, a column added by ALTER TABLE (older rows
+    lack it: NULL), a table with an INTEGER PRIMARY KEY (stored as the rowid), and rows long enough to spill onto
+    overflow pages (the pages reader declines, SQL reads them): every scan equals sqlite3's."""
+    from rooflens.trace.formats.nsys_sqlite import db as D
+    from rooflens.trace.formats.nsys_sqlite import tables as T
+
+    path = tmp_path / "export.sqlite"
+    with sqlite3.connect(f"file:{_export(TORCH_MFU)}?mode=ro", uri=True) as src:
+        src.execute(f"PRAGMA page_size = {page_size}")
+        src.execute("VACUUM INTO ?", (str(path),))
+    with sqlite3.connect(path) as con:
+        con.execute("ALTER TABLE CUPTI_ACTIVITY_KIND_RUNTIME ADD COLUMN later INTEGER")
+        con.execute("UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET later = start % 7 WHERE rowid % 3 = 0")
+        con.execute("CREATE TABLE keyed (id INTEGER PRIMARY KEY, v INTEGER, big TEXT)")
+        con.executemany("INSERT INTO keyed VALUES (?, ?, ?)", [(10 * i + 3, i - 50, f"k{i % 5}, seq = {i}")
+                                                               for i in range(3000)])
+        con.execute("CREATE TABLE spilled (v INTEGER, big TEXT)")
+        con.executemany("INSERT INTO spilled VALUES (?, ?)", [(i, "x" * (70_000 if i == 7 else 5)) for i in range(20)])
+    scans = [("CUPTI_ACTIVITY_KIND_RUNTIME", ["correlationId", "globalTid", "start", "later"], None),
+             ("NVTX_EVENTS", ["start", "end", "eventType", "globalTid", "textId"], "text"),
+             ("keyed", ["id", "v"], "big"), ("spilled", ["v"], "big")]
+
+    def read(how):
+        monkeypatch.setenv("ROOFLENS_SQLITE", how)
+        with D.Export(path) as db:
+            got = [db.scan(t, cols, text, T.TORCH_ARGS) for t, cols, text in scans]
+            took = [db.scan_pages(t, cols, text, T.TORCH_ARGS) is not None for t, cols, text in scans] \
+                if how == "pages" else None
+        return [({c: v.tolist() for c, v in g.ints.items()}, {c: v.tolist() for c, v in g.nulls.items()},
+                 None if g.codes is None else g.codes.tolist(), g.words) for g in got], took
+
+    pages, took = read("pages")
+    plain, _ = read("sqlite3")
+    assert pages == plain
+    assert took == [True, True, True, False]  # the 70 kB row spills onto overflow pages: SQL reads that table
+    runtime, keyed = pages[0], pages[2]
+    (absent,) = _sql(path, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE later IS NULL")[0]
+    assert sum(runtime[1]["later"]) == absent > 0 and not all(runtime[1]["later"])
+    assert keyed[0]["id"][:3] == [3, 13, 23] and keyed[0]["v"][:3] == [-50, -49, -48]
+    assert keyed[3] == [f"k{i}" for i in range(5)]  # cut at PyTorch's ", seq = ", coded in order of appearance

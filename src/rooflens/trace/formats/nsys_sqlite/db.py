@@ -227,7 +227,7 @@ class Export:
         """Integer columns ``cols`` of a whole table (every row, in rowid order) with their NULL masks, and a text
         column coded (cut at the first of the literals ``cut`` it holds; codes in order of first appearance): from
         the file's pages (:mod:`.pages`) where that reader takes the table, else through SQL (:meth:`table`)."""
-        fast = self._pages_scan(table, cols, text, cut)
+        fast = self.scan_pages(table, cols, text, cut)
         if fast is not None:
             return fast
         names = ", ".join(f'"{c}"' for c in cols) + (f', "{text}"' if text else "")
@@ -247,7 +247,9 @@ class Export:
         codes, words = coded(got.column(len(cols)), cut) if text else (None, [])
         return Scan(self.path, ints, nulls, codes, words)
 
-    def _pages_scan(self, table: str, cols: list[str], text: str | None, cut: tuple[str, ...]) -> Scan | None:
+    def scan_pages(self, table: str, cols: list[str], text: str | None, cut: tuple[str, ...]) -> Scan | None:
+        """:meth:`scan` from the file's pages (:mod:`.pages`); None where that reader declines the table, or is not
+        wanted (``ROOFLENS_SQLITE``; a small export while numba is not loaded)."""
         how = os.environ.get("ROOFLENS_SQLITE", "").strip().lower()
         if how in ("sqlite3", "adbc"):
             return None
