@@ -13,7 +13,8 @@ Each round runs, each in a fresh process and in turn (a machine that slows down 
   memory kinds), the runtime calls that launched them, and the NVTX push/pop ranges of the launching threads;
 * ``adbc fetch``: the same queries through the ADBC SQLite driver into Arrow tables (what the reader uses);
 * ``report, first``: the whole ``rooflens report FILE --json``, imports included, with an empty cache;
-* ``report, cached``: the same command again, reading the columnar cache the first one wrote.
+* ``report, cached``: the same command again, reading the columnar cache the first one wrote;
+* ``report, before`` (with ``--before SRC``): the first report by another checkout's sources.
 
 Prints each row's best and median wall seconds, its rows (or events)/s, and its best against the baseline's best
 (goal: the first report ≤ 0.75×).
@@ -85,6 +86,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--times", type=int, default=80, help="copies of the real export (default 80: 2.4 M events)")
     ap.add_argument("--export", type=Path, help="an export to read instead of the repeated fixture")
+    ap.add_argument("--before", type=Path, metavar="SRC", help="also time the report of another checkout's src/ "
+                    "(e.g. `git archive COMMIT src | tar -x -C /tmp/base`), interleaved in the same rounds")
     args = ap.parse_args()
     path = args.export
     if path is None:
@@ -97,10 +100,13 @@ def main() -> int:
     py = sys.executable
     cache = Path(tempfile.mkdtemp(prefix="rooflens-bench-"))
     env = {**os.environ, "ROOFLENS_CACHE_DIR": str(cache), "PYTHONPATH": str(ROOT / "src")}
+    before_env = {**env, "PYTHONPATH": str(args.before), "ROOFLENS_NO_CACHE": "1"} if args.before else None
     report = [py, "-m", "rooflens.cli", "report", str(path), "--json", "--no-calibrate"]
     qs = json.dumps(QUERIES)
     walls: dict[str, list[float]] = {k: [] for k in ("sqlite3 fetchall", "adbc fetch", "report, first",
                                                      "report, cached")}
+    if before_env:
+        walls["report, before"] = []
     rows = 0
     try:
         for _ in range(args.rounds):
@@ -111,6 +117,8 @@ def main() -> int:
             shutil.rmtree(cache / "traces", ignore_errors=True)
             walls["report, first"].append(timed(report, env)[0])
             walls["report, cached"].append(timed(report, env)[0])
+            if before_env:
+                walls["report, before"].append(timed(report, before_env)[0])
     finally:
         shutil.rmtree(cache, ignore_errors=True)
     base = min(walls["sqlite3 fetchall"])
