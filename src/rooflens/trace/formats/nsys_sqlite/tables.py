@@ -222,12 +222,14 @@ def ranges(db: D.Export, stop_ns: int) -> Ranges:
     ids = got.get("textId", -1, rows) if "textId" in cols else np.full(len(rows), -1, np.int64)
     # the inline names of the rows kept, coded anew in order of first appearance (as a filtered query's would be)
     inline = got.codes[rows] if got.codes is not None else np.full(len(rows), -1, np.int64)
-    used, first = np.unique(inline[inline >= 0], return_index=True)
-    order = used[np.argsort(first)]
-    recode = np.full(len(got.words) + 1, -1, np.int64)
-    recode[order] = np.arange(len(order))
-    inline = np.where(inline >= 0, recode[inline], -1)
-    inline_words = [got.words[int(c)] for c in order]
+    inline_words = list(got.words)
+    if len(rows) < len(got):  # some rows left out: the words of those kept only
+        used, first = np.unique(inline[inline >= 0], return_index=True)
+        order = used[np.argsort(first)]
+        recode = np.full(len(got.words) + 1, -1, np.int64)
+        recode[order] = np.arange(len(order))
+        inline = np.where(inline >= 0, recode[inline], -1)
+        inline_words = [got.words[int(c)] for c in order]
     by_id = ids >= 0
     u_ids, id_inv = np.unique(ids[by_id], return_inverse=True)
     id_words = db.strings(",".join(map(str, u_ids.tolist())) or "NULL") if "textId" in cols else {}
