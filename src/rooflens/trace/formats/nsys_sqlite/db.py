@@ -136,8 +136,10 @@ class Export:
                                 "`nsys export --type sqlite`, is one).")
         try:
             self.con = sqlite3.connect(_uri(path), uri=True, check_same_thread=False)
+            # text that is not UTF-8 (a damaged page) is read with U+FFFD in place, as the pages reader reads it
+            self.con.text_factory = lambda b: b.decode("utf-8", "replace")
             self.tables = {r[0] for r in self.con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        except sqlite3.Error as e:
+        except (sqlite3.Error, UnicodeDecodeError) as e:  # a damaged schema words its error in bytes
             raise RooflensError(f"{path} is a damaged or truncated SQLite database ({e}).") from None
         self._columns: dict[str, set[str]] = {}
         self._file = None  # the pages reader's map of the file (pages.File), made on the first scan
@@ -196,7 +198,7 @@ class Export:
         names = [d[0] for d in cur.description]
         try:
             rows = cur.fetchall()
-        except sqlite3.Error as e:
+        except (sqlite3.Error, UnicodeDecodeError) as e:  # a damaged schema words its error in bytes
             raise RooflensError(f"{self.path} is damaged or truncated ({e}).") from None
         cols = list(zip(*rows)) if rows else [()] * len(names)
         try:
@@ -219,7 +221,7 @@ class Export:
     def _run(self, sql: str, params: tuple = ()) -> sqlite3.Cursor:
         try:
             return self.con.execute(sql, params)
-        except sqlite3.Error as e:
+        except (sqlite3.Error, UnicodeDecodeError) as e:  # a damaged schema words its error in bytes
             raise RooflensError(f"{self.path} is damaged or truncated, or an Nsight export this reader does not "
                                 f"know ({e}).") from None
 
@@ -301,7 +303,7 @@ class Export:
     def rows(self, sql: str, params: tuple = ()) -> list[tuple]:
         try:
             return self._run(sql, params).fetchall()
-        except sqlite3.Error as e:
+        except (sqlite3.Error, UnicodeDecodeError) as e:  # a damaged schema words its error in bytes
             raise RooflensError(f"{self.path} is damaged or truncated ({e}).") from None
 
     def strings(self, ids_sql: str) -> dict[int, str]:
@@ -326,7 +328,7 @@ class Export:
         names = [d[0] for d in cur.description]
         try:
             return [dict(zip(names, r)) for r in cur.fetchall()]
-        except sqlite3.Error as e:
+        except (sqlite3.Error, UnicodeDecodeError) as e:  # a damaged schema words its error in bytes
             raise RooflensError(f"{self.path} is damaged or truncated ({e}).") from None
 
     def first(self, sql: str):

@@ -69,6 +69,8 @@ def leaf_pages(buf, page_size, root, out):
         hdr = base + (100 if page == 1 else 0)
         kind = buf[hdr]
         ncell = _u16(buf, hdr + 3)
+        if hdr + 12 + 2 * ncell > base + page_size:  # a cell pointer array past its page: damaged
+            return n, rows, DECLINE
         if kind == _LEAF:
             if n >= out.shape[0]:
                 return n, rows, DECLINE
@@ -84,7 +86,10 @@ def leaf_pages(buf, page_size, root, out):
             depth -= 1
             continue
         at[depth - 1] = i + 1
-        child = _u32(buf, hdr + 8) if i == ncell else _u32(buf, base + _u16(buf, hdr + 12 + 2 * i))
+        cell = base + _u16(buf, hdr + 12 + 2 * i) if i < ncell else hdr + 8
+        if cell + 4 > base + page_size:
+            return n, rows, DECLINE
+        child = _u32(buf, cell)
         if depth >= stack.shape[0]:
             return n, rows, DECLINE
         stack[depth], at[depth] = child, 0
@@ -123,14 +128,19 @@ def read_rows(buf, page_size, usable, leaves, n_leaves, slot, pk_col, text_col, 
         base = (page - 1) * page_size
         hdr = base + (100 if page == 1 else 0)
         ncell = _u16(buf, hdr + 3)
+        end = base + page_size
         for c in range(ncell):
             p = base + _u16(buf, hdr + 8 + 2 * c)
+            if p < hdr + 8 or p >= end or p + 18 > buf.shape[0] or n >= nulls.shape[1]:
+                return n, DECLINE  # a cell outside its page: damaged
             size, p = _varint(buf, p)
             rowid, p = _varint(buf, p)
-            if size > max_local or p + size > buf.shape[0] or n >= nulls.shape[1]:
-                return n, DECLINE  # the row spills onto overflow pages
+            if size > max_local or p + size > end or size < 1:
+                return n, DECLINE  # the row spills onto overflow pages (or is damaged)
             head, q = _varint(buf, p)
             head_end = p + head
+            if head_end > p + size or head < q - p:
+                return n, DECLINE
             body = head_end
             for k in range(ints.shape[0]):
                 ints[k, n] = 0
@@ -151,6 +161,8 @@ def read_rows(buf, page_size, usable, leaves, n_leaves, slot, pk_col, text_col, 
                     width = 8
                 elif st >= 12:
                     width = (st - 12) // 2
+                if body + width > p + size:
+                    return n, DECLINE  # a value past its record: damaged
                 k = slot[j]
                 if j == text_col:
                     if st >= 13 and st % 2 == 1:
