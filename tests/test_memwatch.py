@@ -93,3 +93,18 @@ def test_a_bad_size_is_one_sentence_and_exit_2(env, tmp_path):
                   str(SCRIPTS / "runaway_trace.py"), "1")
     assert r.returncode == 2 and "--max-trace-memory" in r.stderr and "is not a size" in r.stderr
     assert "Traceback" not in r.stderr and not (tmp_path / "logs").exists()
+
+
+def test_a_run_within_its_limit_is_traced_whole_and_says_nothing(env, tmp_path):
+    """The watch runs on every whole run (here with the default limit, half of this machine's memory): a run that
+    stays within it keeps its whole trace, with no trace_stopped record and no note."""
+    logs = tmp_path / "logs"
+    r = _rooflens(env, "run", "--logdir", str(logs), str(SCRIPTS / "runaway_trace.py"), "0.2")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "stopped early" not in r.stderr
+    (manifest,) = logs.rglob("rooflens.json")
+    meta = json.loads(manifest.read_text())
+    assert "trace_stopped" not in meta and meta["exit"]["status"] == 0
+    rep = _rooflens(env, "report", str(logs), "--json", "--no-calibrate")
+    assert rep.returncode == 0, rep.stderr[-3000:]
+    assert not any("stopped early" in n for n in json.loads(rep.stdout)["notes"])
