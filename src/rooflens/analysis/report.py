@@ -32,7 +32,8 @@ COMPUTE: tuple[Category, ...] = ("matmul", "convolution", "fusion", "elementwise
 LAYOUT: tuple[Category, ...] = ("copy/transpose", "data movement")
 
 
-_FIELDS: dict[type, tuple[str, ...]] = {}
+_FIELDS: dict[type, tuple[str, ...] | None] = {}  # a dataclass's field names; None: not a dataclass
+_LEAVES = frozenset((str, int, float, bool, type(None)))
 
 
 def as_dict(obj):
@@ -40,17 +41,18 @@ def as_dict(obj):
     (numbers, strings, None) as they are. A report's thousands of ops made JSON spent most of ``to_json`` in that
     copy."""
     kind = type(obj)
-    names = _FIELDS.get(kind)
-    if names is None and is_dataclass(obj) and not isinstance(obj, type):
-        names = _FIELDS[kind] = tuple(f.name for f in fields(obj))
+    if kind in _LEAVES:
+        return obj
+    if kind not in _FIELDS:
+        _FIELDS[kind] = tuple(f.name for f in fields(obj)) if is_dataclass(obj) and not isinstance(obj, type) \
+            else None
+    names = _FIELDS[kind]
     if names is not None:
         return {n: as_dict(getattr(obj, n)) for n in names}
     if kind is list:
         return [as_dict(v) for v in obj]
     if kind is dict:
         return {as_dict(k): as_dict(v) for k, v in obj.items()}
-    if kind in (str, int, float, bool, type(None)):
-        return obj
     return asdict_leaf(obj)
 
 
