@@ -54,7 +54,7 @@ def _rooflens(env, *args, timeout=300):
 
 def test_a_runaway_whole_run_trace_is_stopped_written_and_said(env, tmp_path):
     """6 s of tiny jitted calls under a 150 MB limit: traced whole, the trace would grow by ~0.5 GB and take
-    ~30 s to write (measured); the watch stops it once the process has grown by 37.5 MB, the script runs on to its
+    ~30 s to write (measured); the watch stops it once the process has grown by 30 MB, the script runs on to its
     end, and what was traced is a readable profile whose report says why it is short."""
     logs = tmp_path / "logs"
     # the run measured from a small parent (Linux keeps a process's peak RSS across exec: rooflens run execs the
@@ -73,7 +73,7 @@ def test_a_runaway_whole_run_trace_is_stopped_written_and_said(env, tmp_path):
     stopped = meta["trace_stopped"]
     assert stopped["reason"] == "memory" and stopped["limit_bytes"] == 150 * 10**6
     grew = stopped["rss_at_stop_bytes"] - stopped["rss_at_start_bytes"]
-    assert 150 * 10**6 / 4 <= grew < 150 * 10**6 / 2  # past a quarter of the limit, read within an interval of it
+    assert 150 * 10**6 / 5 <= grew < 150 * 10**6 / 2  # past a fifth of the limit, read within an interval of it
     # the trace and its writing together stayed within the limit
     assert peak_bytes - stopped["rss_at_start_bytes"] < 150 * 10**6, (peak_bytes, stopped)
     assert meta["exit"]["status"] == 0
