@@ -10,8 +10,8 @@ Inputs (made once, cached under bench/.cache/):
   planes repeat, and rooflens merges them), and a ≥ 2 M-event Chrome JSON (the trace's events
   four times over, shifted in time);
 * a ~2.3 M-event Nsight Systems SQLite export: the real PyTorch export of tests/fixtures (kernels, memcpy,
-  memset, CUDA runtime calls, NVTX ranges) 80 times over, each copy later in time (its events/s sit beside
-  the XSpace rows of the same run: there is no ProfileData walk of an export);
+  memset, CUDA runtime calls, NVTX ranges) 80 times over, each copy later in time (its baseline: a bare
+  ``sqlite3`` fetchall of the rows the reader needs, as bench/nsys_sqlite.py runs it);
 * a ≥ 1 GB XSpace, the same way (``--gb``; ``--no-gb`` skips it).
 
 Each measurement runs in a fresh process (wall time and peak RSS are its own: see ``LAUNCH``):
@@ -249,7 +249,7 @@ def main() -> int:
     inputs = make_inputs(args)
     rooflens = [sys.executable, "-m", "rooflens.cli", "report"]
     nocache = {"ROOFLENS_NO_CACHE": "1"}
-    print(f"{'input':26} {'reader':22} {'seconds':>8} {'events/s':>12} {'peak RSS':>9} {'vs walk':>8}")
+    print(f"{'input':26} {'reader':22} {'seconds':>8} {'events/s':>12} {'peak RSS':>9} {'vs base':>8}")
     for label, path in inputs.items():
         n = count_events(path)
         gb = path.stat().st_size > 5e8
@@ -265,6 +265,11 @@ def main() -> int:
         rows["decode alone"] = best([sys.executable, "-c", DECODE, str(path)], args.repeat)
         if path.name.endswith(".xplane.pb") and (not gb or args.floor_on_gb):
             rows["ProfileData walk"] = best([sys.executable, "-c", WALK, str(path)], args.repeat)
+        if path.name.endswith(".sqlite"):  # an export's floor: Python's sqlite3 fetching the rows the reader needs
+            from nsys_sqlite import FETCHALL, QUERIES
+
+            rows["sqlite3 fetchall"] = best([sys.executable, "-c", FETCHALL, str(path), json.dumps(QUERIES)],
+                                            args.repeat)
         skipped = {}
         if path.name.endswith(".xplane.pb"):
             if not args.xprof_python:
@@ -273,7 +278,7 @@ def main() -> int:
                 skipped["xprof hlo_stats"] = "skipped on the large file: --xprof-on-gb (needs 20-30 GB of RAM)"
             else:
                 rows["xprof hlo_stats"] = best([args.xprof_python, "-c", XPROF, str(path)], 1)
-        walk = rows.get("ProfileData walk")
+        walk = rows.get("ProfileData walk") or rows.get("sqlite3 fetchall")
         print(f"{label}: {path.stat().st_size / 1e6:,.0f} MB, {n:,} events")
         for what, why in skipped.items():
             print(f"{'':26} {what:22} {why}")
@@ -290,8 +295,9 @@ def main() -> int:
                 extra = f"   ({r['events']} HLO op rows)"
             print(f"{'':26} {what:22} {secs:8.2f} {n / secs:12,.0f} {r['rss'] / 1e6:7.0f} MB {ratio:>8}{extra}")
         fresh_cache()
-    print("\n'vs walk': the row's seconds over the ProfileData walk's whole process, same file, same run "
-          "(decode alone excludes its imports; the walk's figure includes jax's).")
+    print("\n'vs base': the row's seconds over the baseline's whole process, same file, same run: jax's ProfileData "
+          "walk for an XSpace (its figure includes jax's import), a bare sqlite3 fetchall of the rows the reader "
+          "needs for an Nsight export (bench/nsys_sqlite.py); decode alone excludes its imports.")
     return 0
 
 

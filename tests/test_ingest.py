@@ -212,11 +212,50 @@ def test_chrome_stream_handles_events_split_across_chunks(tmp_path, monkeypatch)
     from rooflens.trace.formats.chrome import events as chrome
 
     path = fixture_path("gpu_amd", "tracelens_mi300x_jax08_gemm.DERIVED.trace.json.gz")
+    monkeypatch.setenv("ROOFLENS_PLAIN", "0")  # the compiled stream (a small file is otherwise read whole)
     whole = read_chrome(path)
     monkeypatch.setattr(chrome, "READ_BYTES", 97)
     pieces = read_chrome(path)
     assert len(pieces.table) == len(whole.table) and pieces.events_total == whole.events_total
     assert np.array_equal(pieces.table.dur_ps, whole.table.dur_ps)
+
+
+CHROME_FIXTURES = [("tpu", "vllm_tpu_qwen3_2026_01_11_21_26_41.trace.json.gz"),
+                   ("tpu", "xprof_tpu_inference_2.v6e-4.DERIVED.trace.json.gz"),
+                   ("gpu_amd", "tracelens_mi300x_jax08_gemm.DERIVED.trace.json.gz"),
+                   ("gpu_amd", "tracelens_mi300x_jax_conv_minimal_legacy.DERIVED.trace.json.gz"),
+                   ("gpu_nvidia", "tfprof_GPU-multi-worker_34.83.195.179_6003.v100x8.DERIVED.trace.json.gz")]
+
+
+@pytest.mark.parametrize("where", CHROME_FIXTURES, ids=lambda w: w[1].split(".")[0])
+def test_chrome_plain_twin_reads_every_fixture_as_the_compiled_scan(where, monkeypatch):
+    """A small Chrome trace is read by orjson and a Python loop while numba is not loaded (no numba import for a
+    small report); the trace it gives equals the compiled scan's, column for column, on every real fixture."""
+    from rooflens.trace.formats import compiled
+
+    path = fixture_path(*where)
+
+    def columns(raw):
+        t = raw.table
+        words = {c: getattr(t, c).tolist() for c in ("host", "device", "line", "name", "program", "start_ps",
+                                                       "dur_ps", "step")}
+        return {**words, "names": t.names, "programs": t.programs, "lines": t.lines, "op_meta": t.op_meta,
+                "hlo_text": t.hlo_text, "steps": raw.steps, "notes": raw.notes, "host_events": raw.host_events,
+                "events_total": raw.events_total, "end_ps": raw.end_ps, "device_kind": raw.device_kind,
+                "dispatches": {k: v.tolist() for k, v in raw.dispatches.items()}}
+
+    monkeypatch.setenv("ROOFLENS_PLAIN", "0")
+    fast = columns(read_chrome(path))
+    assert compiled.loaded()
+    monkeypatch.delenv("ROOFLENS_PLAIN")
+    monkeypatch.setattr(compiled, "loaded", lambda: False)  # as in a fresh process, before numba
+    from rooflens.trace.formats.chrome import events as chrome
+
+    took, twin = [], chrome.read_events_plain
+    monkeypatch.setattr(chrome, "read_events_plain", lambda *a: took.append(1) or twin(*a))
+    plain = columns(read_chrome(path))
+    assert took and fast["events_total"] > 0
+    assert plain == fast
 
 
 def _tree(root: Path) -> dict[str, int]:

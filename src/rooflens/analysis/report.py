@@ -7,7 +7,8 @@ the memory summary and the representative step's timeline are all computed by ``
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+import copy
+from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Literal
 
 from rooflens.analysis.findings import Finding
@@ -29,6 +30,41 @@ Group = Literal["compute", "communication", "layout", "host", "other"]
 
 COMPUTE: tuple[Category, ...] = ("matmul", "convolution", "fusion", "elementwise", "reduction")
 LAYOUT: tuple[Category, ...] = ("copy/transpose", "data movement")
+
+
+_FIELDS: dict[type, tuple[str, ...] | None] = {}  # a dataclass's field names; None: not a dataclass
+_LEAVES = frozenset((str, int, float, bool, type(None)))
+
+
+def as_dict(obj):
+    """``dataclasses.asdict`` without its deep copy of every leaf: the same dicts, lists and tuples, the leaves
+    (numbers, strings, None) as they are. A report's thousands of ops made JSON spent most of ``to_json`` in that
+    copy."""
+    kind = type(obj)
+    if kind in _LEAVES:
+        return obj
+    if kind not in _FIELDS:
+        _FIELDS[kind] = tuple(f.name for f in fields(obj)) if is_dataclass(obj) and not isinstance(obj, type) \
+            else None
+    names = _FIELDS[kind]
+    if names is not None:
+        return {n: as_dict(getattr(obj, n)) for n in names}
+    if kind is list:
+        return [as_dict(v) for v in obj]
+    if kind is dict:
+        return {as_dict(k): as_dict(v) for k, v in obj.items()}
+    return asdict_leaf(obj)
+
+
+def asdict_leaf(obj):
+    """What ``dataclasses.asdict`` makes of anything else (tuples, named tuples, other containers, objects)."""
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+        return type(obj)(*[as_dict(v) for v in obj])
+    if isinstance(obj, list | tuple):
+        return type(obj)(as_dict(v) for v in obj)
+    if isinstance(obj, dict):
+        return type(obj)((as_dict(k), as_dict(v)) for k, v in obj.items())
+    return copy.deepcopy(obj)
 
 
 def group_of(category: str) -> Group:
@@ -280,7 +316,7 @@ class Report:
 
     def _breakdown_json(self, b: StepBreakdown) -> dict:
         """A step breakdown; with no roofline its roofline figures are unknown (null), not zero."""
-        d = asdict(b)
+        d = as_dict(b)
         if self.roofs is None:
             d.update(predicted_s=None, unpriced_s=None, bound_excess_s=None)
         return d
@@ -294,19 +330,19 @@ class Report:
             "chip": self.chip, "chip_reason": self.chip_reason, "chip_mismatch": self.chip_mismatch or None,
             "platform": self.platform, "framework": self.framework or None,
             "device_kind": self.device_kind, "num_devices": self.num_devices,
-            "roofs": asdict(self.roofs) if self.roofs else None, "calibration": self.calibration,
-            "op_stats": [asdict(s) for s in self.op_stats],
-            "comparison": [asdict(c) for c in self.comparison],
+            "roofs": as_dict(self.roofs) if self.roofs else None, "calibration": self.calibration,
+            "op_stats": [as_dict(s) for s in self.op_stats],
+            "comparison": [as_dict(c) for c in self.comparison],
             "findings": [f.to_dict() for f in self.findings],
             "programs": [self._breakdown_json(p) for p in self.programs],
-            "steps": {**(asdict(self.stats.steps) if self.stats.steps else {"count": 0}),
+            "steps": {**(as_dict(self.stats.steps) if self.stats.steps else {"count": 0}),
                       "breakdown": self._breakdown_json(self.steps) if self.steps else None},
-            "devices": [asdict(d) for d in self.stats.devices],
-            "host_steps": asdict(self.stats.host_steps) if self.stats.host_steps else None,
+            "devices": [as_dict(d) for d in self.stats.devices],
+            "host_steps": as_dict(self.stats.host_steps) if self.stats.host_steps else None,
             "by_category_s": dict(self.stats.by_category_s), "by_program_s": dict(self.stats.by_program_s),
             "per_step": {"label": self.per_step_label, "by_category_s": self.by_category_per_step_s,
                          "by_scope_s": self.by_scope_per_step_s},
-            "in_window": self.in_window.to_json(), "unran": [asdict(u) for u in self.stats.unran],
+            "in_window": self.in_window.to_json(), "unran": [as_dict(u) for u in self.stats.unran],
             "memory": self.memory.to_dict() if self.memory else {}, "notes": list(self.notes),
             "graphs": {k: g.to_dict() for k, g in self.graphs.items()},
             **({"plan": self.plan.to_dict()} if self.plan is not None else {}),

@@ -76,6 +76,7 @@ artifacts = _sibling("artifacts")
 stepfn = _sibling("stepfn")
 stepwindow = _sibling("stepwindow")
 pyrun = _sibling("pyrun")
+memwatch = _sibling("memwatch")
 KV_KEY = "rooflens/run_name"
 KV_TIMEOUT_MS = 20_000
 _COMPILE_SPANS = ("/jax/core/compile/jaxpr_trace_duration", "/jax/core/compile/jaxpr_to_mlir_module_duration",
@@ -87,8 +88,10 @@ class _Terminated(BaseException):
 
 
 class _State:
-    def __init__(self, logdir: str, dump: bool, window: dict | None = None) -> None:
+    def __init__(self, logdir: str, dump: bool, window: dict | None = None, max_trace_bytes: int | None = None) -> None:
         self.logdir = logdir
+        self.max_trace_bytes = max_trace_bytes  # a whole run's trace: stopped early past this (memwatch)
+        self.watch = None  # memwatch.Watch while a whole run's trace is open
         self.dump = dump
         spec = window or {}
         windowed = "steps" in spec or "duration_s" in spec
@@ -412,6 +415,8 @@ def _begin_trace() -> bool:
         S.t0_unix_ns = time.time_ns()
         jprof.start_trace(S.tmp)
         S.tracing = True
+        if S.window is None and S.max_trace_bytes:
+            S.watch = memwatch.Watch(S.max_trace_bytes, _stop_for_memory)
     except Exception as e:
         _say(f"could not start the profiler ({type(e).__name__}: {e}); the script runs unprofiled")
     finally:
@@ -419,10 +424,22 @@ def _begin_trace() -> bool:
     return S.tracing
 
 
+def _stop_for_memory() -> None:
+    """The memory watch's limit was reached (on its thread): stop the trace now, say why; the script runs on."""
+    if S.finishing or not S.tracing:  # the trace is stopping anyway
+        S.watch.stopped = None
+        return
+    _say(S.watch.stopped["said"] + ".")
+    with contextlib.suppress(BaseException):
+        _stop_trace()
+
+
 def _stop_trace() -> None:
     """Wait until the devices have finished everything dispatched (no async tail: a loop that
     exits with steps still queued has them run inside the trace), then stop the trace and move it
     into the run directory (once; safe to call at any time, from any thread)."""
+    if S is not None and S.watch is not None:
+        S.watch.close()
     with _stop_lock:
         if S is None or not S.tracing:
             return
@@ -511,10 +528,12 @@ def _finish(target: dict, outcome: dict) -> None:
             _cleanup_empty()
             return
         first, again = artifacts.classify_compiles(S.compiles, S.misses, S.made)
+        stopped = S.watch.stopped if S.watch is not None else None
+        end_ns = stopped["at_unix_s"] * 1e9 if stopped else S.t1_unix_ns  # a stop for memory: when it began
         # recompilations count only inside the traced window; the others are kept, marked outside
-        again, outside = artifacts.split_by_trace(again, S.t0_unix_ns / 1e9, S.t1_unix_ns / 1e9)
-        if S.window is not None:  # only the window's transfers
-            kept = [k for k, t in enumerate(S.transfer_times) if S.t0_unix_ns <= t * 1e9 <= S.t1_unix_ns]
+        again, outside = artifacts.split_by_trace(again, S.t0_unix_ns / 1e9, end_ns / 1e9)
+        if S.window is not None or stopped:  # only the trace's transfers
+            kept = [k for k, t in enumerate(S.transfer_times) if S.t0_unix_ns <= t * 1e9 <= end_ns]
             S.transfers, S.transfer_times = [S.transfers[k] for k in kept], [S.transfer_times[k] for k in kept]
         meta = {
             "captured_by": "rooflens run", "warmup_in_window": S.window is None, **target,
@@ -555,6 +574,8 @@ def _finish(target: dict, outcome: dict) -> None:
             meta["drained_s"] = round(S.drained_s, 6)
         if meta.get("backend") == "cpu":  # the CPU's calibration it is priced against, kept with the run
             meta["calibration"] = manifest.calibration_record(S.calibration_file)
+        if stopped:
+            meta["trace_stopped"] = stopped
         meta = manifest.RunManifest.from_dict(meta).to_dict()  # the typed manifest's document
         artifacts.save(S, meta, {stepwindow.program_name(f) for f in meta.get("window", {}).get("programs") or []}
                        if S.window is not None else None)
@@ -595,7 +616,7 @@ def main(argv: list[str]) -> None:
     global S
     opts, mode, target, *args = argv
     opts = json.loads(opts)
-    S = _State(opts["logdir"], opts.get("dump", True), opts.get("window"))
+    S = _State(opts["logdir"], opts.get("dump", True), opts.get("window"), opts.get("max_trace_bytes"))
     S.calibration_file = opts.get("calibration_file")
     sys.argv[:] = [target, *args]
     sys.meta_path.insert(0, _Finder({"jax._src.xla_bridge": _hook_xla_bridge, "jax._src.compiler": _hook_compiler,
@@ -664,10 +685,12 @@ BOOT = (
 
 
 def command(logdir: str, mode: str, target: str, args: list[str], dump: bool = True,
-            window: dict | None = None, calibration_file: str | None = None) -> list[str]:
+            window: dict | None = None, calibration_file: str | None = None,
+            max_trace_bytes: int | None = None) -> list[str]:
     """The ``argv`` that runs ``target`` under rooflens in a fresh interpreter; ``window``:
     ``{"steps": [a, b]}`` or ``{"delay_s": d, "duration_s": t}`` (see :mod:`rooflens.capture.stepwindow`);
-    ``calibration_file``: the chip ``local`` a CPU run records (read when the run ends)."""
+    ``calibration_file``: the chip ``local`` a CPU run records (read when the run ends); ``max_trace_bytes``: a
+    whole run's trace is stopped early past it (:mod:`rooflens.capture.memwatch`)."""
     opts = json.dumps({"logdir": os.path.abspath(logdir), "dump": dump, "window": window,
-                       "calibration_file": calibration_file})
+                       "calibration_file": calibration_file, "max_trace_bytes": max_trace_bytes})
     return [sys.executable, "-c", BOOT.format(path=HERE), opts, mode, target, *args]

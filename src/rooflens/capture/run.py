@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from rooflens.capture import launch, stepwindow
+from rooflens.capture import launch, memwatch, stepwindow
 from rooflens.errors import RooflensError, existing
 
 DEFAULT_LOGDIR = "rooflens-logs"
@@ -49,7 +49,7 @@ def window_spec(steps: str | None = None, delay_s: float | None = None, duration
 
 
 def command(target: str, args: list[str], logdir: str | Path | None = None, module: bool = False,
-            dump: bool = True, window: dict | None = None) -> list[str]:
+            dump: bool = True, window: dict | None = None, max_trace_bytes: int | None = None) -> list[str]:
     """The interpreter command line that runs ``target`` under rooflens (a file, or a module with
     ``module=True``), over the whole run or a ``window`` (:func:`window_spec`; ``{"step_fn": NAME}``
     alone: the whole run, its step function named); raises RooflensError
@@ -78,14 +78,17 @@ def command(target: str, args: list[str], logdir: str | Path | None = None, modu
         raise RooflensError(f"cannot create the log directory {logdir} ({e.strerror or e}).") from None
     from rooflens.hardware.catalog import local_chip_path
 
+    whole_run = window is None or not ("steps" in window or "duration_s" in window)  # --step-fn alone: a whole run
+    if max_trace_bytes is None and whole_run:
+        max_trace_bytes = memwatch.default_limit_bytes()
     return launch.command(str(logdir), "module" if module else "path", target, list(args), dump=dump, window=window,
-                          calibration_file=str(local_chip_path()))
+                          calibration_file=str(local_chip_path()), max_trace_bytes=max_trace_bytes)
 
 
 def exec_run(target: str, args: list[str], logdir: str | Path | None = None, module: bool = False,
-             window: dict | None = None) -> None:
+             window: dict | None = None, max_trace_bytes: int | None = None) -> None:
     """Become the profiled program (never returns)."""
-    argv = command(target, args, logdir, module, window=window)
+    argv = command(target, args, logdir, module, window=window, max_trace_bytes=max_trace_bytes)
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
     os.execv(argv[0], argv)

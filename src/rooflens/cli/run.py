@@ -20,20 +20,30 @@ from rooflens.cli.common import FiniteFloat, UserError
               help="With --duration: open the window this long after JAX comes up.")
 @click.option("--duration", "duration_s", type=FiniteFloat(), default=None, metavar="SECONDS",
               help="Trace this long only (after --delay), like nsys --delay/--duration.")
+@click.option("--max-trace-memory", "max_trace_memory", default=None, metavar="SIZE",
+              help="A whole run's trace is stopped early (and written, and the report says why) once the process's "
+              "memory has grown by a fifth of SIZE while tracing (writing it takes the rest), e.g. 4GB "
+              "(default: half of this machine's memory).")
 @click.argument("script", required=False)
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 def run(logdir: str | None, module: str | None, steps: str | None, step_fn: str | None, delay_s: float | None,
-        duration_s: float | None, script: str | None, script_args: tuple[str, ...]) -> None:
+        duration_s: float | None, max_trace_memory: str | None, script: str | None,
+        script_args: tuple[str, ...]) -> None:
     """Profile an unmodified Python program: `rooflens run script.py ARGS` or `rooflens run -m MODULE ARGS`.
 
     The program runs exactly as under `python` (its own __main__, argv, environment, exit status);
     the profiler starts when its JAX backend comes up. Writes a TensorBoard/XProf logdir with the
     HLO and memory data of every program, and prints where; `rooflens report` reads it.
     """
+    from rooflens.capture.memwatch import parse_size
     from rooflens.capture.run import exec_run, window_spec
 
     if module is None and script is None:
         raise UserError("give a script to run (rooflens run script.py ARGS) or a module (rooflens run -m MODULE).")
     args = ([script] if module is not None and script is not None else []) + list(script_args)
+    try:
+        max_trace_bytes = parse_size(max_trace_memory) if max_trace_memory is not None else None
+    except ValueError as e:
+        raise UserError(f"--max-trace-memory {e}") from None
     exec_run(module or script, args, logdir, module=module is not None,
-             window=window_spec(steps, delay_s, duration_s, step_fn))
+             window=window_spec(steps, delay_s, duration_s, step_fn), max_trace_bytes=max_trace_bytes)

@@ -31,6 +31,7 @@ formula) in the order they are tried.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable
@@ -425,10 +426,12 @@ def kernel_cost(module: Module, ins: Instruction) -> KernelCost | None:
     return None
 
 
+@functools.lru_cache(maxsize=1 << 14)  # the chip's inference, its trust checks and the pricing each parse an op's line
 def instruction_module(text: str) -> Module | None:
     """One instruction as a trace carries it (TPU ``long_name``, an XLA Ops event's metadata name)
     made a module of its own, so it can be priced with no program HLO. Its operands'
-    shapes are printed inline; None when the text is not one instruction."""
+    shapes are printed inline; None when the text is not one instruction. Remembered by its text (a module
+    is read, never changed, by its users)."""
     from rooflens.hlo import parse
     from rooflens.hlo.errors import HloParseError
 

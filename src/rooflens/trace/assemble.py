@@ -109,6 +109,9 @@ def run_manifest(runs: list[str], notes: list[str]) -> RunManifest:
         try:
             manifest = RunManifest.from_dict(json.loads(text), fs.join(run, "rooflens.json"))
             notes.extend(manifest.problems)
+            stopped = manifest.extra.get("trace_stopped")  # rooflens run's memory watch (capture/memwatch.py)
+            if isinstance(stopped, dict) and isinstance(stopped.get("said"), str):
+                notes.append(stopped["said"])
             return manifest
         except ValueError:
             notes.append(f"{fs.join(run, 'rooflens.json')} is not valid JSON; ignored")

@@ -59,6 +59,11 @@ def njit(fn: Callable | None = None, **options):
     return declare(fn) if fn is not None else declare
 
 
+def loaded() -> bool:
+    """Whether numba is loaded in this process (every kernel compiled from then on: plain twins are for before)."""
+    return _compiled
+
+
 def plain_twin(kernel: Kernel, max_items: int) -> Callable[[Callable], Callable]:
     """Declare the decorated function the plain-Python twin of ``kernel`` (same arguments, same results),
     run instead of it for first arguments of at most ``max_items`` items while numba is not loaded."""

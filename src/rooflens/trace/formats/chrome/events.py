@@ -15,6 +15,7 @@ in microseconds and an ``args`` object (``hlo_op``, ``hlo_module``, ``program_id
 
 from __future__ import annotations
 
+import os
 import zlib
 from pathlib import Path
 
@@ -26,6 +27,10 @@ from rooflens.trace.formats.chrome import scan as J
 from rooflens.trace.formats.compiled import njit
 
 READ_BYTES = 1 << 20  # compressed bytes per read (~10-20 MB of text)
+#: a trace whose text is at most this long is read by the plain twin (orjson, then a loop over the events) while
+#: numba is not loaded: the 7.4 MB vllm TPU trace (10 k events) reads in well under numba's import and load
+#: (~0.5 s of CPU on a 2-core machine), and the loop takes ~5 µs an event
+PLAIN_MAX_BYTES = 24 << 20
 
 
 _EVENTS_KEY = np.frombuffer(b"traceEvents", np.uint8).copy()  # the key of the events array in a trace object
@@ -186,6 +191,86 @@ class _Columns:
         self.ints.append({name: ints[i, x].astype(dtype) for name, i, dtype in _INT_COLUMNS})
         self.floats.append(floats[:, x])
 
+    def add_objects(self, events: list, path: Path) -> None:
+        """The plain twin of :meth:`add`: the same columns from events already parsed (orjson's dicts, keys in
+        the text's order), each field read and interned as :func:`rooflens.trace.formats.chrome.scan.scan_events`
+        reads it (codes by the value's JSON text; numbers also when written as strings)."""
+        n = len(events)
+        self.count += n
+        ints = np.full((J.N_INT, n), -1, np.int64)
+        floats = np.zeros((2, n), np.float64)
+        index: dict = {}
+        tokens = self._tokens
+
+        def intern(v) -> int:
+            key = (v.__class__, v if isinstance(v, str | int | float) else orjson.dumps(v))
+            c = index.get(key)
+            if c is None:
+                c = index[key] = len(tokens)
+                tokens.append(v if isinstance(v, str) else str(v))  # as the scan's token decodes
+            return c
+
+        level1 = {k: i for i, k in enumerate(J.KEYS[:J.LEVEL1])}
+        level2 = {k: i for i, k in enumerate(J.KEYS) if i >= J.LEVEL1}
+        meta_rows = []
+        for row, e in enumerate(events):
+            if not isinstance(e, dict):
+                raise RooflensError(f"{path} is not a Chrome trace: its events are not valid JSON (near "
+                                    f"{str(e)[:40]!r}).")
+            for key, v in e.items():
+                k = level1.get(key, -1)
+                if k == J.K_ARGS and isinstance(v, dict):
+                    for key2, v2 in v.items():
+                        k2 = level2.get(key2, -1)
+                        if k2 >= 0:
+                            self._field(ints, floats, row, k2, v2, intern, path)
+                elif k >= 0:
+                    self._field(ints, floats, row, k, v, intern, path)
+            if ints[J.I_PH, row] == ord("M"):
+                self._metadata_object(e)
+            elif ints[J.I_PH, row] == ord("X") and ints[J.I_META, row] == 1:
+                meta_rows.append(row)
+        self.nstr[0] = len(tokens)  # every token is decoded already: the words property has nothing to add
+        for row in meta_rows:
+            key = (int(ints[J.I_PID, row]), int(ints[J.I_NAME, row]))
+            if key not in self.op_meta:
+                args = events[row].get("args")
+                self.op_meta[key] = args if isinstance(args, dict) else {}
+        x = np.flatnonzero(ints[J.I_PH] == ord("X"))
+        self.ints.append({name: ints[i, x].astype(dtype) for name, i, dtype in _INT_COLUMNS})
+        self.floats.append(floats[:, x])
+
+    @staticmethod
+    def _field(ints, floats, row, k, v, intern, path) -> None:
+        """One field of an event, read as the compiled scan reads it."""
+        if k == J.K_PH:
+            ints[J.I_PH, row] = ord(v[0]) if isinstance(v, str) and v and ord(v[0]) < 128 else -2
+        elif k in (J.K_TS, J.K_DUR):
+            x = _plain_number(v)
+            if x is None:
+                raise RooflensError(f"{path}: a trace event has {J.KEYS[k]!r} = {_json_text(v)[:40]}, which is not a "
+                                    "number; it is not a Chrome trace rooflens can read.")
+            floats[J.F_TS if k == J.K_TS else J.F_DUR, row] = x
+        elif k in (J.K_HLO_CATEGORY, J.K_TF_OP):
+            ints[J.I_META, row] = 1
+        elif J.CODE_COL[k] >= 0:
+            if v is not None:
+                ints[J.CODE_COL[k], row] = intern(v)
+        elif J.INT_COL[k] >= 0:
+            x = _plain_number(v)
+            if x is None:
+                raise RooflensError(f"{path}: a trace event has {J.KEYS[k]!r} = {_json_text(v)[:40]}, which is not a "
+                                    "number; it is not a Chrome trace rooflens can read.")
+            ints[J.INT_COL[k], row] = x if isinstance(x, int) else int(x)
+
+    def _metadata_object(self, e: dict) -> None:
+        args = e.get("args")
+        name = args.get("name") if isinstance(args, dict) else None
+        if e.get("name") == "process_name":
+            self.processes[self.code(e.get("pid"))] = str(name)
+        elif e.get("name") == "thread_name":
+            self.threads[(self.code(e.get("pid")), self.code(e.get("tid")))] = str(name)
+
     def _metadata_event(self, text: bytes, path: Path) -> None:
         e = _loads(text, path)
         if not isinstance(e, dict):
@@ -229,11 +314,66 @@ _INT_COLUMNS = (("pid", J.I_PID, np.int32), ("tid", J.I_TID, np.int32), ("name",
                 ("device_duration_ps", J.I_DEVICE_DURATION_PS, np.int64))
 
 
+def _json_text(v) -> str:
+    """A value as the word the compiled scan's token decodes to (numbers as Python writes them)."""
+    return v if isinstance(v, str) else str(v) if isinstance(v, int | float) else orjson.dumps(v).decode()
+
+
+def _plain_number(v):
+    """A number, or a string holding one (as jaxlib writes ``"device_offset_ps": "121687640000"``); None otherwise."""
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int | float):
+        return v
+    if isinstance(v, str):
+        t = v.strip()
+        try:
+            return int(t)
+        except ValueError:
+            pass
+        try:
+            x = float(t)
+        except ValueError:
+            return None
+        return x if x == x and t.lower() not in ("inf", "+inf", "-inf", "infinity", "nan") else None
+    return None
+
+
 def _loads(text: bytes, path: Path):
     try:
         return orjson.loads(text)
     except orjson.JSONDecodeError as e:
         raise RooflensError(f"{path} is not a Chrome trace: its events are not valid JSON ({str(e)[:80]}).") from None
+
+
+def _small_text(path: Path) -> bytes | None:
+    """The whole (inflated) text when it is at most :data:`PLAIN_MAX_BYTES`, else None."""
+    parts, size = [], 0
+    for chunk in _chunks(path):
+        size += len(chunk)
+        if size > PLAIN_MAX_BYTES:
+            return None
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+def read_events_plain(text: bytes, path: Path) -> _Columns | None:
+    """The plain twin of :func:`read_events` on the whole text: orjson, then :meth:`_Columns.add_objects` (the
+    events array: a bare list, or the first array valued in the top object, as the compiled split finds it).
+    None for text orjson cannot read: the compiled scan then says where it breaks."""
+    try:
+        doc = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(doc, dict | list):
+        return None
+    events = doc if isinstance(doc, list) else next((v for v in doc.values() if isinstance(v, list)), None)
+    if events is None:
+        raise RooflensError(f"{path} is JSON but not a Chrome trace (no traceEvents).")
+    cols = _Columns()
+    cols.add_objects([e for e in events if isinstance(e, dict | list)], path)
+    cols.finish()
+    return cols
 
 
 def _chunks(path: Path):
@@ -265,10 +405,18 @@ def _chunks(path: Path):
 
 
 def read_events(path: Path, progress=None) -> _Columns:
-    """Stream the trace's events into columns. ``progress(bytes_done, bytes_total)`` (compressed)."""
-    from rooflens.trace.formats.compiled import compile_kernels
+    """Stream the trace's events into columns. ``progress(bytes_done, bytes_total)`` (compressed). A small
+    trace is read by the plain twin while numba is not loaded (:data:`PLAIN_MAX_BYTES`)."""
+    from rooflens.trace.formats import compiled
 
-    compile_kernels()
+    if not compiled.loaded() and os.environ.get("ROOFLENS_PLAIN", "") != "0":
+        text = _small_text(path)
+        cols = read_events_plain(text, path) if text is not None else None
+        if cols is not None:
+            if progress is not None:
+                progress(1, 1)
+            return cols
+    compiled.compile_kernels()
     cols = _Columns()
     state = np.array([0, 0, 0, -1, -1, -1, 0], np.int64)
     out = np.empty((1 << 16, 2), np.int64)

@@ -1,5 +1,7 @@
 """Plain Nsight Systems: SQLite exports (``nsys export --type sqlite``), read a table at a time into numpy
-(:mod:`.db`), the NVTX ranges open at each launch (:mod:`.nest`), and the per-host columns (:mod:`.reader`);
+(:mod:`.db`: a large export's big tables from the file's own pages, :mod:`.pages`; a small one through the ADBC
+driver into Arrow; sqlite3 where neither), the NVTX ranges open at each launch (:mod:`.nest`), and the per-host
+columns (:mod:`.reader`);
 raw ``.nsys-rep`` reports through ``nsys export`` when Nsight Systems is installed.
 
 Two rows of the formats registry: the export, and the raw report (a report and its export side by

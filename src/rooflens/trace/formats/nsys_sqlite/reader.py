@@ -48,7 +48,7 @@ from rooflens.trace.formats.nsys_sqlite.nest import Nest
 from rooflens.trace.formats.raw import HOST_EVENT_MIN_PS, Progress, RawTrace
 
 #: PyTorch's per-call arguments in a range name (cut in SQL from inline names; from registered ones here)
-_TORCH_ARGS = re.compile("(?:" + "|".join(map(re.escape, T.TORCH_ARGS)) + ").*$", re.S)
+_TORCH_ARGS = re.compile(T.torch_args_pattern())
 
 
 def read_nsys_sqlite(path: Path, progress: Progress = None) -> RawTrace:

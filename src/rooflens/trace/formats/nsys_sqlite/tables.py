@@ -1,11 +1,10 @@
 """What an Nsight Systems export says, as numpy columns: its GPU work, the calls that launched it, the NVTX
 ranges of the launching threads, its clock and its GPUs.
 
-Names are coded in SQL, never one Python string per row: kernels by their ``StringIds`` id, memcpy by
-their kind, NVTX ranges by ``textId`` or, for inline ``text``, by a code from a temporary table of the
-distinct names (in the connection's own memory: nothing is written beside the export). PyTorch's
-``emit_nvtx`` appends each call's arguments to an op's range name (``aten::mm, seq = 12, op_id = 40``):
-they are cut in that same SQL, so a run's millions of calls name a few hundred ops.
+Names are coded, never one Python string per row: kernels by their ``StringIds`` id, memcpy by their kind, NVTX
+ranges by ``textId`` or, for inline ``text``, in Arrow (a dictionary encoding of the column). PyTorch's
+``emit_nvtx`` appends each call's arguments to an op's range name (``aten::mm, seq = 12, op_id = 40``): they are
+cut in Arrow before the encoding, so a run's millions of calls name a few hundred ops.
 """
 
 from __future__ import annotations
@@ -38,14 +37,6 @@ GPU_PLANE_STATS = (("clock_rate", "clockRate", 1e-3), ("core_count", "smCount", 
 #: what PyTorch's emit_nvtx appends to an op's range name, in its order (torch/csrc/profiler: "<op>, seq = N,
 #: op_id = N, sizes = […], input_op_ids = […]"): the name is cut at the first of them present
 TORCH_ARGS = (", seq = ", ", op_id = ", ", sizes = ", ", input_op_ids = ")
-_NAMES = "rooflens_nvtx_names"  # the temporary table of distinct inline NVTX names
-
-
-def without_torch_args_sql(col: str) -> str:
-    """An SQL expression: ``col`` cut at the first of PyTorch's per-call arguments it holds."""
-    whens = " ".join(f"WHEN instr({col}, '{a}') > 0 THEN substr({col}, 1, instr({col}, '{a}') - 1)"
-                     for a in TORCH_ARGS)
-    return f"CASE {whens} ELSE {col} END"
 
 
 @dataclass
@@ -87,21 +78,32 @@ def transfer_category(label: str) -> str:
     return "host transfer" if "Host" in label else "collective" if "Peer" in label else "copy/transpose"
 
 
-def _work_columns(cols: set[str]) -> str:
-    """start, end, device, stream, correlation id, process of a work table (-1 for a column an older export lacks)."""
-    def have(c: str) -> str:
-        return f'COALESCE("{c}", -1)' if c in cols else "-1"
+def _work_columns(db: D.Export, table: str, extra: list[str]) -> tuple[np.ndarray, D.Scan]:
+    """start, end, device, stream, correlation id, process of a work table as an int64 (rows, 6) array (-1 for a
+    NULL, or a column an older export lacks), and the scan holding the ``extra`` columns it has."""
+    cols = db.columns(table)
+    opt = [c for c in ("deviceId", "streamId", "correlationId", "globalPid") if c in cols]
+    got = db.scan(table, ["start", "end", *opt, *[c for c in extra if c in cols]])
+    out = np.full((len(got), 6), -1, np.int64)
+    out[:, 0], out[:, 1] = got.get("start"), got.get("end")
+    for k, c in enumerate(("deviceId", "streamId", "correlationId", "globalPid")):
+        if c in opt:
+            out[:, 2 + k] = got.get(c, -1)
+    return out, got
 
-    return f'start, "end", {have("deviceId")}, {have("streamId")}, {have("correlationId")}, {have("globalPid")}'
 
+def _host_pinned(got: D.Scan, kinds: list[str]) -> np.ndarray:
+    """1 where any of the host-side memory kinds ``kinds`` is pinned, 0 pageable (checked first), else -1 (SQL's
+    CASE WHEN any = 0 THEN 0 WHEN any = 1 THEN 1 ELSE -1, a NULL matching neither)."""
+    out = np.full(len(got), -1, np.int64)
+    if not kinds:
+        return out
+    def any_is(kind: int) -> np.ndarray:
+        return np.logical_or.reduce([(got.ints[k] == kind) & ~got.nulls[k] for k in kinds])
 
-def _host_pinned_sql(kinds: list[str]) -> str:
-    """An SQL expression: 1 where any of the host-side memory kinds ``kinds`` is pinned, 0 pageable, else -1."""
-    def pick(kind: int) -> str:
-        return " OR ".join(f"{k} = {kind}" for k in kinds)
-
-    return f"CASE WHEN {pick(MEM_KIND_PAGEABLE)} THEN 0 WHEN {pick(MEM_KIND_PINNED)} THEN 1 ELSE -1 END" if kinds \
-        else "-1"
+    out[any_is(MEM_KIND_PINNED)] = 1
+    out[any_is(MEM_KIND_PAGEABLE)] = 0
+    return out
 
 
 def work(db: D.Export) -> Work:
@@ -111,31 +113,28 @@ def work(db: D.Export) -> Work:
     cols = db.columns(D.KERNEL)
     name_col = _kernel_name_column(cols)
     if name_col and cols >= {"start", "end"}:
-        k = db.ints(f"SELECT {_work_columns(cols)}, {name_col} FROM {D.KERNEL}", 7)
-        ids, inv = np.unique(k[:, 6], return_inverse=True)
-        words = db.strings(f"SELECT DISTINCT {name_col} FROM {D.KERNEL}")
+        k, got = _work_columns(db, D.KERNEL, [name_col, "graphId"])
+        ids, inv = np.unique(got.get(name_col), return_inverse=True)
+        words = db.strings(",".join(map(str, ids.tolist())) or "NULL")
         names += [words.get(int(i), f"kernel {int(i)}") for i in ids]
-        parts.append((k[:, :6], KERNEL_WORK, inv.reshape(-1)))
+        parts.append((k, KERNEL_WORK, inv.reshape(-1)))
         copies.append(np.full((len(k), 2), -1, np.int64))
         if "graphId" in cols:
-            in_graphs = int(db.first(f"SELECT count(*) FROM {D.KERNEL} WHERE graphId IS NOT NULL AND graphId != 0")[0])
+            in_graphs = int(((got.ints["graphId"] != 0) & ~got.nulls["graphId"]).sum())
     if (mc := db.columns(D.MEMCPY)) >= {"start", "end", "copyKind"}:
-        nbytes = "COALESCE(bytes, -1)" if "bytes" in mc else "-1"
-        pinned = _host_pinned_sql([c for c in ("srcKind", "dstKind") if c in mc])
-        m = db.ints(f"SELECT {_work_columns(mc)}, copyKind, {nbytes}, {pinned} FROM {D.MEMCPY}", 9)
-        copies.append(m[:, 7:9])
-        kinds, inv = np.unique(m[:, 6], return_inverse=True)
+        m, got = _work_columns(db, D.MEMCPY, ["copyKind", "bytes", "srcKind", "dstKind"])
+        nbytes = got.get("bytes", -1) if "bytes" in mc else np.full(len(m), -1, np.int64)
+        copies.append(np.stack([nbytes, _host_pinned(got, [c for c in ("srcKind", "dstKind") if c in mc])], 1))
+        kinds, inv = np.unique(got.get("copyKind"), return_inverse=True)
         labels = _memcpy_labels(db)
         words = [f"[CUDA memcpy {labels.get(int(c), f'kind {int(c)}')}]" for c in kinds]
         categories.update({w: transfer_category(w) for w in words})
-        parts.append((m[:, :6], MEMCPY_WORK, len(names) + inv.reshape(-1)))
+        parts.append((m, MEMCPY_WORK, len(names) + inv.reshape(-1)))
         names += words
     if (sc := db.columns(D.MEMSET)) >= {"start", "end"}:
-        nbytes = "COALESCE(bytes, -1)" if "bytes" in sc else "-1"
-        pinned = _host_pinned_sql(["memKind"] if "memKind" in sc else [])
-        s = db.ints(f"SELECT {_work_columns(sc)}, {nbytes}, {pinned} FROM {D.MEMSET}", 8)
-        copies.append(s[:, 6:8])
-        s = s[:, :6]
+        s, got = _work_columns(db, D.MEMSET, ["bytes", "memKind"])
+        nbytes = got.get("bytes", -1) if "bytes" in sc else np.full(len(s), -1, np.int64)
+        copies.append(np.stack([nbytes, _host_pinned(got, ["memKind"] if "memKind" in sc else [])], 1))
         if len(s):
             categories[MEMSET_NAME] = "data movement"
             parts.append((s, MEMSET_WORK, np.full(len(s), len(names))))
@@ -158,10 +157,13 @@ def launches(db: D.Export, w: Work) -> tuple[np.ndarray, np.ndarray, int]:
     none = np.full(n, -1, np.int64)
     if not (db.columns(D.RUNTIME) >= {"correlationId", "globalTid", "start"}):
         return none, none.copy(), 0
-    sources = [t for t in (D.KERNEL, D.MEMCPY, D.MEMSET) if "correlationId" in db.columns(t)]
-    wanted = " UNION ".join(f"SELECT correlationId FROM {t}" for t in sources)
-    rt = db.ints(f"SELECT correlationId, COALESCE(globalTid, -1), start FROM {D.RUNTIME} "
-                 f"WHERE correlationId IN ({wanted})", 3)
+    # every runtime call, kept where its correlation id is some work's (in numpy: SQL's IN over the work tables
+    # took longer than reading the whole table)
+    got = db.scan(D.RUNTIME, ["correlationId", "globalTid", "start"])
+    rt = np.stack([got.get("correlationId", -1), got.get("globalTid", -1), got.get("start")], 1)
+    ids = np.sort(w.corr[w.corr >= 0])
+    at = np.clip(np.searchsorted(ids, rt[:, 0]), 0, max(len(ids) - 1, 0))
+    rt = rt[(rt[:, 0] >= 0) & (ids[at] == rt[:, 0])] if len(ids) else rt[:0]
     if not len(rt) or not n:
         return none, none.copy(), len(rt)
     mask = np.int64((1 << D.TID_BITS) - 1)
@@ -192,38 +194,51 @@ class Ranges:
         return len(self.start)
 
 
+def torch_args_pattern() -> str:
+    """A regular expression (RE2's syntax and Python's) matching a range name's tail from the first of PyTorch's
+    per-call arguments it holds."""
+    return D.literal_pattern(TORCH_ARGS)
+
+
 def ranges(db: D.Export, stop_ns: int) -> Ranges:
-    """The push/pop ranges (an unclosed one ends at ``stop_ns``)."""
+    """The push/pop ranges on the threads that made CUDA runtime calls (an unclosed one ends at ``stop_ns``):
+    the whole table read, filtered in numpy (SQL's WHERE and IN, as before: a NULL matches neither)."""
     cols = db.columns(D.NVTX)
     if not (cols >= {"start", "eventType"}):
         return Ranges(*(np.zeros(0, np.int64),) * 4, [""])
-    where = f"n.eventType = {db.event_type(D.PUSH_POP, D.PUSH_POP_ID)}"
+    opt = [c for c in ("end", "globalTid", "textId") if c in cols]
+    got = db.scan(D.NVTX, ["start", "eventType", *opt], "text" if "text" in cols else None, TORCH_ARGS)
+    keep = (got.ints["eventType"] == db.event_type(D.PUSH_POP, D.PUSH_POP_ID)) & ~got.nulls["eventType"]
     if "globalTid" in cols and db.columns(D.RUNTIME) >= {"globalTid"}:  # only launching threads give context
-        where += f" AND n.globalTid IN (SELECT DISTINCT globalTid FROM {D.RUNTIME})"
-    text_id = "COALESCE(n.textId, -1)" if "textId" in cols else "-1"
-    end = 'COALESCE(n."end", -1)' if "end" in cols else "-1"
-    tid = "COALESCE(n.globalTid, -1)" if "globalTid" in cols else "-1"
-    inline_words: list[str] = []
-    join, inline = "", "0"
-    if "text" in cols:
-        cut = without_torch_args_sql("n.text")
-        db.script(f"PRAGMA temp_store = MEMORY; DROP TABLE IF EXISTS temp.{_NAMES}; "
-                  f"CREATE TEMP TABLE {_NAMES} (t TEXT PRIMARY KEY); "
-                  f"INSERT OR IGNORE INTO temp.{_NAMES} SELECT DISTINCT {cut} FROM {D.NVTX} n "
-                  f"WHERE {where} AND n.text IS NOT NULL")
-        inline_words = [t for (t,) in db.rows(f"SELECT t FROM temp.{_NAMES} ORDER BY rowid")]
-        join, inline = f"LEFT JOIN temp.{_NAMES} m ON m.t = {cut}", "COALESCE(m.rowid, 0)"
-    a = db.ints(f"SELECT n.start, {end}, {tid}, {text_id}, {inline} FROM {D.NVTX} n {join} WHERE {where}", 5)
-    ids = a[:, 3]
+        rt = db.scan(D.RUNTIME, ["globalTid"])
+        threads = np.unique(rt.ints["globalTid"][~rt.nulls["globalTid"]])
+        tid = got.ints["globalTid"]
+        at = np.clip(np.searchsorted(threads, tid), 0, max(len(threads) - 1, 0))
+        keep &= ~got.nulls["globalTid"] & (threads[at] == tid) if len(threads) else np.zeros(len(got), bool)
+    rows = np.flatnonzero(keep)
+    start = got.get("start", rows=rows)
+    end = got.get("end", -1, rows) if "end" in cols else np.full(len(rows), -1, np.int64)
+    thread = got.get("globalTid", -1, rows) if "globalTid" in cols else np.full(len(rows), -1, np.int64)
+    ids = got.get("textId", -1, rows) if "textId" in cols else np.full(len(rows), -1, np.int64)
+    # the inline names of the rows kept, coded anew in order of first appearance (as a filtered query's would be)
+    inline = got.codes[rows] if got.codes is not None else np.full(len(rows), -1, np.int64)
+    inline_words = list(got.words)
+    if len(rows) < len(got):  # some rows left out: the words of those kept only
+        used, first = np.unique(inline[inline >= 0], return_index=True)
+        order = used[np.argsort(first)]
+        recode = np.full(len(got.words) + 1, -1, np.int64)
+        recode[order] = np.arange(len(order))
+        inline = np.where(inline >= 0, recode[inline], -1)
+        inline_words = [got.words[int(c)] for c in order]
     by_id = ids >= 0
     u_ids, id_inv = np.unique(ids[by_id], return_inverse=True)
-    id_words = db.strings(f"SELECT DISTINCT n.textId FROM {D.NVTX} n WHERE {where}") if "textId" in cols else {}
+    id_words = db.strings(",".join(map(str, u_ids.tolist())) or "NULL") if "textId" in cols else {}
     words = [id_words.get(int(i), "") for i in u_ids] + inline_words + [""]
-    code = np.full(len(a), len(words) - 1, np.int64)
+    code = np.full(len(rows), len(words) - 1, np.int64)
     code[by_id] = id_inv.reshape(-1)
-    text = ~by_id & (a[:, 4] > 0)
-    code[text] = len(u_ids) + a[text, 4] - 1  # rowids count from 1, in insertion order
-    return Ranges(a[:, 2], a[:, 0], np.where(a[:, 1] >= 0, a[:, 1], stop_ns), code, words)
+    named = ~by_id & (inline >= 0)
+    code[named] = len(u_ids) + inline[named]
+    return Ranges(thread, start, np.where(end >= 0, end, stop_ns), code, words)
 
 
 def clock(db: D.Export, w: Work) -> tuple[int, int]:
