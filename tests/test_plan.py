@@ -283,5 +283,7 @@ def test_plan_against_a_captured_run(tmp_path):
     assert no_attention < c.planned_flops
     flops = _row(text, "model FLOPs per step")
     assert flops[3] == f"{c.measured_flops / no_attention:.2f}×" != "1.00×"
-    mfu = _row(text, "MFU")
+    mfu = _row(text, "MFU of the plan's FLOPs")
     assert mfu[2] != "—" and mfu[1] != "—"
+    xla = _row(text, "MFU of XLA's FLOPs (the report's)")
+    assert xla[1] == "—" and xla[2] != "—"

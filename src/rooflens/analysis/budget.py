@@ -33,6 +33,7 @@ from rooflens.analysis.findings import Finding
 from rooflens.analysis.report import MEASURED_STATISTIC, OpComparison, Report, StepBreakdown
 from rooflens.errors import RooflensError
 from rooflens.hlo.opcodes import CATEGORIES
+from rooflens.units import plural
 
 SCALARS = {"max_recompiles": int, "max_idle_fraction": float, "min_mfu": float, "max_step_time_s": float,
            "max_recoverable_share": float}
@@ -97,7 +98,7 @@ class CheckResult:
         """The sentence a failed check raises and prints, naming every violated budget."""
         if self.ok:
             return f"every budget met ({len(self.checks)} checked)"
-        return (f"{len(self.violated)} budget(s) violated: "
+        return (f"{plural(len(self.violated), 'budget')} violated: "
                 + "; ".join(f"{c.budget} = {'not measured' if c.measured is None else _fmt(c.measured)} "
                             f"({'>=' if c.budget.rsplit('.', 1)[-1].startswith('min_') else '<='} "
                             f"{_fmt(c.limit)}){' — ' + c.detail if c.detail else ''}"

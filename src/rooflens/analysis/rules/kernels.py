@@ -97,8 +97,8 @@ def calibration_trust(report: Report, bad: list, evidence: list[str], cal: dict)
             "`rooflens report --chip local` to price this trace against the new calibration")
     return Finding(
         "roofline-trust", "medium",
-        f"{len(bad)} op(s) run faster than the calibration of {report.chip} allows: it is too low, so their ratios "
-        "are withheld",
+        f"{plural(len(bad), 'op')} {'runs' if len(bad) == 1 else 'run'} faster than the calibration of {report.chip} "
+        "allows: it is too low, so their ratios are withheld",
         tuple(ref(c) for c in sorted(bad, key=lambda c: -c.total_time_s)[:6]), per_device_step(report, sum(
             c.total_time_s for c in bad)), tuple(evidence),
         "the calibration measured this CPU slower than it runs: while the machine was busy, on another machine or "

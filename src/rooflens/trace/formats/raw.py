@@ -241,7 +241,7 @@ def foreign_note(framework: str) -> str:
 
 def kernels_note(names: list[str], dur_ps) -> str:
     """The note on GPU kernels that name no HLO op: their count and time, by kernel name, most time first."""
-    from rooflens.units import fmt_seconds
+    from rooflens.units import fmt_seconds, plural
 
     by_name: dict[str, list[float]] = {}
     for name, d in zip(names, np.asarray(dur_ps).tolist()):
@@ -249,7 +249,8 @@ def kernels_note(names: list[str], dur_ps) -> str:
         c[0] += 1
         c[1] += d * 1e-12
     top = sorted(by_name.items(), key=lambda kv: -kv[1][1])
-    return (f"{len(names):,} GPU kernel(s) name no HLO op ({fmt_seconds(sum(t for _, t in by_name.values()))} in "
-            "all, counted in device busy time, no roofline): "
+    verb = "names" if len(names) == 1 else "name"
+    return (f"{plural(len(names), 'GPU kernel')} {verb} no HLO op ({fmt_seconds(sum(t for _, t in by_name.values()))} "
+            "in all, counted in device busy time, no roofline): "
             + ", ".join(f"{n:,} × {name} ({fmt_seconds(t)})" for name, (n, t) in top[:4])
             + (f", and {len(top) - 4} more" if len(top) > 4 else ""))
