@@ -15,6 +15,8 @@ from rooflens.trace.events import row_key, unique_rows
 from rooflens.trace.formats.compiled import njit, plain_twin
 from rooflens.trace.groupby import dense, grouped_order, grouped_sorted, is_sorted, timeline_order, unique_inverse
 from rooflens.trace.profile import Profile
+from rooflens.trace.steps import StepChoice, StepSummary
+from rooflens.trace.steps import step_summary as summary_of_steps
 
 
 @dataclass(frozen=True)
@@ -88,17 +90,6 @@ class DeviceTime:
     transfers: tuple[TransferTime, ...] = ()  # per program with any (a device's; not a host's devices together)
 
 
-@dataclass(frozen=True)
-class StepSummary:
-    count: int
-    mean_s: float
-    std_s: float
-    min_s: float
-    max_s: float
-    times_s: tuple[float, ...]
-    steps: tuple[int, ...]
-
-
 @dataclass
 class OpStats:
     op_stats: list[OpStat]
@@ -115,6 +106,9 @@ class OpStats:
     hosts: list[DeviceTime] = field(default_factory=list)  # all devices of a host together (device = -1)
     host_steps: HostSteps | None = None  # several hosts: the host × step table
     unran: tuple[Unran, ...] = ()  # programs the host dispatched more often than the devices ran them in the trace
+    step_choice: StepChoice | None = None  # the step program and why (rooflens.trace.steps)
+    # per program: its ops' self time inside the steps (s, summed over devices): the step's time by program
+    in_steps_by_program_s: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -541,7 +535,7 @@ def op_stats(profile: Profile, gaps_per_device: int = 5) -> OpStats:
         profile.steps, profile.platform, profile.device_kind, profile.notes, profile.unran,
         profile.metadata.get("in_window"),
         sorted(profile.hlo_texts.items()), sorted(t.hlo_text.items()), sorted(t.op_meta.items(), key=repr),
-        profile.host_events, sorted(profile.host_events_of.items())))
+        profile.host_events, sorted(profile.host_events_of.items()), profile.step_choice, profile.marked_steps))
     return memo.remembered("op_stats", key, len(t), lambda: _op_stats(profile, gaps_per_device))
 
 
@@ -600,8 +594,14 @@ def _op_stats(profile: Profile, gaps_per_device: int) -> OpStats:
                              (int(runs[k]), float(run_med[k]) * 1e-3, float(run_min[k]) * 1e-3,
                               float(run_max[k]) * 1e-3)))
     cat_of_op = np.asarray([s.category for s in stats] or ["unknown"], dtype=object)  # in the order of uniq
+    in_steps: dict[str, float] = {}
+    if profile.steps and len(t):  # each op's self time in the share of its time that lies inside the steps
+        inside = np.bincount(inv, weights=np.where(t.step >= 0, dur, 0), minlength=len(uniq))
+        for k, st in enumerate(stats):
+            if inside[k] > 0 and tot[k] > 0:
+                in_steps[st.program] = in_steps.get(st.program, 0.0) + st.self_time_s * float(inside[k] / tot[k])
     return stats_of(profile, stats, devices, hosts,
-                    host_steps(profile, cat_of_op[inv]) if len(t.hosts) > 1 else None)
+                    host_steps(profile, cat_of_op[inv]) if len(t.hosts) > 1 else None, in_steps)
 
 
 def op_stat(info, program: str, name: str, count: int, devices: int, total_ns: float, self_ns: float,
@@ -620,7 +620,7 @@ def op_stat(info, program: str, name: str, count: int, devices: int, total_ns: f
 
 
 def stats_of(profile: Profile, stats: list[OpStat], devices: list[DeviceTime], hosts: list[DeviceTime],
-             host_table: HostSteps | None) -> OpStats:
+             host_table: HostSteps | None, in_steps: dict[str, float] | None = None) -> OpStats:
     """The op stats of a profile from its ops' stats (in any order), device and host times and host × step table:
     the ops by self time, and their totals by program, scope, scope prefix and category."""
     stats = sorted(stats, key=lambda s: -s.self_time_s)
@@ -645,6 +645,8 @@ def stats_of(profile: Profile, stats: list[OpStat], devices: list[DeviceTime], h
         by_category_s=totals(lambda s: s.category), devices=devices, steps=step_summary(profile),
         platform=profile.platform, device_kind=profile.device_kind, notes=list(profile.notes),
         in_window=profile.manifest.window.to_dict(), hosts=hosts, unran=tuple(profile.unran),
+        step_choice=profile.step_choice, in_steps_by_program_s=dict(sorted((in_steps or {}).items(),
+                                                                           key=lambda kv: -kv[1])),
     )
 
 
@@ -660,9 +662,5 @@ def _devices_per_group(inv: np.ndarray, m: int, device: np.ndarray) -> np.ndarra
 
 
 def step_summary(profile: Profile) -> StepSummary | None:
-    if not profile.steps:
-        return None
-    nums = [n for n, _, _ in profile.steps]
-    times = np.asarray([(e - s) * 1e-9 for _, s, e in profile.steps])
-    return StepSummary(len(times), float(times.mean()), float(times.std()), float(times.min()), float(times.max()),
-                       tuple(float(x) for x in times), tuple(nums))
+    """The profile's steps summarised (:func:`rooflens.trace.steps.step_summary`)."""
+    return summary_of_steps(profile.steps, profile.step_choice, profile.marked_steps)

@@ -27,14 +27,9 @@ from rooflens.trace.events import EventTable, unique_rows
 from rooflens.trace.formats.compiled import njit, plain_twin
 from rooflens.trace.groupby import NUMPY_TWIN, group_extent, grouped_order, is_sorted
 from rooflens.trace.manifest import RunManifest
+from rooflens.trace.steps import base_name  # noqa: F401  (its home is the step model; callers import it here too)
 
-_ID = re.compile(r"\(\d+\)$")
 _FULL = "_rooflens_full"  # where the run as traced (warm-up included) is kept on a judged Profile
-
-
-def base_name(program: str) -> str:
-    """``jit_step(12)`` → ``jit_step``."""
-    return _ID.sub("", program)
 
 
 def execution_index(t: EventTable) -> np.ndarray:
@@ -355,14 +350,16 @@ def covered_below(x: np.ndarray, iv: np.ndarray) -> np.ndarray:
     return cum[k] - beyond
 
 
-def _warmup_programs(t: EventTable, exec_idx: np.ndarray, manifest: RunManifest) -> list[dict]:
-    """Per program name: its compilations and its first execution, for the warm-up summary."""
+def _warmup_programs(t: EventTable, exec_idx: np.ndarray, manifest: RunManifest,
+                     warm: np.ndarray | None = None) -> list[dict]:
+    """Per program name: its compilations and its first execution, for the warm-up summary (``warm``: the
+    warm-up events; a program with none is not listed)."""
     compiles: dict[str, list[float]] = {}
     for c in manifest.window.every_compilation:
         compiles.setdefault(c.module or "", []).append(float(c.duration_s or 0.0))
     out = []
     for code, program in enumerate(t.programs):
-        sel = (t.program == code) & (exec_idx == 0)
+        sel = (t.program == code) & (exec_idx == 0 if warm is None else warm)
         if not sel.any():
             continue
         first_run_s = float((t.end_ns[sel].max() - t.start_ns[sel].min()) * 1e-9)
@@ -378,36 +375,27 @@ def _warmup_programs(t: EventTable, exec_idx: np.ndarray, manifest: RunManifest)
     return sorted(out, key=lambda p: -((p.get("compile_s") or 0.0) + p["first_run_s"]))
 
 
-def _infer_steps(t: EventTable, exec_idx: np.ndarray) -> tuple[str, list[tuple[int, float, float]], int]:
-    """The main program's executions as steps: (program, [(n, start ns, end ns)], executions left out). Each
-    step runs from the start of one execution to the start of the next (the host work between them is part
-    of the step, as with a step annotation around a loop body); the last ends with its own ops. An execution
-    the trace's end cut short (:func:`cut_executions`) is not a step: it is left out and counted."""
-    best, best_time = None, 0.0
-    for code, _program in enumerate(t.programs):
-        sel = t.program == code
-        if not sel.any() or exec_idx[sel].max() < 1:
-            continue
-        if len(np.unique(t.name[sel])) < 2:
-            continue  # one op per run: an op dispatched on its own (jnp outside jit), not a step function
-        busy = float(t.dur_ns[sel].sum())
-        if busy > best_time:
-            best, best_time = code, busy
-    if best is None:
-        return "", [], 0
-    sel = t.program == best
-    k = exec_idx[sel]
-    starts = np.full(k.max() + 1, np.inf)
-    ends = np.full(k.max() + 1, -np.inf)
-    np.minimum.at(starts, k, t.start_ns[sel])
-    np.maximum.at(ends, k, t.end_ns[sel])
-    cut = set(np.unique(k[cut_executions(t, exec_idx)[sel]]).tolist())
-    nums = [i for i in range(len(starts)) if np.isfinite(starts[i]) and i not in cut]
-    steps = []
-    for j, i in enumerate(nums):
-        end = starts[nums[j + 1]] if j + 1 < len(nums) else ends[i]
-        steps.append((i, float(starts[i]), float(max(end, ends[i]) if j + 1 == len(nums) else end)))
-    return t.programs[best], steps, len(cut)
+def infer_steps(t: EventTable, step_fn: str | None = None, window_fn: str | None = None
+                ) -> tuple[list[tuple[int, float, float]], object, int]:
+    """Steps where the trace has no markers (:mod:`rooflens.trace.steps`): (steps, the StepChoice, executions the
+    trace's end cut short). One execution holding most of the device time is the unit (one step, basis
+    ``execution``); else the step function's executions, across its programs, are the steps."""
+    from rooflens.trace import steps as S
+
+    if not len(t):
+        return [], None, 0
+    spans = execution_spans(t)
+    keys, _, start, end, _ = spans
+    unit = None if step_fn else S.unit_execution(t, spans)
+    if unit is not None:
+        fn, (s, e) = unit
+        return [(0, s, e)], S.make_choice(t, spans, fn, "one execution holds most of the device time", "execution"), 0
+    picked = S.choose(t, keys, start, end, step_fn, window_fn=window_fn)
+    if picked is None:
+        return [], None, 0
+    steps, cut = S.inferred_steps(t, spans, picked[0])
+    basis = "execution" if len(steps) == 1 else "executions"
+    return steps, S.make_choice(t, spans, picked[0], picked[1], basis), cut
 
 
 def cut_note(program: str) -> str:
@@ -451,23 +439,25 @@ def warmup_summary(programs: list[dict], limit: int = 4) -> str:
     return "; ".join(parts) + (f"; and {more} more program(s)" if more > 0 else "")
 
 
-def judge(profile):
-    """Mark the warm-up of a run traced from its start and leave it out (see the module doc).
+def judge(profile, step_fn: str | None = None):
+    """Mark the warm-up of a run traced from its start and leave it out (see the module doc), and name the step
+    program (:mod:`rooflens.trace.steps`). ``step_fn``: the step program asked for (``--step-fn``).
 
-    Profiles not captured that way (``rl.capture``, a trace of your own) are returned unchanged.
+    Profiles not captured that way (``rl.capture``, a trace of your own) keep every event.
     """
     from rooflens.trace.formats.raw import assign_steps
+    from rooflens.trace.steps import warmup_executions
 
     manifest = profile.manifest
     if manifest.extra.get("window") and not manifest.warmup_in_window and not profile.steps:
-        return judge_window(profile)
+        return judge_window(profile, step_fn)
     if not manifest.warmup_in_window or getattr(profile, _FULL, None) is not None:
-        return profile
+        return named(profile, step_fn)
     meta = profile.metadata or {}
     t = profile.table
     exec_idx = execution_index(t)
-    warm = exec_idx == 0
-    programs = _warmup_programs(t, exec_idx, manifest)
+    warm = warmup_executions(t, exec_idx)
+    programs = _warmup_programs(t, exec_idx, manifest, warm)
     notes = list(profile.notes)
     info = {"programs": programs, "events": int(warm.sum()), "excluded": True,
             "compile_s": sum(p.get("compile_s") or 0.0 for p in programs),
@@ -478,15 +468,12 @@ def judge(profile):
                 compile_intervals_ns(t, manifest),
                 np.stack([t.start_ns[warm], t.end_ns[warm]], axis=1) if warm.any() else np.zeros((0, 2))])).tolist()}
     steps = list(profile.steps)
+    choice = profile.step_choice
     kept = ~warm
-    if not kept.any():
+    if not warm.any():
         info["excluded"] = False
-        kept = np.ones(len(t), dtype=bool)
-        notes.append("every program ran only once, so there is no steady state to separate from the warm-up: "
-                     "the stats include each program's first run")
     steady = _take(t, kept)
-    steady_idx = exec_idx[kept]
-    if steps:  # annotated steps holding a first execution are warm-up steps
+    if steps:  # marked steps holding a warm-up execution are warm-up steps
         ws, we = t.start_ns[warm], t.end_ns[warm]
         clean = [s for s in steps if not ((ws < s[2]) & (we > s[1])).any()]
         if clean and info["excluded"]:
@@ -494,42 +481,81 @@ def judge(profile):
             steps = clean
         info["steady_start_ns"] = float(steps[0][1])
         assign_steps(steady, steps)
+        if choice is not None and len(steady):  # its program with the most time, once warm-up is out
+            from rooflens.trace.steps import make_choice
+
+            choice = make_choice(steady, execution_spans(steady), choice.function, choice.reason, choice.basis)
     else:
-        main, steps, cut = _infer_steps(steady, steady_idx)
+        steps, choice, cut = infer_steps(steady, step_fn, _window_fn(manifest))
+        main = choice.program if choice is not None else ""
         if cut:
             notes.append(cut_note(main))
-        if main:  # the steady state begins when the main program's first run ends
-            code = t.programs.index(main)
-            first = warm & (t.program == code)
+        if choice is not None:  # the steady state begins when the step function's first run ends
+            codes = [t.programs.index(p) for p in choice.programs if p in t.programs]
+            first = warm & np.isin(t.program, codes)
             if first.any():
                 info["steady_start_ns"] = float(t.end_ns[first].max())
-                info.update(_host_steady_start(t, exec_idx, code, manifest, info["offset_ns"],
+                info.update(_host_steady_start(t, exec_idx, codes[0], manifest, info["offset_ns"],
                                                info["steady_start_ns"]))
         if steps:
             assign_steps(steady, steps)
             info["inferred_steps_from"] = main
             notes = [n for n in notes if "no step annotations" not in n]
-            notes.append(f"no step annotations: the {len(steps)} steps are the executions of {main}, the main program")
     if info["excluded"] and programs:
         notes.append(f"warm-up, left out of the stats (--include-warmup keeps it): {warmup_summary(programs)}")
-    judged = dataclasses.replace(profile, table=steady, steps=steps, notes=notes,
+    if choice is not None:
+        notes.append(choice.note(len(steps)))
+    judged = dataclasses.replace(profile, table=steady, steps=steps, notes=notes, step_choice=choice,
                                  metadata={**meta, "steady_state": info})
     object.__setattr__(judged, _FULL, profile)
     return judged
 
 
-def judge_window(profile):
+def _window_fn(manifest: RunManifest) -> str | None:
+    taken = manifest.step_program
+    return (taken.program or taken.function) if taken is not None else None
+
+
+def named(profile, step_fn: str | None = None):
+    """A profile whose warm-up is not judged (a trace of your own, ``rl.capture``) with its step program named:
+    the marked steps' (already chosen), else the one execution holding most of the device time (the unit), else
+    the function with the most device time among those run more than once, judged per execution."""
+    from rooflens.trace import steps as S
+
+    t = profile.table
+    choice = profile.step_choice
+    notes = list(profile.notes)
+    if choice is None and len(t):
+        spans = execution_spans(t)
+        keys, _, start, end, _ = spans
+        unit = None if step_fn else S.unit_execution(t, spans)
+        picked = ((unit[0], "one execution holds most of the device time") if unit is not None else
+                  S.choose(t, keys, start, end, step_fn, window_fn=_window_fn(profile.manifest),
+                           multi_op_only=False))
+        if picked is not None:
+            runs = len(S.function_executions(t, keys, start, end, [c for c, p in enumerate(t.programs)
+                                                                   if p and S.base_name(p) == picked[0]]))
+            basis = "markers" if profile.steps else "execution" if unit is not None or runs == 1 else "per execution"
+            choice = S.make_choice(t, spans, picked[0], picked[1], basis)
+    if choice is None:
+        return profile
+    notes.append(choice.note(len(profile.steps)))
+    return dataclasses.replace(profile, notes=notes, step_choice=choice)
+
+
+def judge_window(profile, step_fn: str | None = None):
     """A window of a run (``rooflens run --steps/--delay``, ``rooflens capture``): no warm-up inside,
-    and, without step annotations, the steps are the main program's executions in the window.
+    and, without step annotations, the steps are the step function's executions in the window.
 
     A window of steps holds exactly those executions (numbered from the window's first step); a
     window of time cuts the executions at its two edges, so the first and the last are left out."""
     from rooflens.trace.formats.raw import assign_steps
 
     window = profile.metadata["window"]
-    main, steps, cut = _infer_steps(profile.table, execution_index(profile.table))
-    if not steps:
-        return profile
+    steps, choice, cut = infer_steps(profile.table, step_fn, _window_fn(profile.manifest))
+    if not steps or choice is None:
+        return named(profile, step_fn)
+    main = choice.program
     first = 0
     if "steps" in window:
         first = int(window["steps"][0])
@@ -539,14 +565,15 @@ def judge_window(profile):
     assign_steps(profile.table, steps)
     notes = [n for n in profile.notes if "no step annotations" not in n]
     edges = "" if "steps" in window or len(steps) < 2 else ", the executions cut by the window's edges left out"
-    notes.append(f"no step annotations: the {len(steps)} steps are the executions of {main}, the main program, "
-                 f"in the window{edges}")
+    notes.append(f"no step annotations: the {len(steps)} steps are the executions of {choice.function} in the "
+                 f"window{edges}")
     if cut:
         notes.append(cut_note(main))
     taken = profile.manifest.step_program  # rooflens run --steps: which function opened the window, and why
     if taken is not None and taken.reason:
         notes.append(f"the window's step program: {taken.reason}")
-    return dataclasses.replace(profile, steps=steps, notes=notes)
+    notes.append(choice.note(len(steps)))
+    return dataclasses.replace(profile, steps=steps, notes=notes, step_choice=choice)
 
 
 def with_warmup(profile):
@@ -561,12 +588,16 @@ def with_warmup(profile):
     notes = [*full.notes, "warm-up included (--include-warmup): first runs and the device time spent waiting "
                           "for compilations count in the stats"]
     steps = list(full.steps)
+    choice = profile.step_choice
     if not steps:
-        main, steps, cut = _infer_steps(full.table, execution_index(full.table))
+        step_fn = choice.function if choice is not None else None
+        steps, choice, cut = infer_steps(full.table, step_fn)
         if cut:
-            notes.append(cut_note(main))
+            notes.append(cut_note(choice.program))
         if steps:
             assign_steps(full.table, steps)
             notes = [n for n in notes if "no step annotations" not in n]
-            notes.append(f"no step annotations: the {len(steps)} steps are the executions of {main}, the main program")
-    return dataclasses.replace(full, metadata={**full.metadata, "steady_state": info}, notes=notes, steps=steps)
+    if choice is not None:
+        notes.append(choice.note(len(steps)))
+    return dataclasses.replace(full, metadata={**full.metadata, "steady_state": info}, notes=notes, steps=steps,
+                               step_choice=choice)

@@ -1,0 +1,405 @@
+"""The step model: what a step is, which program is the step's, and what holds for every step.
+
+Everything a report says per step (MFU, idle, overheads, what a fix gives back) rests on the step, so the
+step is measured, never guessed from the host's side alone:
+
+* **A step is the device's work.** A step marker (``jax.profiler.StepTraceAnnotation``'s ``step_num``, a named
+  step range) marks the *host*: in the usual loop, with no ``block_until_ready`` inside it, the annotation spans
+  the dispatch (~20 µs) while the device runs the step's programs later, one or more steps behind. Step k is
+  therefore the device executions of the programs *dispatched inside host step k* (jaxlib's ``PjitFunction(f)``
+  events, matched first in, first out with the executions: :func:`dispatch_times`), and its time runs from its
+  first execution's start on the device to the next step's first execution start (the last step: to its last
+  execution's end) — :func:`device_steps`. The figures are then the same whether or not the loop blocks per
+  step. The host's spans stay the host's view (:attr:`StepSummary.host_mean_s`). A trace with markers but no
+  dispatch events (TPU and GPU captures of other tools, Chrome exports) is grouped by time, as XProf does
+  without ``group_id``: the step program's executions in order, one per marked step, when the marked spans
+  do not hold the device's work (:func:`steps_by_time`); otherwise the markers already time the device.
+* **Every program that ran counts.** Warm-up is a program's compilation and first execution, and only when the
+  function runs again later (:func:`warmup_executions`): a program run once is analysed, not dropped. When one
+  execution holds most of the device time (a whole training in one ``jit``, a kernel script), that execution is
+  the unit (basis ``execution``): there are no steps to compare, and no step variance.
+* **Steps of a function, not of a program.** A step function that recompiles (new shapes, weak types:
+  ``jit_make_step(12)`` then ``jit_make_step(57)``) keeps its steps across its programs: programs are grouped by
+  their base name (:func:`base_name`).
+* **The step program** (:class:`StepChoice`) is the function the steps are of: ``--step-fn NAME`` where given,
+  else the window's function (``rooflens run --steps``), else the function dispatched in the most marked steps,
+  else the one with the most device time among those run more than once. The note, the Step line and the JSON
+  name the same one, with the other candidates and their executions.
+
+Invariants (:func:`check_steps`): steps are in time order, each ends no earlier than it starts, and no two
+overlap. Pure functions of the event table and what the formats read: no files, no printing.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from rooflens.errors import RooflensError
+from rooflens.trace.events import EventTable
+
+_ID = re.compile(r"\(\d+\)$")
+
+#: a step that holds this share of the device's busy time in one execution is the unit, not a step of a loop
+UNIT_SHARE = 0.5
+#: marked spans holding less than this share of the step program's device time do not time the device
+HOST_HOLDS = 0.5
+
+#: what a step's time is measured from (StepSummary.basis)
+BASES = {
+    "dispatch": "each marked step is the device executions dispatched inside it (jaxlib's PjitFunction events "
+                "matched with the executions), from its first execution's start to the next step's",
+    "time": "the trace has step markers but no dispatch events: each marked step is one execution of the step "
+            "program, in order (XProf's grouping by time), from its start to the next one's",
+    "markers": "the step markers' own spans, which hold the device's work",
+    "executions": "no step markers: the steps are the executions of the step program, each from its start to the "
+                  "next one's",
+    "execution": "one execution holds most of the device time: it is the unit, reported per execution",
+    "per execution": "no step markers: the step program is judged per execution of its own",
+}
+
+
+def base_name(program: str) -> str:
+    """``jit_step(12)`` → ``jit_step``: the programs of one function share it."""
+    return _ID.sub("", program)
+
+
+@dataclass(frozen=True)
+class StepChoice:
+    """The step program: the function the steps are of, why it was taken, and the others that could have been."""
+
+    function: str  # base name of the step function's programs (``jit_train_step``)
+    program: str  # its program with the most device time (``jit_train_step(12)``)
+    programs: tuple[str, ...]  # every program of the function in the trace
+    reason: str  # why this one
+    basis: str  # a key of BASES
+    candidates: tuple[tuple[str, int], ...] = ()  # the other functions with their executions (per device)
+
+    def note(self, steps: int) -> str:
+        """One sentence: what the steps are, of which program, why, and how to choose another."""
+        what = (f"the unit is the one execution of {self.program}" if self.basis == "execution"
+                else f"the {steps} step(s) are of {self.function}" + (
+                    f" ({', '.join(self.programs)})" if len(self.programs) > 1 else f" ({self.program})"))
+        others = ", ".join(f"{f} ({n} execution{'s' if n != 1 else ''})" for f, n in self.candidates[:5])
+        more = f"; other candidates: {others}" if others else ""
+        return (f"steps: {what} — {self.reason}; {BASES[self.basis]}{more}; --step-fn NAME chooses "
+                "another step program")
+
+    def to_dict(self) -> dict:
+        return {"function": self.function, "program": self.program, "programs": list(self.programs),
+                "reason": self.reason, "basis": self.basis,
+                "candidates": [{"function": f, "executions": n} for f, n in self.candidates]}
+
+
+@dataclass(frozen=True)
+class StepSummary:
+    """The steps' times (s) and what they are of: the step program (``program``) and their ``basis``."""
+
+    count: int
+    mean_s: float
+    std_s: float
+    min_s: float
+    max_s: float
+    times_s: tuple[float, ...]
+    steps: tuple[int, ...]
+    program: str = ""  # the step program (StepChoice.program), "" when unknown
+    basis: str = ""  # StepChoice.basis
+    host_mean_s: float | None = None  # the host's marked spans' mean: the host's view, not the step
+
+
+def step_summary(steps: list[tuple[int, float, float]], choice: StepChoice | None = None,
+                 host_steps: list[tuple[int, float, float]] | None = None) -> StepSummary | None:
+    """The steps (number, start ns, end ns) summarised, with the step program and the host's marked spans."""
+    if not steps:
+        return None
+    nums = [n for n, _, _ in steps]
+    times = np.asarray([(e - s) * 1e-9 for _, s, e in steps])
+    host = [(e - s) * 1e-9 for n, s, e in host_steps or [] if n in set(nums)]
+    return StepSummary(len(times), float(times.mean()), float(times.std()), float(times.min()), float(times.max()),
+                       tuple(float(x) for x in times), tuple(nums), choice.program if choice else "",
+                       choice.basis if choice else "", float(np.mean(host)) if host else None)
+
+
+def check_steps(steps: list[tuple[int, float, float]]) -> None:
+    """The steps' invariants: in time order, each no shorter than nothing, none overlapping the next."""
+    for k, (n, s, e) in enumerate(steps):
+        if not e >= s:
+            raise AssertionError(f"step {n} ends ({e} ns) before it starts ({s} ns)")
+        if k + 1 < len(steps) and steps[k + 1][1] < e:
+            raise AssertionError(f"step {n} ({s}–{e} ns) overlaps step {steps[k + 1][0]} from {steps[k + 1][1]} ns")
+
+
+# -- executions, by function --------------------------------------------------------------------------------------
+
+def function_executions(t: EventTable, keys: np.ndarray, start: np.ndarray, end: np.ndarray,
+                        codes: list[int]) -> np.ndarray:
+    """The executions of the programs ``codes`` (one function's) as rows of (start ns, end ns) by start: an
+    execution on several devices is one, from its first device's start to its last device's end."""
+    rows = []
+    for c in codes:
+        mine = keys[:, 2] == c
+        if not mine.any():
+            continue
+        k = keys[mine, 3]
+        s = np.full(int(k.max()) + 1, np.inf)
+        e = np.full(int(k.max()) + 1, -np.inf)
+        np.minimum.at(s, k, start[mine])
+        np.maximum.at(e, k, end[mine])
+        ok = np.isfinite(s)
+        rows.append(np.stack([s[ok], e[ok]], axis=1))
+    if not rows:
+        return np.zeros((0, 2))
+    out = np.concatenate(rows)
+    return out[np.argsort(out[:, 0], kind="stable")]
+
+
+def functions_of(programs: list[str], present: np.ndarray) -> dict[str, list[int]]:
+    """Base name → the codes of its programs among ``present`` (program codes with events)."""
+    out: dict[str, list[int]] = {}
+    for c in sorted(set(present.tolist())):
+        if programs[c]:
+            out.setdefault(base_name(programs[c]), []).append(c)
+    return out
+
+
+def warmup_executions(t: EventTable, exec_idx: np.ndarray) -> np.ndarray:
+    """For every event, whether it is warm-up: its program's first execution, when its function runs again
+    later (another execution of the program, or a later program of the same function). A program run once
+    whose function never runs again (a whole training in one ``jit``, a kernel run once) is not warm-up."""
+    if not len(t):
+        return np.zeros(0, bool)
+    first = exec_idx == 0
+    n_prog = len(t.programs)
+    runs = np.zeros(n_prog, np.int64)
+    np.maximum.at(runs, t.program, exec_idx.astype(np.int64) + 1)
+    first_start = np.full(n_prog, np.inf)
+    last_start = np.full(n_prog, -np.inf)
+    np.minimum.at(first_start, t.program, t.start_ns)
+    np.maximum.at(last_start, t.program, t.start_ns)
+    again = runs > 1
+    by_fn: dict[str, list[int]] = {}
+    for c, p in enumerate(t.programs):
+        if np.isfinite(first_start[c]):
+            by_fn.setdefault(base_name(p), []).append(c)
+    for codes in by_fn.values():
+        for c in codes:
+            if not again[c]:
+                again[c] = any(first_start[o] > last_start[c] for o in codes if o != c)
+    return first & again[t.program]
+
+
+# -- the step program ---------------------------------------------------------------------------------------------
+
+def _letters(name: str) -> str:
+    from rooflens.trace.dispatch import _letters as letters  # one rule for function ↔ program names
+
+    return letters(name)
+
+
+def match_step_fn(name: str, functions: list[str]) -> str:
+    """The function (base name) that ``--step-fn NAME`` names: a program's full name, its base name, or the
+    Python function's name (``train_step`` → ``jit_train_step``). Raises one sentence listing the candidates."""
+    for f in functions:
+        if name == f or base_name(name) == f:
+            return f
+    hits = [f for f in functions if _letters(f) == _letters(name)] if _letters(name) else []
+    if len(hits) == 1:
+        return hits[0]
+    listed = ", ".join(functions[:12]) + (f" and {len(functions) - 12} more" if len(functions) > 12 else "")
+    why = "names several programs" if hits else "names no program of this trace"
+    raise RooflensError(f"--step-fn {name} {why}; the candidates are: {listed or 'none'}.")
+
+
+def choose(t: EventTable, keys: np.ndarray, start: np.ndarray, end: np.ndarray, step_fn: str | None,
+           preferred: dict[str, float] | None = None, window_fn: str | None = None,
+           multi_op_only: bool = True) -> tuple[str, str] | None:
+    """The step function (base name) and why: ``step_fn`` where given, else the window's (``window_fn``), else
+    the one with the most ``preferred`` weight (steps it was dispatched in), else the one with the most device
+    time among those run more than once (with more than one op: an eager op is no step function)."""
+    present = np.unique(keys[:, 2]) if len(keys) else np.zeros(0, np.int64)
+    fns = functions_of(t.programs, present)
+    if not fns:
+        return None
+    busy = function_busy_ns(t)
+    order = sorted(fns, key=lambda f: -busy.get(f, 0.0))
+    if step_fn:
+        return match_step_fn(step_fn, order), f"chosen by --step-fn {step_fn}"
+    if window_fn:
+        hit = [f for f in order if _letters(f) == _letters(window_fn) or f == base_name(window_fn)]
+        if hit:
+            return hit[0], f"the function the run's window was opened on ({window_fn})"
+    if preferred:
+        best = max(preferred, key=lambda f: (preferred[f], busy.get(f, 0.0)))
+        return best, f"dispatched in {preferred[best]:g} of the marked steps, with the most device time there"
+    runs = {f: len(function_executions(t, keys, start, end, fns[f])) for f in fns}
+    ops = {f: len(np.unique(t.name[np.isin(t.program, fns[f])])) for f in fns} if multi_op_only else {}
+    again = [f for f in order if runs[f] > 1 and (not multi_op_only or ops[f] > 1)]
+    if again:
+        return again[0], "the function with the most device time among those run more than once"
+    return None
+
+
+def function_busy_ns(t: EventTable) -> dict[str, float]:
+    """Each function's (base name's) summed op time (ns), every device."""
+    busy = np.bincount(t.program, weights=t.dur_ns, minlength=len(t.programs))
+    out: dict[str, float] = {}
+    for c, p in enumerate(t.programs):
+        if busy[c] > 0 and p:
+            out[base_name(p)] = out.get(base_name(p), 0.0) + float(busy[c])
+    return out
+
+
+def candidates_of(t: EventTable, keys: np.ndarray, start: np.ndarray, end: np.ndarray, taken: str
+                  ) -> tuple[tuple[str, int], ...]:
+    """The functions not taken, with their executions (one per run on every device), most device time first."""
+    present = np.unique(keys[:, 2]) if len(keys) else np.zeros(0, np.int64)
+    fns = functions_of(t.programs, present)
+    busy = function_busy_ns(t)
+    return tuple((f, len(function_executions(t, keys, start, end, fns[f])))
+                 for f in sorted(fns, key=lambda f: -busy.get(f, 0.0)) if f != taken)
+
+
+def make_choice(t: EventTable, spans: tuple[np.ndarray, ...], function: str, reason: str, basis: str
+                ) -> StepChoice:
+    keys, _, start, end, _ = spans
+    codes = [c for c, p in enumerate(t.programs) if p and base_name(p) == function]
+    busy = np.bincount(t.program, weights=t.dur_ns, minlength=len(t.programs))
+    codes = [c for c in codes if busy[c] > 0] or codes
+    main = max(codes, key=lambda c: busy[c]) if codes else -1
+    return StepChoice(function, t.programs[main] if codes else function,
+                      tuple(t.programs[c] for c in codes), reason, basis,
+                      candidates_of(t, keys, start, end, function))
+
+
+# -- steps without markers ----------------------------------------------------------------------------------------
+
+def unit_execution(t: EventTable, spans: tuple[np.ndarray, ...]) -> tuple[str, tuple[float, float]] | None:
+    """The one execution that holds most (UNIT_SHARE) of the device time, when there is one: (its function,
+    its (start, end) ns). A training in one ``jit`` called once, a kernel script."""
+    keys, _, start, end, _ = spans
+    if not len(keys) or not len(t):
+        return None
+    total = float(t.dur_ns.sum())
+    from rooflens.trace.warmup import execution_index
+
+    idx = execution_index(t)
+    rows, inv = np.unique(np.stack([t.program.astype(np.int64), idx.astype(np.int64)], axis=1), axis=0,
+                          return_inverse=True)
+    per = np.bincount(inv.reshape(-1), weights=t.dur_ns, minlength=len(rows))
+    k = int(np.argmax(per))
+    if total <= 0 or per[k] < UNIT_SHARE * total:
+        return None
+    code, ex = int(rows[k, 0]), int(rows[k, 1])
+    mine = (keys[:, 2] == code) & (keys[:, 3] == ex)
+    return base_name(t.programs[code]), (float(start[mine].min()), float(end[mine].max()))
+
+
+def inferred_steps(t: EventTable, spans: tuple[np.ndarray, ...], function: str
+                   ) -> tuple[list[tuple[int, float, float]], int]:
+    """The step function's executions as steps (numbered from 0), each from its start to the next one's (the
+    last: to its end), across all its programs; executions the trace's end cut short are left out and counted."""
+    keys, _, start, end, cut = spans
+    codes = [c for c, p in enumerate(t.programs) if p and base_name(p) == function]
+    whole = function_executions(t, keys[~cut], start[~cut], end[~cut], codes)
+    n_cut = len(function_executions(t, keys[cut], start[cut], end[cut], codes)) if cut.any() else 0
+    steps = []
+    for i, (s, e) in enumerate(whole.tolist()):
+        nxt = whole[i + 1, 0] if i + 1 < len(whole) else max(e, s)
+        steps.append((i, float(s), float(max(nxt, s))))
+    return steps, n_cut
+
+
+# -- steps with markers -------------------------------------------------------------------------------------------
+
+def dispatch_times(t: EventTable, spans: tuple[np.ndarray, ...], host: int, dispatches: dict[str, np.ndarray]
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """For the executions (rows of ``spans``) of host code ``host``: which were matched with a dispatch, and that
+    dispatch's time (ns; nan where none). A function's dispatches and its programs' executions on each device are
+    matched first in, first out, from its first dispatch in the trace (executions before it were dispatched
+    before the trace began)."""
+    from rooflens.trace.dispatch import program_of
+    from rooflens.trace.manifest import DRAIN_FUNCTION
+
+    keys, _, start, _, _ = spans
+    at = np.full(len(keys), np.nan)
+    for fn, starts in dispatches.items():
+        if fn == DRAIN_FUNCTION or not len(starts):
+            continue
+        codes = program_of(fn, t.programs)
+        if not codes:
+            continue
+        starts = np.sort(np.asarray(starts, float))
+        mine = (keys[:, 0] == host) & np.isin(keys[:, 2], codes) & (start >= starts[0])
+        for d in np.unique(keys[mine, 1]).tolist():
+            rows = np.flatnonzero(mine & (keys[:, 1] == d))
+            rows = rows[np.argsort(start[rows], kind="stable")]
+            n = min(len(rows), len(starts))
+            at[rows[:n]] = starts[:n]
+    return ~np.isnan(at), at
+
+
+def device_steps(t: EventTable, spans: tuple[np.ndarray, ...], host: int, marked: list[tuple[int, float, float]],
+                 dispatches: dict[str, np.ndarray]) -> tuple[list[tuple[int, float, float]], dict[str, float]]:
+    """One host's marked steps (number, start ns, end ns) as the device's work: step k is the executions
+    dispatched inside marked step k, from its first execution's start to the next step's first start (the last
+    step: to its last execution's end). Also: per function (base name), in how many steps it was dispatched.
+    Empty when no dispatch falls inside a marked step with an execution (then the caller falls back)."""
+    keys, _, start, end, _ = spans
+    matched, at = dispatch_times(t, spans, host, dispatches)
+    if not matched.any() or not marked:
+        return [], {}
+    marked = sorted(marked, key=lambda s: s[1])
+    m_start = np.asarray([s for _, s, _ in marked])
+    m_end = np.asarray([e for _, _, e in marked])
+    rows = np.flatnonzero(matched)
+    k = np.searchsorted(m_start, at[rows], side="right") - 1
+    inside = (k >= 0) & (at[rows] <= m_end[np.clip(k, 0, None)])
+    rows, k = rows[inside], k[inside]
+    if not len(rows):
+        return [], {}
+    first = np.full(len(marked), np.inf)
+    last = np.full(len(marked), -np.inf)
+    np.minimum.at(first, k, start[rows])
+    np.maximum.at(last, k, end[rows])
+    ran = np.flatnonzero(np.isfinite(first))
+    ran = ran[np.argsort(first[ran], kind="stable")]
+    steps = []
+    for j, i in enumerate(ran.tolist()):
+        s = float(first[i])
+        e = float(first[ran[j + 1]]) if j + 1 < len(ran) else float(last[i])
+        steps.append((int(marked[i][0]), s, max(e, s)))
+    counts: dict[str, set] = {}
+    for r, kk in zip(rows.tolist(), k.tolist()):
+        counts.setdefault(base_name(t.programs[int(keys[r, 2])]), set()).add(kk)
+    return steps, {f: float(len(v)) for f, v in counts.items()}
+
+
+def steps_by_time(t: EventTable, spans: tuple[np.ndarray, ...], host: int, marked: list[tuple[int, float, float]],
+                  function: str) -> list[tuple[int, float, float]] | None:
+    """A host's marked steps as the device's work when the trace has no dispatch events: the step function's
+    executions from the first marked step's start, one per marked step in order (XProf's grouping by time), when
+    the marked spans hold under HOST_HOLDS of those executions' device time (otherwise None: the markers
+    already time the device)."""
+    keys, _, start, end, cut = spans
+    if not marked:
+        return None
+    marked = sorted(marked, key=lambda s: s[1])
+    codes = [c for c, p in enumerate(t.programs) if p and base_name(p) == function]
+    mine = (keys[:, 0] == host) & ~cut
+    ex = function_executions(t, keys[mine], start[mine], end[mine], codes)
+    ex = ex[ex[:, 0] >= marked[0][1]]
+    if not len(ex):
+        return None
+    m = np.asarray([[s, e] for _, s, e in marked])
+    held = np.minimum(ex[:, 1, None], m[None, :, 1]) - np.maximum(ex[:, 0, None], m[None, :, 0])
+    inside = float(np.clip(held, 0, None).sum())
+    if inside >= HOST_HOLDS * float((ex[:, 1] - ex[:, 0]).sum()):
+        return None
+    n = min(len(ex), len(marked))
+    steps = []
+    for i in range(n):
+        e = float(ex[i + 1, 0]) if i + 1 < n else float(ex[i, 1])
+        steps.append((int(marked[i][0]), float(ex[i, 0]), max(e, float(ex[i, 0]))))
+    return steps
