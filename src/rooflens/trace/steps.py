@@ -79,13 +79,18 @@ class StepChoice:
 
     def note(self, steps: int) -> str:
         """One sentence: what the steps are, of which program, why, and how to choose another."""
-        what = (f"the unit is the one execution of {self.program}" if self.basis == "execution"
-                else f"the {steps} step(s) are of {self.function}" + (
-                    f" ({', '.join(self.programs)})" if len(self.programs) > 1 else f" ({self.program})"))
+        progs = f" ({', '.join(self.programs)})" if len(self.programs) > 1 else ""
+        if self.basis == "execution":
+            what = f"the unit is the one execution of {self.program} ({self.reason}): it is reported per execution"
+        elif self.basis == "per execution":
+            what = (f"there are none; the step program is {self.function}{progs} ({self.reason}), judged per "
+                    "execution of its own")
+        else:
+            what = f"the {steps} step(s) are of {self.function}{progs or f' ({self.program})'} ({self.reason}); " \
+                   f"{BASES[self.basis]}"
         others = ", ".join(f"{f} ({n} execution{'s' if n != 1 else ''})" for f, n in self.candidates[:5])
         more = f"; other candidates: {others}" if others else ""
-        return (f"steps: {what} — {self.reason}; {BASES[self.basis]}{more}; --step-fn NAME chooses "
-                "another step program")
+        return f"steps: {what}{more}; --step-fn NAME chooses another step program"
 
     def to_dict(self) -> dict:
         return {"function": self.function, "program": self.program, "programs": list(self.programs),
@@ -234,11 +239,12 @@ def choose(t: EventTable, keys: np.ndarray, start: np.ndarray, end: np.ndarray, 
         best = max(preferred, key=lambda f: (preferred[f], busy.get(f, 0.0)))
         return best, f"dispatched in {preferred[best]:g} of the marked steps, with the most device time there"
     runs = {f: len(function_executions(t, keys, start, end, fns[f])) for f in fns}
-    ops = {f: len(np.unique(t.name[np.isin(t.program, fns[f])])) for f in fns} if multi_op_only else {}
+    ops = {f: len(np.unique(t.name[np.isin(t.program, fns[f])])) for f in fns}
     again = [f for f in order if runs[f] > 1 and (not multi_op_only or ops[f] > 1)]
     if again:
         return again[0], "the function with the most device time among those run more than once"
-    return None
+    once = [f for f in order if ops[f] > 1] or order  # every function ran once (kernels run once): the heaviest
+    return once[0], "no function ran more than once: the one with the most device time, judged per execution"
 
 
 def function_busy_ns(t: EventTable) -> dict[str, float]:
@@ -275,9 +281,9 @@ def make_choice(t: EventTable, spans: tuple[np.ndarray, ...], function: str, rea
 
 # -- steps without markers ----------------------------------------------------------------------------------------
 
-def unit_execution(t: EventTable, spans: tuple[np.ndarray, ...]) -> tuple[str, tuple[float, float]] | None:
+def unit_execution(t: EventTable, spans: tuple[np.ndarray, ...]) -> tuple[str, tuple[float, float], float] | None:
     """The one execution that holds most (UNIT_SHARE) of the device time, when there is one: (its function,
-    its (start, end) ns). A training in one ``jit`` called once, a kernel script."""
+    its (start, end) ns, its share of the op time). A training in one ``jit`` called once, a kernel script."""
     keys, _, start, end, _ = spans
     if not len(keys) or not len(t):
         return None
@@ -293,20 +299,31 @@ def unit_execution(t: EventTable, spans: tuple[np.ndarray, ...]) -> tuple[str, t
         return None
     code, ex = int(rows[k, 0]), int(rows[k, 1])
     mine = (keys[:, 2] == code) & (keys[:, 3] == ex)
-    return base_name(t.programs[code]), (float(start[mine].min()), float(end[mine].max()))
+    return base_name(t.programs[code]), (float(start[mine].min()), float(end[mine].max())), float(per[k] / total)
 
 
-def inferred_steps(t: EventTable, spans: tuple[np.ndarray, ...], function: str
-                   ) -> tuple[list[tuple[int, float, float]], int]:
+def unit_reason(share: float) -> str:
+    return f"one execution holds {share:.0%} of the device's op time"
+
+
+def inferred_steps(t: EventTable, spans: tuple[np.ndarray, ...], function: str,
+                   barriers_ns: np.ndarray | None = None) -> tuple[list[tuple[int, float, float]], int]:
     """The step function's executions as steps (numbered from 0), each from its start to the next one's (the
-    last: to its end), across all its programs; executions the trace's end cut short are left out and counted."""
+    last: to its end), across all its programs; executions the trace's end cut short are left out and counted.
+    ``barriers_ns``: starts of warm-up (a compilation, a first run) left out of the steady state: a step whose
+    gap to the next holds one ends there, at the earliest after its own execution (the host compiling the next
+    program is warm-up, not the step's)."""
     keys, _, start, end, cut = spans
     codes = [c for c, p in enumerate(t.programs) if p and base_name(p) == function]
     whole = function_executions(t, keys[~cut], start[~cut], end[~cut], codes)
     n_cut = len(function_executions(t, keys[cut], start[cut], end[cut], codes)) if cut.any() else 0
+    bars = np.sort(np.asarray(barriers_ns if barriers_ns is not None else [], float))
     steps = []
     for i, (s, e) in enumerate(whole.tolist()):
-        nxt = whole[i + 1, 0] if i + 1 < len(whole) else max(e, s)
+        nxt = float(whole[i + 1, 0]) if i + 1 < len(whole) else max(e, s)
+        k = np.searchsorted(bars, e, side="left")
+        if k < len(bars) and bars[k] < nxt:
+            nxt = max(float(bars[k]), e)
         steps.append((i, float(s), float(max(nxt, s))))
     return steps, n_cut
 

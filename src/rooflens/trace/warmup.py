@@ -62,7 +62,7 @@ def _execution_index(t: EventTable) -> tuple[np.ndarray, tuple[np.ndarray, ...]]
     bounds = np.concatenate([[0], np.cumsum(np.bincount(inv, minlength=len(keys)))])
     idx = executions_of(order, bounds, t.name.astype(np.int64), max(len(t.names), 1), start)
     group, execution, count, first, last = execution_rows(order, bounds, idx, start, t.end_ns)
-    return idx, _spans_of(np.column_stack([keys[group], execution]), count, first, last)
+    return idx, _spans_of(np.column_stack([keys[group], execution]), count, first, last, t, idx)
 
 
 @njit(cache=True, nogil=True)
@@ -190,34 +190,44 @@ def _execution_spans(t: EventTable, exec_idx: np.ndarray) -> tuple[np.ndarray, .
         return _spans_of(np.zeros((0, 4), np.int64), np.zeros(0, np.int64), np.zeros(0), np.zeros(0))
     keys, inv = unique_rows(t.host, t.device, t.program, exec_idx)  # by (host, device, program), then execution
     start, end = group_extent(inv, len(keys), t.start_ns, t.end_ns)
-    return _spans_of(keys, np.bincount(inv, minlength=len(keys)), start, end)
+    return _spans_of(keys, np.bincount(inv, minlength=len(keys)), start, end, t, exec_idx)
 
 
-def _spans_of(keys: np.ndarray, count: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, ...]:
+def _spans_of(keys: np.ndarray, count: np.ndarray, start: np.ndarray, end: np.ndarray, t: EventTable | None = None,
+              idx: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
     """The spans of executions (rows of host, device, program, execution, in that order) with the ones the trace's
-    end cut short marked."""
+    end cut short marked: a program's last execution on a device, after which nothing starts on that device, that
+    never ran its program's final op (the op that ends its execution before it: the trace stopped while it ran).
+    Never decided from how many ops it ran: a ``while_loop`` runs a data-dependent number of them."""
     cut = np.zeros(len(keys), bool)
-    if not len(keys):
+    if not len(keys) or t is None or idx is None:
         return keys, count, start, end, cut
     group = keys[:, :3]
     first = np.flatnonzero(np.concatenate([[True], (group[1:] != group[:-1]).any(axis=1)]))
     last = np.append(first[1:], len(keys)) - 1
-    others = count.copy()
-    others[last] = np.iinfo(others.dtype).max  # each group's minimum over its executions but the last
-    fewer = (last > first) & (count[last] < np.minimum.reduceat(others, first))
-    if fewer.any():
-        # nothing starts on the device after the execution ends: the trace's end, not the program's next run
-        dev_keys, dev_inv = unique_rows(keys[:, 0], keys[:, 1])
-        _, dev_last_start = group_extent(dev_inv, len(dev_keys), start, start)
-        cut[last[fewer & (dev_last_start[dev_inv[last]] <= end[last])]] = True
+    dev_keys, dev_inv = unique_rows(keys[:, 0], keys[:, 1])
+    _, dev_last_start = group_extent(dev_inv, len(dev_keys), start, start)
+    # nothing starts on the device after it ends: the trace's end, not the program's next run, follows it
+    candidates = last[(last > first) & (dev_last_start[dev_inv[last]] <= end[last])]
+    for r in candidates.tolist():
+        h, d, p, k = keys[r].tolist()
+        mine = (t.host == h) & (t.device == d) & (t.program == p)
+        before = mine & (idx == k - 1)
+        if not before.any():
+            continue
+        ends = t.end_ns[before]
+        final = t.name[before][int(np.argmax(ends))]  # the op that ended the execution before it
+        if not ((idx == k) & mine & (t.name == final)).any():
+            cut[r] = True
     return keys, count, start, end, cut
 
 
 def cut_executions(t: EventTable, exec_idx: np.ndarray | None = None) -> np.ndarray:
     """For every event, whether it belongs to an execution the trace's end cut short. A program's last
-    execution on a device is cut when it holds fewer events than each of its other executions there and
-    nothing starts on that device after it ends: the trace stopped while it ran (its first ops finished
-    inside the trace, the rest never did). It is not a step, and its ops' sums are partial. ``exec_idx``: the
+    execution on a device is cut when it never ran the op that ended its execution before it and nothing
+    starts on that device after it ends: the trace stopped while it ran (its first ops finished inside the
+    trace, the rest never did; how many ops it ran decides nothing). It is not a step, and its ops' sums are
+    partial. ``exec_idx``: the
     table's :func:`execution_index` (computed when not given)."""
     keys, _, _, _, cut = execution_spans(t, exec_idx)
     if not cut.any():
@@ -375,11 +385,13 @@ def _warmup_programs(t: EventTable, exec_idx: np.ndarray, manifest: RunManifest,
     return sorted(out, key=lambda p: -((p.get("compile_s") or 0.0) + p["first_run_s"]))
 
 
-def infer_steps(t: EventTable, step_fn: str | None = None, window_fn: str | None = None
-                ) -> tuple[list[tuple[int, float, float]], object, int]:
+def infer_steps(t: EventTable, step_fn: str | None = None, window_fn: str | None = None,
+                barriers_ns: np.ndarray | None = None) -> tuple[list[tuple[int, float, float]], object, int]:
     """Steps where the trace has no markers (:mod:`rooflens.trace.steps`): (steps, the StepChoice, executions the
     trace's end cut short). One execution holding most of the device time is the unit (one step, basis
-    ``execution``); else the step function's executions, across its programs, are the steps."""
+    ``execution``); else the step function's executions, across its programs, are the steps; a function that
+    ran once (no function ran more than once) is judged per execution, with no steps. ``barriers_ns``: where
+    left-out warm-up begins (:func:`rooflens.trace.steps.inferred_steps`)."""
     from rooflens.trace import steps as S
 
     if not len(t):
@@ -388,14 +400,15 @@ def infer_steps(t: EventTable, step_fn: str | None = None, window_fn: str | None
     keys, _, start, end, _ = spans
     unit = None if step_fn else S.unit_execution(t, spans)
     if unit is not None:
-        fn, (s, e) = unit
-        return [(0, s, e)], S.make_choice(t, spans, fn, "one execution holds most of the device time", "execution"), 0
+        fn, (s, e), share = unit
+        return [(0, s, e)], S.make_choice(t, spans, fn, S.unit_reason(share), "execution"), 0
     picked = S.choose(t, keys, start, end, step_fn, window_fn=window_fn)
     if picked is None:
         return [], None, 0
-    steps, cut = S.inferred_steps(t, spans, picked[0])
-    basis = "execution" if len(steps) == 1 else "executions"
-    return steps, S.make_choice(t, spans, picked[0], picked[1], basis), cut
+    steps, cut = S.inferred_steps(t, spans, picked[0], barriers_ns)
+    if len(steps) == 1 and not cut:
+        return [], S.make_choice(t, spans, picked[0], picked[1], "per execution"), 0
+    return steps, S.make_choice(t, spans, picked[0], picked[1], "executions"), cut
 
 
 def cut_note(program: str) -> str:
@@ -486,7 +499,8 @@ def judge(profile, step_fn: str | None = None):
 
             choice = make_choice(steady, execution_spans(steady), choice.function, choice.reason, choice.basis)
     else:
-        steps, choice, cut = infer_steps(steady, step_fn, _window_fn(manifest))
+        steps, choice, cut = infer_steps(steady, step_fn, _window_fn(manifest),
+                                         np.asarray(info["intervals_ns"]).reshape(-1, 2)[:, 0])
         main = choice.program if choice is not None else ""
         if cut:
             notes.append(cut_note(main))
@@ -529,7 +543,7 @@ def named(profile, step_fn: str | None = None):
         spans = execution_spans(t)
         keys, _, start, end, _ = spans
         unit = None if step_fn else S.unit_execution(t, spans)
-        picked = ((unit[0], "one execution holds most of the device time") if unit is not None else
+        picked = ((unit[0], S.unit_reason(unit[2])) if unit is not None else
                   S.choose(t, keys, start, end, step_fn, window_fn=_window_fn(profile.manifest),
                            multi_op_only=False))
         if picked is not None:
