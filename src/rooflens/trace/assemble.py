@@ -190,9 +190,15 @@ def assemble(paths: list[str], runs: list[str], raws: list[RawTrace], files: lis
     if dispatches_of:  # before warm-up is judged: every execution in the trace ran a dispatch
         profile.unran = unran_dispatches(table, execution_spans(table), dispatches_of, end_ns_of)
         profile.notes.extend(unran_note(u) for u in profile.unran)
-        if (profile.steps and any(u.queued for u in profile.unran) and not all(r.steps_ran for r in raws)
-                and (choice is None or choice.basis not in ("dispatch", "time"))):  # device steps ran, by making
+        queued = [u for u in profile.unran if u.queued]
+        device = choice is not None and choice.basis in ("dispatch", "time")  # its steps are work that ran
+        if profile.steps and queued and not all(r.steps_ran for r in raws) and not device:
             profile.steps = ran_steps(profile)
+        elif device and queued and len(profile.marked_steps) > len(profile.steps):
+            u = max(queued, key=lambda u: (u.unran, u.missing_s))
+            profile.notes.append(f"the last {len(profile.marked_steps) - len(profile.steps)} annotated step(s) "
+                                 f"dispatched work of {u.program} that never ran inside the trace: left out of the "
+                                 "steps")
     return judge(profile, step_fn)
 
 

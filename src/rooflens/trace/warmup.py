@@ -227,8 +227,7 @@ def cut_executions(t: EventTable, exec_idx: np.ndarray | None = None) -> np.ndar
     execution on a device is cut when it never ran the op that ended its execution before it and nothing
     starts on that device after it ends: the trace stopped while it ran (its first ops finished inside the
     trace, the rest never did; how many ops it ran decides nothing). It is not a step, and its ops' sums are
-    partial. ``exec_idx``: the
-    table's :func:`execution_index` (computed when not given)."""
+    partial. ``exec_idx``: the table's :func:`execution_index` (computed when not given)."""
     keys, _, _, _, cut = execution_spans(t, exec_idx)
     if not cut.any():
         return np.zeros(len(t), bool)
