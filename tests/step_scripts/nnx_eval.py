@@ -44,6 +44,6 @@ for step in range(30):
     with jax.profiler.StepTraceAnnotation("train", step_num=step):
         loss = train_step(model, optimizer, x, y)
     if step % 10 == 9:
-        for _ in range(4):
+        for _ in range(16):
             eval_loss, acc = eval_step(model, xe, ye)
 print("loss", float(loss), "eval", float(eval_loss))

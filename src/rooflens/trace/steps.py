@@ -86,8 +86,9 @@ class StepChoice:
             what = (f"there are none; the step program is {self.function}{progs} ({self.reason}), judged per "
                     "execution of its own")
         else:
-            what = f"the {steps} step(s) are of {self.function}{progs or f' ({self.program})'} ({self.reason}); " \
-                   f"{BASES[self.basis]}"
+            of = (f"the executions of {self.function}" if self.basis == "executions"
+                  else f"of {self.function}")
+            what = f"the {steps} step(s) are {of}{progs or f' ({self.program})'} ({self.reason}); {BASES[self.basis]}"
         others = ", ".join(f"{f} ({n} execution{'s' if n != 1 else ''})" for f, n in self.candidates[:5])
         more = f"; other candidates: {others}" if others else ""
         return f"steps: {what}{more}; --step-fn NAME chooses another step program"
@@ -243,6 +244,8 @@ def choose(t: EventTable, keys: np.ndarray, start: np.ndarray, end: np.ndarray, 
     again = [f for f in order if runs[f] > 1 and (not multi_op_only or ops[f] > 1)]
     if again:
         return again[0], "the function with the most device time among those run more than once"
+    if any(runs[f] > 1 for f in fns):
+        return None  # only eager ops ran again (one op each): no step function
     once = [f for f in order if ops[f] > 1] or order  # every function ran once (kernels run once): the heaviest
     return once[0], "no function ran more than once: the one with the most device time, judged per execution"
 
