@@ -44,6 +44,9 @@ _ID = re.compile(r"\(\d+\)$")
 
 #: a step that holds this share of the device's busy time in one execution is the unit, not a step of a loop
 UNIT_SHARE = 0.5
+#: a function run more than once whose executions each take at least this share of the one big execution is a
+#: loop of steps beside a set-up (Flax linen's init under nn.scan), not a helper of a whole training in one jit
+UNIT_RIVAL = 0.01
 #: marked spans holding less than this share of the step program's device time do not time the device
 HOST_HOLDS = 0.5
 
@@ -285,8 +288,9 @@ def make_choice(t: EventTable, spans: tuple[np.ndarray, ...], function: str, rea
 # -- steps without markers ----------------------------------------------------------------------------------------
 
 def unit_execution(t: EventTable, spans: tuple[np.ndarray, ...]) -> tuple[str, tuple[float, float], float] | None:
-    """The one execution that holds most (UNIT_SHARE) of the device time, when there is one: (its function,
-    its (start, end) ns, its share of the op time). A training in one ``jit`` called once, a kernel script."""
+    """The one execution that holds most (UNIT_SHARE) of the device time, when there is one and no function run
+    more than once takes UNIT_RIVAL of it per execution: (its function, its (start, end) ns, its share of the op
+    time). A training in one ``jit`` called once, a kernel script."""
     keys, _, start, end, _ = spans
     if not len(keys) or not len(t):
         return None
@@ -302,7 +306,15 @@ def unit_execution(t: EventTable, spans: tuple[np.ndarray, ...]) -> tuple[str, t
         return None
     code, ex = int(rows[k, 0]), int(rows[k, 1])
     mine = (keys[:, 2] == code) & (keys[:, 3] == ex)
-    return base_name(t.programs[code]), (float(start[mine].min()), float(end[mine].max())), float(per[k] / total)
+    fn, span = base_name(t.programs[code]), (float(start[mine].min()), float(end[mine].max()))
+    present = np.unique(keys[:, 2])
+    for other, codes in functions_of(t.programs, present).items():  # a loop of real steps beside it wins
+        if other == fn or len(np.unique(t.name[np.isin(t.program, codes)])) < 2:
+            continue
+        ex_other = function_executions(t, keys, start, end, codes)
+        if len(ex_other) > 1 and np.median(ex_other[:, 1] - ex_other[:, 0]) >= UNIT_RIVAL * (span[1] - span[0]):
+            return None
+    return fn, span, float(per[k] / total)
 
 
 def unit_reason(share: float) -> str:

@@ -397,7 +397,7 @@ def infer_steps(t: EventTable, step_fn: str | None = None, window_fn: str | None
         return [], None, 0
     spans = execution_spans(t)
     keys, _, start, end, _ = spans
-    unit = None if step_fn else S.unit_execution(t, spans)
+    unit = None if step_fn or window_fn else S.unit_execution(t, spans)
     if unit is not None:
         fn, (s, e), share = unit
         return [(0, s, e)], S.make_choice(t, spans, fn, S.unit_reason(share), "execution"), 0
