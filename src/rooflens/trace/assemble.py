@@ -214,26 +214,32 @@ def marked_as_device_steps(table: EventTable, raws: list[RawTrace], marked_by_ho
     if not any(marked_by_host) or not len(table):
         return marked_by_host, None
     spans = execution_spans(table)
-    out, weight, basis = [], {}, set()
+    out: list = []
+    weight: dict[str, float] = {}
+    basis = set()
     for r, marked in zip(raws, marked_by_host):
         host = table.hosts.index(r.host)
         if r.steps_ran or not marked:
             out.append(marked)
             basis.add("markers")
             continue
-        got, counts = S.device_steps(table, spans, host, marked, dispatches_of.get(r.host, {}))
-        if got:
-            out.append(got)
+        rows = S.device_steps(table, spans, host, marked, dispatches_of.get(r.host, {}))
+        if rows:
+            out.append(rows)
             basis.add("dispatch")
-            for f, n in counts.items():
-                weight[f] = weight.get(f, 0.0) + n
+            for row in rows:
+                for f in row[3]:
+                    weight[f] = weight.get(f, 0.0) + 1
             continue
         picked = S.choose(table, spans[0], spans[2], spans[3], step_fn, window_fn=_window_fn(manifest))
         by_time = S.steps_by_time(table, spans, host, marked, picked[0]) if picked else None
         out.append(by_time or marked)
         basis.add("time" if by_time else "markers")
-    picked = S.choose(table, spans[0], spans[2], spans[3], step_fn, preferred=weight or None,
-                      window_fn=_window_fn(manifest))
+    auto = S.choose(table, spans[0], spans[2], spans[3], None, preferred=weight or None,
+                    window_fn=_window_fn(manifest))
+    picked = S.choose(table, spans[0], spans[2], spans[3], step_fn, preferred=weight or None) if step_fn else auto
+    # device steps are those that ran the step function the markers hold (chosen by --step-fn or not)
+    out = [S.tiled(h, auto[0] if auto else None) if h and len(h[0]) == 4 else h for h in out]
     if picked is None:
         return out, None
     main = "dispatch" if "dispatch" in basis else "time" if "time" in basis else "markers"

@@ -32,13 +32,16 @@ overlap. Pure functions of the event table and what the formats read: no files, 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 
 import numpy as np
 
 from rooflens.errors import RooflensError
-from rooflens.trace.events import EventTable
+from rooflens.trace.events import EventTable, unique_rows
+from rooflens.trace.groupby import grouped_order, unique_inverse
+from rooflens.trace.manifest import RunManifest
 
 _ID = re.compile(r"\(\d+\)$")
 
@@ -225,8 +228,9 @@ def choose(t: EventTable, keys: np.ndarray, start: np.ndarray, end: np.ndarray, 
            preferred: dict[str, float] | None = None, window_fn: str | None = None,
            multi_op_only: bool = True) -> tuple[str, str] | None:
     """The step function (base name) and why: ``step_fn`` where given, else the window's (``window_fn``), else
-    the one with the most ``preferred`` weight (steps it was dispatched in), else the one with the most device
-    time among those run more than once (with more than one op: an eager op is no step function)."""
+    the one with the most device time among those ``preferred`` (dispatched in marked steps: how many), else the
+    one with the most device time among those run more than once (with more than one op: an eager op is no step
+    function)."""
     present = np.unique(keys[:, 2]) if len(keys) else np.zeros(0, np.int64)
     fns = functions_of(t.programs, present)
     if not fns:
@@ -240,8 +244,8 @@ def choose(t: EventTable, keys: np.ndarray, start: np.ndarray, end: np.ndarray, 
         if hit:
             return hit[0], f"the function the run's window was opened on ({window_fn})"
     if preferred:
-        best = max(preferred, key=lambda f: (preferred[f], busy.get(f, 0.0)))
-        return best, f"dispatched in {preferred[best]:g} of the marked steps, with the most device time there"
+        best = max(preferred, key=lambda f: (busy.get(f, 0.0), preferred[f]))
+        return best, f"dispatched in {preferred[best]:g} of the marked steps, the most device time of those there"
     runs = {f: len(function_executions(t, keys, start, end, fns[f])) for f in fns}
     ops = {f: len(np.unique(t.name[np.isin(t.program, fns[f])])) for f in fns}
     again = [f for f in order if runs[f] > 1 and (not multi_op_only or ops[f] > 1)]
@@ -373,15 +377,15 @@ def dispatch_times(t: EventTable, spans: tuple[np.ndarray, ...], host: int, disp
 
 
 def device_steps(t: EventTable, spans: tuple[np.ndarray, ...], host: int, marked: list[tuple[int, float, float]],
-                 dispatches: dict[str, np.ndarray]) -> tuple[list[tuple[int, float, float]], dict[str, float]]:
+                 dispatches: dict[str, np.ndarray]) -> list[tuple[int, float, float, frozenset]]:
     """One host's marked steps (number, start ns, end ns) as the device's work: step k is the executions
-    dispatched inside marked step k, from its first execution's start to the next step's first start (the last
-    step: to its last execution's end). Also: per function (base name), in how many steps it was dispatched.
-    Empty when no dispatch falls inside a marked step with an execution (then the caller falls back)."""
+    dispatched inside marked step k, as rows of (number, its first execution's start, its last execution's end,
+    the functions (base names) it ran), in time order; :func:`tiled` makes them steps. Empty when no dispatch
+    falls inside a marked step with an execution (then the caller falls back)."""
     keys, _, start, end, _ = spans
     matched, at = dispatch_times(t, spans, host, dispatches)
     if not matched.any() or not marked:
-        return [], {}
+        return []
     marked = sorted(marked, key=lambda s: s[1])
     m_start = np.asarray([s for _, s, _ in marked])
     m_end = np.asarray([e for _, _, e in marked])
@@ -390,22 +394,30 @@ def device_steps(t: EventTable, spans: tuple[np.ndarray, ...], host: int, marked
     inside = (k >= 0) & (at[rows] <= m_end[np.clip(k, 0, None)])
     rows, k = rows[inside], k[inside]
     if not len(rows):
-        return [], {}
+        return []
     first = np.full(len(marked), np.inf)
     last = np.full(len(marked), -np.inf)
     np.minimum.at(first, k, start[rows])
     np.maximum.at(last, k, end[rows])
+    fns: dict[int, set] = {}
+    for r, kk in zip(rows.tolist(), k.tolist()):
+        fns.setdefault(kk, set()).add(base_name(t.programs[int(keys[r, 2])]))
     ran = np.flatnonzero(np.isfinite(first))
     ran = ran[np.argsort(first[ran], kind="stable")]
-    steps = []
-    for j, i in enumerate(ran.tolist()):
-        s = float(first[i])
-        e = float(first[ran[j + 1]]) if j + 1 < len(ran) else float(last[i])
-        steps.append((int(marked[i][0]), s, max(e, s)))
-    counts: dict[str, set] = {}
-    for r, kk in zip(rows.tolist(), k.tolist()):
-        counts.setdefault(base_name(t.programs[int(keys[r, 2])]), set()).add(kk)
-    return steps, {f: float(len(v)) for f, v in counts.items()}
+    return [(int(marked[i][0]), float(first[i]), float(last[i]), frozenset(fns[i])) for i in ran.tolist()]
+
+
+def tiled(rows: list[tuple[int, float, float, frozenset]], function: str | None = None
+          ) -> list[tuple[int, float, float]]:
+    """Device steps (:func:`device_steps`' rows) as steps: each from its first execution's start to the next
+    step's (the last: to its last execution's end). ``function``: only the steps that ran it (a marked step whose
+    step function never ran inside the trace, only a small op dispatched beside it, is no step)."""
+    rows = [r for r in rows if function is None or function in r[3]]
+    out = []
+    for j, (n, s, e, _) in enumerate(rows):
+        end = rows[j + 1][1] if j + 1 < len(rows) else e
+        out.append((n, s, max(end, s)))
+    return out
 
 
 def steps_by_time(t: EventTable, spans: tuple[np.ndarray, ...], host: int, marked: list[tuple[int, float, float]],
@@ -435,3 +447,217 @@ def steps_by_time(t: EventTable, spans: tuple[np.ndarray, ...], host: int, marke
         e = float(ex[i + 1, 0]) if i + 1 < n else float(ex[i, 1])
         steps.append((int(marked[i][0]), float(ex[i, 0]), max(e, float(ex[i, 0]))))
     return steps
+
+
+# -- the steps of a profile ---------------------------------------------------------------------------------------
+
+def infer_steps(t: EventTable, step_fn: str | None = None, window_fn: str | None = None,
+                barriers_ns: np.ndarray | None = None) -> tuple[list[tuple[int, float, float]], object, int]:
+    """Steps where the trace has no markers (:mod:`rooflens.trace.steps`): (steps, the StepChoice, executions the
+    trace's end cut short). One execution holding most of the device time is the unit (one step, basis
+    ``execution``); else the step function's executions, across its programs, are the steps; a function that
+    ran once (no function ran more than once) is judged per execution, with no steps. ``barriers_ns``: where
+    left-out warm-up begins (:func:`rooflens.trace.steps.inferred_steps`)."""
+    from rooflens.trace.warmup import execution_spans
+
+    if not len(t):
+        return [], None, 0
+    spans = execution_spans(t)
+    keys, _, start, end, _ = spans
+    unit = None if step_fn or window_fn else unit_execution(t, spans)
+    if unit is not None:
+        fn, (s, e), share = unit
+        return [(0, s, e)], make_choice(t, spans, fn, unit_reason(share), "execution"), 0
+    picked = choose(t, keys, start, end, step_fn, window_fn=window_fn)
+    if picked is None:
+        return [], None, 0
+    steps, cut = inferred_steps(t, spans, picked[0], barriers_ns)
+    if len(steps) == 1 and not cut:
+        return [], make_choice(t, spans, picked[0], picked[1], "per execution"), 0
+    return steps, make_choice(t, spans, picked[0], picked[1], "executions"), cut
+
+
+def cut_note(program: str) -> str:
+    return (f"the last execution of {program} was cut short by the trace's end (its first ops ran inside the "
+            "trace, the rest never did): it is not a step")
+
+
+def window_fn(manifest: RunManifest) -> str | None:
+    taken = manifest.step_program
+    return (taken.program or taken.function) if taken is not None else None
+
+
+def named(profile, step_fn: str | None = None):
+    """A profile whose warm-up is not judged (a trace of your own, ``rl.capture``) with its step program named:
+    the marked steps' (already chosen), else the one execution holding most of the device time (the unit), else
+    the function with the most device time among those run more than once, judged per execution."""
+    from rooflens.trace.warmup import execution_spans
+
+    t = profile.table
+    choice = profile.step_choice
+    notes = list(profile.notes)
+    if choice is None and len(t):
+        spans = execution_spans(t)
+        keys, _, start, end, _ = spans
+        unit = None if step_fn else unit_execution(t, spans)
+        picked = ((unit[0], unit_reason(unit[2])) if unit is not None else
+                  choose(t, keys, start, end, step_fn, window_fn=window_fn(profile.manifest),
+                           multi_op_only=False))
+        if picked is not None:
+            runs = len(function_executions(t, keys, start, end, [c for c, p in enumerate(t.programs)
+                                                                   if p and base_name(p) == picked[0]]))
+            basis = "markers" if profile.steps else "execution" if unit is not None or runs == 1 else "per execution"
+            choice = make_choice(t, spans, picked[0], picked[1], basis)
+    if choice is None:
+        return profile
+    notes.append(choice.note(len(profile.steps)))
+    return dataclasses.replace(profile, notes=notes, step_choice=choice)
+
+
+def judge_window(profile, step_fn: str | None = None):
+    """A window of a run (``rooflens run --steps/--delay``, ``rooflens capture``): no warm-up inside,
+    and, without step annotations, the steps are the step function's executions in the window.
+
+    A window of steps holds exactly those executions (numbered from the window's first step); a
+    window of time cuts the executions at its two edges, so the first and the last are left out."""
+    from rooflens.trace.formats.raw import assign_steps
+
+    window = profile.metadata["window"]
+    steps, choice, cut = infer_steps(profile.table, step_fn, window_fn(profile.manifest))
+    if not steps or choice is None:
+        return named(profile, step_fn)
+    main = choice.program
+    first = 0
+    if "steps" in window:
+        first = int(window["steps"][0])
+    elif len(steps) >= 4:
+        steps = steps[1:-1]
+    steps = [(first + k, s, e) for k, (_, s, e) in enumerate(steps)]
+    assign_steps(profile.table, steps)
+    notes = [n for n in profile.notes if "no step annotations" not in n]
+    edges = "" if "steps" in window or len(steps) < 2 else ", the executions cut by the window's edges left out"
+    notes.append(f"no step annotations: the {len(steps)} steps are the executions of {choice.function} in the "
+                 f"window{edges}")
+    if cut:
+        notes.append(cut_note(main))
+    taken = profile.manifest.step_program  # rooflens run --steps: which function opened the window, and why
+    if taken is not None and taken.reason:
+        notes.append(f"the window's step program: {taken.reason}")
+    notes.append(choice.note(len(steps)))
+    return dataclasses.replace(profile, steps=steps, notes=notes, step_choice=choice)
+
+
+# -- several hosts: the host × step table -------------------------------------------------------------------------
+
+def groups_of(key: np.ndarray) -> list[np.ndarray]:
+    """Event indices per distinct key, in key order, each in time order (the table is sorted by start)."""
+    if not len(key):
+        return []
+    codes, inv = unique_inverse(key)
+    order = grouped_order(inv, len(codes))
+    return np.split(order, np.cumsum(np.bincount(inv, minlength=len(codes)))[:-1])
+
+
+@dataclass(frozen=True)
+class HostSteps:
+    """Several hosts side by side: each host's step times, and where their time goes."""
+
+    hosts: tuple[str, ...]
+    steps: tuple[int, ...]
+    times_s: tuple[tuple[float | None, ...], ...]  # host × step: that host's step time (None: not seen)
+    skew_s: tuple[float, ...]  # per step: slowest host's time minus the fastest's
+    collective_s: tuple[float, ...]  # per host: time in collectives per step and device (waiting included)
+    other_s: tuple[float, ...]  # per host: time in every other op per step and device
+    devices: tuple[int, ...]  # per host
+    # ops far slower on one host than on the others:
+    # (program, op, host, its mean s there, the hosts' median of means s, its runs there)
+    op_outliers: tuple[tuple[str, str, str, float, float, int], ...] = ()
+
+
+def host_steps(profile, categories: np.ndarray) -> HostSteps | None:
+    """The host × step table, for a run of several hosts (None for one). ``categories``: each event's
+    op category. A host's step runs from its first op of the step to its first op of the next (its
+    last step: to its last op), so host-side delays count in the step they hold up."""
+    t = profile.table
+    if len(t.hosts) < 2 or not len(t):
+        return None
+    steps, first_ps, last_ps = step_spans_ps(t)
+    nh = len(t.hosts)
+    comm = categories == "collective"
+    devs = np.bincount(unique_rows(t.host, t.device)[0][:, 0], minlength=nh)
+    coll = np.bincount(t.host[comm], weights=t.dur_ps[comm] * 1e-12, minlength=nh)
+    other = np.bincount(t.host[~comm], weights=t.dur_ps[~comm] * 1e-12, minlength=nh)
+    return host_steps_from(tuple(t.hosts), steps, first_ps * 1e-12, last_ps * 1e-12, coll, other, devs,
+                           _op_means(t, ~comm))
+
+
+def step_spans_ps(t) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The steps the events are in, and per host (row) and step (column) its first op's start and its last op's
+    end (ps, float; inf and -inf where the host has no event in the step)."""
+    in_step = t.step >= 0
+    steps = np.unique(t.step[in_step]) if in_step.any() else np.zeros(0, np.int32)
+    first = np.full((len(t.hosts), max(len(steps), 1)), np.inf)
+    last = np.full((len(t.hosts), max(len(steps), 1)), -np.inf)
+    if len(steps):
+        k = np.searchsorted(steps, t.step[in_step])
+        np.minimum.at(first, (t.host[in_step], k), t.start_ps[in_step].astype(np.float64))
+        np.maximum.at(last, (t.host[in_step], k), (t.start_ps[in_step] + t.dur_ps[in_step]).astype(np.float64))
+    return steps, first, last
+
+
+def host_steps_from(hosts: tuple[str, ...], steps: np.ndarray, first_s: np.ndarray, last_s: np.ndarray,
+                    collective_s: np.ndarray, other_s: np.ndarray, devices: np.ndarray, op_means: tuple) -> HostSteps:
+    """The host × step table from what each host measured: per step its first op's start and its last op's end
+    (host × step arrays, s; inf / -inf where it has none), its time in collectives and in every other op (s,
+    over the whole capture), its devices, and each op's mean and runs on it (:func:`op_outliers`' input)."""
+    nh, ns = len(hosts), len(steps)
+    times = []
+    for h in range(nh):
+        row: list[float | None] = []
+        for j in range(ns):
+            if not np.isfinite(first_s[h, j]):
+                row.append(None)
+                continue
+            nxt = first_s[h, j + 1] if j + 1 < ns and np.isfinite(first_s[h, j + 1]) else last_s[h, j]
+            row.append(float(nxt - first_s[h, j]))
+        times.append(tuple(row))
+    skew = tuple(float(max(c) - min(c)) if (c := [r[j] for r in times if r[j] is not None]) else 0.0
+                 for j in range(ns))
+    per = np.maximum(devices, 1) * max(ns, 1)
+    return HostSteps(hosts, tuple(int(s) for s in steps), tuple(times), skew,
+                     tuple(float(x) for x in collective_s / per), tuple(float(x) for x in other_s / per),
+                     tuple(int(d) for d in devices), op_outliers(*op_means))
+
+
+OUTLIER_RATIO = 1.5  # an op's mean on one host over its median across hosts
+
+
+def _op_means(t, sel: np.ndarray) -> tuple:
+    """Each (program, op, host) of the events ``sel``: its mean time (s) and runs, with names (op_outliers' input)."""
+    if not sel.any():
+        return (), np.zeros(0), np.zeros(0, np.int64)
+    rows, inv = unique_rows(t.program[sel], t.name[sel], t.host[sel])
+    runs = np.bincount(inv)
+    mean = np.bincount(inv, weights=t.dur_ps[sel] * 1e-12) / runs
+    named = [(t.programs[p], t.names[n], t.hosts[h]) for p, n, h in rows.tolist()]
+    return named, mean, runs
+
+
+def op_outliers(rows: list[tuple[str, str, str]], mean: np.ndarray, runs: np.ndarray) -> tuple:
+    """Ops (collectives left out: their time is mostly waiting) whose mean time on one host is over
+    OUTLIER_RATIO × their median over the hosts that ran them. ``rows``: (program, op, host), grouped by
+    (program, op); ``mean`` (s) and ``runs`` of each."""
+    if not len(rows):
+        return ()
+    op_key = {}
+    op_inv = np.asarray([op_key.setdefault(r[:2], len(op_key)) for r in rows], np.int64)
+    out = []
+    for mine in groups_of(op_inv):
+        if len(mine) < 2:
+            continue
+        med = float(np.median(mean[mine]))
+        worst = mine[np.argmax(mean[mine])]
+        if med > 0 and mean[worst] > OUTLIER_RATIO * med:
+            p, n, h = rows[worst]
+            out.append((p, n, h, float(mean[worst]), med, int(runs[worst])))
+    return tuple(sorted(out, key=lambda o: -(o[3] - o[4]) * o[5]))

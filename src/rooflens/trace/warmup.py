@@ -27,7 +27,14 @@ from rooflens.trace.events import EventTable, unique_rows
 from rooflens.trace.formats.compiled import njit, plain_twin
 from rooflens.trace.groupby import NUMPY_TWIN, group_extent, grouped_order, is_sorted
 from rooflens.trace.manifest import RunManifest
-from rooflens.trace.steps import base_name  # noqa: F401  (its home is the step model; callers import it here too)
+from rooflens.trace.steps import (  # noqa: F401  (their home is the step model; callers import them here too)
+    base_name,
+    cut_note,
+    infer_steps,
+    judge_window,
+    named,
+    window_fn,
+)
 
 _FULL = "_rooflens_full"  # where the run as traced (warm-up included) is kept on a judged Profile
 
@@ -384,37 +391,6 @@ def _warmup_programs(t: EventTable, exec_idx: np.ndarray, manifest: RunManifest,
     return sorted(out, key=lambda p: -((p.get("compile_s") or 0.0) + p["first_run_s"]))
 
 
-def infer_steps(t: EventTable, step_fn: str | None = None, window_fn: str | None = None,
-                barriers_ns: np.ndarray | None = None) -> tuple[list[tuple[int, float, float]], object, int]:
-    """Steps where the trace has no markers (:mod:`rooflens.trace.steps`): (steps, the StepChoice, executions the
-    trace's end cut short). One execution holding most of the device time is the unit (one step, basis
-    ``execution``); else the step function's executions, across its programs, are the steps; a function that
-    ran once (no function ran more than once) is judged per execution, with no steps. ``barriers_ns``: where
-    left-out warm-up begins (:func:`rooflens.trace.steps.inferred_steps`)."""
-    from rooflens.trace import steps as S
-
-    if not len(t):
-        return [], None, 0
-    spans = execution_spans(t)
-    keys, _, start, end, _ = spans
-    unit = None if step_fn or window_fn else S.unit_execution(t, spans)
-    if unit is not None:
-        fn, (s, e), share = unit
-        return [(0, s, e)], S.make_choice(t, spans, fn, S.unit_reason(share), "execution"), 0
-    picked = S.choose(t, keys, start, end, step_fn, window_fn=window_fn)
-    if picked is None:
-        return [], None, 0
-    steps, cut = S.inferred_steps(t, spans, picked[0], barriers_ns)
-    if len(steps) == 1 and not cut:
-        return [], S.make_choice(t, spans, picked[0], picked[1], "per execution"), 0
-    return steps, S.make_choice(t, spans, picked[0], picked[1], "executions"), cut
-
-
-def cut_note(program: str) -> str:
-    return (f"the last execution of {program} was cut short by the trace's end (its first ops ran inside the "
-            "trace, the rest never did): it is not a step")
-
-
 def _host_steady_start(t: EventTable, exec_idx: np.ndarray, code: int, meta: RunManifest, offset_ns: float,
                        steady_start_ns: float) -> dict:
     """Where the host's steady state begins when the steps are the main program's executions.
@@ -498,7 +474,7 @@ def judge(profile, step_fn: str | None = None):
 
             choice = make_choice(steady, execution_spans(steady), choice.function, choice.reason, choice.basis)
     else:
-        steps, choice, cut = infer_steps(steady, step_fn, _window_fn(manifest),
+        steps, choice, cut = infer_steps(steady, step_fn, window_fn(manifest),
                                          np.asarray(info["intervals_ns"]).reshape(-1, 2)[:, 0])
         main = choice.program if choice is not None else ""
         if cut:
@@ -522,71 +498,6 @@ def judge(profile, step_fn: str | None = None):
                                  metadata={**meta, "steady_state": info})
     object.__setattr__(judged, _FULL, profile)
     return judged
-
-
-def _window_fn(manifest: RunManifest) -> str | None:
-    taken = manifest.step_program
-    return (taken.program or taken.function) if taken is not None else None
-
-
-def named(profile, step_fn: str | None = None):
-    """A profile whose warm-up is not judged (a trace of your own, ``rl.capture``) with its step program named:
-    the marked steps' (already chosen), else the one execution holding most of the device time (the unit), else
-    the function with the most device time among those run more than once, judged per execution."""
-    from rooflens.trace import steps as S
-
-    t = profile.table
-    choice = profile.step_choice
-    notes = list(profile.notes)
-    if choice is None and len(t):
-        spans = execution_spans(t)
-        keys, _, start, end, _ = spans
-        unit = None if step_fn else S.unit_execution(t, spans)
-        picked = ((unit[0], S.unit_reason(unit[2])) if unit is not None else
-                  S.choose(t, keys, start, end, step_fn, window_fn=_window_fn(profile.manifest),
-                           multi_op_only=False))
-        if picked is not None:
-            runs = len(S.function_executions(t, keys, start, end, [c for c, p in enumerate(t.programs)
-                                                                   if p and S.base_name(p) == picked[0]]))
-            basis = "markers" if profile.steps else "execution" if unit is not None or runs == 1 else "per execution"
-            choice = S.make_choice(t, spans, picked[0], picked[1], basis)
-    if choice is None:
-        return profile
-    notes.append(choice.note(len(profile.steps)))
-    return dataclasses.replace(profile, notes=notes, step_choice=choice)
-
-
-def judge_window(profile, step_fn: str | None = None):
-    """A window of a run (``rooflens run --steps/--delay``, ``rooflens capture``): no warm-up inside,
-    and, without step annotations, the steps are the step function's executions in the window.
-
-    A window of steps holds exactly those executions (numbered from the window's first step); a
-    window of time cuts the executions at its two edges, so the first and the last are left out."""
-    from rooflens.trace.formats.raw import assign_steps
-
-    window = profile.metadata["window"]
-    steps, choice, cut = infer_steps(profile.table, step_fn, _window_fn(profile.manifest))
-    if not steps or choice is None:
-        return named(profile, step_fn)
-    main = choice.program
-    first = 0
-    if "steps" in window:
-        first = int(window["steps"][0])
-    elif len(steps) >= 4:
-        steps = steps[1:-1]
-    steps = [(first + k, s, e) for k, (_, s, e) in enumerate(steps)]
-    assign_steps(profile.table, steps)
-    notes = [n for n in profile.notes if "no step annotations" not in n]
-    edges = "" if "steps" in window or len(steps) < 2 else ", the executions cut by the window's edges left out"
-    notes.append(f"no step annotations: the {len(steps)} steps are the executions of {choice.function} in the "
-                 f"window{edges}")
-    if cut:
-        notes.append(cut_note(main))
-    taken = profile.manifest.step_program  # rooflens run --steps: which function opened the window, and why
-    if taken is not None and taken.reason:
-        notes.append(f"the window's step program: {taken.reason}")
-    notes.append(choice.note(len(steps)))
-    return dataclasses.replace(profile, steps=steps, notes=notes, step_choice=choice)
 
 
 def with_warmup(profile):
