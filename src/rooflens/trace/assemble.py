@@ -221,7 +221,7 @@ def marked_as_device_steps(table: EventTable, raws: list[RawTrace], marked_by_ho
         host = table.hosts.index(r.host)
         if r.steps_ran or not marked:
             out.append(marked)
-            basis.add("markers")
+            basis.add("executions" if r.steps_ran else "markers")  # Nsight's steps: executions that ran
             continue
         rows = S.device_steps(table, spans, host, marked, dispatches_of.get(r.host, {}))
         if rows:
@@ -242,7 +242,7 @@ def marked_as_device_steps(table: EventTable, raws: list[RawTrace], marked_by_ho
     out = [S.tiled(h, auto[0] if auto else None) if h and len(h[0]) == 4 else h for h in out]
     if picked is None:
         return out, None
-    main = "dispatch" if "dispatch" in basis else "time" if "time" in basis else "markers"
+    main = next(b for b in ("dispatch", "time", "executions", "markers") if b in basis)
     return out, S.make_choice(table, spans, picked[0], picked[1], main)
 
 

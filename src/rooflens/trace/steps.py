@@ -291,7 +291,8 @@ def make_choice(t: EventTable, spans: tuple[np.ndarray, ...], function: str, rea
 
 # -- steps without markers ----------------------------------------------------------------------------------------
 
-def unit_execution(t: EventTable, spans: tuple[np.ndarray, ...]) -> tuple[str, tuple[float, float], float] | None:
+def unit_execution(t: EventTable, spans: tuple[np.ndarray, ...], dispatches_of: dict | None = None
+                   ) -> tuple[str, tuple[float, float], float] | None:
     """The one execution that holds most (UNIT_SHARE) of the device time, when there is one and no function run
     more than once takes UNIT_RIVAL of it per execution: (its function, its (start, end) ns, its share of the op
     time). A training in one ``jit`` called once, a kernel script."""
@@ -311,6 +312,8 @@ def unit_execution(t: EventTable, spans: tuple[np.ndarray, ...]) -> tuple[str, t
     code, ex = int(rows[k, 0]), int(rows[k, 1])
     mine = (keys[:, 2] == code) & (keys[:, 3] == ex)
     fn, span = base_name(t.programs[code]), (float(start[mine].min()), float(end[mine].max()))
+    if dispatched(t, dispatches_of or {}).get(fn, 0) > 1:
+        return None  # the host called it several times: executions the trace could not tell apart, not one
     present = np.unique(keys[:, 2])
     for other, codes in functions_of(t.programs, present).items():  # a loop of real steps beside it wins
         if other == fn or len(np.unique(t.name[np.isin(t.program, codes)])) < 2:
@@ -319,6 +322,18 @@ def unit_execution(t: EventTable, spans: tuple[np.ndarray, ...]) -> tuple[str, t
         if len(ex_other) > 1 and np.median(ex_other[:, 1] - ex_other[:, 0]) >= UNIT_RIVAL * (span[1] - span[0]):
             return None
     return fn, span, float(per[k] / total)
+
+
+def dispatched(t: EventTable, dispatches_of: dict[str, dict[str, np.ndarray]]) -> dict[str, int]:
+    """Per function (base name): the host's dispatches of it (its most on any one host)."""
+    from rooflens.trace.dispatch import program_of
+
+    out: dict[str, int] = {}
+    for dispatches in dispatches_of.values():
+        for fn, starts in dispatches.items():
+            for f in {base_name(t.programs[c]) for c in program_of(fn, t.programs)}:
+                out[f] = max(out.get(f, 0), len(starts))
+    return out
 
 
 def unit_reason(share: float) -> str:
@@ -452,7 +467,8 @@ def steps_by_time(t: EventTable, spans: tuple[np.ndarray, ...], host: int, marke
 # -- the steps of a profile ---------------------------------------------------------------------------------------
 
 def infer_steps(t: EventTable, step_fn: str | None = None, window_fn: str | None = None,
-                barriers_ns: np.ndarray | None = None) -> tuple[list[tuple[int, float, float]], object, int]:
+                barriers_ns: np.ndarray | None = None, dispatches_of: dict | None = None
+                ) -> tuple[list[tuple[int, float, float]], object, int]:
     """Steps where the trace has no markers (:mod:`rooflens.trace.steps`): (steps, the StepChoice, executions the
     trace's end cut short). One execution holding most of the device time is the unit (one step, basis
     ``execution``); else the step function's executions, across its programs, are the steps; a function that
@@ -464,7 +480,7 @@ def infer_steps(t: EventTable, step_fn: str | None = None, window_fn: str | None
         return [], None, 0
     spans = execution_spans(t)
     keys, _, start, end, _ = spans
-    unit = None if step_fn or window_fn else unit_execution(t, spans)
+    unit = None if step_fn or window_fn else unit_execution(t, spans, dispatches_of)
     if unit is not None:
         fn, (s, e), share = unit
         return [(0, s, e)], make_choice(t, spans, fn, unit_reason(share), "execution"), 0
@@ -499,7 +515,7 @@ def named(profile, step_fn: str | None = None):
     if choice is None and len(t):
         spans = execution_spans(t)
         keys, _, start, end, _ = spans
-        unit = None if step_fn else unit_execution(t, spans)
+        unit = None if step_fn else unit_execution(t, spans, profile.dispatches_of)
         picked = ((unit[0], unit_reason(unit[2])) if unit is not None else
                   choose(t, keys, start, end, step_fn, window_fn=window_fn(profile.manifest),
                            multi_op_only=False))
@@ -523,7 +539,8 @@ def judge_window(profile, step_fn: str | None = None):
     from rooflens.trace.formats.raw import assign_steps
 
     window = profile.metadata["window"]
-    steps, choice, cut = infer_steps(profile.table, step_fn, window_fn(profile.manifest))
+    steps, choice, cut = infer_steps(profile.table, step_fn, window_fn(profile.manifest),
+                                     dispatches_of=profile.dispatches_of)
     if not steps or choice is None:
         return named(profile, step_fn)
     main = choice.program

@@ -475,7 +475,7 @@ def judge(profile, step_fn: str | None = None):
             choice = make_choice(steady, execution_spans(steady), choice.function, choice.reason, choice.basis)
     else:
         steps, choice, cut = infer_steps(steady, step_fn, window_fn(manifest),
-                                         np.asarray(info["intervals_ns"]).reshape(-1, 2)[:, 0])
+                                         np.asarray(info["intervals_ns"]).reshape(-1, 2)[:, 0], profile.dispatches_of)
         main = choice.program if choice is not None else ""
         if cut:
             notes.append(cut_note(main))
@@ -515,7 +515,7 @@ def with_warmup(profile):
     choice = profile.step_choice
     if not steps:
         step_fn = choice.function if choice is not None else None
-        steps, choice, cut = infer_steps(full.table, step_fn)
+        steps, choice, cut = infer_steps(full.table, step_fn, dispatches_of=full.dispatches_of)
         if cut:
             notes.append(cut_note(choice.program))
         if steps:
