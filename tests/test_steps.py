@@ -218,3 +218,26 @@ def _ops_per_run(logs: Path, program_id: int) -> list[int]:
                 if st.get("program_id") == program_id and "run_id" in st and "hlo_op" in st:
                     count[st["run_id"]] = count.get(st["run_id"], 0) + 1
     return sorted(count.values())
+
+
+def test_markers_without_dispatch_events_are_grouped_by_time_alike(env, runs):
+    """The same annotated trace with its host dispatch events taken out (as TPU and GPU captures of other tools
+    and Chrome exports may come): the steps are the step program's executions one per marked step, in order,
+    and time the same as the dispatch-matched ones; the steps' note says which basis was used."""
+    import dataclasses
+
+    import rooflens as rl
+    from rooflens.trace import discover
+    from rooflens.trace.assemble import assemble
+    from rooflens.trace.formats.xspace.reader import read_xspace
+
+    logs = runs("annotated")
+    matched = rl.load(logs)
+    run_dirs, host_files = discover.find([str(logs)])
+    raws = [dataclasses.replace(read_xspace(Path(f.path)), dispatches={}) for f in host_files]
+    by_time = assemble([str(logs)], run_dirs, raws, [f.path for f in host_files])
+    assert matched.step_choice.basis == "dispatch" and by_time.step_choice.basis == "time"
+    assert [n for n, _, _ in by_time.steps] == [n for n, _, _ in matched.steps]
+    np.testing.assert_allclose([e - s for _, s, e in by_time.steps], [e - s for _, s, e in matched.steps],
+                               rtol=1e-9)
+    assert any(n.startswith("steps: ") and "grouping by time" in n for n in by_time.notes), by_time.notes

@@ -231,8 +231,8 @@ def marked_as_device_steps(table: EventTable, raws: list[RawTrace], marked_by_ho
                 for f in row[3]:
                     weight[f] = weight.get(f, 0.0) + 1
             continue
-        picked = S.choose(table, spans[0], spans[2], spans[3], step_fn, window_fn=_window_fn(manifest))
-        by_time = S.steps_by_time(table, spans, host, marked, picked[0]) if picked else None
+        by = S.choose(table, spans[0], spans[2], spans[3], None, window_fn=_window_fn(manifest))  # the markers'
+        by_time = S.steps_by_time(table, spans, host, marked, by[0]) if by else None
         out.append(by_time or marked)
         basis.add("time" if by_time else "markers")
     auto = S.choose(table, spans[0], spans[2], spans[3], None, preferred=weight or None,

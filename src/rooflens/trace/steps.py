@@ -247,7 +247,8 @@ def choose(t: EventTable, keys: np.ndarray, start: np.ndarray, end: np.ndarray, 
         best = max(preferred, key=lambda f: (busy.get(f, 0.0), preferred[f]))
         return best, f"dispatched in {preferred[best]:g} of the marked steps, the most device time of those there"
     runs = {f: len(function_executions(t, keys, start, end, fns[f])) for f in fns}
-    ops = {f: len(np.unique(t.name[np.isin(t.program, fns[f])])) for f in fns}
+    ops = ops_per_function(t)
+    ops = {f: ops.get(f, 0) for f in fns}
     again = [f for f in order if runs[f] > 1 and (not multi_op_only or ops[f] > 1)]
     if again:
         return again[0], "the function with the most device time among those run more than once"
@@ -255,6 +256,17 @@ def choose(t: EventTable, keys: np.ndarray, start: np.ndarray, end: np.ndarray, 
         return None  # only eager ops ran again (one op each): no step function
     once = [f for f in order if ops[f] > 1] or order  # every function ran once (kernels run once): the heaviest
     return once[0], "no function ran more than once: the one with the most device time, judged per execution"
+
+
+def ops_per_function(t: EventTable) -> dict[str, int]:
+    """Each function's (base name's) distinct ops, over its programs: one table pass."""
+    if not len(t):
+        return {}
+    fns = sorted({base_name(p) for p in t.programs})
+    fn_of = np.asarray([fns.index(base_name(p)) for p in t.programs], np.int64)
+    pairs = unique_rows(fn_of[t.program], t.name)[0]
+    counts = np.bincount(pairs[:, 0], minlength=len(fns))
+    return {f: int(counts[k]) for k, f in enumerate(fns) if f}
 
 
 def function_busy_ns(t: EventTable) -> dict[str, float]:
@@ -303,9 +315,8 @@ def unit_execution(t: EventTable, spans: tuple[np.ndarray, ...], dispatches_of: 
     from rooflens.trace.warmup import execution_index
 
     idx = execution_index(t)
-    rows, inv = np.unique(np.stack([t.program.astype(np.int64), idx.astype(np.int64)], axis=1), axis=0,
-                          return_inverse=True)
-    per = np.bincount(inv.reshape(-1), weights=t.dur_ns, minlength=len(rows))
+    rows, inv = unique_rows(t.program, idx)
+    per = np.bincount(inv, weights=t.dur_ns, minlength=len(rows))
     k = int(np.argmax(per))
     if total <= 0 or per[k] < UNIT_SHARE * total:
         return None
@@ -315,8 +326,9 @@ def unit_execution(t: EventTable, spans: tuple[np.ndarray, ...], dispatches_of: 
     if dispatched(t, dispatches_of or {}).get(fn, 0) > 1:
         return None  # the host called it several times: executions the trace could not tell apart, not one
     present = np.unique(keys[:, 2])
+    ops = ops_per_function(t)
     for other, codes in functions_of(t.programs, present).items():  # a loop of real steps beside it wins
-        if other == fn or len(np.unique(t.name[np.isin(t.program, codes)])) < 2:
+        if other == fn or ops.get(other, 0) < 2:
             continue
         ex_other = function_executions(t, keys, start, end, codes)
         if len(ex_other) > 1 and np.median(ex_other[:, 1] - ex_other[:, 0]) >= UNIT_RIVAL * (span[1] - span[0]):
@@ -451,9 +463,10 @@ def steps_by_time(t: EventTable, spans: tuple[np.ndarray, ...], host: int, marke
     ex = ex[ex[:, 0] >= marked[0][1]]
     if not len(ex):
         return None
-    m = np.asarray([[s, e] for _, s, e in marked])
-    held = np.minimum(ex[:, 1, None], m[None, :, 1]) - np.maximum(ex[:, 0, None], m[None, :, 0])
-    inside = float(np.clip(held, 0, None).sum())
+    from rooflens.trace.warmup import covered_below, merge_intervals
+
+    m = merge_intervals(np.asarray([[s, e] for _, s, e in marked], float))
+    inside = float((covered_below(ex[:, 1], m) - covered_below(ex[:, 0], m)).sum())
     if inside >= HOST_HOLDS * float((ex[:, 1] - ex[:, 0]).sum()):
         return None
     n = min(len(ex), len(marked))
