@@ -18,6 +18,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rooflens.trace.steps import check_steps
+
 SCRIPTS = Path(__file__).parent / "step_scripts"
 
 
@@ -241,3 +243,7 @@ def test_markers_without_dispatch_events_are_grouped_by_time_alike(env, runs):
     np.testing.assert_allclose([e - s for _, s, e in by_time.steps], [e - s for _, s, e in matched.steps],
                                rtol=1e-9)
     assert any(n.startswith("steps: ") and "grouping by time" in n for n in by_time.notes), by_time.notes
+    for prof in (matched, by_time):  # the step model's own invariants: in order, none overlapping
+        check_steps(prof.steps)
+    with pytest.raises(AssertionError, match="overlaps"):
+        check_steps([(0, 0.0, 10.0), (1, 5.0, 12.0)])

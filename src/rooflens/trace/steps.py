@@ -22,9 +22,9 @@ step is measured, never guessed from the host's side alone:
   ``jit_make_step(12)`` then ``jit_make_step(57)``) keeps its steps across its programs: programs are grouped by
   their base name (:func:`base_name`).
 * **The step program** (:class:`StepChoice`) is the function the steps are of: ``--step-fn NAME`` where given,
-  else the window's function (``rooflens run --steps``), else the function dispatched in the most marked steps,
-  else the one with the most device time among those run more than once. The note, the Step line and the JSON
-  name the same one, with the other candidates and their executions.
+  else the window's function (``rooflens run --steps``), else the one with the most device time among those
+  dispatched inside marked steps, else the one with the most device time among those run more than once. The
+  note, the Step line and the JSON name the same one, with the other candidates and their executions.
 
 Invariants (:func:`check_steps`): steps are in time order, each ends no earlier than it starts, and no two
 overlap. Pure functions of the event table and what the formats read: no files, no printing.
@@ -381,7 +381,8 @@ def dispatch_times(t: EventTable, spans: tuple[np.ndarray, ...], host: int, disp
     """For the executions (rows of ``spans``) of host code ``host``: which were matched with a dispatch, and that
     dispatch's time (ns; nan where none). A function's dispatches and its programs' executions on each device are
     matched first in, first out, from its first dispatch in the trace (executions before it were dispatched
-    before the trace began)."""
+    before the trace began; so were the first ones after it when more ran than were dispatched: a window opened
+    while the device still ran work queued before it)."""
     from rooflens.trace.dispatch import program_of
     from rooflens.trace.manifest import DRAIN_FUNCTION
 
@@ -398,6 +399,8 @@ def dispatch_times(t: EventTable, spans: tuple[np.ndarray, ...], host: int, disp
         for d in np.unique(keys[mine, 1]).tolist():
             rows = np.flatnonzero(mine & (keys[:, 1] == d))
             rows = rows[np.argsort(start[rows], kind="stable")]
+            if len(rows) > len(starts):  # more ran than the trace saw dispatched: the first were queued before it
+                rows = rows[len(rows) - len(starts):]
             n = min(len(rows), len(starts))
             at[rows[:n]] = starts[:n]
     return ~np.isnan(at), at
