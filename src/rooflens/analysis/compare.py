@@ -97,7 +97,7 @@ def compute_concurrency(profile: Profile) -> float:
     name_code = {n: i for i, n in enumerate(t.names)}
     comm = np.zeros(len(t.programs) * (len(t.names) + 1), dtype=bool)
     for (program, name), oi in info.items():
-        if oi.category == "collective":
+        if oi.category == "collective" and program in prog_code and name in name_code:  # a pod's: its sampled step
             comm[prog_code[program] * (len(t.names) + 1) + name_code[name]] = True
     keep = ~comm[t.program.astype(np.int64) * (len(t.names) + 1) + t.name]
     start, end = t.start_ns[keep], t.end_ns[keep]

@@ -205,7 +205,7 @@ def warmup_executions(t: EventTable, exec_idx: np.ndarray) -> np.ndarray:
 # -- the step program ---------------------------------------------------------------------------------------------
 
 def _letters(name: str) -> str:
-    from rooflens.trace.dispatch import _letters as letters  # one rule for function ↔ program names
+    from rooflens.trace.dispatch import letters_of as letters  # one rule for function ↔ program names
 
     return letters(name)
 
@@ -483,13 +483,14 @@ def steps_by_time(t: EventTable, spans: tuple[np.ndarray, ...], host: int, marke
 # -- the steps of a profile ---------------------------------------------------------------------------------------
 
 def infer_steps(t: EventTable, step_fn: str | None = None, window_fn: str | None = None,
-                barriers_ns: np.ndarray | None = None, dispatches_of: dict | None = None
+                barriers_ns=None, dispatches_of: dict | None = None
                 ) -> tuple[list[tuple[int, float, float]], object, int]:
     """Steps where the trace has no markers (:mod:`rooflens.trace.steps`): (steps, the StepChoice, executions the
     trace's end cut short). One execution holding most of the device time is the unit (one step, basis
     ``execution``); else the step function's executions, across its programs, are the steps; a function that
     ran once (no function ran more than once) is judged per execution, with no steps. ``barriers_ns``: where
-    left-out warm-up begins (:func:`rooflens.trace.steps.inferred_steps`)."""
+    left-out warm-up begins (:func:`rooflens.trace.steps.inferred_steps`), or a function of the step function
+    giving them (its own compilations and first runs)."""
     from rooflens.trace.warmup import execution_spans
 
     if not len(t):
@@ -503,7 +504,7 @@ def infer_steps(t: EventTable, step_fn: str | None = None, window_fn: str | None
     picked = choose(t, keys, start, end, step_fn, window_fn=window_fn)
     if picked is None:
         return [], None, 0
-    steps, cut = inferred_steps(t, spans, picked[0], barriers_ns)
+    steps, cut = inferred_steps(t, spans, picked[0], barriers_ns(picked[0]) if callable(barriers_ns) else barriers_ns)
     if len(steps) == 1 and not cut:
         return [], make_choice(t, spans, picked[0], picked[1], "per execution"), 0
     return steps, make_choice(t, spans, picked[0], picked[1], "executions"), cut

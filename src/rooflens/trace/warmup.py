@@ -391,6 +391,19 @@ def _warmup_programs(t: EventTable, exec_idx: np.ndarray, manifest: RunManifest,
     return sorted(out, key=lambda p: -((p.get("compile_s") or 0.0) + p["first_run_s"]))
 
 
+def own_warmup_starts_ns(t: EventTable, warm: np.ndarray, manifest: RunManifest, function: str,
+                         offset_ns: float) -> np.ndarray:
+    """Where a step function's own warm-up begins (table ns): its compilations and its programs' first runs. A
+    step before one ends there: the host compiling the function's next program is warm-up, not that step's."""
+    from rooflens.trace.dispatch import letters_of as letters
+
+    want = letters(function)
+    comp = [s * 1e9 + offset_ns for s, _, name in compile_spans_unix_s(manifest) if name and letters(name) == want]
+    codes = [c for c, p in enumerate(t.programs) if p and base_name(p) == function]
+    first = t.start_ns[warm & np.isin(t.program, codes)]
+    return np.sort(np.concatenate([np.asarray(comp, float), first.astype(float)]))
+
+
 def _host_steady_start(t: EventTable, exec_idx: np.ndarray, code: int, meta: RunManifest, offset_ns: float,
                        steady_start_ns: float) -> dict:
     """Where the host's steady state begins when the steps are the main program's executions.
@@ -475,7 +488,8 @@ def judge(profile, step_fn: str | None = None):
             choice = make_choice(steady, execution_spans(steady), choice.function, choice.reason, choice.basis)
     else:
         steps, choice, cut = infer_steps(steady, step_fn, window_fn(manifest),
-                                         np.asarray(info["intervals_ns"]).reshape(-1, 2)[:, 0], profile.dispatches_of)
+                                         lambda fn: own_warmup_starts_ns(t, warm, manifest, fn, info["offset_ns"]),
+                                         profile.dispatches_of)
         main = choice.program if choice is not None else ""
         if cut:
             notes.append(cut_note(main))
