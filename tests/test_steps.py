@@ -181,7 +181,8 @@ def test_pallas_kernels_run_once_are_analysed(env, runs):
     assert {"jit_add", "jit_scale"} <= ran, ran  # each ran once: analysed, not left out as warm-up
     for name in ("jit_add", "jit_scale"):
         assert len(executions(logs, name)) == 1
-    assert doc["steps"]["count"] == 0 and doc["steps"]["breakdown"]["basis"] == "executions"
+    st = doc["steps"]  # judged per execution: no steps, or one kernel holding most of the time as the unit
+    assert st["breakdown"]["basis"] == "executions" and (st["count"] == 0 or st["basis"] == "execution"), st
     nothing_impossible(doc)
 
 
