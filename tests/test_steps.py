@@ -158,8 +158,8 @@ def test_step_fn_chooses_the_step_program_and_a_bad_name_lists_the_candidates(en
 # -- every program that ran counts -------------------------------------------------------------------------------
 
 def test_a_training_jitted_whole_is_one_execution_the_unit(env, runs):
-    """PureJaxRL's shape: a lax.scan of 40 PPO updates inside one jit, called once. Its execution is analysed
-    (not warm-up), reported per execution with its loop's 40 iterations, and has no step-variance finding."""
+    """PureJaxRL's shape: a lax.scan of 12 PPO updates inside one jit, called once. Its execution is analysed
+    (not warm-up), reported per execution with its loop's 12 iterations, and has no step-variance finding."""
     logs = runs("ppo_scan")
     doc = report(env, logs)
     ex = executions(logs, "jit_train")
@@ -167,7 +167,7 @@ def test_a_training_jitted_whole_is_one_execution_the_unit(env, runs):
     st, b = doc["steps"], doc["steps"]["breakdown"]
     assert (st["count"], st["basis"], st["program"]) == (1, "execution", "jit_train")
     assert st["mean_s"] == pytest.approx((ex[0][1] - ex[0][0]) * 1e-9, rel=1e-6)
-    assert (b["program"], b["basis"], b["trip_count"]) == ("jit_train", "executions", 40)  # UPDATES in the script
+    assert (b["program"], b["basis"], b["trip_count"]) == ("jit_train", "executions", 12)  # UPDATES in the script
     assert any(s["program"] == "jit_train" for s in doc["op_stats"])
     assert "step-variance" not in {f["rule"] for f in doc["findings"]}
     assert any("the unit is the one execution of jit_train" in n for n in doc["notes"])

@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-OBS, ACT, HID, ENVS, T, UPDATES = 8, 4, 64, 16, 32, 40
+OBS, ACT, HID, ENVS, T, UPDATES = 8, 4, 64, 16, 16, 12
 
 
 def init(key):
