@@ -178,28 +178,32 @@ def functions_of(programs: list[str], present: np.ndarray) -> dict[str, list[int
 
 def warmup_executions(t: EventTable, exec_idx: np.ndarray) -> np.ndarray:
     """For every event, whether it is warm-up: its program's first execution, when its function runs again
-    later (another execution of the program, or a later program of the same function). A program run once
-    whose function never runs again (a whole training in one ``jit``, a kernel run once) is not warm-up."""
+    later on its host (another execution of the program, or a later program of the same function). A program
+    run once whose function never runs again (a whole training in one ``jit``, a kernel run once) is not
+    warm-up. Judged host by host: a pod's hosts start their steps at different times."""
+    out = np.zeros(len(t), bool)
     if not len(t):
-        return np.zeros(0, bool)
-    first = exec_idx == 0
-    n_prog = len(t.programs)
-    runs = np.zeros(n_prog, np.int64)
-    np.maximum.at(runs, t.program, exec_idx.astype(np.int64) + 1)
-    first_start = np.full(n_prog, np.inf)
-    last_start = np.full(n_prog, -np.inf)
-    np.minimum.at(first_start, t.program, t.start_ns)
-    np.maximum.at(last_start, t.program, t.start_ns)
-    again = runs > 1
+        return out
     by_fn: dict[str, list[int]] = {}
     for c, p in enumerate(t.programs):
-        if np.isfinite(first_start[c]):
-            by_fn.setdefault(base_name(p), []).append(c)
-    for codes in by_fn.values():
-        for c in codes:
-            if not again[c]:
-                again[c] = any(first_start[o] > last_start[c] for o in codes if o != c)
-    return first & again[t.program]
+        by_fn.setdefault(base_name(p), []).append(c)
+    n_prog = len(t.programs)
+    for h in np.unique(t.host).tolist():
+        mine = t.host == h
+        prog, start = t.program[mine], t.start_ns[mine]
+        runs = np.zeros(n_prog, np.int64)
+        np.maximum.at(runs, prog, exec_idx[mine].astype(np.int64) + 1)
+        first_start = np.full(n_prog, np.inf)
+        last_start = np.full(n_prog, -np.inf)
+        np.minimum.at(first_start, prog, start)
+        np.maximum.at(last_start, prog, start)
+        again = runs > 1
+        for codes in by_fn.values():
+            for c in codes:
+                if not again[c] and np.isfinite(first_start[c]):
+                    again[c] = any(first_start[o] > last_start[c] for o in codes if o != c)
+        out[mine] = (exec_idx[mine] == 0) & again[prog]
+    return out
 
 
 # -- the step program ---------------------------------------------------------------------------------------------
