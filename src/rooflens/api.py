@@ -14,13 +14,13 @@ from rooflens.trace import Profile, load
 
 def load_report(paths: str | list[str], hlo_dir: str | None = None, chip: str | Chip | None = None,
                 include_warmup: bool = False, before_analysis=None, workers: int = 1, engine: str = "local",
-                ray_address: str | None = None, merge: str = "auto") -> Report:
+                ray_address: str | None = None, merge: str = "auto", step_fn: str | None = None) -> Report:
     """Logdirs, run directories or trace files read and analysed: the one load → analyze pipeline of
     ``rooflens report``, ``diff`` and ``check``. ``before_analysis(profile)`` runs in between (the CLI
     calibrates a CPU it has never measured there). With no chip given and none to be had, the report
-    has no roofline but every other finding."""
+    has no roofline but every other finding. ``step_fn``: the step program (a function or program name)."""
     prof = load(paths, hlo_dir=hlo_dir, workers=workers, engine=engine, ray_address=ray_address, merge=merge,
-                include_warmup=include_warmup)
+                include_warmup=include_warmup, step_fn=step_fn)
     if before_analysis is not None:
         before_analysis(prof)
     return analyze_profile(prof, chip=chip, memory=read_run_memory(prof), require_roofline=False)

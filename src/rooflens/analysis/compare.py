@@ -143,7 +143,7 @@ def compute_concurrency(profile: Profile) -> float:
     name_code = {n: i for i, n in enumerate(t.names)}
     comm = np.zeros(len(t.programs) * (len(t.names) + 1), dtype=bool)
     for (program, name), oi in info.items():
-        if oi.category == "collective":
+        if oi.category == "collective" and program in prog_code and name in name_code:  # a pod's: its sampled step
             comm[prog_code[program] * (len(t.names) + 1) + name_code[name]] = True
     keep = ~comm[t.program.astype(np.int64) * (len(t.names) + 1) + t.name]
     start, end = t.start_ns[keep], t.end_ns[keep]
@@ -351,27 +351,59 @@ def per_execution(p: OpPrediction | None, runs: float, program: str) -> OpPredic
 # -- steps ----------------------------------------------------------------------------------------
 
 def step_breakdowns(stats: OpStats, comparison: list[OpComparison], roofs: Roofs | None, n_dev: int,
-                    serial: float = 1.0, executions: dict | None = None) -> list[StepBreakdown]:
-    """Every program's step per device, most time first (the first is the main program's). With no
-    steps, ``executions`` (:func:`rooflens.trace.warmup.program_executions`) makes each program
-    judged per execution of its own, not over the capture window."""
+                    serial: float = 1.0, executions: dict | None = None,
+                    modules: dict | None = None) -> list[StepBreakdown]:
+    """Every program's step per device, the step program's first (:attr:`OpStats.step_choice`; else the program
+    with the most time), then most time first. With no steps, ``executions``
+    (:func:`rooflens.trace.warmup.program_executions`) makes each program judged per execution of its own, not
+    over the capture window. ``modules``: the programs' HLO (the unit's loop trip count)."""
     steps = stats.steps.count if stats.steps else 0
-    return [b for p in stats.by_program_s
+    main = step_program(stats)
+    order = sorted(stats.by_program_s, key=lambda p: p != main)  # stable: the rest keep most time first
+    return [b for p in order
             if (b := step_breakdown(stats, comparison, roofs, n_dev, steps, serial, program=p,
-                                    executions=executions)) is not None]
+                                    executions=executions, modules=modules)) is not None]
+
+
+def step_program(stats: OpStats) -> str | None:
+    """The step program the report is of: the step model's choice where it has one with time, else None (the
+    program with the most time)."""
+    choice = stats.step_choice
+    if choice is None:
+        return None
+    if choice.program in stats.by_program_s:
+        return choice.program
+    return max((p for p in choice.programs if p in stats.by_program_s), key=stats.by_program_s.get, default=None)
+
+
+def unit_trip_count(module) -> int | None:
+    """The trip count of the outermost loop of a program's entry (the one with the most iterations), where the
+    HLO gives one: a whole training in one ``jit`` is a ``lax.scan`` over its updates."""
+    if module is None or module.entry is None:
+        return None
+    trips = [k for ins in module.entry.instructions if ins.opcode == "while"
+             if (k := trip_count(module, ins)) is not None]
+    return max(trips) if trips else None
 
 
 def step_breakdown(stats: OpStats, comparison: list[OpComparison], roofs: Roofs | None, n_dev: int,
                    steps: int, serial: float = 1.0, program: str | None = None,
-                   executions: dict | None = None) -> StepBreakdown | None:
-    """One program's step per device (default: the program with the most time). ``serial`` > 1 when
-    devices share one processor (forced CPU devices): the roofline step is then their work run
-    ``n / serial`` at a time."""
+                   executions: dict | None = None, modules: dict | None = None) -> StepBreakdown | None:
+    """One program's step per device (default: the step program). ``serial`` > 1 when devices share one
+    processor (forced CPU devices): the roofline step is then their work run ``n / serial`` at a time.
+
+    The step program's breakdown holds every program of its function (a step function compiled again for new
+    shapes keeps its steps), and the other programs that ran inside the steps (evaluation, metrics, callbacks)
+    by program, apart from idle."""
     if not comparison:
         return None
     biggest = max(stats.by_program_s, key=stats.by_program_s.get)
-    main = program or biggest
-    ops = [c for c in comparison if c.program == main]
+    chosen = step_program(stats) or biggest
+    main = program or chosen
+    choice = stats.step_choice
+    family = ({p for p in choice.programs} | {main}) if (main == chosen and choice is not None and stats.steps) \
+        else {main}
+    ops = [c for c in comparison if c.program in family]
     runs = (executions or {}).get(main) if not stats.steps else None
     per_step = (runs.runs_per_device if runs else max(steps, 1)) * n_dev  # executions of a once-per-step op
     split = {"compute": 0.0, "communication": 0.0, "layout": 0.0, "host": 0.0, "other": 0.0}
@@ -391,16 +423,22 @@ def step_breakdown(stats: OpStats, comparison: list[OpComparison], roofs: Roofs 
             if c.roofline_bound == "lower":
                 bound_excess += max(t - c.predicted_s * n, 0.0)
         flops += c.model_flops * n  # MFU counts the matmul work only
-    basis = "executions" if runs else "steps" if stats.steps else "window"
+    unit = choice is not None and choice.basis == "execution" and main == chosen
+    basis = "executions" if runs or unit else "steps" if stats.steps else "window"
     if runs:
         step_time = runs.median_span_s
-    elif main != biggest:  # a side program: its own time per step, not the step's
+    elif main != chosen:  # a side program: its own time per step, not the step's
         step_time = sum(c.total_time_s for c in ops) / per_step
     elif stats.steps:
         step_time = stats.steps.mean_s
     else:
         step_time = sum(d.window_s for d in stats.devices) / n_dev / max(steps, 1)
     busy = sum(split.values())
+    others: tuple[tuple[str, float], ...] = ()
+    if stats.steps and main == chosen:  # the other programs' device time inside the steps: not idle
+        others = tuple((p, s / per_step) for p, s in stats.in_steps_by_program_s.items()
+                       if p not in family and s > 0)
+    others_s = sum(s for _, s in others)
     peak = roofs.mfu_peak_flops_per_s if roofs else 0.0
     mfu = flops / (step_time * peak) if step_time and peak and flops else None
     mfu, mfu_note = mfu_or_why(mfu, ops, flops, peak, step_time, roofs)
@@ -408,8 +446,11 @@ def step_breakdown(stats: OpStats, comparison: list[OpComparison], roofs: Roofs 
         program=main, steps=steps, step_time_s=step_time, predicted_s=predicted * serial, model_flops=flops,
         mfu=mfu, mfu_note=mfu_note, compute_s=split["compute"],
         communication_s=split["communication"], layout_s=split["layout"], host_s=split["host"],
-        other_s=split["other"], idle_s=max(step_time - busy, 0.0), unpriced_s=unpriced, basis=basis,
-        bound_excess_s=bound_excess, periods=per_step / n_dev,
+        other_s=split["other"], idle_s=max(step_time - busy - others_s, 0.0), unpriced_s=unpriced, basis=basis,
+        bound_excess_s=bound_excess, periods=per_step / n_dev, other_programs=others,
+        programs=tuple(sorted(family)),
+        trip_count=unit_trip_count((modules or {}).get(main)) if unit or (runs and runs.runs_per_device <= 1)
+        else None,
     )
 
 
@@ -579,7 +620,7 @@ def _analyze(profile: Profile, stats: OpStats, chip: str | Chip | None, memory: 
     comparison = join(profile, stats, pricing, roofs, no_roofline="" if c is not None else f"no roofline: {reason}")
     comparison = explain_ops(comparison, modules)
     programs = step_breakdowns(stats, comparison, roofs, n_dev, serial,
-                               executions=None if stats.steps else executions_of(profile))
+                               executions=None if stats.steps else executions_of(profile), modules=modules)
     notes = list(stats.notes)
     if profile.framework not in ("JAX", ""):  # JAX's step annotations are no advice for another framework's trace
         notes = [n if n != NO_STEPS else "the trace marks no steps, so there are no per-step times" for n in notes]

@@ -186,6 +186,15 @@ class StepBreakdown:
     periods: float = 1.0  # per device, what its measured totals are divided by: the steps, or (basis executions)
     # the program's executions; an op's runs per step are its runs / (devices × periods)
     mfu_note: str = ""  # why MFU is withheld (None) though its FLOPs and peak are known, or why it is overstated
+    # the step program's: the other programs' device time inside the steps, per step and device (evaluation,
+    # metrics, callbacks), most first; counted apart from idle
+    other_programs: tuple[tuple[str, float], ...] = ()
+    programs: tuple[str, ...] = ()  # the programs its figures hold (a step function compiled several times: all)
+    trip_count: int | None = None  # one execution as the unit: its outermost loop's iterations, where the HLO says
+
+    @property
+    def other_programs_s(self) -> float:
+        return sum(s for _, s in self.other_programs)
 
 
 @dataclass(frozen=True)

@@ -263,7 +263,7 @@ def calibrate_first_use() -> None:
 
 def load_report(paths, hlo_dir: str | None = None, chip_name: str | None = None, include_warmup: bool = False,
                 no_calibrate: bool = False, workers: int = 1, engine: str = "local", ray_address: str | None = None,
-                merge: str = "auto"):
+                merge: str = "auto", step_fn: str | None = None):
     """:func:`rooflens.api.load_report`, calibrating a CPU first (once) unless told not to."""
     from rooflens.api import load_report as api_load_report
 
@@ -272,4 +272,4 @@ def load_report(paths, hlo_dir: str | None = None, chip_name: str | None = None,
             calibrate_first_use()
 
     return api_load_report(paths, hlo_dir, chip_name, include_warmup, calibrate, workers=workers, engine=engine,
-                           ray_address=ray_address, merge=merge)
+                           ray_address=ray_address, merge=merge, step_fn=step_fn)

@@ -43,6 +43,9 @@ from rooflens.cli.output import written_whole
 @click.option("--force", is_flag=True, help="Overwrite existing --html/--out/--perfetto files.")
 @click.option("--include-warmup", is_flag=True, help="Keep each program's compilation and first run in the stats "
                                                     "(a `rooflens run` profile leaves them out).")
+@click.option("--step-fn", metavar="NAME",
+              help="The step program: a jitted function's or a program's name (train_step, jit_train_step, "
+                   "jit_train_step(12)); default: chosen, and the notes say which and why.")
 @click.option("--no-calibrate", is_flag=True, help="On a CPU trace with no calibration yet, do not measure this "
                                                   "machine (the report then has no roofline comparison).")
 @click.option("--plan-model", metavar="NAME|FILE.toml", help="Set this model's plan (rooflens plan) against the run.")
@@ -51,7 +54,7 @@ from rooflens.cli.output import written_whole
 def report(logdirs: tuple[str, ...], hlo_dir: str | None, chip_name: str | None, workers: int | None, engine: str,
            ray_address: str | None, merge: str, top: int, as_json: bool, html_path: str | None, json_path: str | None,
            perfetto_path: str | None, force: bool, include_warmup: bool = False, no_calibrate: bool = False,
-           plan_model: str | None = None, plan_batch_tokens: float | None = None) -> None:
+           plan_model: str | None = None, plan_batch_tokens: float | None = None, step_fn: str | None = None) -> None:
     """What ran, against its roofline: op stats, expected vs observed, the step, and findings.
 
     Reads TensorBoard/XProf logdirs, run directories, or *.xplane.pb / *.trace.json.gz files, from
@@ -63,7 +66,8 @@ def report(logdirs: tuple[str, ...], hlo_dir: str | None, chip_name: str | None,
     if hlo_dir:
         need_dir(hlo_dir, "--hlo")
     rep = load_report(list(logdirs), hlo_dir, chip_name, include_warmup, no_calibrate,
-                      workers=workers or os.cpu_count() or 1, engine=engine, ray_address=ray_address, merge=merge)
+                      workers=workers or os.cpu_count() or 1, engine=engine, ray_address=ray_address, merge=merge,
+                      step_fn=step_fn)
     if os.environ.get("ROOFLENS_DEBUG"):  # a debugging session: say any number the report should not print
         from rooflens.analysis.invariants import violations
 

@@ -140,6 +140,12 @@ def _render_step_memory_findings(console: Console, report) -> None:
         console.print(f"  compute {ms(s.compute_s)} · communication {ms(s.communication_s)} · copies/layout "
                       f"{ms(s.layout_s)} · host transfers {ms(s.host_s)} · other {ms(s.other_s)} · idle {ms(s.idle_s)}"
                       + (f" · unpriced {ms(s.unpriced_s)}" if s.unpriced_s and report.roofs is not None else ""))
+        if s.other_programs:  # other programs' device time inside the step: theirs, not idle
+            console.print("  other programs in the step: " + " · ".join(
+                f"{e(p)} {ms(t)}" for p, t in s.other_programs[:5])
+                + (f" · and {len(s.other_programs) - 5} more" if len(s.other_programs) > 5 else ""))
+        if s.trip_count:
+            console.print(f"  its loop runs {s.trip_count} iterations per execution")
     mem = report.memory
     if mem and mem.programs:
         console.print(f"\n[bold]Memory[/bold]: {e(memory_line(mem))} — `rooflens memory` for the buffers")

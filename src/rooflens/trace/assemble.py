@@ -136,22 +136,25 @@ def shifted(steps, shift_ps: int) -> list[tuple[int, float, float]]:
 
 
 def assemble(paths: list[str], runs: list[str], raws: list[RawTrace], files: list[str],
-             hlo_dir: str | Path | None = None) -> Profile:
-    """The hosts read (``raws``, in the order of ``files``) as one profile: one time axis, the job's steps,
-    the run's manifest and HLO, its warm-up judged."""
+             hlo_dir: str | Path | None = None, step_fn: str | None = None) -> Profile:
+    """The hosts read (``raws``, in the order of ``files``) as one profile: one time axis, the job's steps (the
+    device's work: :mod:`rooflens.trace.steps`), the run's manifest and HLO, its warm-up judged. ``step_fn``: the
+    step program's name (``--step-fn``), else chosen (:func:`rooflens.trace.steps.choose`)."""
     from rooflens.trace.align import aligned_hosts
 
     raws, clock_notes = aligned_hosts(raws)  # hosts on clocks of their own (Nsight sessions): one time axis
     table = concat([r.table for r in raws])
-    steps_by_host = [shifted(r.steps, (r.table.origin_ns - table.origin_ns) * 1000) for r in raws]
-    for k, host_steps in enumerate(steps_by_host):  # each host's steps hold its own events
-        assign_steps(table, host_steps, rows=np.flatnonzero(table.host == table.hosts.index(raws[k].host)))
-    steps = job_steps(steps_by_host)
+    marked_by_host = [shifted(r.steps, (r.table.origin_ns - table.origin_ns) * 1000) for r in raws]
     notes = [n for r in raws for n in r.notes] + clock_notes
     shift_ns = {r.host: float(r.table.origin_ns - table.origin_ns) for r in raws}
     dispatches_of = {r.host: {fn: d * 1e-3 + shift_ns[r.host] for fn, d in r.dispatches.items()} for r in raws
                      if r.dispatches}
     end_ns_of = {r.host: r.end_ps * 1e-3 + shift_ns[r.host] for r in raws if r.end_ps}
+    manifest = run_manifest(runs, notes)
+    steps_by_host, choice = marked_as_device_steps(table, raws, marked_by_host, dispatches_of, step_fn, manifest)
+    for k, host_steps in enumerate(steps_by_host):  # each host's steps hold its own events
+        assign_steps(table, host_steps, rows=np.flatnonzero(table.host == table.hosts.index(raws[k].host)))
+    steps = job_steps(steps_by_host)
     if not len(table):
         from rooflens.trace.dispatch import unran_dispatches, unran_note
 
@@ -164,7 +167,6 @@ def assemble(paths: list[str], runs: list[str], raws: list[RawTrace], files: lis
         raise RooflensError(f"{', '.join(paths)} has no device op events (no XLA ops or GPU kernels on any device "
                             f"or CPU thread){why}")
     platform = next((r.platform for r in raws if r.platform != "unknown"), "unknown")
-    manifest = run_manifest(runs, notes)
     saved = saved_hlo(runs, hlo_dir)
     # a program the trace names plainly (compiled once) is served by its saved text: its proto need not be
     # printed; one compiled several times (jit_dot(5), jit_dot(49)) keeps its own module from the trace
@@ -179,7 +181,8 @@ def assemble(paths: list[str], runs: list[str], raws: list[RawTrace], files: lis
         framework=next((r.framework for r in raws if r.framework), ""),
         hlo_texts=hlo_texts, plane_stats=next((r.plane_stats for r in raws if r.plane_stats), {}),
         host_events=host_events, host_events_of=host_events_of, events_total=sum(r.events_total for r in raws),
-        dispatches_of=dispatches_of, end_ns_of=end_ns_of,
+        dispatches_of=dispatches_of, end_ns_of=end_ns_of, step_choice=choice,
+        marked_steps=job_steps(marked_by_host) if any(marked_by_host) else [],
     )
     if not steps:
         profile.notes.append(NO_STEPS)
@@ -193,9 +196,65 @@ def assemble(paths: list[str], runs: list[str], raws: list[RawTrace], files: lis
     if dispatches_of:  # before warm-up is judged: every execution in the trace ran a dispatch
         profile.unran = unran_dispatches(table, execution_spans(table), dispatches_of, end_ns_of)
         profile.notes.extend(unran_note(u) for u in profile.unran)
-        if profile.steps and any(u.queued for u in profile.unran) and not all(r.steps_ran for r in raws):
+        queued = [u for u in profile.unran if u.queued]
+        device = choice is not None and choice.basis in ("dispatch", "time")  # its steps are work that ran
+        if profile.steps and queued and not all(r.steps_ran for r in raws) and not device:
             profile.steps = ran_steps(profile)
-    return judge(profile)
+        elif device and queued and len(profile.marked_steps) > len(profile.steps):
+            u = max(queued, key=lambda u: (u.unran, u.missing_s))
+            profile.notes.append(f"the last {len(profile.marked_steps) - len(profile.steps)} annotated step(s) "
+                                 f"dispatched work of {u.program} that never ran inside the trace: left out of the "
+                                 "steps")
+    return judge(profile, step_fn)
+
+
+def marked_as_device_steps(table: EventTable, raws: list[RawTrace], marked_by_host: list[list], dispatches_of: dict,
+                           step_fn: str | None, manifest: RunManifest) -> tuple[list[list], object]:
+    """Each host's marked steps as the device's work (:mod:`rooflens.trace.steps`), and the step program: the
+    executions dispatched inside each marked step where the host records its dispatches, else grouped by time
+    where the marks do not hold the device's work, else the marks as they are (a device Steps line, a loop that
+    waits for each step). Steps an execution source already gives (Nsight's) stay as read."""
+    from rooflens.trace import steps as S
+    from rooflens.trace.warmup import execution_spans
+
+    if not any(marked_by_host) or not len(table):
+        return marked_by_host, None
+    spans = execution_spans(table)
+    out: list = []
+    weight: dict[str, float] = {}
+    basis = set()
+    for r, marked in zip(raws, marked_by_host):
+        host = table.hosts.index(r.host)
+        if r.steps_ran or not marked:
+            out.append(marked)
+            basis.add("executions" if r.steps_ran else "markers")  # Nsight's steps: executions that ran
+            continue
+        rows = S.device_steps(table, spans, host, marked, dispatches_of.get(r.host, {}))
+        if rows:
+            out.append(rows)
+            basis.add("dispatch")
+            for row in rows:
+                for f in row[3]:
+                    weight[f] = weight.get(f, 0.0) + 1
+            continue
+        by = S.choose(table, spans[0], spans[2], spans[3], None, window_fn=_window_fn(manifest))  # the markers'
+        by_time = S.steps_by_time(table, spans, host, marked, by[0]) if by else None
+        out.append(by_time or marked)
+        basis.add("time" if by_time else "markers")
+    auto = S.choose(table, spans[0], spans[2], spans[3], None, preferred=weight or None,
+                    window_fn=_window_fn(manifest))
+    picked = S.choose(table, spans[0], spans[2], spans[3], step_fn, preferred=weight or None) if step_fn else auto
+    # device steps are those that ran the step function the markers hold (chosen by --step-fn or not)
+    out = [S.tiled(h, auto[0] if auto else None) if h and len(h[0]) == 4 else h for h in out]
+    if picked is None:
+        return out, None
+    main = next(b for b in ("dispatch", "time", "executions", "markers") if b in basis)
+    return out, S.make_choice(table, spans, picked[0], picked[1], main)
+
+
+def _window_fn(manifest: RunManifest) -> str | None:
+    taken = manifest.step_program
+    return (taken.program or taken.function) if taken is not None else None
 
 
 def ran_steps(profile: Profile) -> list[tuple[int, float, float]]:

@@ -29,7 +29,7 @@ AGGREGATE_ABOVE_BYTES = 1 << 30
 
 def load(path: str | Path | list[str | Path], hlo_dir: str | Path | None = None, progress: bool | None = None,
          workers: int | None = 1, engine: str = "local", ray_address: str | None = None, merge: str = "auto",
-         include_warmup: bool = False) -> Profile:
+         include_warmup: bool = False, step_fn: str | None = None) -> Profile:
     """Read a profile: one or several logdirs, run directories or trace files (``*.xplane.pb``,
     ``*.trace.json.gz``), local or fsspec URLs (``gs://…``); every host of the run.
 
@@ -43,6 +43,9 @@ def load(path: str | Path | list[str | Path], hlo_dir: str | Path | None = None,
     sketch, device times, steps and one sampled step's events (:mod:`rooflens.trace.reduce`: memory flat
     in the number of hosts, medians to within 1%); ``"auto"``: aggregates for several hosts whose files
     hold over 1 GiB. ``include_warmup``: keep a ``rooflens run`` profile's warm-up (first runs) in.
+    ``step_fn``: the step program, a function or program name (``train_step``, ``jit_train_step``,
+    ``jit_train_step(12)``); default: chosen (:mod:`rooflens.trace.steps`). A name that matches none raises
+    :class:`~rooflens.errors.RooflensError` listing the candidates.
     """
     if merge not in MERGES:
         raise RooflensError(f"unknown merge {merge!r}: use one of {', '.join(MERGES)}.")
@@ -55,6 +58,9 @@ def load(path: str | Path | list[str | Path], hlo_dir: str | Path | None = None,
     if merge == "aggregates":
         from rooflens.trace.reduce import load_aggregated
 
+        if step_fn:
+            raise RooflensError("--step-fn needs the hosts' events (merge 'events'): a pod merged from aggregates "
+                                "keeps the step program its hosts chose.")
         return load_aggregated(paths, runs, host_files, hlo_dir, progress, workers, engine, ray_address,
                                include_warmup)
     from rooflens.trace.hosts import read_hosts
@@ -64,7 +70,7 @@ def load(path: str | Path | list[str | Path], hlo_dir: str | Path | None = None,
         raws = read_hosts(host_files, workers=workers, engine=engine, ray_address=ray_address,
                           progress=bar.for_file,
                           meanwhile=None if any(has_saved_hlo(r) for r in runs) else _import_hlo_printer)
-    profile = assemble(paths, runs, raws, files, hlo_dir)
+    profile = assemble(paths, runs, raws, files, hlo_dir, step_fn=step_fn)
     if include_warmup:
         from rooflens.trace.warmup import with_warmup
 

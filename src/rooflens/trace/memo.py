@@ -129,7 +129,7 @@ class _Unpickler(pickle.Unpickler):
     _NUMPY = {"_reconstruct", "ndarray", "dtype", "_frombuffer", "scalar"}
 
     def find_class(self, module: str, name: str):
-        if module in ("rooflens.trace.stats", "rooflens.trace.dispatch") or (
+        if module in ("rooflens.trace.stats", "rooflens.trace.steps", "rooflens.trace.dispatch") or (
                 module.split(".")[0] == "numpy" and name in self._NUMPY):
             return super().find_class(module, name)
         raise pickle.UnpicklingError(f"{module}.{name} is not allowed in a memo entry")

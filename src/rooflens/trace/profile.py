@@ -63,6 +63,10 @@ class Profile:
     end_ns_of: dict[str, float] = field(default_factory=dict)
     unran: tuple = ()  # rooflens.trace.dispatch.Unran: programs dispatched more often than they ran in the trace
     framework: str = ""  # "JAX", "TensorFlow", "PyTorch", or "" (not known): what made the trace, as it shows
+    # the step model (rooflens.trace.steps): the step program and why (a StepChoice), and the host's own marked
+    # spans (number, start ns, end ns) where the steps are the device's work dispatched inside them
+    step_choice: object = None
+    marked_steps: list[tuple[int, float, float]] = field(default_factory=list)
 
     @cached_property
     def modules(self) -> dict[str, H.Module]:

@@ -119,6 +119,8 @@ class HostPart:
     # its collectives' ends, where its trace keeps a clock of its own (rooflens.trace.align): the driver aligns
     # the hosts' clocks on them, as the events' merge does
     collectives: CollectiveEnds | None = None
+    step_choice: object = None  # the step program its host chose (rooflens.trace.steps.StepChoice)
+    marked_steps: list = field(default_factory=list)  # the host's own marked spans (number, start ns, end ns)
 
 
 def bucket_of(dur_ps: np.ndarray) -> np.ndarray:
@@ -226,7 +228,7 @@ def reduce_profile(profile: Profile, sample_events: int, pod_hosts: int = 1) -> 
         sampled_step=sampled, notes=[n for n in profile.notes if not n.startswith("no HLO for ") and n != NO_STEPS],
         platform=profile.platform, device_kind=profile.device_kind, framework=profile.framework,
         plane_stats=profile.plane_stats, metadata=profile.metadata, hlo_texts=profile.hlo_texts,
-        events_total=profile.events_total)
+        events_total=profile.events_total, step_choice=profile.step_choice, marked_steps=list(profile.marked_steps))
 
 
 def _used_words(t: EventTable) -> EventTable:
@@ -443,7 +445,11 @@ class Merge:
             metadata=self.first.get("metadata", (0, {}))[1], manifest=manifest, hlo_texts=hlo_texts,
             plane_stats=self.first.get("plane_stats", (0, {}))[1],
             events_total=sum(p.events_total for p in parts), reduced=reduced, unran=unran,
-            framework=next((p.framework for p in parts if p.framework), ""))
+            framework=next((p.framework for p in parts if p.framework), ""),
+            step_choice=next((p.step_choice for p in parts if p.step_choice is not None), None),
+            marked_steps=job_steps([[(n, a + s, b + s) for n, a, b in p.marked_steps]
+                                    for p, s in zip(parts, shift_ns) if p.marked_steps]) if any(
+                p.marked_steps for p in parts) else [])
         shifts_s = [(s + p.t0_ns - t0) * 1e-9 for p, s in zip(parts, shift_ns)]
         devices = [_shifted(d, s) for p, s in zip(parts, shifts_s) for d in p.devices]
         hosts = [_shifted(p.host_time, s) for p, s in zip(parts, shifts_s)]

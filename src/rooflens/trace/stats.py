@@ -13,8 +13,20 @@ import numpy as np
 from rooflens.trace.dispatch import Unran
 from rooflens.trace.events import row_key, unique_rows
 from rooflens.trace.formats.compiled import njit, plain_twin
-from rooflens.trace.groupby import dense, grouped_order, grouped_sorted, is_sorted, timeline_order, unique_inverse
+from rooflens.trace.groupby import dense, grouped_sorted, is_sorted, timeline_order, unique_inverse
 from rooflens.trace.profile import Profile
+from rooflens.trace.steps import (  # noqa: F401  (the step parts live in the step model; their old names here)
+    OUTLIER_RATIO,
+    HostSteps,
+    StepChoice,
+    StepSummary,
+    groups_of,
+    host_steps,
+    host_steps_from,
+    op_outliers,
+    step_spans_ps,
+)
+from rooflens.trace.steps import step_summary as summary_of_steps
 
 
 @dataclass(frozen=True)
@@ -89,17 +101,6 @@ class DeviceTime:
     transfers: tuple[TransferTime, ...] = ()  # per program with any (a device's; not a host's devices together)
 
 
-@dataclass(frozen=True)
-class StepSummary:
-    count: int
-    mean_s: float
-    std_s: float
-    min_s: float
-    max_s: float
-    times_s: tuple[float, ...]
-    steps: tuple[int, ...]
-
-
 @dataclass
 class OpStats:
     op_stats: list[OpStat]
@@ -116,123 +117,12 @@ class OpStats:
     hosts: list[DeviceTime] = field(default_factory=list)  # all devices of a host together (device = -1)
     host_steps: HostSteps | None = None  # several hosts: the host × step table
     unran: tuple[Unran, ...] = ()  # programs the host dispatched more often than the devices ran them in the trace
+    step_choice: StepChoice | None = None  # the step program and why (rooflens.trace.steps)
+    # per program: its ops' self time inside the steps (s, summed over devices): the step's time by program
+    in_steps_by_program_s: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-def _groups(key: np.ndarray) -> list[np.ndarray]:
-    """Event indices per distinct key, in key order, each in time order (the table is sorted by start)."""
-    if not len(key):
-        return []
-    codes, inv = unique_inverse(key)
-    order = grouped_order(inv, len(codes))
-    return np.split(order, np.cumsum(np.bincount(inv, minlength=len(codes)))[:-1])
-
-
-@dataclass(frozen=True)
-class HostSteps:
-    """Several hosts side by side: each host's step times, and where their time goes."""
-
-    hosts: tuple[str, ...]
-    steps: tuple[int, ...]
-    times_s: tuple[tuple[float | None, ...], ...]  # host × step: that host's step time (None: not seen)
-    skew_s: tuple[float, ...]  # per step: slowest host's time minus the fastest's
-    collective_s: tuple[float, ...]  # per host: time in collectives per step and device (waiting included)
-    other_s: tuple[float, ...]  # per host: time in every other op per step and device
-    devices: tuple[int, ...]  # per host
-    # ops far slower on one host than on the others:
-    # (program, op, host, its mean s there, the hosts' median of means s, its runs there)
-    op_outliers: tuple[tuple[str, str, str, float, float, int], ...] = ()
-
-
-def host_steps(profile: Profile, categories: np.ndarray) -> HostSteps | None:
-    """The host × step table, for a run of several hosts (None for one). ``categories``: each event's
-    op category. A host's step runs from its first op of the step to its first op of the next (its
-    last step: to its last op), so host-side delays count in the step they hold up."""
-    t = profile.table
-    if len(t.hosts) < 2 or not len(t):
-        return None
-    steps, first_ps, last_ps = step_spans_ps(t)
-    nh = len(t.hosts)
-    comm = categories == "collective"
-    devs = np.bincount(unique_rows(t.host, t.device)[0][:, 0], minlength=nh)
-    coll = np.bincount(t.host[comm], weights=t.dur_ps[comm] * 1e-12, minlength=nh)
-    other = np.bincount(t.host[~comm], weights=t.dur_ps[~comm] * 1e-12, minlength=nh)
-    return host_steps_from(tuple(t.hosts), steps, first_ps * 1e-12, last_ps * 1e-12, coll, other, devs,
-                           _op_means(t, ~comm))
-
-
-def step_spans_ps(t) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The steps the events are in, and per host (row) and step (column) its first op's start and its last op's
-    end (ps, float; inf and -inf where the host has no event in the step)."""
-    in_step = t.step >= 0
-    steps = np.unique(t.step[in_step]) if in_step.any() else np.zeros(0, np.int32)
-    first = np.full((len(t.hosts), max(len(steps), 1)), np.inf)
-    last = np.full((len(t.hosts), max(len(steps), 1)), -np.inf)
-    if len(steps):
-        k = np.searchsorted(steps, t.step[in_step])
-        np.minimum.at(first, (t.host[in_step], k), t.start_ps[in_step].astype(np.float64))
-        np.maximum.at(last, (t.host[in_step], k), (t.start_ps[in_step] + t.dur_ps[in_step]).astype(np.float64))
-    return steps, first, last
-
-
-def host_steps_from(hosts: tuple[str, ...], steps: np.ndarray, first_s: np.ndarray, last_s: np.ndarray,
-                    collective_s: np.ndarray, other_s: np.ndarray, devices: np.ndarray, op_means: tuple) -> HostSteps:
-    """The host × step table from what each host measured: per step its first op's start and its last op's end
-    (host × step arrays, s; inf / -inf where it has none), its time in collectives and in every other op (s,
-    over the whole capture), its devices, and each op's mean and runs on it (:func:`op_outliers`' input)."""
-    nh, ns = len(hosts), len(steps)
-    times = []
-    for h in range(nh):
-        row: list[float | None] = []
-        for j in range(ns):
-            if not np.isfinite(first_s[h, j]):
-                row.append(None)
-                continue
-            nxt = first_s[h, j + 1] if j + 1 < ns and np.isfinite(first_s[h, j + 1]) else last_s[h, j]
-            row.append(float(nxt - first_s[h, j]))
-        times.append(tuple(row))
-    skew = tuple(float(max(c) - min(c)) if (c := [r[j] for r in times if r[j] is not None]) else 0.0
-                 for j in range(ns))
-    per = np.maximum(devices, 1) * max(ns, 1)
-    return HostSteps(hosts, tuple(int(s) for s in steps), tuple(times), skew,
-                     tuple(float(x) for x in collective_s / per), tuple(float(x) for x in other_s / per),
-                     tuple(int(d) for d in devices), op_outliers(*op_means))
-
-
-OUTLIER_RATIO = 1.5  # an op's mean on one host over its median across hosts
-
-
-def _op_means(t, sel: np.ndarray) -> tuple:
-    """Each (program, op, host) of the events ``sel``: its mean time (s) and runs, with names (op_outliers' input)."""
-    if not sel.any():
-        return (), np.zeros(0), np.zeros(0, np.int64)
-    rows, inv = unique_rows(t.program[sel], t.name[sel], t.host[sel])
-    runs = np.bincount(inv)
-    mean = np.bincount(inv, weights=t.dur_ps[sel] * 1e-12) / runs
-    named = [(t.programs[p], t.names[n], t.hosts[h]) for p, n, h in rows.tolist()]
-    return named, mean, runs
-
-
-def op_outliers(rows: list[tuple[str, str, str]], mean: np.ndarray, runs: np.ndarray) -> tuple:
-    """Ops (collectives left out: their time is mostly waiting) whose mean time on one host is over
-    OUTLIER_RATIO × their median over the hosts that ran them. ``rows``: (program, op, host), grouped by
-    (program, op); ``mean`` (s) and ``runs`` of each."""
-    if not len(rows):
-        return ()
-    op_key = {}
-    op_inv = np.asarray([op_key.setdefault(r[:2], len(op_key)) for r in rows], np.int64)
-    out = []
-    for mine in _groups(op_inv):
-        if len(mine) < 2:
-            continue
-        med = float(np.median(mean[mine]))
-        worst = mine[np.argmax(mean[mine])]
-        if med > 0 and mean[worst] > OUTLIER_RATIO * med:
-            p, n, h = rows[worst]
-            out.append((p, n, h, float(mean[worst]), med, int(runs[worst])))
-    return tuple(sorted(out, key=lambda o: -(o[3] - o[4]) * o[5]))
 
 
 def line_groups(t) -> np.ndarray:
@@ -545,7 +435,7 @@ def op_stats(profile: Profile, gaps_per_device: int = 5) -> OpStats:
         profile.steps, profile.platform, profile.device_kind, profile.notes, profile.unran,
         profile.metadata.get("in_window"),
         sorted(profile.hlo_texts.items()), sorted(t.hlo_text.items()), sorted(t.op_meta.items(), key=repr),
-        profile.host_events, sorted(profile.host_events_of.items())))
+        profile.host_events, sorted(profile.host_events_of.items()), profile.step_choice, profile.marked_steps))
     return memo.remembered("op_stats", key, len(t), lambda: _op_stats(profile, gaps_per_device))
 
 
@@ -557,7 +447,7 @@ def device_times(profile: Profile, gaps_per_device: int) -> tuple[list[DeviceTim
     end = start + dur
     t0 = float(start.min()) if len(t) else 0.0
     dev_keys = unique_rows(t.host, t.device)[0]
-    by_dev = _groups(t.host.astype(np.int64) * (int(t.device.max(initial=0)) + 2) + t.device + 1)
+    by_dev = groups_of(t.host.astype(np.int64) * (int(t.device.max(initial=0)) + 2) + t.device + 1)
 
     def frames(h: int) -> list:  # the host's own Python frames (a profile built by hand may lack the split)
         return profile.host_events_of.get(t.hosts[h], profile.host_events if len(t.hosts) == 1 else [])
@@ -568,7 +458,7 @@ def device_times(profile: Profile, gaps_per_device: int) -> tuple[list[DeviceTim
                             _transfer_times(t, start, end, sel, transfer, counted) if counted.any() else ())
                for (h, d), sel in zip(dev_keys, by_dev)]
     hosts = [_device_time(t, start, end, dur, sel, -1, t0, gaps_per_device, frames(int(t.host[sel[0]])))
-             for sel in _groups(t.host)]
+             for sel in groups_of(t.host)]
     return devices, hosts
 
 
@@ -606,8 +496,14 @@ def _op_stats(profile: Profile, gaps_per_device: int) -> OpStats:
                              (int(runs[k]), float(run_med[k]) * 1e-3, float(run_min[k]) * 1e-3,
                               float(run_max[k]) * 1e-3), float(run_tot[k]) * 1e-3))
     cat_of_op = np.asarray([s.category for s in stats] or ["unknown"], dtype=object)  # in the order of uniq
+    in_steps: dict[str, float] = {}
+    if profile.steps and len(t):  # each op's self time in the share of its time that lies inside the steps
+        inside = np.bincount(inv, weights=np.where(t.step >= 0, dur, 0), minlength=len(uniq))
+        for k, st in enumerate(stats):
+            if inside[k] > 0 and tot[k] > 0:
+                in_steps[st.program] = in_steps.get(st.program, 0.0) + st.self_time_s * float(inside[k] / tot[k])
     return stats_of(profile, stats, devices, hosts,
-                    host_steps(profile, cat_of_op[inv]) if len(t.hosts) > 1 else None)
+                    host_steps(profile, cat_of_op[inv]) if len(t.hosts) > 1 else None, in_steps)
 
 
 def op_stat(info, program: str, name: str, count: int, devices: int, total_ns: float, self_ns: float,
@@ -630,7 +526,7 @@ def op_stat(info, program: str, name: str, count: int, devices: int, total_ns: f
 
 
 def stats_of(profile: Profile, stats: list[OpStat], devices: list[DeviceTime], hosts: list[DeviceTime],
-             host_table: HostSteps | None) -> OpStats:
+             host_table: HostSteps | None, in_steps: dict[str, float] | None = None) -> OpStats:
     """The op stats of a profile from its ops' stats (in any order), device and host times and host × step table:
     the ops by self time, and their totals by program, scope, scope prefix and category."""
     stats = sorted(stats, key=lambda s: -s.self_time_s)
@@ -655,6 +551,8 @@ def stats_of(profile: Profile, stats: list[OpStat], devices: list[DeviceTime], h
         by_category_s=totals(lambda s: s.category), devices=devices, steps=step_summary(profile),
         platform=profile.platform, device_kind=profile.device_kind, notes=list(profile.notes),
         in_window=profile.manifest.window.to_dict(), hosts=hosts, unran=tuple(profile.unran),
+        step_choice=profile.step_choice, in_steps_by_program_s=dict(sorted((in_steps or {}).items(),
+                                                                           key=lambda kv: -kv[1])),
     )
 
 
@@ -670,9 +568,5 @@ def _devices_per_group(inv: np.ndarray, m: int, device: np.ndarray) -> np.ndarra
 
 
 def step_summary(profile: Profile) -> StepSummary | None:
-    if not profile.steps:
-        return None
-    nums = [n for n, _, _ in profile.steps]
-    times = np.asarray([(e - s) * 1e-9 for _, s, e in profile.steps])
-    return StepSummary(len(times), float(times.mean()), float(times.std()), float(times.min()), float(times.max()),
-                       tuple(float(x) for x in times), tuple(nums))
+    """The profile's steps summarised (:func:`rooflens.trace.steps.step_summary`)."""
+    return summary_of_steps(profile.steps, profile.step_choice, profile.marked_steps)

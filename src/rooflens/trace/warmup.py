@@ -27,14 +27,16 @@ from rooflens.trace.events import EventTable, unique_rows
 from rooflens.trace.formats.compiled import njit, plain_twin
 from rooflens.trace.groupby import NUMPY_TWIN, group_extent, grouped_order, is_sorted
 from rooflens.trace.manifest import RunManifest
+from rooflens.trace.steps import (  # noqa: F401  (their home is the step model; callers import them here too)
+    base_name,
+    cut_note,
+    infer_steps,
+    judge_window,
+    named,
+    window_fn,
+)
 
-_ID = re.compile(r"\(\d+\)$")
 _FULL = "_rooflens_full"  # where the run as traced (warm-up included) is kept on a judged Profile
-
-
-def base_name(program: str) -> str:
-    """``jit_step(12)`` → ``jit_step``."""
-    return _ID.sub("", program)
 
 
 def execution_index(t: EventTable) -> np.ndarray:
@@ -67,7 +69,7 @@ def _execution_index(t: EventTable) -> tuple[np.ndarray, tuple[np.ndarray, ...]]
     bounds = np.concatenate([[0], np.cumsum(np.bincount(inv, minlength=len(keys)))])
     idx = executions_of(order, bounds, t.name.astype(np.int64), max(len(t.names), 1), start)
     group, execution, count, first, last = execution_rows(order, bounds, idx, start, t.end_ns)
-    return idx, _spans_of(np.column_stack([keys[group], execution]), count, first, last)
+    return idx, _spans_of(np.column_stack([keys[group], execution]), count, first, last, t, idx)
 
 
 @njit(cache=True, nogil=True)
@@ -195,35 +197,44 @@ def _execution_spans(t: EventTable, exec_idx: np.ndarray) -> tuple[np.ndarray, .
         return _spans_of(np.zeros((0, 4), np.int64), np.zeros(0, np.int64), np.zeros(0), np.zeros(0))
     keys, inv = unique_rows(t.host, t.device, t.program, exec_idx)  # by (host, device, program), then execution
     start, end = group_extent(inv, len(keys), t.start_ns, t.end_ns)
-    return _spans_of(keys, np.bincount(inv, minlength=len(keys)), start, end)
+    return _spans_of(keys, np.bincount(inv, minlength=len(keys)), start, end, t, exec_idx)
 
 
-def _spans_of(keys: np.ndarray, count: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, ...]:
+def _spans_of(keys: np.ndarray, count: np.ndarray, start: np.ndarray, end: np.ndarray, t: EventTable | None = None,
+              idx: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
     """The spans of executions (rows of host, device, program, execution, in that order) with the ones the trace's
-    end cut short marked."""
+    end cut short marked: a program's last execution on a device, after which nothing starts on that device, that
+    never ran its program's final op (the op that ends its execution before it: the trace stopped while it ran).
+    Never decided from how many ops it ran: a ``while_loop`` runs a data-dependent number of them."""
     cut = np.zeros(len(keys), bool)
-    if not len(keys):
+    if not len(keys) or t is None or idx is None:
         return keys, count, start, end, cut
     group = keys[:, :3]
     first = np.flatnonzero(np.concatenate([[True], (group[1:] != group[:-1]).any(axis=1)]))
     last = np.append(first[1:], len(keys)) - 1
-    others = count.copy()
-    others[last] = np.iinfo(others.dtype).max  # each group's minimum over its executions but the last
-    fewer = (last > first) & (count[last] < np.minimum.reduceat(others, first))
-    if fewer.any():
-        # nothing starts on the device after the execution ends: the trace's end, not the program's next run
-        dev_keys, dev_inv = unique_rows(keys[:, 0], keys[:, 1])
-        _, dev_last_start = group_extent(dev_inv, len(dev_keys), start, start)
-        cut[last[fewer & (dev_last_start[dev_inv[last]] <= end[last])]] = True
+    dev_keys, dev_inv = unique_rows(keys[:, 0], keys[:, 1])
+    _, dev_last_start = group_extent(dev_inv, len(dev_keys), start, start)
+    # nothing starts on the device after it ends: the trace's end, not the program's next run, follows it
+    candidates = last[(last > first) & (dev_last_start[dev_inv[last]] <= end[last])]
+    for r in candidates.tolist():
+        h, d, p, k = keys[r].tolist()
+        mine = (t.host == h) & (t.device == d) & (t.program == p)
+        before = mine & (idx == k - 1)
+        if not before.any():
+            continue
+        ends = t.end_ns[before]
+        final = t.name[before][int(np.argmax(ends))]  # the op that ended the execution before it
+        if not ((idx == k) & mine & (t.name == final)).any():
+            cut[r] = True
     return keys, count, start, end, cut
 
 
 def cut_executions(t: EventTable, exec_idx: np.ndarray | None = None) -> np.ndarray:
     """For every event, whether it belongs to an execution the trace's end cut short. A program's last
-    execution on a device is cut when it holds fewer events than each of its other executions there and
-    nothing starts on that device after it ends: the trace stopped while it ran (its first ops finished
-    inside the trace, the rest never did). It is not a step, and its ops' sums are partial. ``exec_idx``: the
-    table's :func:`execution_index` (computed when not given)."""
+    execution on a device is cut when it never ran the op that ended its execution before it and nothing
+    starts on that device after it ends: the trace stopped while it ran (its first ops finished inside the
+    trace, the rest never did; how many ops it ran decides nothing). It is not a step, and its ops' sums are
+    partial. ``exec_idx``: the table's :func:`execution_index` (computed when not given)."""
     keys, _, _, _, cut = execution_spans(t, exec_idx)
     if not cut.any():
         return np.zeros(len(t), bool)
@@ -355,14 +366,16 @@ def covered_below(x: np.ndarray, iv: np.ndarray) -> np.ndarray:
     return cum[k] - beyond
 
 
-def _warmup_programs(t: EventTable, exec_idx: np.ndarray, manifest: RunManifest) -> list[dict]:
-    """Per program name: its compilations and its first execution, for the warm-up summary."""
+def _warmup_programs(t: EventTable, exec_idx: np.ndarray, manifest: RunManifest,
+                     warm: np.ndarray | None = None) -> list[dict]:
+    """Per program name: its compilations and its first execution, for the warm-up summary (``warm``: the
+    warm-up events; a program with none is not listed)."""
     compiles: dict[str, list[float]] = {}
     for c in manifest.window.every_compilation:
         compiles.setdefault(c.module or "", []).append(float(c.duration_s or 0.0))
     out = []
     for code, program in enumerate(t.programs):
-        sel = (t.program == code) & (exec_idx == 0)
+        sel = (t.program == code) & (exec_idx == 0 if warm is None else warm)
         if not sel.any():
             continue
         first_run_s = float((t.end_ns[sel].max() - t.start_ns[sel].min()) * 1e-9)
@@ -378,41 +391,17 @@ def _warmup_programs(t: EventTable, exec_idx: np.ndarray, manifest: RunManifest)
     return sorted(out, key=lambda p: -((p.get("compile_s") or 0.0) + p["first_run_s"]))
 
 
-def _infer_steps(t: EventTable, exec_idx: np.ndarray) -> tuple[str, list[tuple[int, float, float]], int]:
-    """The main program's executions as steps: (program, [(n, start ns, end ns)], executions left out). Each
-    step runs from the start of one execution to the start of the next (the host work between them is part
-    of the step, as with a step annotation around a loop body); the last ends with its own ops. An execution
-    the trace's end cut short (:func:`cut_executions`) is not a step: it is left out and counted."""
-    best, best_time = None, 0.0
-    for code, _program in enumerate(t.programs):
-        sel = t.program == code
-        if not sel.any() or exec_idx[sel].max() < 1:
-            continue
-        if len(np.unique(t.name[sel])) < 2:
-            continue  # one op per run: an op dispatched on its own (jnp outside jit), not a step function
-        busy = float(t.dur_ns[sel].sum())
-        if busy > best_time:
-            best, best_time = code, busy
-    if best is None:
-        return "", [], 0
-    sel = t.program == best
-    k = exec_idx[sel]
-    starts = np.full(k.max() + 1, np.inf)
-    ends = np.full(k.max() + 1, -np.inf)
-    np.minimum.at(starts, k, t.start_ns[sel])
-    np.maximum.at(ends, k, t.end_ns[sel])
-    cut = set(np.unique(k[cut_executions(t, exec_idx)[sel]]).tolist())
-    nums = [i for i in range(len(starts)) if np.isfinite(starts[i]) and i not in cut]
-    steps = []
-    for j, i in enumerate(nums):
-        end = starts[nums[j + 1]] if j + 1 < len(nums) else ends[i]
-        steps.append((i, float(starts[i]), float(max(end, ends[i]) if j + 1 == len(nums) else end)))
-    return t.programs[best], steps, len(cut)
+def own_warmup_starts_ns(t: EventTable, warm: np.ndarray, manifest: RunManifest, function: str,
+                         offset_ns: float) -> np.ndarray:
+    """Where a step function's own warm-up begins (table ns): its compilations and its programs' first runs. A
+    step before one ends there: the host compiling the function's next program is warm-up, not that step's."""
+    from rooflens.trace.dispatch import letters_of as letters
 
-
-def cut_note(program: str) -> str:
-    return (f"the last execution of {program} was cut short by the trace's end (its first ops ran inside the "
-            "trace, the rest never did): it is not a step")
+    want = letters(function)
+    comp = [s * 1e9 + offset_ns for s, _, name in compile_spans_unix_s(manifest) if name and letters(name) == want]
+    codes = [c for c, p in enumerate(t.programs) if p and base_name(p) == function]
+    first = t.start_ns[warm & np.isin(t.program, codes)]
+    return np.sort(np.concatenate([np.asarray(comp, float), first.astype(float)]))
 
 
 def _host_steady_start(t: EventTable, exec_idx: np.ndarray, code: int, meta: RunManifest, offset_ns: float,
@@ -451,23 +440,25 @@ def warmup_summary(programs: list[dict], limit: int = 4) -> str:
     return "; ".join(parts) + (f"; and {more} more program(s)" if more > 0 else "")
 
 
-def judge(profile):
-    """Mark the warm-up of a run traced from its start and leave it out (see the module doc).
+def judge(profile, step_fn: str | None = None):
+    """Mark the warm-up of a run traced from its start and leave it out (see the module doc), and name the step
+    program (:mod:`rooflens.trace.steps`). ``step_fn``: the step program asked for (``--step-fn``).
 
-    Profiles not captured that way (``rl.capture``, a trace of your own) are returned unchanged.
+    Profiles not captured that way (``rl.capture``, a trace of your own) keep every event.
     """
     from rooflens.trace.formats.raw import assign_steps
+    from rooflens.trace.steps import warmup_executions
 
     manifest = profile.manifest
     if manifest.extra.get("window") and not manifest.warmup_in_window and not profile.steps:
-        return judge_window(profile)
+        return judge_window(profile, step_fn)
     if not manifest.warmup_in_window or getattr(profile, _FULL, None) is not None:
-        return profile
+        return named(profile, step_fn)
     meta = profile.metadata or {}
     t = profile.table
     exec_idx = execution_index(t)
-    warm = exec_idx == 0
-    programs = _warmup_programs(t, exec_idx, manifest)
+    warm = warmup_executions(t, exec_idx)
+    programs = _warmup_programs(t, exec_idx, manifest, warm)
     notes = list(profile.notes)
     info = {"programs": programs, "events": int(warm.sum()), "excluded": True,
             "compile_s": sum(p.get("compile_s") or 0.0 for p in programs),
@@ -478,15 +469,12 @@ def judge(profile):
                 compile_intervals_ns(t, manifest),
                 np.stack([t.start_ns[warm], t.end_ns[warm]], axis=1) if warm.any() else np.zeros((0, 2))])).tolist()}
     steps = list(profile.steps)
+    choice = profile.step_choice
     kept = ~warm
-    if not kept.any():
+    if not warm.any():
         info["excluded"] = False
-        kept = np.ones(len(t), dtype=bool)
-        notes.append("every program ran only once, so there is no steady state to separate from the warm-up: "
-                     "the stats include each program's first run")
     steady = _take(t, kept)
-    steady_idx = exec_idx[kept]
-    if steps:  # annotated steps holding a first execution are warm-up steps
+    if steps:  # marked steps holding a warm-up execution are warm-up steps
         ws, we = t.start_ns[warm], t.end_ns[warm]
         clean = [s for s in steps if not ((ws < s[2]) & (we > s[1])).any()]
         if clean and info["excluded"]:
@@ -494,59 +482,36 @@ def judge(profile):
             steps = clean
         info["steady_start_ns"] = float(steps[0][1])
         assign_steps(steady, steps)
+        if choice is not None and len(steady):  # its program with the most time, once warm-up is out
+            from rooflens.trace.steps import make_choice
+
+            choice = make_choice(steady, execution_spans(steady), choice.function, choice.reason, choice.basis)
     else:
-        main, steps, cut = _infer_steps(steady, steady_idx)
+        steps, choice, cut = infer_steps(steady, step_fn, window_fn(manifest),
+                                         lambda fn: own_warmup_starts_ns(t, warm, manifest, fn, info["offset_ns"]),
+                                         profile.dispatches_of)
+        main = choice.program if choice is not None else ""
         if cut:
             notes.append(cut_note(main))
-        if main:  # the steady state begins when the main program's first run ends
-            code = t.programs.index(main)
-            first = warm & (t.program == code)
+        if choice is not None:  # the steady state begins when the step function's first run ends
+            codes = [t.programs.index(p) for p in choice.programs if p in t.programs]
+            first = warm & np.isin(t.program, codes)
             if first.any():
                 info["steady_start_ns"] = float(t.end_ns[first].max())
-                info.update(_host_steady_start(t, exec_idx, code, manifest, info["offset_ns"],
+                info.update(_host_steady_start(t, exec_idx, codes[0], manifest, info["offset_ns"],
                                                info["steady_start_ns"]))
         if steps:
             assign_steps(steady, steps)
             info["inferred_steps_from"] = main
             notes = [n for n in notes if "no step annotations" not in n]
-            notes.append(f"no step annotations: the {len(steps)} steps are the executions of {main}, the main program")
     if info["excluded"] and programs:
         notes.append(f"warm-up, left out of the stats (--include-warmup keeps it): {warmup_summary(programs)}")
-    judged = dataclasses.replace(profile, table=steady, steps=steps, notes=notes,
+    if choice is not None:
+        notes.append(choice.note(len(steps)))
+    judged = dataclasses.replace(profile, table=steady, steps=steps, notes=notes, step_choice=choice,
                                  metadata={**meta, "steady_state": info})
     object.__setattr__(judged, _FULL, profile)
     return judged
-
-
-def judge_window(profile):
-    """A window of a run (``rooflens run --steps/--delay``, ``rooflens capture``): no warm-up inside,
-    and, without step annotations, the steps are the main program's executions in the window.
-
-    A window of steps holds exactly those executions (numbered from the window's first step); a
-    window of time cuts the executions at its two edges, so the first and the last are left out."""
-    from rooflens.trace.formats.raw import assign_steps
-
-    window = profile.metadata["window"]
-    main, steps, cut = _infer_steps(profile.table, execution_index(profile.table))
-    if not steps:
-        return profile
-    first = 0
-    if "steps" in window:
-        first = int(window["steps"][0])
-    elif len(steps) >= 4:
-        steps = steps[1:-1]
-    steps = [(first + k, s, e) for k, (_, s, e) in enumerate(steps)]
-    assign_steps(profile.table, steps)
-    notes = [n for n in profile.notes if "no step annotations" not in n]
-    edges = "" if "steps" in window or len(steps) < 2 else ", the executions cut by the window's edges left out"
-    notes.append(f"no step annotations: the {len(steps)} steps are the executions of {main}, the main program, "
-                 f"in the window{edges}")
-    if cut:
-        notes.append(cut_note(main))
-    taken = profile.manifest.step_program  # rooflens run --steps: which function opened the window, and why
-    if taken is not None and taken.reason:
-        notes.append(f"the window's step program: {taken.reason}")
-    return dataclasses.replace(profile, steps=steps, notes=notes)
 
 
 def with_warmup(profile):
@@ -561,12 +526,16 @@ def with_warmup(profile):
     notes = [*full.notes, "warm-up included (--include-warmup): first runs and the device time spent waiting "
                           "for compilations count in the stats"]
     steps = list(full.steps)
+    choice = profile.step_choice
     if not steps:
-        main, steps, cut = _infer_steps(full.table, execution_index(full.table))
+        step_fn = choice.function if choice is not None else None
+        steps, choice, cut = infer_steps(full.table, step_fn, dispatches_of=full.dispatches_of)
         if cut:
-            notes.append(cut_note(main))
+            notes.append(cut_note(choice.program))
         if steps:
             assign_steps(full.table, steps)
             notes = [n for n in notes if "no step annotations" not in n]
-            notes.append(f"no step annotations: the {len(steps)} steps are the executions of {main}, the main program")
-    return dataclasses.replace(full, metadata={**full.metadata, "steady_state": info}, notes=notes, steps=steps)
+    if choice is not None:
+        notes.append(choice.note(len(steps)))
+    return dataclasses.replace(full, metadata={**full.metadata, "steady_state": info}, notes=notes, steps=steps,
+                               step_choice=choice)

@@ -63,6 +63,8 @@ RULES: tuple[Rule, ...] = (
          host.rule_in_window),
     Rule("variance", ("step-variance", "device-straggler"), "uneven step times, or one device busy far longer than "
          "another", device_time.rule_variance),
+    Rule("other-programs", ("other-programs",), "other programs (evaluation, metrics, callbacks) take more device "
+         "time inside the steps than the step program", device_time.rule_other_programs),
     Rule("overheads", ("overheads",), "device time outside kernels within the step (launch and dispatch latency, "
          "host round-trips), measured from the gaps between ops", device_time.rule_overheads),
     Rule("hosts", ("straggler", "host-outlier"), "several hosts: the host the others wait for, and ops slow "

@@ -464,3 +464,27 @@ def _profiler_cost(report: Report, step_s: float) -> list[str]:
         return []
     return [f"part of it is the profiler's own cost: the step lasts {_ms(step_s)} and the tracer records each of "
             f"its {n_ops / steps:.0f} ops per device; an untraced run (the script's own timing) shows how much"]
+
+
+def rule_other_programs(report: Report) -> list[Finding]:
+    """Other programs (evaluation, metrics, callbacks) that take more device time inside the steps than the step
+    program itself: the step is theirs as much as the training's; named with their time per step."""
+    st = report.steps
+    if st is None or st.basis != "steps" or not st.other_programs:
+        return []
+    own_s = st.compute_s + st.communication_s + st.layout_s + st.host_s + st.other_s
+    others_s = st.other_programs_s
+    if others_s <= own_s or others_s <= 0:
+        return []
+    shown = [f"{p}: {_ms(s)} per step" for p, s in st.other_programs[:6]]
+    f = Finding(
+        "other-programs", "medium",
+        f"Other programs take more device time in the step than {st.program} ({_ms(others_s)} against "
+        f"{_ms(own_s)} per step)", (), others_s,
+        (f"inside the {st.steps} step(s), on the device, per step: " + "; ".join(shown),
+         f"{st.program}'s own ops: {_ms(own_s)} per step of {_ms(st.step_time_s)}"),
+        "programs other than the step's run between or inside the steps: an evaluation, metrics or a callback "
+        "the loop calls every step or every few steps",
+        "run them less often, or make them cheaper (evaluate on fewer batches, fuse the metrics into the step "
+        "program); --step-fn NAME judges one of them as the step program instead")
+    return [with_saving(report, f, others_s, st.program)]
