@@ -76,7 +76,7 @@ def test_kernels_that_name_no_hlo_op_are_counted_shown_and_busy(name):
     assert dev["busy_s"] == pytest.approx(_union_s([(s, e) for _, s, e, _ in kernels]), rel=1e-6)
     assert dev["busy_s"] > _union_s([(s, e) for _, s, e, op in kernels if op is not None])  # more than the ops'
     note = next(n for n in doc["notes"] if "name no HLO op" in n)
-    assert note.startswith("12 GPU kernel(s)") and "12 × __amd_rocclr_copyBuffer.kd" in note
+    assert note.startswith("12 GPU kernels name no HLO op") and "12 × __amd_rocclr_copyBuffer.kd" in note
     assert doc["framework"] == "JAX"
     unpriced = next(c for c in doc["comparison"] if c["program"] == "")
     assert unpriced["predicted_s"] is None and unpriced["category"] == "copy/transpose"

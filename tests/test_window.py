@@ -121,7 +121,9 @@ def test_delay_and_duration_bound_the_trace_in_time(env, tmp_path):
     (run,) = (tmp_path / "plugins" / "profile").iterdir()
     meta = json.loads((run / "rooflens.json").read_text())
     assert meta["window"]["delay_s"] == 1.0 and meta["window"]["duration_s"] == 0.5
-    assert 0.45 < meta["wall_s"] < 2.5  # the window, with its stop under load; the whole run is 3 s
+    # the trace lasted at least the window (its stop, a drain and a write, takes what the machine's load makes it
+    # take: the bound in time is the events' span below, against the 3 s the script runs)
+    assert meta["wall_s"] > 0.45
     prof = rl.load(run)
     span_s = (prof.table.end_ns.max() - prof.table.start_ns.min()) * 1e-9
     assert 0.2 < span_s < 0.8
@@ -408,7 +410,7 @@ def test_neural_ode_recompilations_are_counted_only_inside_the_window(env, tmp_p
     assert w["cache_misses"] and "f32[16]" in w["cache_misses"][0] and "weak_type" not in w["cache_misses"][0]
     data = report(env, run)
     (f,) = [f for f in data["findings"] if f["rule"] == "recompilation"]
-    assert f["title"].startswith("1 recompilation(s)") and "f32[16]" in " ".join(f["evidence"])
+    assert f["title"].startswith("1 recompilation of ") and "f32[16]" in " ".join(f["evidence"])
     assert "weak_type" not in " ".join(f["evidence"])
 
 

@@ -289,8 +289,9 @@ def _shape_of(module: Module | None, name: str) -> str:
 
 
 def join(profile: Profile, stats: OpStats, pricing: Pricing, roofs: Roofs | None,
-         no_roofline: str = "") -> list[OpComparison]:
-    """Each measured op next to its prediction (``no_roofline``: why there is none at all)."""
+         no_roofline: str = "", calibration_spread: float = 0.0) -> list[OpComparison]:
+    """Each measured op next to its prediction (``no_roofline``: why there is none at all; ``calibration_spread``:
+    a calibrated chip's IQR / median, the wobble of its measured roofs)."""
     out = []
     peaks = roofs.peak_flops_per_s if roofs else {}
     hbm = roofs.hbm_bytes_per_s if roofs else 0.0
@@ -332,7 +333,8 @@ def join(profile: Profile, stats: OpStats, pricing: Pricing, roofs: Roofs | None
         ))
         out[-1] = check_roofline(out[-1], pricing.kernels.get(key),
                                  cached=None if why else per_execution(pricing.cached.get(key), k, s.program),
-                                 hbm_bytes_per_s=hbm, calibrated=roofs is not None and roofs.chip == LOCAL_CHIP)
+                                 hbm_bytes_per_s=hbm, calibrated=roofs is not None and roofs.chip == LOCAL_CHIP,
+                                 spread=calibration_spread)
     return out
 
 
@@ -617,7 +619,8 @@ def _analyze(profile: Profile, stats: OpStats, chip: str | Chip | None, memory: 
     modules = program_modules(profile, stats.by_program_s)
     roofs = roofs_of(c) if c is not None else None
     pricing = price_programs(profile, modules, c) if c is not None else Pricing({}, {}, modules)
-    comparison = join(profile, stats, pricing, roofs, no_roofline="" if c is not None else f"no roofline: {reason}")
+    comparison = join(profile, stats, pricing, roofs, no_roofline="" if c is not None else f"no roofline: {reason}",
+                      calibration_spread=(c.calibration_spread or 0.0) if c is not None else 0.0)
     comparison = explain_ops(comparison, modules)
     programs = step_breakdowns(stats, comparison, roofs, n_dev, serial,
                                executions=None if stats.steps else executions_of(profile), modules=modules)

@@ -106,17 +106,20 @@ def module_kernels(modules: dict[str, Module]) -> dict[tuple[str, str], KernelCo
 
 
 def check_roofline(c: OpComparison, kc: KernelCost | None, *, cached: OpPrediction | None = None,
-                   hbm_bytes_per_s: float = 0.0, calibrated: bool = False) -> OpComparison:
+                   hbm_bytes_per_s: float = 0.0, calibrated: bool = False, spread: float = 0.0) -> OpComparison:
     """The comparison with its bound named, and marked unreliable where it achieves > 100 % of a roof, on
     every chip: a CPU's calibrated rates are its roofs too (beaten, they say the calibration is too low).
     ``cached``: the op priced with the reads a GPU's L2 still holds taken off HBM
     (:func:`rooflens.cost.cache.l2_resident_reads`); where the HBM roofline is beaten and this one is not,
     the comparison takes it (the op read those operands from L2). ``calibrated``: the roofs were measured on this
-    machine (a CPU's ``local``), so the calibration is what the op beats."""
+    machine (a CPU's ``local``), so the calibration is what the op beats; ``spread``: that calibration's own
+    IQR / median. A calibrated roof is the median of its measurements, so an op beats it by more than that spread
+    before the measurement says the calibration is wrong (the machine's own wobble is not a broken roof)."""
     if kc is not None and kc.bound != "exact":
         c = replace(c, roofline_bound=kc.bound, roofline_note=kc.note)
     over = [(f, what) for f, what in ((c.flops_fraction_of_peak, "peak FLOP/s"),
-                                      (c.bytes_fraction_of_peak, "HBM bandwidth")) if f and f > MAX_FRACTION]
+                                      (c.bytes_fraction_of_peak, "HBM bandwidth"))
+            if f and f > MAX_FRACTION * (1.0 + (spread if calibrated else 0.0))]
     if not over:
         return c
     f, what = max(over)
