@@ -118,11 +118,15 @@ def check_roofline(c: OpComparison, kc: KernelCost | None, *, cached: OpPredicti
     if kc is not None and kc.bound != "exact":
         c = replace(c, roofline_bound=kc.bound, roofline_note=kc.note)
     over = [(f, what) for f, what in ((c.flops_fraction_of_peak, "peak FLOP/s"),
-                                      (c.bytes_fraction_of_peak, "HBM bandwidth"))
-            if f and f > MAX_FRACTION * (1.0 + (spread if calibrated else 0.0))]
+                                      (c.bytes_fraction_of_peak, "HBM bandwidth")) if f and f > MAX_FRACTION]
     if not over:
         return c
     f, what = max(over)
+    if calibrated and f <= MAX_FRACTION * (1.0 + spread):  # at the roof, within what the calibration itself wobbled
+        return replace(c, flops_fraction_of_peak=None, bytes_fraction_of_peak=None,
+                       roofline_note=f"at the calibrated roof: measured at {f:.0%} of its {what}, within the "
+                                     f"calibration's own spread (IQR {spread:.0%} of the median), so its fractions of "
+                                     "peak are withheld")
     if is_async(c):
         return replace(c, roofline_reliable=False, ratio=None, flops_fraction_of_peak=None, bytes_fraction_of_peak=None,
                        roofline_note="an async op's event is its issue or its wait, not the transfer it starts")
