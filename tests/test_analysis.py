@@ -88,7 +88,9 @@ def test_healthy_single_device_matmul_fires_nothing(tmp_path):
     names, rep = fired(_calibrated_around(lambda: cap(MATMUL, X, W, tmp=tmp_path)), chip="local")
     assert names == set(), [f.title for f in rep.findings]
     (dot,) = [c for c in rep.comparison if c.category == "matmul"]
-    assert 0.5 < dot.ratio < 2.0  # the calibrated roofline holds for a big f32 matmul
+    # the calibrated roofline holds for a big f32 matmul: within 2× of it, or at it within the calibration's own
+    # spread (then its ratio is withheld, as any figure above a roof is)
+    assert (dot.ratio is None and dot.roofline_note.startswith("at the calibrated roof")) or 0.5 < dot.ratio < 2.0
 
 
 def test_healthy_training_loop_fires_nothing(tmp_path):
@@ -241,8 +243,11 @@ def test_transformer_report_big_dots_and_communication(tmp_path):
     # then their ratios are withheld and the calibration is questioned
     ratios = [c.ratio for c in big if c.ratio is not None]
     beaten = [c for c in big if c.ratio is None]
-    assert all(not c.roofline_reliable and "calibration is too low" in c.roofline_note for c in beaten)
-    assert not beaten or any(f.rule == "roofline-trust" and "calibration" in f.title for f in rep.findings)
+    at_roof = [c for c in beaten if c.roofline_note.startswith("at the calibrated roof")]  # within its own spread
+    beyond = [c for c in beaten if c not in at_roof]
+    assert all(not c.roofline_reliable for c in beaten)
+    assert all("calibration is too low" in c.roofline_note for c in beyond)
+    assert not beyond or any(f.rule == "roofline-trust" and "calibration" in f.title for f in rep.findings)
     assert not ratios or float(np.median(ratios)) < 2.0
     comm = [c for c in rep.comparison if c.category == "collective"]
     assert comm and rep.steps.communication_s > 0

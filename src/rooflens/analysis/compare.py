@@ -43,6 +43,7 @@ from rooflens.errors import RooflensError
 from rooflens.hardware import LOCAL_CHIP, Chip, ChipError, read_catalog_text, shared_by
 from rooflens.hardware import chip as get_chip
 from rooflens.hardware import infer_chip as infer_from_trace
+from rooflens.hardware.calibrate import spread_words
 from rooflens.hardware.infer import chip_mismatch
 from rooflens.hlo import Module
 from rooflens.hlo.graph import OpGraph, op_graph
@@ -94,7 +95,7 @@ def calibration_words(c: Chip) -> str:
     d = calibration_summary(c) or {}
     spread = d.get("spread_iqr_over_median")
     return (f"calibration made {d.get('made') or 'at an unknown time'}, "
-            + ("spread not recorded" if spread is None else f"IQR up to {spread:.0%} of the median"
+            + ("spread not recorded" if spread is None else spread_words(spread, up_to=True)
                + (" (a busy machine)" if d.get("busy") else "")))
 
 

@@ -21,6 +21,7 @@ from rooflens.analysis.report import OpComparison
 from rooflens.cost.kernels import KernelCost, instruction_module, kernel_cost
 from rooflens.cost.model import OpPrediction, costs, price
 from rooflens.hardware import Chip
+from rooflens.hardware.calibrate import spread_words
 from rooflens.hardware.infer import MeasuredRate
 from rooflens.hlo import Module
 from rooflens.trace.events import EventTable
@@ -29,6 +30,9 @@ from rooflens.trace.events import EventTable
 MAX_FRACTION = 1.0
 #: what a roofline note says when a measurement beats its roof: the figures that would exceed 100 % are not given
 WITHHELD = "its ratio and fractions of peak are withheld"
+#: how a roofline note begins for a CPU op at its calibrated roof within the calibration's own wobble: withheld as
+#: beyond a roof, but no evidence against the calibration (the roofline-trust finding leaves it out)
+AT_THE_ROOF = "at the calibrated roof"
 
 
 def price_from_text(table: EventTable, priced: set[tuple[str, str]], chip: Chip,
@@ -123,10 +127,10 @@ def check_roofline(c: OpComparison, kc: KernelCost | None, *, cached: OpPredicti
         return c
     f, what = max(over)
     if calibrated and f <= MAX_FRACTION * (1.0 + spread):  # at the roof, within what the calibration itself wobbled
-        return replace(c, flops_fraction_of_peak=None, bytes_fraction_of_peak=None,
-                       roofline_note=f"at the calibrated roof: measured at {f:.0%} of its {what}, within the "
-                                     f"calibration's own spread (IQR {spread:.0%} of the median), so its fractions of "
-                                     "peak are withheld")
+        return replace(c, roofline_reliable=False, ratio=None, flops_fraction_of_peak=None,
+                       bytes_fraction_of_peak=None,
+                       roofline_note=f"{AT_THE_ROOF}: measured at {f:.0%} of its {what}, within the calibration's "
+                                     f"own spread ({spread_words(spread)}); {WITHHELD}")
     if is_async(c):
         return replace(c, roofline_reliable=False, ratio=None, flops_fraction_of_peak=None, bytes_fraction_of_peak=None,
                        roofline_note="an async op's event is its issue or its wait, not the transfer it starts")

@@ -26,7 +26,7 @@ def calibrate(repeats: int, quick: bool, attempts: int, as_json: bool) -> None:
 
     kw = K.QUICK if quick else {"repeats": repeats}
     def again(spread: float, attempt: int, of: int) -> None:
-        click.echo(f"rooflens: the machine looks busy (IQR {spread:.0%} of the median, over {K.BUSY_SPREAD:.0%}): "
+        click.echo(f"rooflens: the machine looks busy ({K.spread_words(spread)}, over {K.BUSY_SPREAD:.0%}): "
                    f"measuring again (attempt {attempt} of {of})", err=True)
 
     cal, spreads = K.measure_until_quiet(attempts=1 if quick else attempts, again=again, **kw)

@@ -236,13 +236,21 @@ def _esc(s: str) -> str:
     return s.replace("\\", "\\\\").replace('"', '\\"')
 
 
+def spread_words(spread: float, up_to: bool = False) -> str:
+    """A calibration's IQR / median as a sentence says it: ``IQR 4% of the median``; past the median itself (a
+    machine busy enough that its quartiles lie further apart than the median is large) ``IQR 1.1× the median``,
+    never a share above 100 %."""
+    lead = "IQR up to" if up_to else "IQR"
+    return f"{lead} {spread:.0%} of the median" if spread <= 1 else f"{lead} {spread:.1f}× the median"
+
+
 def summary(cal: Calibration) -> str:
     """``2026-11-26 06:45 UTC: f32 matmul 125.9 GFLOP/s (IQR 4% of the median), …``, and whether it was busy."""
-    parts = [f"{dt} matmul {cal.best(dt).median / 1e9:.1f} GFLOP/s (IQR {cal.best(dt).relative_spread:.0%} of the "
-             "median)" for dt in cal.matmul]
+    parts = [f"{dt} matmul {cal.best(dt).median / 1e9:.1f} GFLOP/s ({spread_words(cal.best(dt).relative_spread)})"
+             for dt in cal.matmul]
     c = cal.best_copy()
-    parts.append(f"memory {c.median / 1e9:.1f} GB/s (IQR {c.relative_spread:.0%} of the median)")
-    busy = (f"; the machine was busy (IQR up to {cal.spread:.0%} of the median, over {BUSY_SPREAD:.0%})"
+    parts.append(f"memory {c.median / 1e9:.1f} GB/s ({spread_words(c.relative_spread)})")
+    busy = (f"; the machine was busy ({spread_words(cal.spread, up_to=True)}, over {BUSY_SPREAD:.0%})"
             if cal.busy else "")
     return f"{cal.when}: " + ", ".join(parts) + busy
 

@@ -14,7 +14,8 @@ from rooflens.analysis.rules.common import (
     ref,
     with_saving,
 )
-from rooflens.analysis.trust import is_async, rates_of_comparison
+from rooflens.analysis.trust import AT_THE_ROOF, is_async, rates_of_comparison
+from rooflens.hardware.calibrate import spread_words
 from rooflens.hardware.infer import chips_fitting, describe_rates
 from rooflens.units import fmt_seconds as _ms
 from rooflens.units import plural
@@ -51,7 +52,8 @@ def tiny_programs(report: Report) -> list[Finding]:
 
 def roofline_trust(report: Report) -> list[Finding]:
     """Ops measured above 100 % of a roof: the cost model overcounts them, or the chip is wrong."""
-    bad = [c for c in report.comparison if not c.roofline_reliable and not is_async(c)]
+    bad = [c for c in report.comparison if not c.roofline_reliable and not is_async(c)
+           and not c.roofline_note.startswith(AT_THE_ROOF)]
     if not bad:
         return []
     total = sum(c.total_time_s for c in bad)
@@ -92,7 +94,7 @@ def calibration_trust(report: Report, bad: list, evidence: list[str], cal: dict)
            else f"this machine's calibration ({cal['origin']})")
     evidence = [*evidence, f"priced against {how}: made {cal.get('made') or 'at an unknown time'}, "
                 + ("its spread not recorded" if spread is None else
-                   f"IQR up to {spread:.0%} of the median" + (" (the machine was busy)" if cal.get("busy") else ""))]
+                   spread_words(spread, up_to=True) + (" (the machine was busy)" if cal.get("busy") else ""))]
     redo = ("run `rooflens calibrate` on a quiet machine (it measures again while the machine is busy), then "
             "`rooflens report --chip local` to price this trace against the new calibration")
     return Finding(
