@@ -84,7 +84,7 @@ def test_the_straggler_is_found_from_the_hosts_aggregates_too(job):
     # from the job's (whose boundaries can cut a late host's step in two), so per step they differ; per host
     # the steps cover the same time
     for x, y in zip(a.stats.host_steps.times_s, b.stats.host_steps.times_s, strict=True):
-        assert sum(y) == pytest.approx(sum(x), rel=0.05)
+        assert sum(v for v in y if v is not None) == pytest.approx(sum(v for v in x if v is not None), rel=0.05)
     assert {k: (c, pytest.approx(t, rel=1e-9)) for k, (c, t) in _totals(merged).items()} == _totals(events)
     # (each host's idle time is judged against its own inferred steps' warm-up, so it is not compared here: the
     # A100 pod of tests/test_pod_reduce.py, whose steps every host agrees on, checks it to 1e-9)
