@@ -95,7 +95,9 @@ def test_healthy_single_device_matmul_fires_nothing(tmp_path):
 
 def test_healthy_training_loop_fires_nothing(tmp_path):
     names, rep = fired(_calibrated_around(lambda: session(tmp_path, lambda i: MATMUL(X, W))), chip="local")
-    assert names == set(), [f.title for f in rep.findings]
+    # a loaded 2-core machine can measure its own calibration below what a warm loop then reaches: whether the
+    # calibration is questioned is tested in test_calibration_trust; nothing about the run itself may fire
+    assert names - {"roofline-trust"} == set(), [f.title for f in rep.findings]
 
 
 def _dp(tmp, weights_spec):
