@@ -17,7 +17,7 @@ from rooflens.trace import background, load, op_stats
 from rooflens.trace.cache import identity, location, read_cached
 from rooflens.trace.formats.chrome.reader import read_chrome
 from rooflens.trace.formats.xspace.reader import read_xspace
-from tests.conftest import fixture_path
+from tests.conftest import FIXTURES, fixture_path
 
 DATA = Path(__file__).parent / "data"
 V6E = ("tpu", "xprof_tpu_inference_2.v6e-4.xplane.pb")
@@ -220,11 +220,9 @@ def test_chrome_stream_handles_events_split_across_chunks(tmp_path, monkeypatch)
     assert np.array_equal(pieces.table.dur_ps, whole.table.dur_ps)
 
 
-CHROME_FIXTURES = [("tpu", "vllm_tpu_qwen3_2026_01_11_21_26_41.trace.json.gz"),
-                   ("tpu", "xprof_tpu_inference_2.v6e-4.DERIVED.trace.json.gz"),
-                   ("gpu_amd", "tracelens_mi300x_jax08_gemm.DERIVED.trace.json.gz"),
-                   ("gpu_amd", "tracelens_mi300x_jax_conv_minimal_legacy.DERIVED.trace.json.gz"),
-                   ("gpu_nvidia", "tfprof_GPU-multi-worker_34.83.195.179_6003.v100x8.DERIVED.trace.json.gz")]
+#: every Chrome trace the repository carries (a new one is covered with no change here): JAX's exports, vLLM's, TF's and
+#: PyTorch's Kineto trace (whose ``deviceProperties`` array comes before ``traceEvents``)
+CHROME_FIXTURES = sorted(p.relative_to(FIXTURES).parts for p in FIXTURES.rglob("*.json.gz"))
 
 
 @pytest.mark.parametrize("where", CHROME_FIXTURES, ids=lambda w: w[1].split(".")[0])

@@ -264,17 +264,7 @@ class _Columns:
             ints[J.INT_COL[k], row] = x if isinstance(x, int) else int(x)
 
     def _metadata_object(self, e: dict) -> None:
-        args = e.get("args")
-        name = args.get("name") if isinstance(args, dict) else None
-        if e.get("name") == "process_name":
-            self.processes[self.code(e.get("pid"))] = str(name)
-        elif e.get("name") == "thread_name":
-            self.threads[(self.code(e.get("pid")), self.code(e.get("tid")))] = str(name)
-
-    def _metadata_event(self, text: bytes, path: Path) -> None:
-        e = _loads(text, path)
-        if not isinstance(e, dict):
-            return
+        """A metadata event (``ph: M``), read by either path: a process's or thread's name, a process's labels."""
         args = e.get("args")
         name = args.get("name") if isinstance(args, dict) else None
         if e.get("name") == "process_name":
@@ -283,6 +273,11 @@ class _Columns:
             self.threads[(self.code(e.get("pid")), self.code(e.get("tid")))] = str(name)
         elif e.get("name") == "process_labels" and isinstance(args, dict):
             self.labels[self.code(e.get("pid"))] = str(args.get("labels"))
+
+    def _metadata_event(self, text: bytes, path: Path) -> None:
+        e = _loads(text, path)
+        if isinstance(e, dict):
+            self._metadata_object(e)
 
     def _grow(self) -> None:
         from rooflens.trace.formats.compiled import rehash
@@ -359,7 +354,8 @@ def _small_text(path: Path) -> bytes | None:
 
 def read_events_plain(text: bytes, path: Path) -> _Columns | None:
     """The plain twin of :func:`read_events` on the whole text: orjson, then :meth:`_Columns.add_objects` (the
-    events array: a bare list, or the first array valued in the top object, as the compiled split finds it).
+    events array: a bare list, or the top object's ``traceEvents``, as the compiled split finds it: PyTorch's Kineto
+    writes ``deviceProperties`` and other arrays before ``traceEvents``).
     None for text orjson cannot read: the compiled scan then says where it breaks."""
     try:
         doc = orjson.loads(text)
@@ -367,8 +363,8 @@ def read_events_plain(text: bytes, path: Path) -> _Columns | None:
         return None
     if not isinstance(doc, dict | list):
         return None
-    events = doc if isinstance(doc, list) else next((v for v in doc.values() if isinstance(v, list)), None)
-    if events is None:
+    events = doc if isinstance(doc, list) else doc.get("traceEvents")
+    if not isinstance(events, list):
         raise RooflensError(f"{path} is JSON but not a Chrome trace (no traceEvents).")
     cols = _Columns()
     cols.add_objects([e for e in events if isinstance(e, dict | list)], path)
