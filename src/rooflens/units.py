@@ -78,14 +78,20 @@ def fmt_bytes(n: float | None, digits: int = 3, missing: str = MISSING) -> str:
     if math.isinf(n):
         return "∞ B"
     sign = "-" if n < 0 else ""
-    a = abs(_round_sig(float(n), digits))
-    for unit, size in _BYTE_UNITS:
+    scaled = _scaled(abs(_round_sig(float(n), digits)), _BYTE_UNITS, digits)
+    return f"{sign}{scaled}" if scaled else f"{sign}{abs(float(n)):,.0f} B"
+
+
+def _scaled(a: float, units: tuple[tuple[str, float], ...], digits: int, suffix: str = "") -> str:
+    """``a`` (≥ 0, rounded) in the largest of ``units`` (largest first) it reaches, with ``digits`` significant
+    digits and thousands separators past the largest unit: ``"67.1 MB"``; "" below the smallest."""
+    for unit, size in units:
         if a >= size:
             v = _round_sig(a / size, digits)
-            if unit == "PB" and v >= 10 ** digits:
-                return f"{sign}{v:,.0f} PB"
-            return f"{sign}{_sig(v, digits)} {unit}"
-    return f"{sign}{abs(float(n)):,.0f} B"
+            if size == units[0][1] and v >= 10 ** digits:
+                return f"{v:,.0f} {unit}{suffix}"
+            return f"{_sig(v, digits)} {unit}{suffix}"
+    return ""
 
 
 _SI_PREFIXES = (("E", 1e18), ("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3))
@@ -100,13 +106,7 @@ def fmt_si(value: float | None, unit: str = "", digits: int = 3, missing: str = 
     r = _round_sig(float(value), digits)
     sign = "-" if r < 0 else ""
     a = abs(r)
-    for prefix, size in _SI_PREFIXES:
-        if a >= size:
-            v = _round_sig(a / size, digits)
-            if prefix == "E" and v >= 10 ** digits:
-                return f"{sign}{v:,.0f} E{unit}"
-            return f"{sign}{_sig(v, digits)} {prefix}{unit}"
-    return f"{sign}{_sig(a, digits)} {unit}".rstrip()
+    return f"{sign}{_scaled(a, _SI_PREFIXES, digits, unit) or f'{_sig(a, digits)} {unit}'.rstrip()}"
 
 
 def fmt_rate(bytes_per_s: float | None, missing: str = MISSING) -> str:
