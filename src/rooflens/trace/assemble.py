@@ -237,12 +237,12 @@ def marked_as_device_steps(table: EventTable, raws: list[RawTrace], marked_by_ho
                 for f in row[3]:
                     weight[f] = weight.get(f, 0.0) + 1
             continue
-        by = S.choose(table, spans[0], spans[2], spans[3], None, window_fn=_window_fn(manifest))  # the markers'
+        by = S.choose(table, spans[0], spans[2], spans[3], None, window_fn=S.window_fn(manifest))  # the markers'
         by_time = S.steps_by_time(table, spans, host, marked, by[0]) if by else None
         out.append(by_time or marked)
         basis.add("time" if by_time else "markers")
     auto = S.choose(table, spans[0], spans[2], spans[3], None, preferred=weight or None,
-                    window_fn=_window_fn(manifest))
+                    window_fn=S.window_fn(manifest))
     picked = S.choose(table, spans[0], spans[2], spans[3], step_fn, preferred=weight or None) if step_fn else auto
     # device steps are those that ran the step function the markers hold (chosen by --step-fn or not)
     out = [S.tiled(h, auto[0] if auto else None) if h and len(h[0]) == 4 else h for h in out]
@@ -250,11 +250,6 @@ def marked_as_device_steps(table: EventTable, raws: list[RawTrace], marked_by_ho
         return out, None
     main = next(b for b in ("dispatch", "time", "executions", "markers") if b in basis)
     return out, S.make_choice(table, spans, picked[0], picked[1], main)
-
-
-def _window_fn(manifest: RunManifest) -> str | None:
-    taken = manifest.step_program
-    return (taken.program or taken.function) if taken is not None else None
 
 
 def ran_steps(profile: Profile) -> list[tuple[int, float, float]]:

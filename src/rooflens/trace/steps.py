@@ -520,6 +520,7 @@ def cut_note(program: str) -> str:
 
 
 def window_fn(manifest: RunManifest) -> str | None:
+    """The function (or program) the run's window was opened on, as the run recorded it; None for none."""
     taken = manifest.step_program
     return (taken.program or taken.function) if taken is not None else None
 

@@ -239,18 +239,23 @@ def foreign_note(framework: str) -> str:
             "timeline, idle), with no HLO and so no roofline to compare them with")
 
 
-def kernels_note(names: list[str], dur_ps) -> str:
-    """The note on GPU kernels that name no HLO op: their count and time, by kernel name, most time first."""
+def kernels_note(names: list[str], index, dur_ps) -> str:
+    """The note on GPU kernels that name no HLO op: their count and time, by kernel name, most time first.
+    ``names[index[i]]`` is event i's kernel name (a name may stand at several places of ``names``)."""
     from rooflens.units import fmt_seconds, plural
 
+    index = np.asarray(index, np.int64)
+    counts = np.bincount(index, minlength=len(names)).tolist()
+    times_s = (np.bincount(index, weights=np.asarray(dur_ps, np.float64), minlength=len(names)) * 1e-12).tolist()
     by_name: dict[str, list[float]] = {}
-    for name, d in zip(names, np.asarray(dur_ps).tolist()):
-        c = by_name.setdefault(name, [0, 0.0])
-        c[0] += 1
-        c[1] += d * 1e-12
+    for name, n, t in zip(names, counts, times_s):  # one entry a distinct name, not an event
+        if n:
+            c = by_name.setdefault(name, [0, 0.0])
+            c[0] += n
+            c[1] += t
     top = sorted(by_name.items(), key=lambda kv: -kv[1][1])
-    verb = "names" if len(names) == 1 else "name"
-    return (f"{plural(len(names), 'GPU kernel')} {verb} no HLO op ({fmt_seconds(sum(t for _, t in by_name.values()))} "
+    verb = "names" if len(index) == 1 else "name"
+    return (f"{plural(len(index), 'GPU kernel')} {verb} no HLO op ({fmt_seconds(sum(t for _, t in by_name.values()))} "
             "in all, counted in device busy time, no roofline): "
             + ", ".join(f"{n:,} × {name} ({fmt_seconds(t)})" for name, (n, t) in top[:4])
             + (f", and {len(top) - 4} more" if len(top) > 4 else ""))

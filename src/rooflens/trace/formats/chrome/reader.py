@@ -123,7 +123,7 @@ def read_chrome(path: Path, progress: Progress = None) -> RawTrace:
     if len(other):  # kernels that name no HLO op: counted, by kernel name, in no XLA program (as the XSpace reader)
         platform, device_kind = "gpu", device_kind or "GPU"
         parts.append((other, dev[other], c["name"][other], np.full(len(other), code(""), np.int64)))
-        notes.append(kernels_note([words[k] for k in c["name"][other].tolist()], dur[other])
+        notes.append(kernels_note(words, c["name"][other], dur[other])
                      if framework in ("JAX", "") else foreign_note(framework))
     if not parts:
         cpu = np.flatnonzero((kind == 0) & (c["hlo_op"] >= 0) & (c["device_ordinal"] >= 0))

@@ -230,7 +230,7 @@ def _kernels_without_op(x, ev: _Events, vocab):
     inv = inv.ravel()
     names = [_metadata_of(x, k)[0] or _metadata_of(x, k)[1] or "kernel" for k in uk.tolist()]
     codes = np.asarray([vocab.code(n) for n in names], np.int64)
-    note = kernels_note([names[k] for k in inv.tolist()], ev.dur[rows])
+    note = kernels_note(names, inv, ev.dur[rows])
     return rows, ev.dev[rows], codes[inv], note
 
 
