@@ -187,6 +187,12 @@ def test_the_checker_catches_each_kind_of_impossible_number(sharded_cpu_trace, t
         roofline_reliable=False, ratio=None, flops_fraction_of_peak=None, bytes_fraction_of_peak=None,
         roofline_note="")))
     assert any("sum to" in v for v in broken(lambda d: d["steps"]["breakdown"].update(idle_s=b["idle_s"] + step)))
+    # another program's time inside the step (an evaluation) is a part of the step, not missing idle time
+    eval_s = b["idle_s"] / 2
+    assert not broken(lambda d: d["steps"]["breakdown"].update(idle_s=b["idle_s"] - eval_s,
+                                                               other_programs=[["jit_eval", eval_s]]))
+    assert any("sum to" in v for v in broken(lambda d: d["steps"]["breakdown"].update(
+        other_programs=[["jit_eval", step]])))
     assert any("longer than the step" in v
                for v in broken(lambda d: d["steps"]["breakdown"].update(compute_s=11.39 * step)))
     assert any("busy" in v for v in broken(lambda d: d["devices"][0].update(busy_s=2 * d["devices"][0]["window_s"])))

@@ -173,7 +173,8 @@ def _breakdown(b: dict, where: str) -> list[str]:
                        f"({v / step:.0%} of the step)" if step else
                        f"{where}: {key.removesuffix('_s')} {v:.6g} s in a step of no time")
     busy = sum(b.get(k) or 0.0 for k in PARTS[:-1])
-    total = busy + (b.get("idle_s") or 0.0)
+    others = sum(s for _, s in b.get("other_programs") or ())  # other programs' time in the step: not idle
+    total = busy + others + (b.get("idle_s") or 0.0)
     if abs(total - step) > SUM_REL * step + SUM_ABS_S:
         out.append(f"{where}: its parts sum to {total:.6g} s, not to the step {step:.6g} s "
                    f"({', '.join(f'{k.removesuffix(chr(95) + chr(115))} {b.get(k) or 0.0:.4g}' for k in PARTS)})")
