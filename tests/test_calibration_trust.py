@@ -109,7 +109,7 @@ def test_live_memory_is_the_programs_not_the_captures(low_run):
     doc, text = report(env, str(logdir))
     (snap,) = doc["memory"]["snapshots"]
     assert snap["label"] == "end" and snap["total_bytes"] == 2 * 1024 * 1024 * 4 + 4
-    assert "live device memory when the trace stopped 8.39 MB"  # 8,388,612 B in text
+    assert "live device memory when the trace stopped 8.39 MB" in text  # 8,388,612 B
 
 
 def test_the_report_of_a_run_does_not_change_with_a_later_calibration(low_run):

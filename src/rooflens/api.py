@@ -72,7 +72,7 @@ def plan_check(rep: Report, model, batch_tokens: float | None = None, seq_len: i
         raise RooflensError(f"the run has no roofline or no steps to set the plan against ({rep.chip_reason}).")
     peak_bytes = rep.memory.peak_bytes if rep.memory else None
     return check_plan(m, rep.chip, rep.num_devices, rep.roofs.mfu_peak_flops_per_s, rep.steps.step_time_s,
-                      rep.steps.model_flops, peak_bytes, batch_tokens, seq_len, **kwargs)
+                      rep.steps.model_flops, peak_bytes, batch_tokens, seq_len, report_mfu=rep.steps.mfu, **kwargs)
 
 
 def as_report(x, chip: str | Chip | None = None) -> Report:

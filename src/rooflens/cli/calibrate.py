@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from rooflens.cli.common import emit
+from rooflens.units import plural
 
 
 @click.command()
@@ -32,8 +33,8 @@ def calibrate(repeats: int, quick: bool, attempts: int, as_json: bool) -> None:
     cal, spreads = K.measure_until_quiet(attempts=1 if quick else attempts, again=again, **kw)
     path = K.save(cal)
     if cal.busy:
-        click.echo(f"rooflens: warning: the machine was busy while it was measured (IQR up to {cal.spread:.0%} of "
-                   f"the median in {len(spreads)} attempt(s), over {K.BUSY_SPREAD:.0%}): its figures may be too low, "
+        click.echo(f"rooflens: warning: the machine was busy while it was measured ({K.spread_words(cal.spread, True)} "
+                   f"in {plural(len(spreads), 'attempt')}, over {K.BUSY_SPREAD:.0%}): its figures may be too low, "
                    "and measurements will beat them. Run `rooflens calibrate` again when the machine is quiet.",
                    err=True)
     emit(lambda: {

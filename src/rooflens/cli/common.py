@@ -257,8 +257,10 @@ def calibrate_first_use() -> None:
             return
     click.echo(f"rooflens: calibration saved to {path}", err=True)
     if cal.busy:
-        click.echo(f"rooflens: warning: the machine was busy while it was calibrated (IQR up to {cal.spread:.0%} of "
-                   "the median): run `rooflens calibrate` when it is quiet.", err=True)
+        from rooflens.hardware.calibrate import spread_words
+
+        click.echo(f"rooflens: warning: the machine was busy while it was calibrated "
+                   f"({spread_words(cal.spread, up_to=True)}): run `rooflens calibrate` when it is quiet.", err=True)
 
 
 def load_report(paths, hlo_dir: str | None = None, chip_name: str | None = None, include_warmup: bool = False,

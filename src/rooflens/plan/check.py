@@ -42,8 +42,10 @@ class PlanCheck:
 def check_plan(model: Transformer, chip: str, chips: int, peak_flops_per_s: float, measured_step_s: float | None,
                measured_flops_per_device: float | None, measured_memory_per_chip_bytes: float | None,
                batch_tokens: float | None = None, seq_len: int | None = None, mfu: float = 1.0,
-               optimizer: str = "adam", param_dtype: str = "bf16", activation_dtype: str = "bf16") -> PlanCheck:
-    """Plan ``model``'s step with the run's chip and device count and compare (all numbers handed in: pure)."""
+               optimizer: str = "adam", param_dtype: str = "bf16", activation_dtype: str = "bf16",
+               report_mfu: float | None = None) -> PlanCheck:
+    """Plan ``model``'s step with the run's chip and device count and compare (all numbers handed in: pure).
+    ``report_mfu``: the run's report's own MFU (of the FLOPs of the dots XLA ran; None where it withheld it)."""
     if chips < 1 or not peak_flops_per_s:
         raise RooflensError("a plan check needs the run's device count and its chip's peak FLOP/s.")
     fpt = model.flops_per_token(True, seq_len)
@@ -57,7 +59,6 @@ def check_plan(model: Transformer, chip: str, chips: int, peak_flops_per_s: floa
     planned = fpt * batch_tokens
     step = planned / (chips * peak_flops_per_s * mfu)
     measured_mfu = planned / (measured_step_s * chips * peak_flops_per_s) if measured_step_s else None
-    report_mfu = measured / (measured_step_s * chips * peak_flops_per_s) if measured_step_s and measured else None
     state = model.state(optimizer, param_dtype).total_bytes
     act = model.activation_bytes(batch_tokens, 1, activation_dtype)
     mem = (state + act) / chips
