@@ -50,18 +50,23 @@ import time
 HERE = os.path.abspath(__file__)
 
 
+TOP = "."  # _sibling's package for a module at the package's top
+
+
 def _sibling(name: str, package: str = ""):
-    """A stdlib-only module beside this file (or in the sibling ``package``): imported normally inside
-    rooflens, loaded by path in the launched interpreter (where importing the rooflens package would
-    import numpy and JAX)."""
+    """A stdlib-only module beside this file, in the sibling ``package``, or at the package's top (``package`` =
+    :data:`TOP`: ``rooflens.units``): imported normally inside rooflens, loaded by path in the launched
+    interpreter (where importing the rooflens package would import numpy and JAX)."""
     if __package__:
-        return importlib.import_module(f"{__package__.rsplit('.', 1)[0]}.{package}.{name}" if package
+        root = __package__.rsplit(".", 1)[0]
+        return importlib.import_module(f"{root}.{name}" if package == TOP else f"{root}.{package}.{name}" if package
                                        else f"{__package__}.{name}")
-    key = f"_rooflens_{package}_{name}" if package else f"_rooflens_{name}"
+    key = f"_rooflens_{package}_{name}" if package and package != TOP else f"_rooflens_{name}"
     if key not in sys.modules:
         folder = os.path.dirname(HERE)
-        path = os.path.join(os.path.dirname(folder), package, f"{name}.py") if package else \
-            os.path.join(folder, f"{name}.py")
+        root = os.path.dirname(folder)
+        path = (os.path.join(root, f"{name}.py") if package == TOP else
+                os.path.join(root, package, f"{name}.py") if package else os.path.join(folder, f"{name}.py"))
         spec = importlib.util.spec_from_file_location(key, path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[key] = module
@@ -70,6 +75,7 @@ def _sibling(name: str, package: str = ""):
 
 
 manifest = _sibling("manifest", "trace")
+units = _sibling("units", TOP)  # before stepfn and memwatch, which format with it
 common = _sibling("common")
 tap = _sibling("tap")
 artifacts = _sibling("artifacts")

@@ -18,8 +18,14 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import threading
 import time
+
+if __package__:
+    from rooflens import units
+else:  # loaded by path, after the launcher loaded rooflens/units.py the same way (its ``_sibling``)
+    units = sys.modules["_rooflens_units"]
 
 #: the trace's own growth may use this share of the limit; writing it needs 2-4 times that again (see above)
 TRACE_SHARE = 1 / 5
@@ -68,13 +74,6 @@ def parse_size(text: str) -> int:
     return size
 
 
-def fmt_size(n: float) -> str:
-    for unit, div in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= div:
-            return f"{n / div:.3g} {unit}"
-    return f"{n:.0f} B"
-
-
 class Watch:
     """Reads the process's memory every :data:`INTERVAL_S` on a daemon thread from its creation (the trace's
     start); once it has grown by ``limit_bytes × TRACE_SHARE``, records why (:attr:`stopped`) and calls
@@ -115,7 +114,8 @@ def sentence(stopped: dict) -> str:
     """Why the trace stopped early, and what to do instead: for the run's output, rooflens.json and the report."""
     grew = stopped["rss_at_stop_bytes"] - stopped["rss_at_start_bytes"]
     return (f"the trace was stopped early, {stopped['after_s']:.3g} s after it started: the process's memory grew by "
-            f"{fmt_size(grew)} while tracing, past a fifth of --max-trace-memory {fmt_size(stopped['limit_bytes'])} "
+            f"{units.fmt_bytes(grew)} while tracing, past a fifth of --max-trace-memory "
+            f"{units.fmt_bytes(stopped['limit_bytes'])} "
             "(writing a trace takes up to four times its events' memory again); the profile holds what ran until "
             "then, the rest of the run was not traced. To profile the steady state, trace a window: rooflens run "
             "--steps START:STOP, or --delay SECONDS --duration SECONDS")

@@ -221,9 +221,3 @@ def choose(cands: list[Candidate], start: int, cost_of: Callable[[Candidate], tu
     return min(kept, key=lambda c: (loops(c), -work(cost_of(c)), c.seen))
 
 
-def amount(x: float, unit: str) -> str:
-    """``3.2 MFLOP``, ``1.1 MB``: a per-call figure in a few characters."""
-    for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if x >= scale:
-            return f"{x / scale:.3g} {prefix}{unit}"
-    return f"{x:.3g} {unit}"

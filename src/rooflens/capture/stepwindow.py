@@ -66,8 +66,10 @@ import types
 from collections.abc import Callable
 
 if __package__:
+    from rooflens import units
     from rooflens.capture import common, stepfn
-else:  # loaded by path, after the launcher loaded common and stepfn the same way (its ``_sibling``)
+else:  # loaded by path, after the launcher loaded units, common and stepfn the same way (its ``_sibling``)
+    units = sys.modules["_rooflens_units"]
     common = sys.modules["_rooflens_common"]
     stepfn = sys.modules["_rooflens_stepfn"]
 
@@ -88,8 +90,7 @@ def parse_steps(text: str) -> tuple[int, int]:
 
 program_name = common.program_name  # jit_<name>, as JAX names a jitted function's program
 Candidate, call_site, choose, where = stepfn.Candidate, stepfn.call_site, stepfn.choose, stepfn.where
-names_function, loop_chain, amount, kind_of = (stepfn.names_function, stepfn.loop_chain, stepfn.amount,
-                                               stepfn.kind_of)
+names_function, loop_chain, kind_of = stepfn.names_function, stepfn.loop_chain, stepfn.kind_of
 
 
 # ---- waiting for the device ----------------------------------------------------------------------
@@ -461,7 +462,9 @@ class Window:
 
     def _cost(self, c: Candidate) -> str:
         cost = self.cost_of(c)
-        return f"{amount(cost[0], 'FLOP')} and {amount(cost[1], 'B')} per call, compiled" if cost else "cost unknown"
+        if not cost:
+            return "cost unknown"
+        return f"{units.fmt_si(cost[0], 'FLOP')} and {units.fmt_bytes(cost[1])} per call, compiled"
 
     def _says(self, c: Candidate) -> str:
         late = "" if c.calls else ", first called after the window opened"
