@@ -142,7 +142,7 @@ def busiest_program(profile) -> str:
     holds the device, as against initialisation, RNG seeding and one-off conversions."""
     import numpy as np
 
-    from rooflens.trace.warmup import base_name
+    from rooflens.trace.steps import base_name
 
     t = profile.table
     if not len(t):

@@ -72,7 +72,7 @@ class Unran:
         return self.function if PROGRAM_NAMED.fullmatch(self.function) else f"{self.program} ({self.function})"
 
 
-def _letters(name: str) -> str:
+def letters(name: str) -> str:
     """A function's or a program's name with its prefix (``jit_``), program id and all but letters and digits
     taken out: JAX names the program of ``<lambda>`` ``jit__lambda``, of ``step`` ``jit_step``."""
     name = re.sub(r"\(\d+\)$", "", name)
@@ -84,7 +84,6 @@ def _letters(name: str) -> str:
 
 
 #: the same, public: how the step model matches ``--step-fn`` and compilations to programs
-letters_of = _letters
 
 
 def program_of(function: str, programs: list[str]) -> list[int]:
@@ -94,8 +93,8 @@ def program_of(function: str, programs: list[str]) -> list[int]:
     :func:`rooflens.trace.events.build`)."""
     if PROGRAM_NAMED.fullmatch(function):
         return [k for k, p in enumerate(programs) if p in (function, function[:function.rindex("(")])]
-    want = _letters(function)
-    return [k for k, p in enumerate(programs) if p.startswith(PREFIXES) and _letters(p) == want] if want else []
+    want = letters(function)
+    return [k for k, p in enumerate(programs) if p.startswith(PREFIXES) and letters(p) == want] if want else []
 
 
 def unran_dispatches(table: EventTable, spans: tuple[np.ndarray, ...], dispatches_of: dict[str, dict[str, np.ndarray]],

@@ -46,13 +46,12 @@ from rooflens.trace.stats import (
     device_times,
     execution_extremes,
     execution_sums,
-    host_steps_from,
     op_self_ps,
     op_stat,
     stats_of,
-    step_spans_ps,
 )
-from rooflens.trace.warmup import Executions, base_name, program_executions
+from rooflens.trace.steps import base_name, host_steps_from, step_spans_ps
+from rooflens.trace.warmup import Executions, program_executions
 
 #: a sketch bucket holds durations from GAMMA^(b-1) to GAMMA^b ps: its representative is within 0.99 % of each
 GAMMA = 1.02

@@ -15,16 +15,12 @@ from rooflens.trace.events import row_key, unique_rows
 from rooflens.trace.formats.compiled import njit, plain_twin
 from rooflens.trace.groupby import dense, grouped_sorted, is_sorted, timeline_order, unique_inverse
 from rooflens.trace.profile import Profile
-from rooflens.trace.steps import (  # noqa: F401  (the step parts live in the step model; their old names here)
-    OUTLIER_RATIO,
+from rooflens.trace.steps import (
     HostSteps,
     StepChoice,
     StepSummary,
     groups_of,
     host_steps,
-    host_steps_from,
-    op_outliers,
-    step_spans_ps,
 )
 from rooflens.trace.steps import step_summary as summary_of_steps
 

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rooflens.errors import RooflensError
+from rooflens.trace.dispatch import letters  # one rule for function ↔ program names
 from rooflens.trace.events import EventTable, unique_rows
 from rooflens.trace.groupby import grouped_order, unique_inverse
 from rooflens.trace.manifest import RunManifest
@@ -128,7 +129,8 @@ def step_summary(steps: list[tuple[int, float, float]], choice: StepChoice | Non
         return None
     nums = [n for n, _, _ in steps]
     times = np.asarray([(e - s) * 1e-9 for _, s, e in steps])
-    host = [(e - s) * 1e-9 for n, s, e in host_steps or [] if n in set(nums)]
+    seen = set(nums)
+    host = [(e - s) * 1e-9 for n, s, e in host_steps or [] if n in seen]
     return StepSummary(len(times), float(times.mean()), float(times.std()), float(times.min()), float(times.max()),
                        tuple(float(x) for x in times), tuple(nums), choice.program if choice else "",
                        choice.basis if choice else "", float(np.mean(host)) if host else None)
@@ -145,7 +147,7 @@ def check_steps(steps: list[tuple[int, float, float]]) -> None:
 
 # -- executions, by function --------------------------------------------------------------------------------------
 
-def function_executions(t: EventTable, keys: np.ndarray, start: np.ndarray, end: np.ndarray,
+def function_executions(keys: np.ndarray, start: np.ndarray, end: np.ndarray,
                         codes: list[int]) -> np.ndarray:
     """The executions of the programs ``codes`` (one function's) as rows of (start ns, end ns) by start: an
     execution on several devices is one, from its first device's start to its last device's end."""
@@ -208,19 +210,13 @@ def warmup_executions(t: EventTable, exec_idx: np.ndarray) -> np.ndarray:
 
 # -- the step program ---------------------------------------------------------------------------------------------
 
-def _letters(name: str) -> str:
-    from rooflens.trace.dispatch import letters_of as letters  # one rule for function ↔ program names
-
-    return letters(name)
-
-
 def match_step_fn(name: str, functions: list[str]) -> str:
     """The function (base name) that ``--step-fn NAME`` names: a program's full name, its base name, or the
     Python function's name (``train_step`` → ``jit_train_step``). Raises one sentence listing the candidates."""
     for f in functions:
         if name == f or base_name(name) == f:
             return f
-    hits = [f for f in functions if _letters(f) == _letters(name)] if _letters(name) else []
+    hits = [f for f in functions if letters(f) == letters(name)] if letters(name) else []
     if len(hits) == 1:
         return hits[0]
     listed = ", ".join(functions[:12]) + (f" and {len(functions) - 12} more" if len(functions) > 12 else "")
@@ -244,13 +240,13 @@ def choose(t: EventTable, keys: np.ndarray, start: np.ndarray, end: np.ndarray, 
     if step_fn:
         return match_step_fn(step_fn, order), f"chosen by --step-fn {step_fn}"
     if window_fn:
-        hit = [f for f in order if _letters(f) == _letters(window_fn) or f == base_name(window_fn)]
+        hit = [f for f in order if letters(f) == letters(window_fn) or f == base_name(window_fn)]
         if hit:
             return hit[0], f"the function the run's window was opened on ({window_fn})"
     if preferred:
         best = max(preferred, key=lambda f: (busy.get(f, 0.0), preferred[f]))
         return best, f"dispatched in {preferred[best]:g} of the marked steps, the most device time of those there"
-    runs = {f: len(function_executions(t, keys, start, end, fns[f])) for f in fns}
+    runs = {f: len(function_executions(keys, start, end, fns[f])) for f in fns}
     ops = ops_per_function(t)
     ops = {f: ops.get(f, 0) for f in fns}
     again = [f for f in order if runs[f] > 1 and (not multi_op_only or ops[f] > 1)]
@@ -289,7 +285,7 @@ def candidates_of(t: EventTable, keys: np.ndarray, start: np.ndarray, end: np.nd
     present = np.unique(keys[:, 2]) if len(keys) else np.zeros(0, np.int64)
     fns = functions_of(t.programs, present)
     busy = function_busy_ns(t)
-    return tuple((f, len(function_executions(t, keys, start, end, fns[f])))
+    return tuple((f, len(function_executions(keys, start, end, fns[f])))
                  for f in sorted(fns, key=lambda f: -busy.get(f, 0.0)) if f != taken)
 
 
@@ -334,7 +330,7 @@ def unit_execution(t: EventTable, spans: tuple[np.ndarray, ...], dispatches_of: 
     for other, codes in functions_of(t.programs, present).items():  # a loop of real steps beside it wins
         if other == fn or ops.get(other, 0) < 2:
             continue
-        ex_other = function_executions(t, keys, start, end, codes)
+        ex_other = function_executions(keys, start, end, codes)
         if len(ex_other) > 1 and np.median(ex_other[:, 1] - ex_other[:, 0]) >= UNIT_RIVAL * (span[1] - span[0]):
             return None
     return fn, span, float(per[k] / total)
@@ -365,8 +361,8 @@ def inferred_steps(t: EventTable, spans: tuple[np.ndarray, ...], function: str,
     program is warm-up, not the step's)."""
     keys, _, start, end, cut = spans
     codes = [c for c, p in enumerate(t.programs) if p and base_name(p) == function]
-    whole = function_executions(t, keys[~cut], start[~cut], end[~cut], codes)
-    n_cut = len(function_executions(t, keys[cut], start[cut], end[cut], codes)) if cut.any() else 0
+    whole = function_executions(keys[~cut], start[~cut], end[~cut], codes)
+    n_cut = len(function_executions(keys[cut], start[cut], end[cut], codes)) if cut.any() else 0
     bars = np.sort(np.asarray(barriers_ns if barriers_ns is not None else [], float))
     steps = []
     for i, (s, e) in enumerate(whole.tolist()):
@@ -466,7 +462,7 @@ def steps_by_time(t: EventTable, spans: tuple[np.ndarray, ...], host: int, marke
     marked = sorted(marked, key=lambda s: s[1])
     codes = [c for c, p in enumerate(t.programs) if p and base_name(p) == function]
     mine = (keys[:, 0] == host) & ~cut
-    ex = function_executions(t, keys[mine], start[mine], end[mine], codes)
+    ex = function_executions(keys[mine], start[mine], end[mine], codes)
     ex = ex[ex[:, 0] >= marked[0][1]]
     if not len(ex):
         return None
@@ -542,7 +538,7 @@ def named(profile, step_fn: str | None = None):
                   choose(t, keys, start, end, step_fn, window_fn=window_fn(profile.manifest),
                            multi_op_only=False))
         if picked is not None:
-            runs = len(function_executions(t, keys, start, end, [c for c, p in enumerate(t.programs)
+            runs = len(function_executions(keys, start, end, [c for c, p in enumerate(t.programs)
                                                                    if p and base_name(p) == picked[0]]))
             basis = "markers" if profile.steps else "execution" if unit is not None or runs == 1 else "per execution"
             choice = make_choice(t, spans, picked[0], picked[1], basis)

@@ -23,11 +23,12 @@ import re
 
 import numpy as np
 
+from rooflens.trace.dispatch import letters
 from rooflens.trace.events import EventTable, unique_rows
 from rooflens.trace.formats.compiled import njit, plain_twin
 from rooflens.trace.groupby import NUMPY_TWIN, group_extent, grouped_order, is_sorted
 from rooflens.trace.manifest import RunManifest
-from rooflens.trace.steps import (  # noqa: F401  (their home is the step model; callers import them here too)
+from rooflens.trace.steps import (
     base_name,
     cut_note,
     infer_steps,
@@ -395,8 +396,6 @@ def own_warmup_starts_ns(t: EventTable, warm: np.ndarray, manifest: RunManifest,
                          offset_ns: float) -> np.ndarray:
     """Where a step function's own warm-up begins (table ns): its compilations and its programs' first runs. A
     step before one ends there: the host compiling the function's next program is warm-up, not that step's."""
-    from rooflens.trace.dispatch import letters_of as letters
-
     want = letters(function)
     comp = [s * 1e9 + offset_ns for s, _, name in compile_spans_unix_s(manifest) if name and letters(name) == want]
     codes = [c for c, p in enumerate(t.programs) if p and base_name(p) == function]
