@@ -119,11 +119,6 @@ def fmt_flops(flops: float | None, missing: str = MISSING) -> str:
     return fmt_si(flops, "FLOP", missing=missing)
 
 
-def fmt_flop_rate(flops_per_s: float | None, missing: str = MISSING) -> str:
-    """A compute rate: ``1.97e14`` → ``197 TFLOP/s``."""
-    return fmt_si(flops_per_s, "FLOP/s", missing=missing)
-
-
 def fmt_number(value: float | None, digits: int = 3, missing: str = MISSING) -> str:
     """A plain quantity with no unit: ``0.3412`` → ``0.341``; ``45000000000.0`` → ``45,000,000,000``; whole
     numbers with thousands separators, fractions to ``digits`` significant digits, never an exponent."""

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable
 
 from rooflens.analysis.trust import WITHHELD
 
@@ -328,7 +327,3 @@ def _step_lines(lines: list[str]) -> list[str]:
             out.append(f"Step line: unpriced {parts['unpriced']:.4g} s is more than the busy time {busy:.4g} s")
     return out
 
-
-def all_violations(items: Iterable[tuple[str, list[str]]]) -> list[str]:
-    """``[(label, violations), …]`` as one list of labelled sentences (for a test's failure message)."""
-    return [f"{label}: {v}" for label, vs in items for v in vs]

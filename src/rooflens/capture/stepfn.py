@@ -184,10 +184,6 @@ class Candidate:
         self.calls = 0
         self.calls_at_choice: int | None = None
 
-    @property
-    def key(self) -> tuple[str, tuple[str, int]]:
-        return self.function, self.site[:2]
-
 
 def work(cost: tuple[float, float] | None) -> float:
     """How much work a program does per call, to rank programs by: its compiled FLOPs × bytes (the order

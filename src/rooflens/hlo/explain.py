@@ -172,7 +172,6 @@ class OpExplanation:
         return asdict(self)
 
 
-format_bytes = fmt_bytes  # ``2048`` → ``2.05 kB``: the one formatter, in rooflens.units
 
 
 def describe_layout(shape: Shape) -> list[str]:
@@ -215,7 +214,7 @@ def describe_layout(shape: Shape) -> list[str]:
             ratio = shape.padded_bytes / max(shape.bytes, 1)
             out.append(
                 f"padding: {'×'.join(map(str, phys)) or 'scalar'} is padded to {'×'.join(map(str, padded))}; "
-                f"{format_bytes(shape.padded_bytes)} in memory for {format_bytes(shape.bytes)} of data "
+                f"{fmt_bytes(shape.padded_bytes)} in memory for {fmt_bytes(shape.bytes)} of data "
                 f"({ratio:.2f}×, {100 * (1 - shape.bytes / shape.padded_bytes):.1f}% waste)"
             )
         else:
@@ -326,7 +325,7 @@ def _collective_lines(module: Module, ins: Instruction) -> list[str]:
         out.append(f"printed as {c.replica_groups_spec.form} form: {c.replica_groups_spec.text}")
     payload = _payload_bytes(module, ins)
     if payload:
-        out.append(f"starts with {format_bytes(payload)} per device")
+        out.append(f"starts with {fmt_bytes(payload)} per device")
     return out
 
 

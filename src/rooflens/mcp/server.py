@@ -304,13 +304,6 @@ class Warm:
         self.stdout = bytearray()
 
 
-def _run_takes(param: str) -> bool:
-    """Whether ``rooflens run`` has this option (the command, not a copy of its list)."""
-    from rooflens.cli.run import run as run_command
-
-    return any(p.name == param for p in run_command.params)
-
-
 def _profiles(logdir: Path) -> set[str]:
     """The run directories under a logdir (``plugins/profile/<run>``)."""
     root = logdir / "plugins" / "profile"
@@ -468,9 +461,6 @@ def build() -> MCPServer:
 
 async def _run(ctx: Context, script: str, args: list[str], steps: str | None, step_fn: str | None,
                logdir: str | None, timeout_s: float) -> CallToolResult:
-    if step_fn is not None and not _run_takes("step_fn"):
-        return _error("rooflens: this rooflens's run has no --step-fn yet; leave step_fn out (the step function "
-                      "is then the heaviest repeated one).")
     where = Path(logdir) if logdir else _default_logdir(script)
     before = _profiles(where)
     argv = [sys.executable, "-m", "rooflens.cli", "run", "--logdir", str(where)]

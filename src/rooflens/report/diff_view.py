@@ -6,13 +6,9 @@ from rich.console import Console
 from rich.table import Table
 
 from rooflens.report.tables import Col, print_fitted
-from rooflens.report.text import e, percent
-from rooflens.units import fmt_ratio
+from rooflens.report.text import e
+from rooflens.units import fmt_percent, fmt_ratio
 from rooflens.units import fmt_seconds as ms
-
-
-def _t(v: float | None) -> str:
-    return "—" if v is None else ms(v)
 
 
 def _roof(v: float | None, chip: str | None) -> str:
@@ -20,12 +16,8 @@ def _roof(v: float | None, chip: str | None) -> str:
     return ms(v) if chip and v else "unknown"
 
 
-def _pct(v: float | None) -> str:
-    return "—" if v is None else percent(v)
-
-
 def _mfu(v: float | None) -> str:
-    return "unknown" if v is None else percent(v)
+    return "unknown" if v is None else fmt_percent(v)
 
 
 def _delta(a: float, b: float) -> str:
@@ -46,7 +38,7 @@ def render_diff(console: Console, d, top: int = 20) -> None:
     s = d.steps
     console.print(f"[bold]A[/bold] {e(d.label_a)} ({e(d.chip_a or 'no roofline')})")
     console.print(f"[bold]B[/bold] {e(d.label_b)} ({e(d.chip_b or 'no roofline')})")
-    console.print(f"\n[bold]Step[/bold] (per device): {_t(s.step_time_a_s)} → {_t(s.step_time_b_s)} "
+    console.print(f"\n[bold]Step[/bold] (per device): {ms(s.step_time_a_s)} → {ms(s.step_time_b_s)} "
                   f"({_delta(s.step_time_a_s, s.step_time_b_s)}); MFU {_mfu(s.mfu_a)} → {_mfu(s.mfu_b)}; roofline sum "
                   f"{_roof(s.predicted_a_s, d.chip_a)} → {_roof(s.predicted_b_s, d.chip_b)}; program "
                   f"{e(s.program_a)} → {e(s.program_b)}")
@@ -55,7 +47,7 @@ def render_diff(console: Console, d, top: int = 20) -> None:
         table.add_column(col, justify="left" if col == "category" else "right")
     for c in d.categories:
         table.add_row(e(c.category), ms(c.time_a_s), ms(c.time_b_s), _delta(c.time_a_s, c.time_b_s),
-                      _pct(c.share_a), _pct(c.share_b), _share_delta(c.share_a, c.share_b))
+                      fmt_percent(c.share_a), fmt_percent(c.share_b), _share_delta(c.share_a, c.share_b))
     console.print(table)
     cols = [Col("op (A → B)", "left", name=True), Col("category", "left", 3), Col("scope", "left", 4), Col("A"),
             Col("B"), Col("B/A"), Col("share A", drop=5), Col("share B", drop=5), Col("median ÷ roofline", drop=2),
@@ -65,7 +57,8 @@ def render_diff(console: Console, d, top: int = 20) -> None:
         name = o.name_a if o.name_a == o.name_b else f"{o.name_a} → {o.name_b}"
         ratios = " → ".join(fmt_ratio(r) for r in (o.ratio_a, o.ratio_b))
         rows.append((e(name), o.category, e(o.named_scope), ms(o.time_a_s), ms(o.time_b_s),
-                     _delta(o.time_a_s, o.time_b_s), _pct(o.share_a), _pct(o.share_b), ratios, o.matched_by))
+                     _delta(o.time_a_s, o.time_b_s), fmt_percent(o.share_a), fmt_percent(o.share_b), ratios,
+                     o.matched_by))
     print_fitted(console, cols, rows, f"Top {min(top, len(d.ops))} of {len(d.ops)} matched ops")
     for title, rows in (("Appeared in B", d.appeared), ("Disappeared from A", d.disappeared)):
         if rows:
@@ -73,7 +66,7 @@ def render_diff(console: Console, d, top: int = 20) -> None:
             for r in rows[:top]:
                 scope = f", {e(r.named_scope)}" if r.named_scope else ""
                 console.print(f"  {e(r.name)} ({e(r.kind)}, {r.category}{scope}): {ms(r.time_s)} per step, "
-                              f"{_pct(r.share)} of the step")
+                              f"{fmt_percent(r.share)} of the step")
     if d.unmatched:
         console.print(f"\n[bold]Not matched[/bold] ({len(d.unmatched)}: the other side runs ops of the same kind, but "
                       "none with this scope and shape pattern)")

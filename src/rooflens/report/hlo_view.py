@@ -6,8 +6,8 @@ from rich.console import Console
 from rich.table import Table
 
 from rooflens.hlo.explain import HloSummary, OpExplanation
-from rooflens.hlo.explain import format_bytes as _b
 from rooflens.report.text import e as escape
+from rooflens.units import fmt_bytes as _b
 from rooflens.units import plural
 
 

@@ -5,8 +5,18 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from rooflens.report.text import e, percent
-from rooflens.units import fmt_bytes, fmt_count, fmt_flops, fmt_number, fmt_ratio, fmt_seconds, fmt_si, plural
+from rooflens.report.text import e
+from rooflens.units import (
+    fmt_bytes,
+    fmt_count,
+    fmt_flops,
+    fmt_number,
+    fmt_percent,
+    fmt_ratio,
+    fmt_seconds,
+    fmt_si,
+    plural,
+)
 
 
 def render_model(console: Console, m) -> None:
@@ -73,8 +83,8 @@ def render_check(console: Console, c) -> None:
         t.add_column(col, justify="left" if not col else "right")
     for label, p, m, fmt in (("model FLOPs per step", c.planned_flops, c.measured_flops, lambda v: fmt_si(v, "FLOP")),
                              ("step time", c.planned_step_s, c.measured_step_s, fmt_seconds),
-                             ("MFU of the plan's FLOPs", c.planned_mfu, c.measured_mfu, percent),
-                             ("MFU of XLA's FLOPs (the report's)", None, c.report_mfu, percent),
+                             ("MFU of the plan's FLOPs", c.planned_mfu, c.measured_mfu, fmt_percent),
+                             ("MFU of XLA's FLOPs (the report's)", None, c.report_mfu, fmt_percent),
                              ("memory per chip", c.planned_memory_per_chip_bytes, c.measured_memory_per_chip_bytes,
                               lambda v: fmt_bytes(v, 3))):
         t.add_row(label, "—" if p is None else fmt(p), "—" if m is None else fmt(m),

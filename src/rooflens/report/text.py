@@ -19,16 +19,11 @@ def saving_line(f) -> str:
     return f"fixing this would save ~{fmt_seconds(f.recoverable_s)} per {f.per}"
 
 
-def percent(x: float) -> str:
-    """A share as a percentage (:func:`rooflens.units.fmt_percent`: a non-zero share never reads 0%)."""
-    return fmt_percent(x)
-
-
 def mfu_text(step, roofs, chip_reason: str = "") -> str:
     """``MFU 34.6%``, or why it is unknown (never a zero for an unknown): no roofline, or no model FLOPs."""
     if step is not None and step.mfu is not None:
         note = getattr(step, "mfu_note", "")
-        return f"MFU {percent(step.mfu)}" + (f" ({note})" if note else "")
+        return f"MFU {fmt_percent(step.mfu)}" + (f" ({note})" if note else "")
     if step is not None and getattr(step, "mfu_note", ""):
         return f"MFU withheld ({step.mfu_note})"
     if roofs is None:

@@ -283,23 +283,6 @@ class Export:
         return Scan(self.path, {c: ints[k] for k, c in enumerate(cols)}, {c: nulls[k] for k, c in enumerate(cols)},
                     codes, words)
 
-    def ints(self, sql: str, ncols: int) -> np.ndarray:
-        """An all-integer query as an int64 array of shape (rows, ncols)."""
-        return self.int_columns(self.table(sql), ncols)
-
-    def int_columns(self, table, ncols: int) -> np.ndarray:
-        """The first ``ncols`` columns of an Arrow table, integers without NULLs, as an int64 (rows, ncols) array."""
-        import pyarrow as pa
-
-        out = np.empty((table.num_rows, ncols), np.int64)
-        for i in range(ncols if table.num_rows else 0):
-            col = table.column(i)
-            if col.null_count or not pa.types.is_integer(col.type):  # a NULL or text where Nsight writes integers
-                raise RooflensError(f"{self.path} holds a value this reader cannot read as an integer (its "
-                                    f"{table.column_names[i]!r} values are {col.type}, {col.null_count} of them NULL).")
-            out[:, i] = col.to_numpy()
-        return out
-
     def rows(self, sql: str, params: tuple = ()) -> list[tuple]:
         try:
             return self._run(sql, params).fetchall()
