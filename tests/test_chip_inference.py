@@ -170,5 +170,8 @@ def test_a_tpu_given_for_a_cpu_run_makes_its_slow_ops_what_ifs(sharded_cpu_trace
     for f in slow:
         assert f["what_if"] and f["severity"] == "low" and f["title"].startswith("What-if on tpu-v5e")
         assert f["evidence"][0].startswith("what-if")
+    # every finding that judges the CPU's times against the TPU's roofline is a what-if, and only those
+    assert all(f["what_if"] == (f["rule"] in ("slow-op", "kernel-inefficiency", "slow-collective"))
+               for f in doc["findings"])
     flags = [f["what_if"] for f in doc["findings"]]
     assert flags == sorted(flags)  # the run's own findings first

@@ -46,7 +46,7 @@ RULES: tuple[Rule, ...] = (
     Rule("slow-op", ("slow-op",), "a dot, convolution or fusion more than 2× off its roofline, with its cause",
          device_time.rule_slow_ops, roofline=True),
     Rule("kernel-inefficiency", ("kernel-inefficiency",), "many ops each moderately off their roofline: the "
-         "step's time inside kernels beyond their rooflines", device_time.rule_kernel_inefficiency),
+         "step's time inside kernels beyond their rooflines", device_time.rule_kernel_inefficiency, roofline=True),
     Rule("slow-collective", ("slow-collective",), "collectives far slower than their bandwidth prediction",
          communication.rule_slow_collectives, roofline=True),
     Rule("communication", ("communication-share", "weights-all-gathered"), "collectives take a large share of "
