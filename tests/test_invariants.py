@@ -175,7 +175,7 @@ def test_self_time_fits_in_each_lane_and_device_window(loaded):
         per_op = np.bincount(np.unique(op_key[sel], return_inverse=True)[1], weights=self_ps[sel])
         assert per_op.max() <= window * (1 + 1e-9), "an op's self time on a device is longer than its window"
     # the report's self time of each op (control ops aside: theirs is their body's) is the events' own
-    stats = rep.stats if rep is not None else rl.trace.op_stats(prof)
+    stats = rep.stats
     if prof.reduced is not None:
         return  # a pod merged from aggregates holds one sampled step's events, not all the stats were made from
     expect: dict[tuple[str, str], float] = {}
@@ -186,7 +186,7 @@ def test_self_time_fits_in_each_lane_and_device_window(loaded):
     for st in stats.op_stats:
         if _is_control(prof, st.program, st.name) or (st.program, st.name) not in expect:
             continue
-        total = sum(v for (p, n), v in expect.items() if p == st.program and n == st.name) * 1e-12
+        total = expect[(st.program, st.name)] * 1e-12
         assert st.self_time_s == pytest.approx(total, rel=1e-3, abs=1e-9), (st.program, st.name)
         checked += 1
     assert checked
@@ -194,7 +194,7 @@ def test_self_time_fits_in_each_lane_and_device_window(loaded):
 
 def test_no_op_share_above_100_percent(loaded):
     prof, rep, _ = loaded
-    stats = rep.stats if rep is not None else rl.trace.op_stats(prof)
+    stats = rep.stats
     for s in stats.op_stats:
         assert s.pct_device_time <= 100.0 + 1e-6, (s.program, s.name, s.pct_device_time)
     for d in stats.devices:
@@ -238,7 +238,7 @@ def test_steps_agree_with_the_step_programs_executions(loaded):
     start = t.start_ns
     for _, s, e in prof.steps:
         assert ((start >= s) & (start <= e)).any(), "a step holds no device work (a step that never ran)"
-    if rep is not None and rep.stats.steps is not None:
+    if rep.stats.steps is not None:
         assert rep.stats.steps.count == len(prof.steps)
 
 
@@ -268,7 +268,7 @@ def test_measured_per_execution_is_the_sum_of_its_kernels(loaded):
 
 def test_control_ops_are_not_work_of_their_own(loaded):
     prof, rep, _ = loaded
-    stats = rep.stats if rep is not None else rl.trace.op_stats(prof)
+    stats = rep.stats
     info = prof.op_info
     total = sum(s.self_time_s for s in stats.op_stats) or 1.0
     control = sum(s.self_time_s for s in stats.op_stats

@@ -109,38 +109,15 @@ def _run(env: dict, logdir: Path, script: Path, *args: str) -> None:
     assert r.returncode == 0, r.stderr[-3000:]
 
 
-STEP_LOOP = '''
-"""The loop most users write: StepTraceAnnotation around each step, {block}."""
-import sys
-import jax
-import jax.numpy as jnp
-
-@jax.jit
-def train_step(w, x):
-    h = jnp.tanh(x @ w)
-    return w - 1e-3 * (x.T @ h) / x.shape[0]
-
-w = jnp.full((512, 512), 0.01)
-x = jnp.ones((512, 512))
-for i in range(12):
-    with jax.profiler.StepTraceAnnotation("train", step_num=i):
-        w = train_step(w, x)
-        {blocking}
-w.block_until_ready()
-'''
-
-
 @pytest.fixture(scope="module", params=["healthy_loop", "annotated_blocked", "annotated_unblocked"])
 def script_report(request, cpu_env, tmp_path_factory):
     tmp = tmp_path_factory.mktemp(request.param)
-    if request.param == "healthy_loop":
-        script = REPO / "tests" / "run_scripts" / "healthy_loop.py"
-    else:
-        blocked = request.param == "annotated_blocked"
-        script = tmp / f"{request.param}.py"
-        script.write_text(STEP_LOOP.format(block="blocked per step" if blocked else "not blocked",
-                                           blocking="w.block_until_ready()" if blocked else "pass"))
-    _run(cpu_env, tmp / "logs", script)
+    # the loop most users write (StepTraceAnnotation around each step), not blocked and blocked per step: the
+    # step scripts tests/test_steps.py times against the device's executions
+    script, args = ((REPO / "tests" / "run_scripts" / "healthy_loop.py", ()) if request.param == "healthy_loop" else
+                    (REPO / "tests" / "step_scripts" / "annotated.py",
+                     ("--block",) if request.param == "annotated_blocked" else ()))
+    _run(cpu_env, tmp / "logs", script, *args)
     doc, text, err = _report(str(tmp / "logs"), tmp / "r.json", env={"ROOFLENS_CACHE_DIR": cpu_env["ROOFLENS_CACHE_DIR"]})
     assert doc is not None, err
     return request.param, doc, text

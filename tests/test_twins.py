@@ -74,6 +74,14 @@ def test_every_twin_is_checked():
 
     twins = {name for name, k in compiled.kernels().items() if k.plain is not None}
     assert twins == set(CHECKED), twins ^ set(CHECKED)
+    # and each check named is a test that exists: here, or test_fixed_cost's walk over every XSpace fixture
+    from tests import test_fixed_cost
+
+    for name, check in CHECKED.items():
+        where = test_fixed_cost if check == "test_fixed_cost" else None
+        test = getattr(where, "test_plain_and_compiled_walks_decode_every_fixture_alike", None) if where else \
+            globals().get(check)
+        assert callable(test), f"{name}: its check {check!r} is no test"
 
 
 @pytest.fixture(scope="module", params=TRACES, ids=lambda p: p[-1])
