@@ -78,6 +78,25 @@ def executions(logs: Path, module: str) -> list[tuple[float, float]]:
     return sorted((a, b) for a, b in runs.values())
 
 
+def op_events(logs: Path) -> list[tuple[float, float]]:
+    """(start ns, end ns) of every op event of every program, from jax's own reader."""
+    from jax.profiler import ProfileData
+
+    xplane = next(logs.rglob("*.xplane.pb"))
+    return [(e.start_ns, e.start_ns + e.duration_ns) for plane in ProfileData.from_file(str(xplane)).planes
+            for line in plane.lines for e in line.events if "hlo_op" in dict(e.stats)]
+
+
+def union_ns(intervals: list[tuple[float, float]]) -> float:
+    """The length of the union of intervals."""
+    total, end = 0.0, -np.inf
+    for s, e in sorted(intervals):
+        if e > end:
+            total += e - max(s, end)
+            end = e
+    return total
+
+
 def nothing_impossible(doc: dict) -> None:
     """No impossible number in the report (rooflens.analysis.invariants, the checker every report sweep uses):
     no share above 100 %, no part of the step larger than the step, the parts (other programs included) summing
@@ -126,8 +145,24 @@ def test_an_evaluation_inside_the_steps_is_shown_by_program_not_idle(env, runs):
     # its time per step: the op stats' own sum of its ops' self time, inside the steps, over the steps
     eval_total = sum(s["self_time_s"] for s in doc["op_stats"] if s["program"] == "jit_eval_step")
     assert others["jit_eval_step"] <= eval_total / st["count"] * (1 + 1e-9)
+    # idle is the time the device runs no op: each counted step's span (one train execution's start to the next's,
+    # found by its time among the steps') less the union of every op event in it, from jax's own reader
+    ops = sorted(op_events(logs))
+    train = executions(logs, "jit_train_step")
+    spans = [(a, train[i + 1][0] if i + 1 < len(train) else b_) for i, (a, b_) in enumerate(train)]
+    counted, k = [], 0
+    for a, b_ in spans:
+        if k < len(st["times_s"]) and (b_ - a) * 1e-9 == pytest.approx(st["times_s"][k], rel=1e-6):
+            counted.append((a, b_))
+            k += 1
+    assert len(counted) == st["count"]
+    idle_ns = sum((b_ - a) - union_ns([(max(s, a), min(e, b_)) for s, e in ops if e > a and s < b_])
+                  for a, b_ in counted)
+    assert b["idle_s"] == pytest.approx(idle_ns * 1e-9 / len(counted), rel=1e-3)
+    # the parts, the other programs and the idle time sum to the step, less the op time that ran at once (the CPU's
+    # threads run several ops of one step together)
     own = sum(b[k] for k in ("compute_s", "communication_s", "layout_s", "host_s", "other_s"))
-    assert b["idle_s"] == pytest.approx(max(b["step_time_s"] - own - sum(others.values()), 0.0), abs=1e-12)
+    assert own + sum(others.values()) + b["idle_s"] - b["concurrent_s"] == pytest.approx(b["step_time_s"], rel=1e-9)
     assert len(executions(logs, "jit_eval_step")) == 48  # 3 evaluations of 16 batches, all in the trace
     # the evaluation holds more device time in the steps than training: a finding names it, with its time
     f = next(f for f in doc["findings"] if f["rule"] == "other-programs")

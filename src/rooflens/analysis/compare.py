@@ -330,7 +330,8 @@ def join(profile: Profile, stats: OpStats, pricing: Pricing, roofs: Roofs | None
             bytes_fraction_of_peak=(nbytes / per / hbm) if per and nbytes and hbm else None,
             unpriced_reason=why, explanation=p.explanation if p else (), model_flops=mflops,
             shape=_shape_of(pricing.modules.get(s.program), s.name), executions=s.executions,
-            runs_per_execution=float(k), self_time_s=s.self_time_s, mean_s=mean,
+            runs_per_execution=float(k), self_time_s=s.self_time_s, mean_s=mean, in_steps_s=s.in_steps_s,
+            in_steps_occurrences=s.in_steps_occurrences,
         ))
         out[-1] = check_roofline(out[-1], pricing.kernels.get(key),
                                  cached=None if why else per_execution(pricing.cached.get(key), k, s.program),
@@ -413,10 +414,14 @@ def step_breakdown(stats: OpStats, comparison: list[OpComparison], roofs: Roofs 
     predicted = flops = unpriced = bound_excess = 0.0
     # a control op (a loop, a branch) holds its body's ops, counted as theirs: its own time is its self time
     control_s = {(s.program, s.name): s.self_time_s for s in stats.op_stats if s.category == "control"}
+    # the step program's with steps: its ops' time and runs inside the steps only (not an execution in a step left
+    # out for a compilation, nor one before the first step); the idle time measured, not what the parts leave
+    stepped = bool(stats.steps) and main == chosen and not runs
     for c in ops:
-        t = control_s.get((c.program, c.name), c.total_time_s) / per_step
+        share = c.time_in_steps_s / c.total_time_s if stepped and c.total_time_s > 0 else 1.0
+        t = control_s.get((c.program, c.name), c.total_time_s) * share / per_step
         split[group_of(c.category)] += t
-        n = c.runs / per_step
+        n = (c.runs_in_steps if stepped else c.runs) / per_step
         if not c.priced:
             unpriced += t
         elif not c.roofline_reliable:  # faster than its roofline: it took what it took
@@ -442,6 +447,12 @@ def step_breakdown(stats: OpStats, comparison: list[OpComparison], roofs: Roofs 
         others = tuple((p, s / per_step) for p, s in stats.in_steps_by_program_s.items()
                        if p not in family and s > 0)
     others_s = sum(s for _, s in others)
+    concurrent = 0.0
+    if stepped and stats.in_steps_busy_s is not None:  # no op runs: the step less the device's busy union in it
+        idle = max(step_time - stats.in_steps_busy_s / per_step, 0.0)
+        concurrent = max(busy + others_s + idle - step_time, 0.0)  # measured: the op time beyond the union
+    else:
+        idle = max(step_time - busy - others_s, 0.0)
     peak = roofs.mfu_peak_flops_per_s if roofs else 0.0
     mfu = flops / (step_time * peak) if step_time and peak and flops else None
     mfu, mfu_note = mfu_or_why(mfu, ops, flops, peak, step_time, roofs)
@@ -449,7 +460,7 @@ def step_breakdown(stats: OpStats, comparison: list[OpComparison], roofs: Roofs 
         program=main, steps=steps, step_time_s=step_time, predicted_s=predicted * serial, model_flops=flops,
         mfu=mfu, mfu_note=mfu_note, compute_s=split["compute"],
         communication_s=split["communication"], layout_s=split["layout"], host_s=split["host"],
-        other_s=split["other"], idle_s=max(step_time - busy - others_s, 0.0), unpriced_s=unpriced, basis=basis,
+        other_s=split["other"], idle_s=idle, unpriced_s=unpriced, basis=basis, concurrent_s=concurrent,
         bound_excess_s=bound_excess, periods=per_step / n_dev, other_programs=others,
         programs=tuple(sorted(family)),
         trip_count=unit_trip_count((modules or {}).get(main)) if unit or (runs and runs.runs_per_device <= 1)

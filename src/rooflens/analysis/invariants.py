@@ -12,7 +12,8 @@ rule, naming the figure and where it is, and an empty list for a sound report:
   is within its total, a step's parts (compute, communication, layout, host, other, idle; unpriced and
   the time beyond lower bounds inside its busy time) each within the step, and a finding's saving
   within the step it is part of;
-- the step's breakdown sums to the step (busy parts + idle = step time, within rounding);
+- the step's breakdown sums to the step (busy parts + other programs + idle − op time at once = step time,
+  within rounding), and the time it says the device runs no op bounds the overheads finding;
 - a statistic has its name (no bare "±") and its order: min ≤ median/mean ≤ max, a count that matches its values.
 
 Pure functions over data (no file read, no printing): the tests run them over every fixture's report
@@ -31,6 +32,8 @@ FRACTION_SLACK = 1e-6
 #: the step's parts sum to the step within this share of it (floating sums of many op times)
 SUM_REL = 0.01
 SUM_ABS_S = 1e-9
+#: findings whose saving is time the device runs no op in the step: never more than the step's measured idle
+NO_OP_RULES = ("overheads",)
 #: findings whose time is the host's, not the device's (a recompilation may take longer than a step)
 HOST_TIME_RULES = ("recompilation",)
 #: what the breakdown's parts are called in the JSON and in the terminal's Step line
@@ -67,6 +70,10 @@ def document_violations(doc: dict) -> list[str]:
         out += _breakdown(b, f"program {b.get('program')!r}'s step")
     for f in doc.get("findings") or []:
         out += _finding(f)
+        if f.get("rule") in NO_OP_RULES and main and main.get("basis") == "steps" \
+                and _over(f.get("recoverable_s"), main.get("idle_s") or 0.0, 1e-3, SUM_ABS_S):
+            out.append(f"finding {f['rule']}: the device runs no op {f['recoverable_s']:.6g} s of the step, but the "
+                       f"step's breakdown measures {main.get('idle_s') or 0.0:.6g} s idle")
     out += _memory(doc.get("memory") or {})
     out += [f"{path}: {v:.6g} (a share or fraction outside [0, 1])" for path, v in _shares(doc, "") if _bad_fraction(v)]
     for note in doc.get("notes") or []:
@@ -173,7 +180,10 @@ def _breakdown(b: dict, where: str) -> list[str]:
                        f"{where}: {key.removesuffix('_s')} {v:.6g} s in a step of no time")
     busy = sum(b.get(k) or 0.0 for k in PARTS[:-1])
     others = sum(s for _, s in b.get("other_programs") or ())  # other programs' time in the step: not idle
-    total = busy + others + (b.get("idle_s") or 0.0)
+    concurrent = b.get("concurrent_s") or 0.0  # op time that ran alongside other ops: in the parts, once too many
+    if concurrent < -1e-12 or _over(concurrent, busy + others, 1e-6, SUM_ABS_S):
+        out.append(f"{where}: {concurrent:.6g} s of op time at once, of {busy + others:.6g} s of op time")
+    total = busy + others + (b.get("idle_s") or 0.0) - concurrent
     if abs(total - step) > SUM_REL * step + SUM_ABS_S:
         out.append(f"{where}: its parts sum to {total:.6g} s, not to the step {step:.6g} s "
                    f"({', '.join(f'{k.removesuffix(chr(95) + chr(115))} {b.get(k) or 0.0:.4g}' for k in PARTS)})")
@@ -301,6 +311,7 @@ def _row(row: dict, line: str) -> list[str]:
 
 _STEP = re.compile(r"^Step \((?P<what>.*)\): measured " + _TIME)
 _PART = re.compile(r"(compute|communication|copies/layout|host transfers|other|idle|unpriced)\s+" + _TIME)
+_BESIDE = re.compile(r"(other programs in the step|at once): " + _TIME)  # the lines under the parts
 
 
 def _step_lines(lines: list[str]) -> list[str]:
@@ -310,19 +321,23 @@ def _step_lines(lines: list[str]) -> list[str]:
         if not m or k + 1 >= len(lines):
             continue
         step = seconds(m.group(2), m.group(3))
-        text = re.sub(r"\s+", " ", " ".join(lines[k + 1:k + 3]))
+        block = lines[k + 1:]  # the lines under it, to the next blank one (a narrow terminal wraps them)
+        text = re.sub(r"\s+", " ", " ".join(block[:next((j for j, ln in enumerate(block) if not ln.strip()),
+                                                          len(block))]))
         parts = {p.group(1): seconds(p.group(2), p.group(3)) for p in _PART.finditer(text)}
         if not parts:
             continue
+        extra = {p.group(1): seconds(p.group(2), p.group(3)) for p in _BESIDE.finditer(text)}
         # three significant digits each: every printed figure is within 0.5 % of its value
-        slack = 0.005 * (step + sum(parts.values())) + 1e-9
+        slack = 0.005 * (step + sum(parts.values()) + sum(extra.values())) + 1e-9
         for name, v in parts.items():
             if v > step + slack:
                 out.append(f"Step line: {name} {v:.4g} s is longer than the step {step:.4g} s")
-        total = sum(v for name, v in parts.items() if name != "unpriced")
+        total = (sum(v for name, v in parts.items() if name != "unpriced")
+                 + extra.get("other programs in the step", 0.0) - extra.get("at once", 0.0))
         if abs(total - step) > SUM_REL * step + slack:
             out.append(f"Step line: the parts sum to {total:.4g} s, not to the step {step:.4g} s ({text[:200]!r})")
-        busy = total - parts.get("idle", 0.0)
+        busy = sum(v for name, v in parts.items() if name not in ("unpriced", "idle"))  # the op time, at once or not
         if parts.get("unpriced", 0.0) > busy + slack:
             out.append(f"Step line: unpriced {parts['unpriced']:.4g} s is more than the busy time {busy:.4g} s")
     return out

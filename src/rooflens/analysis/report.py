@@ -145,6 +145,8 @@ class OpComparison:
     runs_per_execution: float = 1.0  # its runs in one, the roofline's multiple (HLO trip counts; else events per one)
     self_time_s: float = 0.0  # total_time_s less the ops it holds (a loop's body, a call's callee)
     mean_s: float = 0.0  # per execution of its program, the mean over the same executions (measured_s: the median)
+    in_steps_s: float | None = None  # of total_time_s, what lies inside the steps (None: the trace has no steps)
+    in_steps_occurrences: int | None = None  # of its occurrences, those inside the steps
 
     @property
     def mean_apart(self) -> bool:
@@ -163,6 +165,19 @@ class OpComparison:
         (its events when none is known)."""
         return float(self.executions or self.occurrences)
 
+    @property
+    def time_in_steps_s(self) -> float:
+        """Its time inside the steps, summed over devices (all of it where the trace has no steps)."""
+        return self.total_time_s if self.in_steps_s is None else min(self.in_steps_s, self.total_time_s)
+
+    @property
+    def runs_in_steps(self) -> float:
+        """Its runs inside the steps, over devices (all of them where the trace has no steps): its runs in the
+        share of its events that lie inside the steps."""
+        if self.in_steps_occurrences is None or not self.occurrences:
+            return self.runs
+        return self.runs * min(self.in_steps_occurrences / self.occurrences, 1.0)
+
 
 @dataclass(frozen=True)
 class StepBreakdown:
@@ -179,7 +194,7 @@ class StepBreakdown:
     layout_s: float  # copies, transposes, data movement
     host_s: float  # transfers between device and host memory (offload, infeed/outfeed)
     other_s: float
-    idle_s: float  # device idle inside the step window
+    idle_s: float  # the device runs no op: the step less the union of its op events in it (measured per step)
     unpriced_s: float
     basis: str = "steps"  # "steps" (markers or inferred), "executions" (no steps: one program execution), "window"
     bound_excess_s: float = 0.0  # time in kernels priced by a lower bound beyond that bound (inside kernels)
@@ -191,6 +206,10 @@ class StepBreakdown:
     other_programs: tuple[tuple[str, float], ...] = ()
     programs: tuple[str, ...] = ()  # the programs its figures hold (a step function compiled several times: all)
     trip_count: int | None = None  # one execution as the unit: its outermost loop's iterations, where the HLO says
+    # op time of the parts above that ran at the same time as other ops of the step (XLA:CPU's threads, several
+    # GPU streams, collectives beside compute): counted in each op's part, once more than the step holds it, so
+    # parts + other programs + idle − concurrent = the step
+    concurrent_s: float = 0.0
 
     @property
     def other_programs_s(self) -> float:

@@ -46,9 +46,11 @@ from rooflens.trace.stats import (
     device_times,
     execution_extremes,
     execution_sums,
+    in_steps_by_program,
     op_self_ps,
     op_stat,
     stats_of,
+    steps_busy_ns,
 )
 from rooflens.trace.steps import base_name, host_steps_from, step_spans_ps
 from rooflens.trace.warmup import Executions, program_executions
@@ -94,6 +96,11 @@ class HostPart:
     run_total_ps: np.ndarray  # per op: its time summed over those executions (their mean's numerator)
     run_max_ps: np.ndarray
     run_sketch: tuple[np.ndarray, np.ndarray, np.ndarray]  # the sketch of its times per execution
+    # per op: its events' time and number inside the host's steps; and its devices' busy time in them (ns), the
+    # union per device and step (None: the host has no steps)
+    in_steps_ps: np.ndarray
+    in_steps_count: np.ndarray
+    busy_in_steps_ns: float | None
     unran: tuple  # rooflens.trace.dispatch.Unran: its programs dispatched more often than run in the trace
     devices: list[DeviceTime]
     host_time: DeviceTime
@@ -199,6 +206,8 @@ def reduce_profile(profile: Profile, sample_events: int, pod_hosts: int = 1) -> 
         op_devices[g].append(d)
     devices, hosts = device_times(profile, GAPS_PER_DEVICE)
     nums, step_first, step_last = step_spans_ps(t)
+    inside = t.step >= 0
+    in_steps_ps = np.bincount(inv[inside], weights=t.dur_ps[inside], minlength=m) if m else np.zeros(0)
     executions = {}
     if not profile.steps:
         ran_on = unique_rows(t.program, t.host, t.device)[0]
@@ -216,7 +225,10 @@ def reduce_profile(profile: Profile, sample_events: int, pod_hosts: int = 1) -> 
         op_devices=[tuple(d) for d in op_devices], sketch=sketch, runs=runs.astype(np.int64),
         run_min_ps=np.rint(run_min).astype(np.int64), run_max_ps=np.rint(run_max).astype(np.int64),
         run_total_ps=np.rint(run_total).astype(np.int64),
-        run_sketch=run_sketch, unran=tuple(profile.unran), devices=devices, host_time=hosts[0],
+        run_sketch=run_sketch, in_steps_ps=np.rint(in_steps_ps).astype(np.int64),
+        in_steps_count=np.bincount(inv[inside], minlength=m).astype(np.int64),
+        busy_in_steps_ns=steps_busy_ns(t) if profile.steps else None, unran=tuple(profile.unran), devices=devices,
+        host_time=hosts[0],
         step_nums=nums.astype(np.int64), step_first_ps=step_first[0, :len(nums)], step_last_ps=step_last[0, :len(nums)],
         steps=np.asarray(profile.steps, np.float64).reshape(-1, 3),
         # a CPU pod of several hosts is judged host by host, as when its events are merged (its devices share cores)
@@ -327,6 +339,9 @@ class Merge:
         self.run_total_ps = np.zeros(0, np.int64)
         self.run_max_ps = np.zeros(0, np.int64)
         self.run_sketch = MergedSketch()
+        self.in_steps_ps = np.zeros(0, np.int64)  # per op: its time and events inside the hosts' steps
+        self.in_steps_count = np.zeros(0, np.int64)
+        self.busy_in_steps_ns: float | None = None  # the devices' busy union inside the steps, over hosts
         self.unran: list = []
         self.hosts: dict[int, HostPart] = {}  # per host: what is kept of its part (the merged rest let go of)
         self.op_codes: dict[int, np.ndarray] = {}  # per host: its ops' places in ``index``
@@ -351,6 +366,8 @@ class Merge:
         self.run_min_ps = np.concatenate([self.run_min_ps, np.full(extra, np.iinfo(np.int64).max, np.int64)])
         self.run_total_ps = np.concatenate([self.run_total_ps, np.zeros(extra, np.int64)])
         self.run_max_ps = np.concatenate([self.run_max_ps, np.zeros(extra, np.int64)])
+        self.in_steps_ps = np.concatenate([self.in_steps_ps, np.zeros(extra, np.int64)])
+        self.in_steps_count = np.concatenate([self.in_steps_count, np.zeros(extra, np.int64)])
 
     def add(self, index: int, part: HostPart) -> None:
         """Fold in host ``index`` (its place among the pod's files)."""
@@ -366,6 +383,10 @@ class Merge:
         self.sketch.add(gi, part.sketch)
         self.runs[gi] += part.runs
         self.run_total_ps[gi] += part.run_total_ps
+        self.in_steps_ps[gi] += part.in_steps_ps
+        self.in_steps_count[gi] += part.in_steps_count
+        if part.busy_in_steps_ns is not None:
+            self.busy_in_steps_ns = (self.busy_in_steps_ns or 0.0) + part.busy_in_steps_ns
         ran = part.runs > 0
         np.minimum.at(self.run_min_ps, gi[ran], part.run_min_ps[ran])
         np.maximum.at(self.run_max_ps, gi[ran], part.run_max_ps[ran])
@@ -474,16 +495,19 @@ class Merge:
         medians = self.medians_ps()
         run_med, run_min, run_max = self.run_extremes_ps()
         info = profile.op_info
+        stepped = self.busy_in_steps_ns
         stats = [op_stat(info.get(key), key[0], key[1], int(self.count[g]), len(self.devices[g]),
                          float(self.total_ps[g]) * 1e-3, float(self.self_ps[g]) * 1e-3, float(medians[g]) * 1e-3,
                          float(self.min_ps[g]) * 1e-3, float(self.max_ps[g]) * 1e-3, total_busy_s,
                          (int(self.runs[g]), float(run_med[g]) * 1e-3, float(run_min[g]) * 1e-3,
-                          float(run_max[g]) * 1e-3), float(self.run_total_ps[g]) * 1e-3)
+                          float(run_max[g]) * 1e-3), float(self.run_total_ps[g]) * 1e-3,
+                         None if stepped is None else (float(self.in_steps_ps[g]) * 1e-3, int(self.in_steps_count[g])))
                  for key, g in self.index.items()]
         stats.sort(key=lambda s: (s.program, s.name))  # ties in self time: a fixed order
         table = (self._host_steps(parts, origin, {(s.program, s.name): s.category for s in stats}) if len(parts) > 1
                  else None)
-        return stats_of(profile, stats, devices, hosts, table)
+        return stats_of(profile, stats, devices, hosts, table, in_steps_by_program(stats),
+                        None if stepped is None else stepped * 1e-9)
 
     def _host_steps(self, parts: list[HostPart], origin: int, categories: dict[tuple[str, str], str]):
         """The host × step table from each host's step spans and per-op sums (``categories``: each op's)."""
@@ -501,7 +525,9 @@ class Merge:
             last[h, k] = (p.step_last_ps + shift_ps) * 1e-12
             total_ps, count = p.total_ps, p.count
             comm = collective[gi]
-            coll[h], other[h] = float(total_ps[comm].sum()) * 1e-12, float(total_ps[~comm].sum()) * 1e-12
+            # the host's op time inside its steps (all of it when it has none)
+            inside = p.in_steps_ps if p.busy_in_steps_ns is not None else total_ps
+            coll[h], other[h] = float(inside[comm].sum()) * 1e-12, float(inside[~comm].sum()) * 1e-12
             rows += [(ops[g], h, t * 1e-12 / n, n) for g, t, n in zip(gi[~comm].tolist(), total_ps[~comm].tolist(),
                                                                         count[~comm].tolist())]
         rows.sort(key=lambda r: (r[0], r[1]))  # by op, then host: op_outliers' grouping

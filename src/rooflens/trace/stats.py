@@ -55,6 +55,8 @@ class OpStat:
     mean_execution_s: float = 0.0  # the mean of the same sums (over the same, uncut executions)
     min_execution_s: float = 0.0
     max_execution_s: float = 0.0
+    in_steps_s: float | None = None  # its events' time inside the steps, over devices (None: the trace has no steps)
+    in_steps_occurrences: int | None = None  # its events inside the steps
 
 
 @dataclass(frozen=True)
@@ -116,6 +118,9 @@ class OpStats:
     step_choice: StepChoice | None = None  # the step program and why (rooflens.trace.steps)
     # per program: its ops' self time inside the steps (s, summed over devices): the step's time by program
     in_steps_by_program_s: dict[str, float] = field(default_factory=dict)
+    # the devices' busy time inside the steps: per device and step the union of its op events there, summed (s);
+    # the step less it is the time the device runs no op. None: no steps, or not measured (a pod's aggregates)
+    in_steps_busy_s: float | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -484,31 +489,63 @@ def _op_stats(profile: Profile, gaps_per_device: int) -> OpStats:
     if len(ctrl):  # a control op's self time: its span less its body's, wherever the body ran
         selft += np.bincount(inv[ctrl], weights=(control_self_ps(t, ctrl) - self_ps[ctrl]) * 1e-3,
                              minlength=len(uniq))
+    stepped = bool(profile.steps) and len(t) > 0
+    inside = np.bincount(inv, weights=np.where(t.step >= 0, dur, 0), minlength=len(uniq)) if stepped else None
+    inside_n = np.bincount(inv[t.step >= 0], minlength=len(uniq)) if stepped else None
     stats = []
     for k, u in enumerate(uniq):
         program, name = t.programs[int(u // (len(t.names) + 1))], t.names[int(u % (len(t.names) + 1))]
         stats.append(op_stat(info.get((program, name)), program, name, int(cnt[k]), int(ndev[k]), float(tot[k]),
                              float(selft[k]), float(medians[k]), float(mins[k]), float(maxs[k]), total_busy_s,
                              (int(runs[k]), float(run_med[k]) * 1e-3, float(run_min[k]) * 1e-3,
-                              float(run_max[k]) * 1e-3), float(run_tot[k]) * 1e-3))
+                              float(run_max[k]) * 1e-3), float(run_tot[k]) * 1e-3,
+                             None if inside is None else (float(inside[k]), int(inside_n[k]))))
     cat_of_op = np.asarray([s.category for s in stats] or ["unknown"], dtype=object)  # in the order of uniq
-    in_steps: dict[str, float] = {}
-    if profile.steps and len(t):  # each op's self time in the share of its time that lies inside the steps
-        inside = np.bincount(inv, weights=np.where(t.step >= 0, dur, 0), minlength=len(uniq))
-        for k, st in enumerate(stats):
-            if inside[k] > 0 and tot[k] > 0:
-                in_steps[st.program] = in_steps.get(st.program, 0.0) + st.self_time_s * float(inside[k] / tot[k])
     return stats_of(profile, stats, devices, hosts,
-                    host_steps(profile, cat_of_op[inv]) if len(t.hosts) > 1 else None, in_steps)
+                    host_steps(profile, cat_of_op[inv]) if len(t.hosts) > 1 else None, in_steps_by_program(stats),
+                    steps_busy_ns(t) * 1e-9 if inside is not None else None)
+
+
+def in_steps_by_program(stats: list[OpStat]) -> dict[str, float]:
+    """Per program, its ops' self time inside the steps: each op's self time in the share of its time that lies
+    inside them (empty without steps)."""
+    out: dict[str, float] = {}
+    for st in stats:
+        if st.in_steps_s and st.total_time_s > 0:
+            out[st.program] = out.get(st.program, 0.0) + st.self_time_s * min(st.in_steps_s / st.total_time_s, 1.0)
+    return out
+
+
+def steps_busy_ns(t) -> float:
+    """The devices' busy time inside the steps (ns): for each device and step, the union of its op events in
+    that step, summed. Ops that ran at once (XLA:CPU's threads, several GPU streams, a loop and its body)
+    count once. One union over all of them: each (device, step) group is moved to its own stretch of the
+    time axis, so no two groups' intervals can touch."""
+    sel = np.flatnonzero(t.step >= 0)
+    if not len(sel):
+        return 0.0
+    _, group = unique_rows(t.host[sel], t.device[sel], t.step[sel])
+    start = t.start_ns[sel].astype(np.float64)
+    order = np.lexsort((start, group))
+    group, start = group[order], start[order]
+    end = start + t.dur_ns[sel][order]
+    first = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
+    # each group from 0, after the ones before it: offsets stay as small as the steps' total, so ns stay exact
+    lo = np.minimum.reduceat(start, first)
+    span = np.maximum.reduceat(end, first) - lo + 1.0
+    at = np.r_[0.0, np.cumsum(span)[:-1]] - lo
+    shift = np.repeat(at, np.diff(np.r_[first, len(group)]))
+    return busy_union(start + shift, end + shift)[0]
 
 
 def op_stat(info, program: str, name: str, count: int, devices: int, total_ns: float, self_ns: float,
             median_ns: float, min_ns: float, max_ns: float, total_busy_s: float,
             executions: tuple[int, float, float, float] = (0, 0.0, 0.0, 0.0),
-            run_total_ns: float | None = None) -> OpStat:
+            run_total_ns: float | None = None, in_steps: tuple[float, int] | None = None) -> OpStat:
     """One op's stat from its measured sums and extremes in ns (``info``: its OpInfo, None when unknown);
     ``executions``: its executions and the median, smallest and largest of its time in one (ns);
-    ``run_total_ns``: its time summed over those executions (None: its total, no execution cut)."""
+    ``run_total_ns``: its time summed over those executions (None: its total, no execution cut); ``in_steps``:
+    its events' time (ns) and number inside the steps (None: no steps)."""
     runs, run_median_ns, run_min_ns, run_max_ns = executions
     run_total = total_ns if run_total_ns is None else run_total_ns
     return OpStat(name=name, program=program, category=info.category if info else "unknown",
@@ -518,11 +555,14 @@ def op_stat(info, program: str, name: str, count: int, devices: int, total_ns: f
                   pct_device_time=100.0 * self_ns * 1e-9 / total_busy_s, executions=runs,
                   median_execution_s=run_median_ns * 1e-9, min_execution_s=run_min_ns * 1e-9,
                   mean_execution_s=run_total / runs * 1e-9 if runs else 0.0,
-                  max_execution_s=run_max_ns * 1e-9)
+                  max_execution_s=run_max_ns * 1e-9,
+                  in_steps_s=None if in_steps is None else in_steps[0] * 1e-9,
+                  in_steps_occurrences=None if in_steps is None else in_steps[1])
 
 
 def stats_of(profile: Profile, stats: list[OpStat], devices: list[DeviceTime], hosts: list[DeviceTime],
-             host_table: HostSteps | None, in_steps: dict[str, float] | None = None) -> OpStats:
+             host_table: HostSteps | None, in_steps: dict[str, float] | None = None,
+             busy_in_steps_s: float | None = None) -> OpStats:
     """The op stats of a profile from its ops' stats (in any order), device and host times and host × step table:
     the ops by self time, and their totals by program, scope, scope prefix and category."""
     stats = sorted(stats, key=lambda s: -s.self_time_s)
@@ -549,6 +589,7 @@ def stats_of(profile: Profile, stats: list[OpStat], devices: list[DeviceTime], h
         in_window=profile.manifest.window.to_dict(), hosts=hosts, unran=tuple(profile.unran),
         step_choice=profile.step_choice, in_steps_by_program_s=dict(sorted((in_steps or {}).items(),
                                                                            key=lambda kv: -kv[1])),
+        in_steps_busy_s=busy_in_steps_s,
     )
 
 

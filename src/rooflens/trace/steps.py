@@ -618,10 +618,12 @@ def host_steps(profile, categories: np.ndarray) -> HostSteps | None:
         return None
     steps, first_ps, last_ps = step_spans_ps(t)
     nh = len(t.hosts)
-    comm = categories == "collective"
+    inside = t.step >= 0 if profile.steps else np.ones(len(t), bool)  # the op time inside the steps
+    comm = (categories == "collective") & inside
+    rest = (categories != "collective") & inside
     devs = np.bincount(unique_rows(t.host, t.device)[0][:, 0], minlength=nh)
     coll = np.bincount(t.host[comm], weights=t.dur_ps[comm] * 1e-12, minlength=nh)
-    other = np.bincount(t.host[~comm], weights=t.dur_ps[~comm] * 1e-12, minlength=nh)
+    other = np.bincount(t.host[rest], weights=t.dur_ps[rest] * 1e-12, minlength=nh)
     return host_steps_from(tuple(t.hosts), steps, first_ps * 1e-12, last_ps * 1e-12, coll, other, devs,
                            _op_means(t, ~comm))
 
@@ -644,7 +646,7 @@ def host_steps_from(hosts: tuple[str, ...], steps: np.ndarray, first_s: np.ndarr
                     collective_s: np.ndarray, other_s: np.ndarray, devices: np.ndarray, op_means: tuple) -> HostSteps:
     """The host × step table from what each host measured: per step its first op's start and its last op's end
     (host × step arrays, s; inf / -inf where it has none), its time in collectives and in every other op (s,
-    over the whole capture), its devices, and each op's mean and runs on it (:func:`op_outliers`' input)."""
+    inside the steps), its devices, and each op's mean and runs on it (:func:`op_outliers`' input)."""
     nh, ns = len(hosts), len(steps)
     times = []
     for h in range(nh):

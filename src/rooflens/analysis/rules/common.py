@@ -78,8 +78,20 @@ def per_execution(c: OpComparison) -> str:
 
 
 def runs_per_step(report: Report, c: OpComparison) -> float:
-    """How many times one device runs the op per step of its program (per execution, without steps)."""
-    return c.runs / max(report.num_devices, 1) / periods_of(report, c.program)
+    """How many times one device runs the op per step of its program (per execution, without steps); with
+    steps, its runs inside them (a set-up program run before the first step runs no time per step)."""
+    return ((c.runs_in_steps if over_steps(report) else c.runs) / max(report.num_devices, 1)
+            / periods_of(report, c.program))
+
+
+def over_steps(report: Report) -> bool:
+    """The report's step is the steps' (not one execution): an op's time and runs per step are those inside them."""
+    return report.steps is not None and report.steps.basis == "steps"
+
+
+def step_time_of(report: Report, c: OpComparison) -> float:
+    """An op's time summed over devices, counted as the steps': with steps, what lies inside them."""
+    return c.time_in_steps_s if over_steps(report) else c.total_time_s
 
 
 def excess_per_step(report: Report, c: OpComparison) -> float:

@@ -12,6 +12,7 @@ from rooflens.analysis.rules.common import (
     ref,
     runs_per_step,
     severity_of,
+    step_time_of,
     with_saving,
 )
 from rooflens.analysis.rules.device_time import MIN_SHARE
@@ -47,7 +48,7 @@ def rule_slow_collectives(report: Report) -> list[Finding]:
         f"{plural(len(slow), 'collective')} {'takes' if len(slow) == 1 else 'take'} "
         f"{fmt_ratio_range(min(c.ratio for c in slow), max(c.ratio for c in slow))} "
         f"{'its' if len(slow) == 1 else 'their'} bandwidth prediction", tuple(ref(c) for c in slow[:8]),
-        per_device_step(report, total),
+        per_device_step(report, sum(step_time_of(report, c) for c in slow)),
         tuple(f"{ref(c)}: {per_execution(c)} vs {_ms(c.predicted_s)} for {fmt_bytes(c.comm_bytes)} sent per "
               "device" for c in slow[:4]) + (f"{_ms(saved)} per step beyond their bandwidth and latency model",),
         cause, "look at what runs just before it on the slowest device; check the mesh axes against the topology")

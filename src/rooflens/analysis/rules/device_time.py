@@ -28,6 +28,7 @@ from rooflens.analysis.rules.common import (
     ref,
     runs_per_step,
     step_of,
+    step_time_of,
     with_saving,
 )
 from rooflens.analysis.rules.host import idle_flagged
@@ -188,7 +189,7 @@ def rule_slow_ops(report: Report) -> list[Finding]:
             fixes.append("check its fusion in the HLO (`rooflens hlo --op`), whether it overlaps other work, and the "
                          "kernel the compiler chose (its tiling)")
         f = Finding("slow-op", "low", f"{ref(c)} is {fmt_ratio(c.ratio)} slower than its roofline", (ref(c),),
-                    per_step_of(report, c.total_time_s, c.program), tuple(evidence), "; ".join(causes),
+                    per_step_of(report, step_time_of(report, c), c.program), tuple(evidence), "; ".join(causes),
                     "; ".join(fixes))
         out.append(with_saving(report, f, saved, c.program))
     return out
@@ -273,7 +274,7 @@ def rule_copies(report: Report) -> list[Finding]:
     saved = sum(c.measured_s * runs_per_step(report, c) for c in copies if _in_step(report, c))
     f = Finding(
         "copies", "low", f"Copies and transposes take {fmt_percent(share)} of device time",
-        tuple(ref(c) for c in copies[:6]), per_step_of(report, total, main),
+        tuple(ref(c) for c in copies[:6]), per_step_of(report, sum(step_time_of(report, c) for c in copies), main),
         tuple(f"{c.program}/{c.name}: {_ms(c.total_time_s)} in all" for c in copies[:4]),
         "arrays are retiled between ops whose preferred layouts differ (a transpose or layout change that XLA "
         "could not fold into its neighbours)",
@@ -399,6 +400,11 @@ def rule_overheads(report: Report) -> list[Finding]:
     between = 0.0 if per_execution else gaps.counted_s
     if per_execution:
         share = gaps.within_s / gaps.executing_s if gaps.executing_s else 0.0
+    elif report.stats.in_steps_busy_s is not None and st.basis == "steps":
+        # the steps' own idle time, measured in them (the window's gaps hold the steps left out, and what ran
+        # between them); less the share of the gaps between executions that the idle finding counts
+        measured = gaps.within_s + gaps.between_s
+        share = st.idle_s / st.step_time_s * ((gaps.within_s + between) / measured if measured else 1.0)
     else:
         share = (gaps.within_s + between) / gaps.window_s
     if share < OVERHEAD_SHARE:

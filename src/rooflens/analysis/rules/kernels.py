@@ -12,6 +12,7 @@ from rooflens.analysis.rules.common import (
     outside_kernels,
     per_device_step,
     ref,
+    step_time_of,
     with_saving,
 )
 from rooflens.analysis.trust import AT_THE_ROOF, is_async, rates_of_comparison
@@ -56,7 +57,6 @@ def roofline_trust(report: Report) -> list[Finding]:
            and not c.roofline_note.startswith(AT_THE_ROOF)]
     if not bad:
         return []
-    total = sum(c.total_time_s for c in bad)
     rates = list(report.trace_rates) or rates_of_comparison(report.comparison)
     fit = [c.name for c in chips_fitting(rates, report.roofs and _kind_of(report) or "")]
     evidence = [f"{plural(len(bad), 'op')} faster than {'its' if len(bad) == 1 else 'their'} roofline on "
@@ -75,7 +75,8 @@ def roofline_trust(report: Report) -> list[Finding]:
          "its roofline" if given else
          f"{plural(len(bad), 'op')} {'runs' if len(bad) == 1 else 'run'} faster than the cost model allows: "
          f"{'its roofline is' if len(bad) == 1 else 'their rooflines are'} marked unreliable"),
-        tuple(ref(c) for c in sorted(bad, key=lambda c: -c.total_time_s)[:6]), per_device_step(report, total),
+        tuple(ref(c) for c in sorted(bad, key=lambda c: -c.total_time_s)[:6]),
+        per_device_step(report, sum(step_time_of(report, c) for c in bad)),
         tuple(evidence),
         ("the chip given is not the one that ran the trace (a faster generation), or the model counts bytes the "
          "kernel never moves to HBM" if given else
@@ -102,7 +103,7 @@ def calibration_trust(report: Report, bad: list, evidence: list[str], cal: dict)
         f"{plural(len(bad), 'op')} {'runs' if len(bad) == 1 else 'run'} faster than the calibration of {report.chip} "
         "allows: it is too low, so their ratios are withheld",
         tuple(ref(c) for c in sorted(bad, key=lambda c: -c.total_time_s)[:6]), per_device_step(report, sum(
-            c.total_time_s for c in bad)), tuple(evidence),
+            step_time_of(report, c) for c in bad)), tuple(evidence),
         "the calibration measured this CPU slower than it runs: while the machine was busy, on another machine or "
         "power setting, or over arrays larger than the ones these ops read (data in the CPU's caches streams faster "
         "than the memory bandwidth measured over a large array)",
