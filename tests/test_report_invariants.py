@@ -30,17 +30,10 @@ from tests.test_invariants import TRACES
 
 REPO = Path(__file__).resolve().parents[1]
 
-#: violations of the step model's making (steps taken from host dispatch spans, warm-up, a program's
-#: executions averaged against their median span): the ``steps`` work of issue 42 rewrites it, so these are
-#: listed here, not patched, and each must fail today (strict): when it passes, take it off this list.
-STEP_MODEL_KNOWN = {
-    "gpu_amd/tracelens_mi300x_jax08_gemm.xplane.pb":
-        "per-execution breakdown: compute is the mean over executions, the step their median span",
-    "gpu_amd/tracelens_mi300x_jax08_gemm.DERIVED.trace.json.gz":
-        "per-execution breakdown: several jit_dot programs share one name in a Chrome trace",
-    "tpu/xprof_tpu_inference_2.v6e-4.xplane.pb": "per-execution breakdown: a mean against a median span",
-    "tpu/xprof_tpu_inference_2.v6e-4.DERIVED.trace.json.gz": "per-execution breakdown: a mean against a median span",
-}
+#: violations of the step model's making, each a strict xfail that fails the day it passes (then take it off):
+#: none left. The last ones were per-execution breakdowns (their parts' means against the executions' median
+#: span) and the Pax archives' collective time counted outside the steps.
+STEP_MODEL_KNOWN: dict[str, str] = {}
 
 
 def _step_model(v: str) -> bool:

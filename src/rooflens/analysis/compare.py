@@ -434,7 +434,7 @@ def step_breakdown(stats: OpStats, comparison: list[OpComparison], roofs: Roofs 
     unit = choice is not None and choice.basis == "execution" and main == chosen
     basis = "executions" if runs or unit else "steps" if stats.steps else "window"
     if runs:
-        step_time = runs.median_span_s
+        step_time = runs.mean_span_s  # a decomposition sums means: the parts are each op's mean per execution
     elif main != chosen:  # a side program: its own time per step, not the step's
         step_time = sum(c.total_time_s for c in ops) / per_step
     elif stats.steps:

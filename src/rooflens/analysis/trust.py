@@ -8,7 +8,7 @@ that a measurement proves wrong, and program executions as the unit where a trac
   chip is wrong: the op's roofline is marked unreliable and its fractions are not printed
   (:func:`check_roofline`); :mod:`rooflens.analysis.chip_rates` names the catalogue chips its rates fit.
 * Without step markers a program is judged per execution: :func:`rooflens.trace.warmup.program_executions`
-  gives each program's executions per device and their median span (first op start to last op end).
+  gives each program's executions per device and their mean and median span (first op start to last op end).
 
 Pure functions over loaded data: no files, no printing.
 """

@@ -379,14 +379,21 @@ def _source_lines(module: Module, ins: Instruction) -> list[str]:
         out.append(f"op_name {ins.op_name}")
     if ins.named_scope:
         out.append(f"named scope {ins.named_scope}")
-    frames = module.source_stack(ins)
-    user = [f for f in frames if is_user_frame(f.file)]
+    user, left_out = user_frames(module, ins)
     for f in user[:6]:
         fn = f" in {f.function}" if f.function else ""
         out.append(f"{f.file}:{f.line}{fn}")
-    if frames and len(user) < len(frames):
-        out.append(f"({len(frames) - len(user)} frames of rooflens, click, runpy or a test runner left out)")
+    if left_out:
+        out.append(f"({left_out} frames of rooflens, click, runpy or a test runner left out)")
     return out
+
+
+def user_frames(module: Module, ins: Instruction) -> tuple[list, int]:
+    """The Python frames of the user's code that made ``ins``, innermost first, and how many others (rooflens's,
+    click's, runpy's, a test runner's) were left out."""
+    frames = module.source_stack(ins)
+    user = [f for f in frames if is_user_frame(f.file)]
+    return user, len(frames) - len(user)
 
 
 def explain(module: Module, name: str) -> OpExplanation:

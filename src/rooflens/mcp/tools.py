@@ -146,10 +146,14 @@ def _explained(module, name: str) -> dict | None:
 
 
 def _frames(module, ins) -> list[str]:
-    """The Python stack that made ``ins``, innermost first: ``file:line function``."""
-    frames = module.source_stack(ins)
+    """The user's Python stack that made ``ins``, innermost first: ``file:line function`` (rooflens's own frames,
+    click's and runpy's left out, as the report's op detail does)."""
+    from rooflens.hlo.explain import user_frames
+
+    frames, left_out = user_frames(module, ins)
     shown = [f"{f.file}:{f.line}" + (f" {f.function}" if f.function else "") for f in frames[:SOURCE_FRAMES]]
-    return shown + ([f"… {len(frames) - SOURCE_FRAMES} outer frames"] if len(frames) > SOURCE_FRAMES else [])
+    return (shown + ([f"… {len(frames) - SOURCE_FRAMES} outer frames"] if len(frames) > SOURCE_FRAMES else [])
+            + ([f"({left_out} frames of rooflens, click, runpy or a test runner left out)"] if left_out else []))
 
 
 def op(path: str | list[str], name: str, program: str | None = None, chip: str | None = None,

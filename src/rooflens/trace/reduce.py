@@ -111,7 +111,7 @@ class HostPart:
     units: list[UnitRuns]  # what its idle time is judged from, once the pod's steps are known
     warmup_ns: np.ndarray  # its warm-up intervals (merged rows)
     t1_ns: float  # its last op's end
-    executions: dict[str, tuple[float, int, float]]  # program → (runs, devices, median span s)
+    executions: dict[str, tuple[float, int, float, float]]  # program → (runs, devices, median and mean span s)
     sample: EventTable
     sampled_step: int | None
     notes: list[str]
@@ -214,7 +214,7 @@ def reduce_profile(profile: Profile, sample_events: int, pod_hosts: int = 1) -> 
         per_program = np.bincount(ran_on[:, 0], minlength=len(t.programs))
         for name, ex in program_executions(t).items():
             n = int(per_program[t.programs.index(name)])
-            executions[name] = (ex.runs_per_device * n, n, ex.median_span_s)
+            executions[name] = (ex.runs_per_device * n, n, ex.median_span_s, ex.mean_span_s)
     nums_judged = sorted(n for n, _, _ in profile.steps)
     sampled = nums_judged[len(nums_judged) // 2] if nums_judged else None
     rows = np.flatnonzero(t.step == sampled) if sampled is not None else np.arange(len(t))
@@ -407,8 +407,8 @@ class Merge:
         for program, text in part.hlo_texts.items():
             if program not in self.hlo or index < self.hlo[program][0]:
                 self.hlo[program] = (index, text)
-        for program, (runs, ndev, span) in part.executions.items():
-            self.executions.setdefault(program, []).append((index, runs, ndev, span))
+        for program, (runs, ndev, span, mean) in part.executions.items():
+            self.executions.setdefault(program, []).append((index, runs, ndev, span, mean))
 
     def medians_ps(self) -> np.ndarray:
         """Every op's median duration from the merged sketch, within its min and max."""
@@ -484,9 +484,11 @@ class Merge:
     def _executions(self) -> dict[str, Executions]:
         out = {}
         for program, rows in self.executions.items():
-            runs = sum(r for _, r, _, _ in rows)
-            ndev = sum(n for _, _, n, _ in rows)
-            out[program] = Executions(program, runs / max(ndev, 1), float(np.median([s for _, _, _, s in rows])))
+            runs = sum(r for _, r, _, _, _ in rows)
+            ndev = sum(n for _, _, n, _, _ in rows)
+            mean = sum(r * m for _, r, _, _, m in rows) / runs if runs else 0.0  # over every host's executions
+            out[program] = Executions(program, runs / max(ndev, 1), float(np.median([s for _, _, _, s, _ in rows])),
+                                      mean)
         return out
 
     def _stats(self, profile: Profile, parts: list[HostPart], devices: list[DeviceTime], hosts: list[DeviceTime],

@@ -251,10 +251,11 @@ class Executions:
     program: str
     runs_per_device: float
     median_span_s: float  # first op start to last op end, per execution on one device
+    mean_span_s: float = 0.0  # the mean of the same spans: what the breakdown's parts, means themselves, sum to
 
 
 def program_executions(table: EventTable) -> dict[str, Executions]:
-    """Every program's executions per device and their median span (device time, gaps inside included)."""
+    """Every program's executions per device and their median and mean span (device time, gaps inside included)."""
     if not len(table):
         return {}
     keys, _, starts, ends, cut = execution_spans(table)
@@ -267,7 +268,7 @@ def program_executions(table: EventTable) -> dict[str, Executions]:
         devices.setdefault(p, set()).add((h, d))
     for p, sp in spans.items():
         name = table.programs[p]
-        out[name] = Executions(name, len(sp) / max(len(devices[p]), 1), float(np.median(sp)))
+        out[name] = Executions(name, len(sp) / max(len(devices[p]), 1), float(np.median(sp)), float(np.mean(sp)))
     return out
 
 
