@@ -58,11 +58,8 @@ def load(path: str | Path | list[str | Path], hlo_dir: str | Path | None = None,
     if merge == "aggregates":
         from rooflens.trace.reduce import load_aggregated
 
-        if step_fn:
-            raise RooflensError("--step-fn needs the hosts' events (merge 'events'): a pod merged from aggregates "
-                                "keeps the step program its hosts chose.")
         return load_aggregated(paths, runs, host_files, hlo_dir, progress, workers, engine, ray_address,
-                               include_warmup)
+                               include_warmup, step_fn)
     from rooflens.trace.hosts import read_hosts
 
     files = [f.path for f in host_files]

@@ -162,16 +162,17 @@ def sketch_quantile(buckets: np.ndarray, counts: np.ndarray, rank: int) -> float
 # -- the worker ------------------------------------------------------------------------------------
 
 def reduce_host(hf, runs: list[str], hlo_dir, include_warmup: bool, sample_events: int, pod_hosts: int = 1,
-                progress=None) -> HostPart | None:
+                progress=None, step_fn: str | None = None) -> HostPart | None:
     """One host file read and reduced (in a worker): its profile judged alone, then measured (None: the host
-    has no op event; the pod's other hosts still make a report, as when every event is merged)."""
+    has no op event; the pod's other hosts still make a report, as when every event is merged). ``step_fn``:
+    the step program asked for (``--step-fn``), which every host takes."""
     from rooflens.trace.hosts import read_one
 
     raw = read_one(hf, progress)
     if not len(raw.table):
         return None
     collectives = collective_ends(raw.table) if raw.session_clock else None  # as read: every execution
-    profile = assemble([hf.path], runs, [raw], [hf.path], hlo_dir)
+    profile = assemble([hf.path], runs, [raw], [hf.path], hlo_dir, step_fn=step_fn)
     if include_warmup:
         from rooflens.trace.warmup import with_warmup
 
@@ -252,12 +253,13 @@ def _used_words(t: EventTable) -> EventTable:
     return dataclasses.replace(t, **cols)
 
 
-def _reduce_batch(files, runs, hlo_dir, include_warmup, sample_events, pod_hosts) -> list[HostPart | None]:
+def _reduce_batch(files, runs, hlo_dir, include_warmup, sample_events, pod_hosts, step_fn=None
+                  ) -> list[HostPart | None]:
     """Several host files of one process-pool task; a program's HLO text, and an op's instruction text and trace
     stats, go back with the first host that has them."""
     out, sent = [], set()
     for f in files:
-        part = reduce_host(f, runs, hlo_dir, include_warmup, sample_events, pod_hosts)
+        part = reduce_host(f, runs, hlo_dir, include_warmup, sample_events, pod_hosts, step_fn=step_fn)
         out.append(part)
         if part is None:
             continue
@@ -437,7 +439,11 @@ class Merge:
         shift_ns = [float(p.origin_ns - table_origin) for p in parts]
         t0 = min(p.t0_ns + s for p, s in zip(parts, shift_ns))
         steps = job_steps([[(int(n), a + s, b + s) for n, a, b in p.steps.tolist()] for p, s in zip(parts, shift_ns)])
-        notes = list(dict.fromkeys(n for p in parts for n in p.notes)) + clock_notes
+        # each host's step choice says the same of its own candidates: the first host's speaks for the pod
+        said = next(([n for n in p.notes if n.startswith("steps: ")] for p in parts
+                     if any(n.startswith("steps: ") for n in p.notes)), [])
+        notes = list(dict.fromkeys([*(n for p in parts for n in p.notes if not n.startswith("steps: ")), *said]))
+        notes += clock_notes
         manifest = run_manifest(runs, [])  # its problems are in every host's notes already
         hlo_texts = {k: v for k, (_, v) in self.hlo.items()}
         hlo_texts.update(saved_hlo(runs, hlo_dir))
@@ -563,7 +569,7 @@ def _shifted_runs(u: UnitRuns, shift_ns: float, gaps_shift_s: float) -> UnitRuns
 
 
 def load_aggregated(paths: list[str], runs: list[str], host_files, hlo_dir, progress, workers, engine, ray_address,
-                    include_warmup: bool) -> Profile:
+                    include_warmup: bool, step_fn: str | None = None) -> Profile:
     """:func:`rooflens.trace.loading.load` for ``merge="aggregates"``: every host reduced by a worker, merged here."""
     from rooflens.errors import RooflensError
     from rooflens.trace.hosts import Task, map_hosts
@@ -573,7 +579,7 @@ def load_aggregated(paths: list[str], runs: list[str], host_files, hlo_dir, prog
     sample = max(SAMPLE_FLOOR, SAMPLE_EVENTS // max(len(files), 1))
     merge, empty = Merge(), []
     task = Task(_one, _reduce_batch, _remote, args=(list(runs), None if hlo_dir is None else str(hlo_dir),
-                                                     include_warmup, sample, len(files)))
+                                                     include_warmup, sample, len(files), step_fn))
     with ingest_progress([Path(f) for f in files], progress) as bar:
         for i, part in map_hosts(host_files, task, workers, engine, ray_address, bar.for_file):
             if part is not None:
@@ -586,9 +592,9 @@ def load_aggregated(paths: list[str], runs: list[str], host_files, hlo_dir, prog
     return merge.profile(paths, runs, files, hlo_dir, tuple(empty))
 
 
-def _one(hf, runs, hlo_dir, include_warmup, sample, pod_hosts, progress=None) -> HostPart | None:
-    return reduce_host(hf, runs, hlo_dir, include_warmup, sample, pod_hosts, progress)
+def _one(hf, runs, hlo_dir, include_warmup, sample, pod_hosts, step_fn, progress=None) -> HostPart | None:
+    return reduce_host(hf, runs, hlo_dir, include_warmup, sample, pod_hosts, progress, step_fn)
 
 
-def _remote(hf, runs, hlo_dir, include_warmup, sample, pod_hosts) -> HostPart | None:
-    return reduce_host(hf, runs, hlo_dir, include_warmup, sample, pod_hosts)
+def _remote(hf, runs, hlo_dir, include_warmup, sample, pod_hosts, step_fn) -> HostPart | None:
+    return reduce_host(hf, runs, hlo_dir, include_warmup, sample, pod_hosts, step_fn=step_fn)

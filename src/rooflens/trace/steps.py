@@ -510,6 +510,13 @@ def infer_steps(t: EventTable, step_fn: str | None = None, window_fn: str | None
     return steps, make_choice(t, spans, picked[0], picked[1], "executions"), cut
 
 
+def with_choice_note(notes: list[str], choice: StepChoice, steps: int) -> list[str]:
+    """The notes with the step choice's sentence, which says what the steps are: a reader's own sentence on its
+    steps (a Nsight export's "the executions of X, the main program") and an earlier choice's give way to it."""
+    said = [n for n in notes if "no step annotations" not in n and not n.startswith("steps: ")]
+    return [*said, choice.note(steps)]
+
+
 def cut_note(program: str) -> str:
     return (f"the last execution of {program} was cut short by the trace's end (its first ops ran inside the "
             "trace, the rest never did): it is not a step")
@@ -544,8 +551,7 @@ def named(profile, step_fn: str | None = None):
             choice = make_choice(t, spans, picked[0], picked[1], basis)
     if choice is None:
         return profile
-    notes.append(choice.note(len(profile.steps)))
-    return dataclasses.replace(profile, notes=notes, step_choice=choice)
+    return dataclasses.replace(profile, notes=with_choice_note(notes, choice, len(profile.steps)), step_choice=choice)
 
 
 def judge_window(profile, step_fn: str | None = None):
@@ -578,8 +584,8 @@ def judge_window(profile, step_fn: str | None = None):
     taken = profile.manifest.step_program  # rooflens run --steps: which function opened the window, and why
     if taken is not None and taken.reason:
         notes.append(f"the window's step program: {taken.reason}")
-    notes.append(choice.note(len(steps)))
-    return dataclasses.replace(profile, steps=steps, notes=notes, step_choice=choice)
+    return dataclasses.replace(profile, steps=steps, notes=with_choice_note(notes, choice, len(steps)),
+                               step_choice=choice)
 
 
 # -- several hosts: the host × step table -------------------------------------------------------------------------

@@ -35,6 +35,7 @@ from rooflens.trace.steps import (
     judge_window,
     named,
     window_fn,
+    with_choice_note,
 )
 
 _FULL = "_rooflens_full"  # where the run as traced (warm-up included) is kept on a judged Profile
@@ -507,7 +508,7 @@ def judge(profile, step_fn: str | None = None):
     if info["excluded"] and programs:
         notes.append(f"warm-up, left out of the stats (--include-warmup keeps it): {warmup_summary(programs)}")
     if choice is not None:
-        notes.append(choice.note(len(steps)))
+        notes = with_choice_note(notes, choice, len(steps))
     judged = dataclasses.replace(profile, table=steady, steps=steps, notes=notes, step_choice=choice,
                                  metadata={**meta, "steady_state": info})
     object.__setattr__(judged, _FULL, profile)
@@ -536,6 +537,6 @@ def with_warmup(profile):
             assign_steps(full.table, steps)
             notes = [n for n in notes if "no step annotations" not in n]
     if choice is not None:
-        notes.append(choice.note(len(steps)))
+        notes = with_choice_note(notes, choice, len(steps))
     return dataclasses.replace(full, metadata={**full.metadata, "steady_state": info}, notes=notes, steps=steps,
                                step_choice=choice)
