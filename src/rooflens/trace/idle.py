@@ -21,7 +21,7 @@ import numpy as np
 from rooflens.trace.events import row_key, unique_rows
 from rooflens.trace.groupby import dense, group_extent
 from rooflens.trace.profile import Profile
-from rooflens.trace.stats import DeviceTime, OpStats
+from rooflens.trace.stats import DeviceTime, OpStats, shares_cores
 from rooflens.trace.warmup import execution_index, host_compile_intervals_ns, idle_outside, merge_intervals
 
 
@@ -98,7 +98,7 @@ def unit_runs(profile: Profile, devices: list[DeviceTime], hosts: list[DeviceTim
               ) -> list[UnitRuns]:
     """The units :func:`idle_units` judges, with their executions (``pod_devices``: the devices of the pod this
     host belongs to, when the profile is one host of it)."""
-    shared = profile.platform == "cpu" and max(len(devices), pod_devices, 1) > 1
+    shared = shares_cores(profile, max(len(devices), pod_devices, 1))
     units = hosts if shared else devices
     t = profile.table
     if not len(t):

@@ -49,6 +49,7 @@ from rooflens.trace.stats import (
     in_steps_by_program,
     op_self_ps,
     op_stat,
+    shares_cores,
     stats_of,
     steps_busy_ns,
 )
@@ -228,7 +229,8 @@ def reduce_profile(profile: Profile, sample_events: int, pod_hosts: int = 1) -> 
         run_total_ps=np.rint(run_total).astype(np.int64),
         run_sketch=run_sketch, in_steps_ps=np.rint(in_steps_ps).astype(np.int64),
         in_steps_count=np.bincount(inv[inside], minlength=m).astype(np.int64),
-        busy_in_steps_ns=steps_busy_ns(t) if profile.steps else None, unran=tuple(profile.unran), devices=devices,
+        busy_in_steps_ns=steps_busy_ns(t) if profile.steps and not shares_cores(profile, len(devices) * pod_hosts)
+        else None, unran=tuple(profile.unran), devices=devices,
         host_time=hosts[0],
         step_nums=nums.astype(np.int64), step_first_ps=step_first[0, :len(nums)], step_last_ps=step_last[0, :len(nums)],
         steps=np.asarray(profile.steps, np.float64).reshape(-1, 3),

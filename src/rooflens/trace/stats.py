@@ -503,7 +503,13 @@ def _op_stats(profile: Profile, gaps_per_device: int) -> OpStats:
     cat_of_op = np.asarray([s.category for s in stats] or ["unknown"], dtype=object)  # in the order of uniq
     return stats_of(profile, stats, devices, hosts,
                     host_steps(profile, cat_of_op[inv]) if len(t.hosts) > 1 else None, in_steps_by_program(stats),
-                    steps_busy_ns(t) * 1e-9 if inside is not None else None)
+                    steps_busy_ns(t) * 1e-9 if inside is not None and not shares_cores(profile, len(devices)) else None)
+
+
+def shares_cores(profile: Profile, devices: int) -> bool:
+    """Several devices of a CPU (forced host devices): they run on the same cores, so one device's idle time is
+    not the machine's; its idle is judged for the CPU as a whole (rooflens.trace.idle), not measured per device."""
+    return profile.platform == "cpu" and devices > 1
 
 
 def in_steps_by_program(stats: list[OpStat]) -> dict[str, float]:

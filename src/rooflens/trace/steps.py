@@ -263,7 +263,8 @@ def ops_per_function(t: EventTable) -> dict[str, int]:
     if not len(t):
         return {}
     fns = sorted({base_name(p) for p in t.programs})
-    fn_of = np.asarray([fns.index(base_name(p)) for p in t.programs], np.int64)
+    place = {f: k for k, f in enumerate(fns)}
+    fn_of = np.asarray([place[base_name(p)] for p in t.programs], np.int64)
     pairs = unique_rows(fn_of[t.program], t.name)[0]
     counts = np.bincount(pairs[:, 0], minlength=len(fns))
     return {f: int(counts[k]) for k, f in enumerate(fns) if f}
