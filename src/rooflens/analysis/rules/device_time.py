@@ -398,6 +398,7 @@ def rule_overheads(report: Report) -> list[Finding]:
     if gaps.window_s <= 0:
         return []
     between = 0.0 if per_execution else gaps.counted_s
+    how = "measured from the gaps between its op events"
     if per_execution:
         share = gaps.within_s / gaps.executing_s if gaps.executing_s else 0.0
     elif report.stats.in_steps_busy_s is not None and st.basis == "steps":
@@ -405,6 +406,7 @@ def rule_overheads(report: Report) -> list[Finding]:
         # between them); less the share of the gaps between executions that the idle finding counts
         measured = gaps.within_s + gaps.between_s
         share = st.idle_s / st.step_time_s * ((gaps.within_s + between) / measured if measured else 1.0)
+        how = "measured in the steps: each step less the union of the device's op events in it, as the step's idle"
     else:
         share = (gaps.within_s + between) / gaps.window_s
     if share < OVERHEAD_SHARE:
@@ -415,8 +417,7 @@ def rule_overheads(report: Report) -> list[Finding]:
     per_gap = overhead_s * within_share / n_ops if n_ops else 0.0
     unit = per_what(st)
     evidence = [f"the device runs no op {fmt_percent(share)} of the {unit} ({_ms(overhead_s)} of "
-                f"{_ms(st.step_time_s)}), "
-                "measured from the gaps between its op events",
+                f"{_ms(st.step_time_s)}), {how}",
                 f"inside program executions: {_ms(gaps.within_s)} of gaps over {_ms(gaps.window_s)} measured"
                 + (f", ≈ {_ms(per_gap)} per op boundary ({n_ops:.0f} ops per {unit})" if n_ops else "")]
     if between:
