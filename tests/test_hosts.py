@@ -77,9 +77,11 @@ def test_the_straggler_is_found_from_the_hosts_aggregates_too(job):
 
     events, merged = rl.load(run, workers=2, merge="events"), rl.load(run, workers=2, merge="aggregates")
     a, b = analyze(events, require_roofline=False), analyze(merged, require_roofline=False)
-    assert [f.title for f in b.findings if f.rule == "straggler"] == [f.title for f in a.findings
-                                                                      if f.rule == "straggler"]
-    assert len([f for f in b.findings if f.rule == "straggler"]) == 1
+    (fa,), (fb,) = ([f for f in r.findings if f.rule == "straggler"] for r in (a, b))
+    # the same host; its wait is the hosts' collective time inside their steps, which a worker infers from its own
+    # host's executions (below): within a few percent of the events' merge
+    assert fb.title.split(" is the straggler")[0] == fa.title.split(" is the straggler")[0]
+    assert fb.time_s == pytest.approx(fa.time_s, rel=0.1)
     # no step annotations here: a worker infers its host's steps from its own executions, the events' merge
     # from the job's (whose boundaries can cut a late host's step in two), so per step they differ; per host
     # the steps cover the same time
