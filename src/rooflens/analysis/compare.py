@@ -43,7 +43,7 @@ from rooflens.errors import RooflensError
 from rooflens.hardware import LOCAL_CHIP, Chip, ChipError, read_catalog_text, shared_by
 from rooflens.hardware import chip as get_chip
 from rooflens.hardware import infer_chip as infer_from_trace
-from rooflens.hardware.calibrate import spread_words
+from rooflens.hardware.calibrate import made_and_spread
 from rooflens.hardware.infer import chip_mismatch
 from rooflens.hlo import Module
 from rooflens.hlo.graph import OpGraph, op_graph
@@ -92,11 +92,7 @@ def calibration_summary(c: Chip | None) -> dict | None:
 def calibration_words(c: Chip) -> str:
     """``calibration made 2026-11-26 06:45 UTC, IQR up to 22% of the median (a busy machine)``: a calibrated
     chip's when and spread, as a report's header names them."""
-    d = calibration_summary(c) or {}
-    spread = d.get("spread_iqr_over_median")
-    return (f"calibration made {d.get('made') or 'at an unknown time'}, "
-            + ("spread not recorded" if spread is None else spread_words(spread, up_to=True)
-               + (" (a busy machine)" if d.get("busy") else "")))
+    return f"calibration {made_and_spread(calibration_summary(c) or {})}"
 
 
 def infer_chip(profile: Profile) -> tuple[Chip, str]:

@@ -244,6 +244,16 @@ def spread_words(spread: float, up_to: bool = False) -> str:
     return f"{lead} {spread:.0%} of the median" if spread <= 1 else f"{lead} {spread:.1f}× the median"
 
 
+def made_and_spread(summary: dict) -> str:
+    """``made 2026-11-26 06:45 UTC, IQR up to 22% of the median (the machine was busy)``: when a calibration was
+    made and how far its measurements spread, from its summary (``made``, ``spread_iqr_over_median``, ``busy``), as
+    the report's header and its findings say it."""
+    spread = summary.get("spread_iqr_over_median")
+    return (f"made {summary.get('made') or 'at an unknown time'}, "
+            + ("its spread not recorded" if spread is None else spread_words(spread, up_to=True)
+               + (" (the machine was busy)" if summary.get("busy") else "")))
+
+
 def summary(cal: Calibration) -> str:
     """``2026-11-26 06:45 UTC: f32 matmul 125.9 GFLOP/s (IQR 4% of the median), …``, and whether it was busy."""
     parts = [f"{dt} matmul {cal.best(dt).median / 1e9:.1f} GFLOP/s ({spread_words(cal.best(dt).relative_spread)})"

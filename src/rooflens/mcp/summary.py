@@ -69,11 +69,15 @@ def _finding(f: dict, tight: bool) -> dict:
     return out
 
 
+def cut_text(text: str, chars: int) -> str:
+    """``text`` up to ``chars`` characters, saying how many more there were."""
+    return text if len(text) <= chars else text[:chars] + f" … ({len(text) - chars} more characters)"
+
+
 def _op_row(c: dict) -> dict:
     row = {k: c[k] for k in OP_KEYS if k in c}
-    shape = row.get("shape") or ""
-    if len(shape) > SHAPE_CHARS:  # a loop's tuple of hundreds of buffers: op(path, name) has it whole
-        row["shape"] = shape[:SHAPE_CHARS] + f" … ({len(shape) - SHAPE_CHARS} more characters)"
+    if row.get("shape"):  # a loop's tuple of hundreds of buffers: op(path, name) has it whole
+        row["shape"] = cut_text(row["shape"], SHAPE_CHARS)
     return row
 
 

@@ -14,7 +14,7 @@ import os
 from dataclasses import asdict
 
 from rooflens.errors import RooflensError
-from rooflens.mcp.summary import DEFAULT_MAX_BYTES, DEFAULT_TOP, report_summary, rows_summary
+from rooflens.mcp.summary import DEFAULT_MAX_BYTES, DEFAULT_TOP, cut_text, report_summary, rows_summary
 
 BODY_LINES = 24  # a fusion's (or loop's) body lines shown with one op
 LINE_CHARS = 240  # of each body line (their metadata repeats the op's source)
@@ -120,10 +120,6 @@ def _match(rep, name: str, program: str | None):
     return program, row, stat, sorted(known - {program})
 
 
-def _cut(text: str, chars: int) -> str:
-    return text if len(text) <= chars else text[:chars] + f" … ({len(text) - chars} more characters)"
-
-
 def _explained(module, name: str) -> dict | None:
     """``rooflens hlo --op``'s explanation, bounded: a loop's tuple of hundreds of buffers, or a fusion of
     hundreds of operands, shows its first rows and says how many there are."""
@@ -135,13 +131,13 @@ def _explained(module, name: str) -> dict | None:
     for key in ("text", "source"):  # the op's line and source are given on their own
         exp.pop(key, None)
     for comp, lines in list(exp.get("called", {}).items()):
-        shown = [_cut(line, LINE_CHARS) for line in lines[:BODY_LINES]]
+        shown = [cut_text(line, LINE_CHARS) for line in lines[:BODY_LINES]]
         exp["called"][comp] = shown + ([f"… {len(lines) - BODY_LINES} more lines"] if len(lines) > BODY_LINES else [])
     for key, value in list(exp.items()):
         if isinstance(value, list) and len(value) > LIST_ROWS:
             exp[key], exp[f"{key}_total"] = value[:LIST_ROWS], len(value)
         elif isinstance(value, str):
-            exp[key] = _cut(value, TEXT_CHARS)
+            exp[key] = cut_text(value, TEXT_CHARS)
     return exp
 
 
@@ -169,7 +165,7 @@ def op(path: str | list[str], name: str, program: str | None = None, chip: str |
     comparison = None
     if row is not None:
         comparison = {k: v for k, v in asdict(row).items() if k not in ("explanation", "hlo")}
-        comparison["shape"] = _cut(comparison["shape"], TEXT_CHARS)
+        comparison["shape"] = cut_text(comparison["shape"], TEXT_CHARS)
     source = _frames(module, ins) if ins is not None else []
     named = [f for f in rep.findings if any(o.program == program and o.name == name for o in f.ops)]
     return {
@@ -178,7 +174,7 @@ def op(path: str | list[str], name: str, program: str | None = None, chip: str |
         "measured": asdict(stat) if stat is not None else None,
         "comparison": comparison,
         "arithmetic": list(row.explanation) if row is not None else [],
-        "hlo_text": _cut(ins.text.strip(), TEXT_CHARS) if ins is not None else "",
+        "hlo_text": cut_text(ins.text.strip(), TEXT_CHARS) if ins is not None else "",
         "hlo_line": ins.line if ins is not None else None,
         "op_name": ins.op_name if ins is not None else "",
         "named_scope": ins.named_scope if ins is not None else (row.named_scope if row is not None else ""),
@@ -252,7 +248,7 @@ def hlo(path: str, op: str | None = None, top: int = DEFAULT_TOP, max_bytes: int
         if module.find(op) is None:
             raise no_such_op(module, op, path)
         ins = module.find(op)
-        return {"file": path, **_explained(module, op), "hlo_text": _cut(ins.text.strip(), TEXT_CHARS),
+        return {"file": path, **_explained(module, op), "hlo_text": cut_text(ins.text.strip(), TEXT_CHARS),
                 "hlo_line": ins.line, "op_name": ins.op_name, "source": _frames(module, ins)}
     doc = {"file": path, **summarize(module).to_dict()}
     return rows_summary(doc, HLO_LISTS, top, 0, max_bytes, call="hlo")

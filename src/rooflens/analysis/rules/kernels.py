@@ -16,7 +16,7 @@ from rooflens.analysis.rules.common import (
     with_saving,
 )
 from rooflens.analysis.trust import AT_THE_ROOF, is_async, rates_of_comparison
-from rooflens.hardware.calibrate import spread_words
+from rooflens.hardware.calibrate import made_and_spread
 from rooflens.hardware.infer import chips_fitting, describe_rates
 from rooflens.units import fmt_seconds as _ms
 from rooflens.units import plural
@@ -90,12 +90,9 @@ def roofline_trust(report: Report) -> list[Finding]:
 def calibration_trust(report: Report, bad: list, evidence: list[str], cal: dict) -> Finding:
     """Ops faster than a calibrated chip's roofs (a CPU's ``local``): the calibration is too low, so its ratios
     are withheld until it is measured again."""
-    spread = cal.get("spread_iqr_over_median")
     how = (f"the calibration {cal['origin']}" if cal.get("recorded_with_run")
            else f"this machine's calibration ({cal['origin']})")
-    evidence = [*evidence, f"priced against {how}: made {cal.get('made') or 'at an unknown time'}, "
-                + ("its spread not recorded" if spread is None else
-                   spread_words(spread, up_to=True) + (" (the machine was busy)" if cal.get("busy") else ""))]
+    evidence = [*evidence, f"priced against {how}: {made_and_spread(cal)}"]
     redo = ("run `rooflens calibrate` on a quiet machine (it measures again while the machine is busy), then "
             "`rooflens report --chip local` to price this trace against the new calibration")
     return Finding(
