@@ -267,8 +267,8 @@ def _read(db: D.Export, path: Path, host: str, progress: Progress) -> RawTrace:
     if progress:
         progress(0, 3)
     base, origin = T.clock(db, work)
-    gtid, launch, n_runtime = T.launches(db, work)
-    r = T.ranges(db, int(max(work.end.max(), launch.max())))
+    gtid, launch, n_runtime, threads = T.launches(db, work)
+    r = T.ranges(db, int(max(work.end.max(), launch.max())), threads)
     if progress:
         progress(1, 3)
     kinds = tsl.range_kinds(r.words)

@@ -149,23 +149,24 @@ def work(db: D.Export) -> Work:
                 copy[:, 0], copy[:, 1].astype(np.int8))
 
 
-def launches(db: D.Export, w: Work) -> tuple[np.ndarray, np.ndarray, int]:
+def launches(db: D.Export, w: Work) -> tuple[np.ndarray, np.ndarray, int, np.ndarray | None]:
     """Each work row's launching call: (its thread's globalTid, its start in ns; -1 where the export has
-    none), and how many runtime rows were read. Joined on (process, correlationId): ids repeat across
-    processes."""
+    none), how many runtime rows were read, and every thread that made a runtime call (sorted; None where
+    the table was not read). Joined on (process, correlationId): ids repeat across processes."""
     n = len(w)
     none = np.full(n, -1, np.int64)
     if not (db.columns(D.RUNTIME) >= {"correlationId", "globalTid", "start"}):
-        return none, none.copy(), 0
+        return none, none.copy(), 0, None
     # every runtime call, kept where its correlation id is some work's (in numpy: SQL's IN over the work tables
     # took longer than reading the whole table)
     got = db.scan(D.RUNTIME, ["correlationId", "globalTid", "start"])
+    threads = np.unique(got.ints["globalTid"][~got.nulls["globalTid"]])  # the ranges' threads: one read
     rt = np.stack([got.get("correlationId", -1), got.get("globalTid", -1), got.get("start")], 1)
     ids = np.sort(w.corr[w.corr >= 0])
     at = np.clip(np.searchsorted(ids, rt[:, 0]), 0, max(len(ids) - 1, 0))
     rt = rt[(rt[:, 0] >= 0) & (ids[at] == rt[:, 0])] if len(ids) else rt[:0]
     if not len(rt) or not n:
-        return none, none.copy(), len(rt)
+        return none, none.copy(), len(rt), threads
     mask = np.int64((1 << D.TID_BITS) - 1)
     rt_pid = np.where(rt[:, 1] >= 0, rt[:, 1] & ~mask, -1)
     pid = w.pid
@@ -176,7 +177,7 @@ def launches(db: D.Export, w: Work) -> tuple[np.ndarray, np.ndarray, int]:
     lut[inv[n:]] = np.arange(len(rt))
     hit = np.where(w.corr >= 0, lut[inv[:n]], -1)
     at = np.clip(hit, 0, None)
-    return np.where(hit >= 0, rt[at, 1], -1), np.where(hit >= 0, rt[at, 2], -1), len(rt)
+    return np.where(hit >= 0, rt[at, 1], -1), np.where(hit >= 0, rt[at, 2], -1), len(rt), threads
 
 
 @dataclass
@@ -200,9 +201,10 @@ def torch_args_pattern() -> str:
     return D.literal_pattern(TORCH_ARGS)
 
 
-def ranges(db: D.Export, stop_ns: int) -> Ranges:
+def ranges(db: D.Export, stop_ns: int, threads: np.ndarray | None = None) -> Ranges:
     """The push/pop ranges on the threads that made CUDA runtime calls (an unclosed one ends at ``stop_ns``):
-    the whole table read, filtered in numpy (SQL's WHERE and IN, as before: a NULL matches neither)."""
+    the whole table read, filtered in numpy (SQL's WHERE and IN, as before: a NULL matches neither).
+    ``threads``: those threads, sorted, where :func:`launches` has read them (else the runtime table is read)."""
     cols = db.columns(D.NVTX)
     if not (cols >= {"start", "eventType"}):
         return Ranges(*(np.zeros(0, np.int64),) * 4, [""])
@@ -210,8 +212,9 @@ def ranges(db: D.Export, stop_ns: int) -> Ranges:
     got = db.scan(D.NVTX, ["start", "eventType", *opt], "text" if "text" in cols else None, TORCH_ARGS)
     keep = (got.ints["eventType"] == db.event_type(D.PUSH_POP, D.PUSH_POP_ID)) & ~got.nulls["eventType"]
     if "globalTid" in cols and db.columns(D.RUNTIME) >= {"globalTid"}:  # only launching threads give context
-        rt = db.scan(D.RUNTIME, ["globalTid"])
-        threads = np.unique(rt.ints["globalTid"][~rt.nulls["globalTid"]])
+        if threads is None:
+            rt = db.scan(D.RUNTIME, ["globalTid"])
+            threads = np.unique(rt.ints["globalTid"][~rt.nulls["globalTid"]])
         tid = got.ints["globalTid"]
         at = np.clip(np.searchsorted(threads, tid), 0, max(len(threads) - 1, 0))
         keep &= ~got.nulls["globalTid"] & (threads[at] == tid) if len(threads) else np.zeros(len(got), bool)
