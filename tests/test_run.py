@@ -226,9 +226,11 @@ def test_a_time_window_holds_the_work_dispatched_inside_it(env, tmp_path):
     """The time window closes on the script's thread and waits for what it dispatched: every step the host
     dispatched inside the window ran inside the trace."""
     r = rooflens(env, "run", "--logdir", str(tmp_path), "--delay", "1", "--duration", "0.5",
-                 str(SCRIPTS / "async_exit.py"), "400")
+                 str(SCRIPTS / "async_exit.py"), "1200")  # device work well past the window on a loaded machine
     assert r.returncode == 0, r.stderr[-3000:]
-    (run,) = (tmp_path / "plugins" / "profile").iterdir()
+    made = list((tmp_path / "plugins" / "profile").iterdir())
+    assert len(made) == 1, (made, r.stderr[-3000:])
+    (run,) = made
     import rooflens as rl
 
     prof = rl.load(run)
