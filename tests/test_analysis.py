@@ -212,7 +212,8 @@ def test_host_work_inside_every_step_is_device_idle_priced_once(tmp_path):
     # the device waits between executions for the host: the idle finding's time, not counted again as overhead
     assert "overheads" not in names
     idle = next(f for f in rep.findings if f.rule == "idle")
-    assert 0.03 < idle.recoverable_s <= idle.step_s == rep.steps.step_time_s
+    # (the last step is its execution alone, so the mean step is below the 40 ms of host work: most of it is idle)
+    assert 0.5 * idle.step_s < idle.recoverable_s <= idle.step_s == rep.steps.step_time_s
     assert rep.findings[0] is idle and idle.severity == "high"
 
 
