@@ -99,6 +99,10 @@ def test_a_pod_merged_from_aggregates_finds_what_its_events_find(pod):
     assert [u.idle_s for u in b.steady.idle] == pytest.approx([u.idle_s for u in a.steady.idle], rel=1e-9)
     assert b.steps.step_time_s == pytest.approx(a.steps.step_time_s)
     assert b.steps.compute_s == pytest.approx(a.steps.compute_s, rel=1e-9)
+    # the idle time measured in the steps (each host's busy union per device and step) and the op time at once
+    assert b.stats.in_steps_busy_s == pytest.approx(a.stats.in_steps_busy_s, rel=1e-9) and a.stats.in_steps_busy_s
+    assert (b.steps.idle_s, b.steps.concurrent_s) == pytest.approx((a.steps.idle_s, a.steps.concurrent_s), rel=1e-9)
+    assert b.stats.in_steps_by_program_s == pytest.approx(a.stats.in_steps_by_program_s, rel=1e-9)
     assert "middle step" in b.timeline.note and len(b.timeline.ops) > 0
 
 
@@ -122,6 +126,16 @@ def test_report_takes_merge_from_the_command_line(pod, tmp_path):
     assert len(data["hosts"]) == 4 and any("merged from aggregates" in n for n in data["notes"]), data["notes"]
     bad = subprocess.run([*run, "--merge", "sampled"], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    # --step-fn reaches every host's worker (it was refused for a merge of aggregates)
+    r = subprocess.run([*run, "--merge", "aggregates", "--step-fn", "wrapped_step_fn"], capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    (said,) = [n for n in json.loads(r.stdout)["notes"] if n.startswith("steps: ")]  # one sentence, not one a host
+    assert "pjit__wrapped_step_fn" in said and "chosen by --step-fn wrapped_step_fn" in said, said
+    bad = subprocess.run([*run, "--merge", "aggregates", "--step-fn", "no_such_fn"], capture_output=True, text=True,
+                         timeout=300)
+    assert bad.returncode == 2 and "no_such_fn" in bad.stderr and "pjit__wrapped_step_fn" in bad.stderr
+    assert "Traceback" not in bad.stderr
 
 
 def test_a_host_with_no_op_event_is_left_out_and_named(tmp_path):

@@ -142,7 +142,7 @@ def _render_step_memory_findings(console: Console, report) -> None:
                       + (f" · unpriced {ms(s.unpriced_s)}" if s.unpriced_s and report.roofs is not None else ""))
         if s.other_programs:  # other programs' device time inside the step: theirs, not idle
             console.print(f"  other programs in the step: {ms(s.other_programs_s)} (" + " · ".join(
-                f"{e(p)} {ms(t)}" for p, t in s.other_programs[:5])
+                f"{e(p or 'kernels of no XLA program')} {ms(t)}" for p, t in s.other_programs[:5])
                 + (f" · and {len(s.other_programs) - 5} more" if len(s.other_programs) > 5 else "") + ")")
         if s.concurrent_s:
             console.print(f"  at once: {ms(s.concurrent_s)} of the op time above ran alongside other ops (threads, "
