@@ -261,15 +261,22 @@ def program_executions(table: EventTable) -> dict[str, Executions]:
         return {}
     keys, _, starts, ends, cut = execution_spans(table)
     ran = ~cut  # an execution cut by the trace's end is not one
+    program = keys[ran, 2]
+    if not len(program):
+        return {}
+    span_s = (ends[ran] - starts[ran]).astype(np.float64) * 1e-9
+    order = np.lexsort((span_s, program))  # by program, each one's spans sorted: medians by position
+    program, span_s = program[order], span_s[order]
+    first = np.flatnonzero(np.r_[True, program[1:] != program[:-1]])
+    n = np.diff(np.r_[first, len(program)])
+    median = (span_s[first + (n - 1) // 2] + span_s[first + n // 2]) / 2
+    mean = np.add.reduceat(span_s, first) / n
+    ran_on = unique_rows(keys[ran, 2], keys[ran, 0], keys[ran, 1])[0][:, 0]  # (program, host, device) pairs
+    devices = np.bincount(ran_on, minlength=int(program.max()) + 1)
     out: dict[str, Executions] = {}
-    spans: dict[int, list[float]] = {}
-    devices: dict[int, set] = {}
-    for (h, d, p, _), s, e in zip(keys[ran].tolist(), starts[ran].tolist(), ends[ran].tolist(), strict=True):
-        spans.setdefault(p, []).append((e - s) * 1e-9)
-        devices.setdefault(p, set()).add((h, d))
-    for p, sp in spans.items():
+    for k, p in enumerate(program[first].tolist()):
         name = table.programs[p]
-        out[name] = Executions(name, len(sp) / max(len(devices[p]), 1), float(np.median(sp)), float(np.mean(sp)))
+        out[name] = Executions(name, int(n[k]) / max(int(devices[p]), 1), float(median[k]), float(mean[k]))
     return out
 
 
