@@ -16,6 +16,8 @@ import numpy as np
 from rooflens.trace.events import unique_rows
 
 _MAX_KEY = 1 << 62
+#: nestings up to this deep are linked level by level (a pass over the ranges each); deeper ones by one sort
+LEVEL_BY_LEVEL = 24
 
 
 class Nest:
@@ -44,6 +46,8 @@ class Nest:
         """The latest earlier range of the same thread one level up (-1 at the top)."""
         if not n:
             return np.zeros(0, np.int64)
+        if int(self.depth.max()) <= LEVEL_BY_LEVEL:
+            return self._parents_by_level(n)
         levels = int(self.depth.max()) + 2
         group = self.t * levels + (self.depth + 1)  # (thread, depth), depth -1 never occurs
         key = group * n + np.arange(n)
@@ -54,6 +58,18 @@ class Nest:
         cand = ranked[np.clip(at, 0, None)]
         ok &= (cand // n) == (group - 1)
         return np.where(ok, cand % n, -1)
+
+    def _parents_by_level(self, n: int) -> np.ndarray:
+        """:meth:`_parents` one depth at a time, without a sort: the latest earlier range one level up is a
+        running maximum of those ranges' indices (the same thread's, being sorted together, come last)."""
+        parent = np.full(n, -1, np.int64)
+        index = np.arange(n)
+        for d in range(1, int(self.depth.max()) + 1):
+            latest = np.maximum.accumulate(np.where(self.depth == d - 1, index, -1))
+            at = np.flatnonzero(self.depth == d)  # never the first range: a range one level up came before
+            up = latest[at - 1]
+            parent[at] = np.where((up >= 0) & (self.t[np.clip(up, 0, None)] == self.t[at]), up, -1)
+        return parent
 
     def __len__(self) -> int:
         return len(self.rows)
