@@ -245,7 +245,7 @@ def marked_as_device_steps(table: EventTable, raws: list[RawTrace], marked_by_ho
                     window_fn=S.window_fn(manifest))
     picked = S.choose(table, spans[0], spans[2], spans[3], step_fn, preferred=weight or None) if step_fn else auto
     # device steps are those that ran the step function the markers hold (chosen by --step-fn or not)
-    out = [S.tiled(h, auto[0] if auto else None) if h and len(h[0]) == 4 else h for h in out]
+    out = [S.tiled(h, auto[0] if auto else None) if h and len(h[0]) == 5 else h for h in out]
     if picked is None:
         return out, None
     main = next(b for b in ("dispatch", "time", "executions", "markers") if b in basis)

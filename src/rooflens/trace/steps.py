@@ -408,11 +408,11 @@ def dispatch_times(t: EventTable, spans: tuple[np.ndarray, ...], host: int, disp
 
 
 def device_steps(t: EventTable, spans: tuple[np.ndarray, ...], host: int, marked: list[tuple[int, float, float]],
-                 dispatches: dict[str, np.ndarray]) -> list[tuple[int, float, float, frozenset]]:
+                 dispatches: dict[str, np.ndarray]) -> list[tuple[int, float, float, frozenset, float]]:
     """One host's marked steps (number, start ns, end ns) as the device's work: step k is the executions
     dispatched inside marked step k, as rows of (number, its first execution's start, its last execution's end,
-    the functions (base names) it ran), in time order; :func:`tiled` makes them steps. Empty when no dispatch
-    falls inside a marked step with an execution (then the caller falls back)."""
+    the functions (base names) it ran, the marked step's own end), in time order; :func:`tiled` makes them steps.
+    Empty when no dispatch falls inside a marked step with an execution (then the caller falls back)."""
     keys, _, start, end, _ = spans
     matched, at = dispatch_times(t, spans, host, dispatches)
     if not matched.any() or not marked:
@@ -435,18 +435,21 @@ def device_steps(t: EventTable, spans: tuple[np.ndarray, ...], host: int, marked
         fns.setdefault(kk, set()).add(base_name(t.programs[int(keys[r, 2])]))
     ran = np.flatnonzero(np.isfinite(first))
     ran = ran[np.argsort(first[ran], kind="stable")]
-    return [(int(marked[i][0]), float(first[i]), float(last[i]), frozenset(fns[i])) for i in ran.tolist()]
+    return [(int(marked[i][0]), float(first[i]), float(last[i]), frozenset(fns[i]), float(m_end[i]))
+            for i in ran.tolist()]
 
 
-def tiled(rows: list[tuple[int, float, float, frozenset]], function: str | None = None
+def tiled(rows: list[tuple[int, float, float, frozenset, float]], function: str | None = None
           ) -> list[tuple[int, float, float]]:
     """Device steps (:func:`device_steps`' rows) as steps: each from its first execution's start to the next
-    step's (the last: to its last execution's end). ``function``: only the steps that ran it (a marked step whose
-    step function never ran inside the trace, only a small op dispatched beside it, is no step)."""
+    step's. The last, with no next one, ends when both its executions and the host's marked step have: the
+    host's work inside it (a loop that waits, or works, after dispatching) holds it up as it holds up every other
+    step, whose next one cannot start sooner. ``function``: only the steps that ran it (a marked step whose step
+    function never ran inside the trace, only a small op dispatched beside it, is no step)."""
     rows = [r for r in rows if function is None or function in r[3]]
     out = []
-    for j, (n, s, e, _) in enumerate(rows):
-        end = rows[j + 1][1] if j + 1 < len(rows) else e
+    for j, (n, s, e, _, held) in enumerate(rows):
+        end = rows[j + 1][1] if j + 1 < len(rows) else max(e, held)
         out.append((n, s, max(end, s)))
     return out
 
