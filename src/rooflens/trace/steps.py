@@ -9,11 +9,12 @@ step is measured, never guessed from the host's side alone:
   therefore the device executions of the programs *dispatched inside host step k* (jaxlib's ``PjitFunction(f)``
   events, matched first in, first out with the executions: :func:`dispatch_times`), and its time runs from its
   first execution's start on the device to the next step's first execution start (the last step: until its last
-  execution and its marked span have both ended) — :func:`device_steps`. The figures are then the same whether or not the loop blocks per
-  step. The host's spans stay the host's view (:attr:`StepSummary.host_mean_s`). A trace with markers but no
-  dispatch events (TPU and GPU captures of other tools, Chrome exports) is grouped by time, as XProf does
-  without ``group_id``: the step program's executions in order, one per marked step, when the marked spans
-  do not hold the device's work (:func:`steps_by_time`); otherwise the markers already time the device.
+  execution and its marked span have both ended) — :func:`device_steps`. The figures are then the same whether
+  or not the loop blocks per step. The host's spans stay the host's view (:attr:`StepSummary.host_mean_s`). A
+  trace with markers but no dispatch events (TPU and GPU captures of other tools, Chrome exports) is grouped by
+  time, as XProf does without ``group_id``: the step program's executions in order, one per marked step, when
+  the marked spans do not hold the device's work (:func:`steps_by_time`); otherwise the markers already time
+  the device.
 * **Every program that ran counts.** Warm-up is a program's compilation and first execution, and only when the
   function runs again later (:func:`warmup_executions`): a program run once is analysed, not dropped. When one
   execution holds most of the device time (a whole training in one ``jit``, a kernel script), that execution is
