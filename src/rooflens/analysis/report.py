@@ -147,6 +147,9 @@ class OpComparison:
     mean_s: float = 0.0  # per execution of its program, the mean over the same executions (measured_s: the median)
     in_steps_s: float | None = None  # of total_time_s, what lies inside the steps (None: the trace has no steps)
     in_steps_occurrences: int | None = None  # of its occurrences, those inside the steps
+    # beats its calibrated roof (a CPU's ``local``) by no more than the calibration's own spread: withheld as any
+    # figure above a roof, but no evidence that the calibration is wrong
+    within_calibration_spread: bool = False
 
     @property
     def mean_apart(self) -> bool:

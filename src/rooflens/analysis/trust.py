@@ -30,8 +30,8 @@ from rooflens.trace.events import EventTable
 MAX_FRACTION = 1.0
 #: what a roofline note says when a measurement beats its roof: the figures that would exceed 100 % are not given
 WITHHELD = "its ratio and fractions of peak are withheld"
-#: how a roofline note begins for a CPU op at its calibrated roof within the calibration's own wobble: withheld as
-#: beyond a roof, but no evidence against the calibration (the roofline-trust finding leaves it out)
+#: how a roofline note begins for a CPU op at its calibrated roof within the calibration's own wobble
+#: (``OpComparison.within_calibration_spread``)
 AT_THE_ROOF = "at the calibrated roof"
 
 
@@ -128,7 +128,7 @@ def check_roofline(c: OpComparison, kc: KernelCost | None, *, cached: OpPredicti
     f, what = max(over)
     if calibrated and f <= MAX_FRACTION * (1.0 + spread):  # at the roof, within what the calibration itself wobbled
         return replace(c, roofline_reliable=False, ratio=None, flops_fraction_of_peak=None,
-                       bytes_fraction_of_peak=None,
+                       bytes_fraction_of_peak=None, within_calibration_spread=True,
                        roofline_note=f"{AT_THE_ROOF}: measured at {f:.0%} of its {what}, within the calibration's "
                                      f"own spread ({spread_words(spread)}); {WITHHELD}")
     if is_async(c):

@@ -15,7 +15,7 @@ from rooflens.analysis.rules.common import (
     step_time_of,
     with_saving,
 )
-from rooflens.analysis.trust import AT_THE_ROOF, is_async, rates_of_comparison
+from rooflens.analysis.trust import is_async, rates_of_comparison
 from rooflens.hardware.calibrate import made_and_spread
 from rooflens.hardware.infer import chips_fitting, describe_rates
 from rooflens.units import fmt_seconds as _ms
@@ -54,7 +54,7 @@ def tiny_programs(report: Report) -> list[Finding]:
 def roofline_trust(report: Report) -> list[Finding]:
     """Ops measured above 100 % of a roof: the cost model overcounts them, or the chip is wrong."""
     bad = [c for c in report.comparison if not c.roofline_reliable and not is_async(c)
-           and not c.roofline_note.startswith(AT_THE_ROOF)]
+           and not c.within_calibration_spread]
     if not bad:
         return []
     rates = list(report.trace_rates) or rates_of_comparison(report.comparison)
