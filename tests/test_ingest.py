@@ -17,7 +17,7 @@ from rooflens.trace import background, load, op_stats
 from rooflens.trace.cache import identity, location, read_cached
 from rooflens.trace.formats.chrome.reader import read_chrome
 from rooflens.trace.formats.xspace.reader import read_xspace
-from tests.conftest import FIXTURES, fixture_path
+from tests.conftest import FIXTURES, IN_CI, fixture_path
 
 DATA = Path(__file__).parent / "data"
 V6E = ("tpu", "xprof_tpu_inference_2.v6e-4.xplane.pb")
@@ -223,6 +223,7 @@ def test_chrome_stream_handles_events_split_across_chunks(tmp_path, monkeypatch)
 #: every Chrome trace the repository carries (a new one is covered with no change here): JAX's exports, vLLM's, TF's and
 #: PyTorch's Kineto trace (whose ``deviceProperties`` array comes before ``traceEvents``)
 CHROME_FIXTURES = sorted(p.relative_to(FIXTURES).parts for p in FIXTURES.rglob("*.json.gz"))
+assert CHROME_FIXTURES or not IN_CI, f"no Chrome trace under {FIXTURES}: the fixtures are missing"
 
 
 @pytest.mark.parametrize("where", CHROME_FIXTURES, ids=lambda w: w[1].split(".")[0])

@@ -83,9 +83,6 @@ def letters(name: str) -> str:
     return _OTHER.sub("", name)
 
 
-#: the same, public: how the step model matches ``--step-fn`` and compilations to programs
-
-
 def program_of(function: str, programs: list[str]) -> list[int]:
     """The codes of the programs a jitted function's dispatches run (compilations of it for other shapes
     included: ``jit_dot(5)``, ``jit_dot(21)``); a dispatch that names its program (:data:`PROGRAM_NAMED`), that

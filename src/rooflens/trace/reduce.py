@@ -47,6 +47,7 @@ from rooflens.trace.stats import (
     execution_extremes,
     execution_sums,
     in_steps_by_program,
+    in_steps_sums,
     op_self_ps,
     op_stat,
     shares_cores,
@@ -208,8 +209,7 @@ def reduce_profile(profile: Profile, sample_events: int, pod_hosts: int = 1) -> 
         op_devices[g].append(d)
     devices, hosts = device_times(profile, GAPS_PER_DEVICE)
     nums, step_first, step_last = step_spans_ps(t)
-    inside = t.step >= 0
-    in_steps_ps = np.bincount(inv[inside], weights=t.dur_ps[inside], minlength=m) if m else np.zeros(0)
+    in_steps_ps, in_steps_count = in_steps_sums(t, inv, m)
     executions = {}
     if not profile.steps:
         ran_on = unique_rows(t.program, t.host, t.device)[0]
@@ -227,8 +227,7 @@ def reduce_profile(profile: Profile, sample_events: int, pod_hosts: int = 1) -> 
         op_devices=[tuple(d) for d in op_devices], sketch=sketch, runs=runs.astype(np.int64),
         run_min_ps=np.rint(run_min).astype(np.int64), run_max_ps=np.rint(run_max).astype(np.int64),
         run_total_ps=np.rint(run_total).astype(np.int64),
-        run_sketch=run_sketch, in_steps_ps=np.rint(in_steps_ps).astype(np.int64),
-        in_steps_count=np.bincount(inv[inside], minlength=m).astype(np.int64),
+        run_sketch=run_sketch, in_steps_ps=np.rint(in_steps_ps).astype(np.int64), in_steps_count=in_steps_count,
         busy_in_steps_ns=steps_busy_ns(t) if profile.steps and not shares_cores(profile, len(devices) * pod_hosts)
         else None, unran=tuple(profile.unran), devices=devices,
         host_time=hosts[0],

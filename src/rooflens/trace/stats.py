@@ -489,9 +489,7 @@ def _op_stats(profile: Profile, gaps_per_device: int) -> OpStats:
     if len(ctrl):  # a control op's self time: its span less its body's, wherever the body ran
         selft += np.bincount(inv[ctrl], weights=(control_self_ps(t, ctrl) - self_ps[ctrl]) * 1e-3,
                              minlength=len(uniq))
-    stepped = bool(profile.steps) and len(t) > 0
-    inside = np.bincount(inv, weights=np.where(t.step >= 0, dur, 0), minlength=len(uniq)) if stepped else None
-    inside_n = np.bincount(inv[t.step >= 0], minlength=len(uniq)) if stepped else None
+    inside, inside_n = in_steps_sums(t, inv, len(uniq)) if profile.steps and len(t) else (None, None)
     stats = []
     for k, u in enumerate(uniq):
         program, name = t.programs[int(u // (len(t.names) + 1))], t.names[int(u % (len(t.names) + 1))]
@@ -499,7 +497,7 @@ def _op_stats(profile: Profile, gaps_per_device: int) -> OpStats:
                              float(selft[k]), float(medians[k]), float(mins[k]), float(maxs[k]), total_busy_s,
                              (int(runs[k]), float(run_med[k]) * 1e-3, float(run_min[k]) * 1e-3,
                               float(run_max[k]) * 1e-3), float(run_tot[k]) * 1e-3,
-                             None if inside is None else (float(inside[k]), int(inside_n[k]))))
+                             None if inside is None else (float(inside[k]) * 1e-3, int(inside_n[k]))))
     cat_of_op = np.asarray([s.category for s in stats] or ["unknown"], dtype=object)  # in the order of uniq
     return stats_of(profile, stats, devices, hosts,
                     host_steps(profile, cat_of_op[inv]) if len(t.hosts) > 1 else None, in_steps_by_program(stats),
@@ -510,6 +508,13 @@ def shares_cores(profile: Profile, devices: int) -> bool:
     """Several devices of a CPU (forced host devices): they run on the same cores, so one device's idle time is
     not the machine's; its idle is judged for the CPU as a whole (rooflens.trace.idle), not measured per device."""
     return profile.platform == "cpu" and devices > 1
+
+
+def in_steps_sums(t, inv: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per op (``inv``: each event's op among ``m``): its events' time (ps) and number inside the steps."""
+    inside = t.step >= 0
+    return (np.bincount(inv[inside], weights=t.dur_ps[inside], minlength=m),
+            np.bincount(inv[inside], minlength=m).astype(np.int64))
 
 
 def in_steps_by_program(stats: list[OpStat]) -> dict[str, float]:

@@ -259,6 +259,11 @@ def choose(t: EventTable, keys: np.ndarray, start: np.ndarray, end: np.ndarray, 
     return once[0], "no function ran more than once: the one with the most device time, judged per execution"
 
 
+def codes_of(programs: list[str], function: str) -> list[int]:
+    """The codes of a function's programs (its base name's: every compilation of it)."""
+    return [c for c, p in enumerate(programs) if p and base_name(p) == function]
+
+
 def ops_per_function(t: EventTable) -> dict[str, int]:
     """Each function's (base name's) distinct ops, over its programs: one table pass."""
     if not len(t):
@@ -294,7 +299,7 @@ def candidates_of(t: EventTable, keys: np.ndarray, start: np.ndarray, end: np.nd
 def make_choice(t: EventTable, spans: tuple[np.ndarray, ...], function: str, reason: str, basis: str
                 ) -> StepChoice:
     keys, _, start, end, _ = spans
-    codes = [c for c, p in enumerate(t.programs) if p and base_name(p) == function]
+    codes = codes_of(t.programs, function)
     busy = np.bincount(t.program, weights=t.dur_ns, minlength=len(t.programs))
     codes = [c for c in codes if busy[c] > 0] or codes
     main = max(codes, key=lambda c: busy[c]) if codes else -1
@@ -362,7 +367,7 @@ def inferred_steps(t: EventTable, spans: tuple[np.ndarray, ...], function: str,
     gap to the next holds one ends there, at the earliest after its own execution (the host compiling the next
     program is warm-up, not the step's)."""
     keys, _, start, end, cut = spans
-    codes = [c for c, p in enumerate(t.programs) if p and base_name(p) == function]
+    codes = codes_of(t.programs, function)
     whole = function_executions(keys[~cut], start[~cut], end[~cut], codes)
     n_cut = len(function_executions(keys[cut], start[cut], end[cut], codes)) if cut.any() else 0
     bars = np.sort(np.asarray(barriers_ns if barriers_ns is not None else [], float))
@@ -432,8 +437,8 @@ def device_steps(t: EventTable, spans: tuple[np.ndarray, ...], host: int, marked
     np.minimum.at(first, k, start[rows])
     np.maximum.at(last, k, end[rows])
     fns: dict[int, set] = {}
-    for r, kk in zip(rows.tolist(), k.tolist()):
-        fns.setdefault(kk, set()).add(base_name(t.programs[int(keys[r, 2])]))
+    for kk, program in unique_rows(k, keys[rows, 2])[0].tolist():  # each (step, program) once
+        fns.setdefault(kk, set()).add(base_name(t.programs[program]))
     ran = np.flatnonzero(np.isfinite(first))
     ran = ran[np.argsort(first[ran], kind="stable")]
     return [(int(marked[i][0]), float(first[i]), float(last[i]), frozenset(fns[i]), float(m_end[i]))
@@ -465,7 +470,7 @@ def steps_by_time(t: EventTable, spans: tuple[np.ndarray, ...], host: int, marke
     if not marked:
         return None
     marked = sorted(marked, key=lambda s: s[1])
-    codes = [c for c, p in enumerate(t.programs) if p and base_name(p) == function]
+    codes = codes_of(t.programs, function)
     mine = (keys[:, 0] == host) & ~cut
     ex = function_executions(keys[mine], start[mine], end[mine], codes)
     ex = ex[ex[:, 0] >= marked[0][1]]
@@ -630,13 +635,13 @@ def host_steps(profile, categories: np.ndarray) -> HostSteps | None:
     steps, first_ps, last_ps = step_spans_ps(t)
     nh = len(t.hosts)
     inside = t.step >= 0 if profile.steps else np.ones(len(t), bool)  # the op time inside the steps
-    comm = (categories == "collective") & inside
-    rest = (categories != "collective") & inside
+    collective = categories == "collective"
+    comm, rest = collective & inside, ~collective & inside
     devs = np.bincount(unique_rows(t.host, t.device)[0][:, 0], minlength=nh)
     coll = np.bincount(t.host[comm], weights=t.dur_ps[comm] * 1e-12, minlength=nh)
     other = np.bincount(t.host[rest], weights=t.dur_ps[rest] * 1e-12, minlength=nh)
     return host_steps_from(tuple(t.hosts), steps, first_ps * 1e-12, last_ps * 1e-12, coll, other, devs,
-                           _op_means(t, ~comm))
+                           _op_means(t, ~collective))
 
 
 def step_spans_ps(t) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

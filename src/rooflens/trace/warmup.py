@@ -30,6 +30,7 @@ from rooflens.trace.groupby import NUMPY_TWIN, group_extent, grouped_order, is_s
 from rooflens.trace.manifest import RunManifest
 from rooflens.trace.steps import (
     base_name,
+    codes_of,
     cut_note,
     infer_steps,
     judge_window,
@@ -407,7 +408,7 @@ def own_warmup_starts_ns(t: EventTable, warm: np.ndarray, manifest: RunManifest,
     step before one ends there: the host compiling the function's next program is warm-up, not that step's."""
     want = letters(function)
     comp = [s * 1e9 + offset_ns for s, _, name in compile_spans_unix_s(manifest) if name and letters(name) == want]
-    codes = [c for c, p in enumerate(t.programs) if p and base_name(p) == function]
+    codes = codes_of(t.programs, function)
     first = t.start_ns[warm & np.isin(t.program, codes)]
     return np.sort(np.concatenate([np.asarray(comp, float), first.astype(float)]))
 
