@@ -7,6 +7,7 @@ axis, the job's steps, the run's manifest and HLO, the dispatches matched with t
 
 from __future__ import annotations
 
+import functools
 import json
 import mmap
 import re
@@ -223,6 +224,9 @@ def marked_as_device_steps(table: EventTable, raws: list[RawTrace], marked_by_ho
     out: list = []
     weight: dict[str, float] = {}
     basis = set()
+    # the markers' own choice, with no dispatches to weigh it: the same for every host, made once if at all
+    markers_choice = functools.cache(lambda: S.choose(table, spans[0], spans[2], spans[3], None,
+                                                      window_fn=S.window_fn(manifest)))
     for r, marked in zip(raws, marked_by_host):
         host = table.hosts.index(r.host)
         if r.steps_ran or not marked:
@@ -237,12 +241,12 @@ def marked_as_device_steps(table: EventTable, raws: list[RawTrace], marked_by_ho
                 for f in row[3]:
                     weight[f] = weight.get(f, 0.0) + 1
             continue
-        by = S.choose(table, spans[0], spans[2], spans[3], None, window_fn=S.window_fn(manifest))  # the markers'
+        by = markers_choice()
         by_time = S.steps_by_time(table, spans, host, marked, by[0]) if by else None
         out.append(by_time or marked)
         basis.add("time" if by_time else "markers")
-    auto = S.choose(table, spans[0], spans[2], spans[3], None, preferred=weight or None,
-                    window_fn=S.window_fn(manifest))
+    auto = (S.choose(table, spans[0], spans[2], spans[3], None, preferred=weight, window_fn=S.window_fn(manifest))
+            if weight else markers_choice())
     picked = S.choose(table, spans[0], spans[2], spans[3], step_fn, preferred=weight or None) if step_fn else auto
     # device steps are those that ran the step function the markers hold (chosen by --step-fn or not)
     out = [S.tiled(h, auto[0] if auto else None) if h and len(h[0]) == 5 else h for h in out]
