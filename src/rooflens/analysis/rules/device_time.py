@@ -402,11 +402,15 @@ def rule_overheads(report: Report) -> list[Finding]:
     if per_execution:
         share = gaps.within_s / gaps.executing_s if gaps.executing_s else 0.0
     elif report.stats.in_steps_busy_s is not None and st.basis == "steps":
-        # the steps' own idle time, measured in them (the window's gaps hold the steps left out, and what ran
-        # between them); less the share of the gaps between executions that the idle finding counts
+        # the steps' own idle time, measured in them, less the share of the gaps between executions that the idle
+        # finding counts; and never more than the window's gaps outside the host's compilations (a step holding a
+        # program's first run waits for its compilation: warm-up, not overhead)
         measured = gaps.within_s + gaps.between_s
-        share = st.idle_s / st.step_time_s * ((gaps.within_s + between) / measured if measured else 1.0)
-        how = "measured in the steps: each step less the union of the device's op events in it, as the step's idle"
+        in_steps = st.idle_s / st.step_time_s * ((gaps.within_s + between) / measured if measured else 1.0)
+        share = min(in_steps, (gaps.within_s + between) / gaps.window_s)
+        how = ("measured in the steps: each step less the union of the device's op events in it, as the step's idle"
+               if share == in_steps else "measured from the gaps between its op events, the host's compilations and "
+               "warm-up left out (the steps' own idle time, which holds them, is more)")
     else:
         share = (gaps.within_s + between) / gaps.window_s
     if share < OVERHEAD_SHARE:
