@@ -70,7 +70,7 @@ def document_violations(doc: dict) -> list[str]:
         out += _breakdown(b, f"program {b.get('program')!r}'s step")
     for f in doc.get("findings") or []:
         out += _finding(f)
-        if f.get("rule") in NO_OP_RULES and main and main.get("basis") == "steps" \
+        if f.get("rule") in NO_OP_RULES and main and main.get("basis") in ("steps", "executions") \
                 and _over(f.get("recoverable_s"), main.get("idle_s") or 0.0, 1e-3, SUM_ABS_S):
             out.append(f"finding {f['rule']}: the device runs no op {f['recoverable_s']:.6g} s of the step, but the "
                        f"step's breakdown measures {main.get('idle_s') or 0.0:.6g} s idle")

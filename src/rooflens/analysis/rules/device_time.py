@@ -399,8 +399,8 @@ def rule_overheads(report: Report) -> list[Finding]:
         return []
     between = 0.0 if per_execution else gaps.counted_s
     how = "measured from the gaps between its op events"
-    if per_execution:
-        share = gaps.within_s / gaps.executing_s if gaps.executing_s else 0.0
+    if per_execution:  # never more than the execution's own idle time (its span less its ops)
+        share = min(gaps.within_s / gaps.executing_s if gaps.executing_s else 0.0, st.idle_s / st.step_time_s)
     elif report.stats.in_steps_busy_s is not None and st.basis == "steps":
         # the steps' own idle time, measured in them, less the share of the gaps between executions that the idle
         # finding counts; and never more than the window's gaps outside the host's compilations (a step holding a

@@ -98,7 +98,7 @@ def calibration_trust(report: Report, bad: list, evidence: list[str], cal: dict)
     return Finding(
         "roofline-trust", "medium",
         f"{plural(len(bad), 'op')} {'runs' if len(bad) == 1 else 'run'} faster than the calibration of {report.chip} "
-        "allows: it is too low, so their ratios are withheld",
+        f"allows: it is too low, so {'its ratio is' if len(bad) == 1 else 'their ratios are'} withheld",
         tuple(ref(c) for c in sorted(bad, key=lambda c: -c.total_time_s)[:6]), per_device_step(report, sum(
             step_time_of(report, c) for c in bad)), tuple(evidence),
         "the calibration measured this CPU slower than it runs: while the machine was busy, on another machine or "
