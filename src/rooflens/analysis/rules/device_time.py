@@ -440,6 +440,8 @@ def rule_overheads(report: Report) -> list[Finding]:
             "batch)",
             "fewer, larger kernels: fuse them (compile the step with the framework's compiler), capture the step as "
             "a CUDA graph, or give each kernel more work (larger batch)")
+        if report.platform == "cpu":  # no command buffers or CUDA graphs: XLA:CPU runs each op as a thunk
+            fix = "fewer, larger ops: jit the whole step so XLA fuses more, or give each op more work (larger batch)"
     elif within_share >= 0.5:
         cause = ("the device waits inside its programs for the host: the runtime launching each op slower than the "
                  "device runs it (a library call's set-up, per-op host work), host callbacks, or transfers and "
