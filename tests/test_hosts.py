@@ -232,12 +232,13 @@ def test_host_files_are_found_across_a_jobs_directories(job, tmp_path):
 
 def test_an_op_slow_on_one_host_only_is_named(tmp_path):
     """Three hosts ran the step on 64-row shards, one on 2048-row shards (an uneven split): the
-    same ops take longer there, and the report names that host."""
+    same ops take longer there, and the report names that host. 40 steps: the first execution's one-off cost
+    (gloo's first all-reduce, tens of ms on every host) must not outweigh the shard's excess in host3's busy time."""
     runs = {}
     for rows in (64, 2048):
         logs = tmp_path / f"rows{rows}"
         r = subprocess.run([sys.executable, "-m", "rooflens.cli", "run", "--logdir", str(logs),
-                            str(SCRIPTS / "straggler.py"), str(_free_port()), "1", "0", "-1", str(rows)],
+                            str(SCRIPTS / "straggler.py"), str(_free_port()), "1", "0", "-1", str(rows), "40"],
                            env=_env(tmp_path), capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stderr[-2000:]
         (runs[rows],) = list(logs.rglob("*.xplane.pb"))

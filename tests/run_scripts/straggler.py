@@ -1,5 +1,5 @@
 """One process of a data-parallel job whose process SLOW is held up on the host before every step
-(a slow input pipeline): python straggler.py PORT N INDEX SLOW [ROWS per device, default 64]."""
+(a slow input pipeline): python straggler.py PORT N INDEX SLOW [ROWS per device, default 64] [STEPS, default 8]."""
 import sys
 import time
 
@@ -7,6 +7,7 @@ import jax
 
 port, n, i, slow = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 rows = int(sys.argv[5]) if len(sys.argv) > 5 else 64
+steps = int(sys.argv[6]) if len(sys.argv) > 6 else 8
 jax.config.update("jax_cpu_collectives_implementation", "gloo")
 jax.distributed.initialize(f"127.0.0.1:{port}", n, i)
 
@@ -26,7 +27,7 @@ def step(w, x):
     return w - 1e-4 * g
 
 
-for _ in range(8):
+for _ in range(steps):
     if i == slow:
         time.sleep(0.15)  # this host's input pipeline is slow
     x = jax.make_array_from_callback((rows * jax.device_count(), 128), data, lambda idx: jnp.ones((rows, 128)))
