@@ -17,8 +17,6 @@ Pure: the loaded profile in, rates out.
 
 from __future__ import annotations
 
-import numpy as np
-
 from rooflens.analysis.trust import trace_hbm_bytes
 from rooflens.cost.kernels import instruction_module
 from rooflens.errors import RooflensError
@@ -47,19 +45,10 @@ def peak_keys(dtypes: set[str]) -> tuple[str, ...]:
 
 
 def _median_s(profile: Profile) -> dict[tuple[str, str], float]:
-    if profile.reduced is not None:  # a pod merged from aggregates: its ops' medians are in its stats
-        return {(s.program, s.name): s.median_time_s for s in profile.reduced.stats.op_stats}
-    t = profile.table
-    if not len(t):
-        return {}
-    code = t.program.astype(np.int64) * (len(t.names) + 1) + t.name.astype(np.int64)
-    order = np.argsort(code, kind="stable")
-    keys, starts = np.unique(code[order], return_index=True)
-    durs = np.split(t.dur_ps[order].astype(float), starts[1:])
-    out = {}
-    for k, d in zip(keys.tolist(), durs, strict=True):
-        out[(t.programs[k // (len(t.names) + 1)], t.names[k % (len(t.names) + 1)])] = float(np.median(d)) * 1e-12
-    return out
+    """Each op's median time per event (s): the op statistics' own (remembered, so the report reuses them)."""
+    from rooflens.trace.stats import op_stats
+
+    return {(s.program, s.name): s.median_time_s for s in op_stats(profile).op_stats}
 
 
 def op_rates(profile: Profile) -> list[MeasuredRate]:
