@@ -38,8 +38,8 @@ def eval_step(model, x, y):
 key = jax.random.key(0)
 x = jax.random.normal(key, (512, 256))
 y = jax.random.randint(key, (512,), 0, 10)
-xe = jax.random.normal(jax.random.key(1), (4096, 256))
-ye = jax.random.randint(jax.random.key(1), (4096,), 0, 10)
+xe = jax.random.normal(jax.random.key(1), (8192, 256))
+ye = jax.random.randint(jax.random.key(1), (8192,), 0, 10)
 for step in range(30):
     with jax.profiler.StepTraceAnnotation("train", step_num=step):
         loss = train_step(model, optimizer, x, y)
