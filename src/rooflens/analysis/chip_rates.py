@@ -17,11 +17,14 @@ Pure: the loaded profile in, rates out.
 
 from __future__ import annotations
 
+import numpy as np
+
 from rooflens.analysis.trust import trace_hbm_bytes
 from rooflens.cost.kernels import instruction_module
 from rooflens.errors import RooflensError
 from rooflens.hardware import Chip, ChipError
 from rooflens.hardware.infer import MeasuredRate, infer_chip_from_rates
+from rooflens.trace.groupby import group_medians, unique_inverse
 from rooflens.trace.profile import Profile
 
 #: XLA Ops ``hlo_category`` values whose counts do not bound HBM or MXU work (xprof's categories)
@@ -45,10 +48,16 @@ def peak_keys(dtypes: set[str]) -> tuple[str, ...]:
 
 
 def _median_s(profile: Profile) -> dict[tuple[str, str], float]:
-    """Each op's median time per event (s): the op statistics' own (remembered, so the report reuses them)."""
-    from rooflens.trace.stats import op_stats
-
-    return {(s.program, s.name): s.median_time_s for s in op_stats(profile).op_stats}
+    """Each op's median time per event (s), as the op statistics have it."""
+    if profile.reduced is not None:  # a pod merged from aggregates: its ops' medians are in its stats
+        return {(s.program, s.name): s.median_time_s for s in profile.reduced.stats.op_stats}
+    t = profile.table
+    if not len(t):
+        return {}
+    width = len(t.names) + 1
+    keys, inv = unique_inverse(t.program.astype(np.int64) * width + t.name)
+    _, medians = group_medians(inv, len(keys), t.dur_ps.astype(np.float64))
+    return {(t.programs[k // width], t.names[k % width]): m * 1e-12 for k, m in zip(keys.tolist(), medians.tolist())}
 
 
 def op_rates(profile: Profile) -> list[MeasuredRate]:

@@ -111,6 +111,15 @@ def _grouped_order_np(inv, m):
     return np.argsort(inv, kind="stable")
 
 
+def group_medians(inv: np.ndarray, m: int, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each of ``m`` groups' values sorted (:func:`grouped_sorted`) and each group's median (the mean of its two
+    middle values; every group has a member)."""
+    ranked = grouped_sorted(inv, m, values)
+    cnt = np.bincount(inv, minlength=m)
+    first = np.concatenate([[0], np.cumsum(cnt)[:-1]])
+    return ranked, (ranked[first + (cnt - 1) // 2] + ranked[first + cnt // 2]) / 2
+
+
 @njit(cache=True, nogil=True)
 def grouped_sorted(inv, m, values):
     """``values`` sorted by (group, value): ``values[np.lexsort((values, inv))]``, by a counting sort on

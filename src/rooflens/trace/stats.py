@@ -13,7 +13,7 @@ import numpy as np
 from rooflens.trace.dispatch import Unran
 from rooflens.trace.events import row_key, unique_rows
 from rooflens.trace.formats.compiled import njit, plain_twin
-from rooflens.trace.groupby import dense, grouped_sorted, is_sorted, timeline_order, unique_inverse
+from rooflens.trace.groupby import dense, group_medians, grouped_sorted, is_sorted, timeline_order, unique_inverse
 from rooflens.trace.profile import Profile
 from rooflens.trace.steps import (
     HostSteps,
@@ -474,10 +474,9 @@ def _op_stats(profile: Profile, gaps_per_device: int) -> OpStats:
     tot = np.bincount(inv, weights=dur)
     selft = np.bincount(inv, weights=self_ps * 1e-3)
     cnt = np.bincount(inv)
-    ranked = grouped_sorted(inv, len(uniq), dur)  # grouped, each group sorted by duration
+    ranked, medians = group_medians(inv, len(uniq), dur)  # grouped, each group sorted by duration
     first = np.concatenate([[0], np.cumsum(cnt)[:-1]])
     mins, maxs = ranked[first], ranked[first + cnt - 1]
-    medians = (ranked[first + (cnt - 1) // 2] + ranked[first + cnt // 2]) / 2
     ndev = _devices_per_group(inv, len(uniq), t.device)
     run_op, run_sums = execution_sums(t, inv)
     runs, run_med, run_min, run_max = execution_extremes(run_op, run_sums, len(uniq))
