@@ -128,3 +128,25 @@ def test_calibrate_writes_local_and_predict_uses_it(tmp_path):
     assert local.kind == "cpu" and local.peak_flops_per_s["fp32"] > 1e8 and local.hbm_bytes_per_s > 1e8
     assert "median of 3 runs" in local.source("peak_flops_per_s.fp32")
     assert local.matmul_rate("fp32", 2e9, 1024) > 1e8
+
+
+@pytest.mark.parametrize("rate_flops, sizes", [
+    (2e11, (256, 512, 1024, 2048)),  # a 2-core VM: 2048³ takes 86 ms, the first over the floor
+    (2e12, (512, 1024, 2048, 4096)),  # ten times faster: 4096³ (69 ms) is the first
+    (1e15, (1024, 2048, 4096, 8192)),  # never over the floor: stops at the largest size
+])
+def test_a_cpus_calibration_sizes_grow_until_one_matmul_takes_the_floor(rate_flops, sizes):
+    """The CPU's square matmuls end at the first size whose one run takes CPU_SIZE_FLOOR_S, with the three below:
+    a 2-core machine no longer spends 0.6 s a repeat on 4096³ (its calibration took 77 s), a fast one still
+    reaches its plateau. A matmul here is a stand-in whose run takes 2n³ / rate."""
+    from rooflens.hardware import calibrate
+
+    class Run:
+        def __init__(self, n):
+            self.n = n
+
+        def block_until_ready(self):
+            import time
+            time.sleep(2 * self.n ** 3 / rate_flops)
+
+    assert calibrate.cpu_sizes(lambda a, b: Run(a), lambda n: n) == sizes

@@ -117,10 +117,33 @@ def _timed_rounds(kernels: list[tuple], repeats: int, progress=None) -> list[tup
     return [tuple(t) for t in times]
 
 
+#: a CPU's square matmuls grow until one takes this long (s): past it the rate no longer climbs, and every
+#: larger size multiplies the calibration's time by 8 (a 2-core machine ran 4096³ in 0.6 s a repeat)
+CPU_SIZE_FLOOR_S = 0.05
+CPU_SIZES = (256, 512, 1024, 2048, 4096, 8192)
+
+
+def cpu_sizes(mm, make) -> tuple[int, ...]:
+    """The four square sizes to time on a CPU: doubling from 512 until one f32 matmul takes at least
+    :data:`CPU_SIZE_FLOOR_S` (at most 8192), that size and the three below it. ``mm``: the jitted matmul;
+    ``make(n)``: an n × n f32 operand."""
+    n = CPU_SIZES[0]
+    for n in CPU_SIZES[1:]:
+        a = make(n)
+        mm(a, a).block_until_ready()  # compile and first run
+        t0 = time.perf_counter()
+        mm(a, a).block_until_ready()
+        if time.perf_counter() - t0 >= CPU_SIZE_FLOOR_S:
+            break
+    k = CPU_SIZES.index(n)
+    return CPU_SIZES[max(k - 3, 0):k + 1]
+
+
 def measure(dtypes: tuple[str, ...] | None = None, repeats: int = 7, sizes: tuple[int, ...] | None = None,
             copy_bytes: int | None = None, grid: bool = True, progress=None,
             extra: tuple[tuple[str, object, tuple], ...] = ()) -> Calibration:
-    """Run the measurements on JAX's default device (tens of seconds on a laptop CPU).
+    """Run the measurements on JAX's default device (tens of seconds on a laptop CPU). ``sizes``: the square
+    matmuls' n (default: on a CPU, up to the size that takes :data:`CPU_SIZE_FLOOR_S`; else 2048 to 16384).
 
     ``extra`` = ``((label, jitted_fn, args), …)``: your own kernels, timed in the same
     interleaved rounds (so a comparison with the calibration is not skewed by the machine
@@ -134,11 +157,11 @@ def measure(dtypes: tuple[str, ...] | None = None, repeats: int = 7, sizes: tupl
     cpu = backend == "cpu"
     if dtypes is None:
         dtypes = ("f32", "bf16") if cpu else ("f32", "bf16", "f16")
-    sizes = sizes or ((512, 1024, 2048, 4096) if cpu else (2048, 4096, 8192, 16384))
     if copy_bytes is None:
         copy_bytes = (256 << 20) if cpu else (2 << 30)
     names = {"f32": jnp.float32, "bf16": jnp.bfloat16, "f16": jnp.float16}
     mm = jax.jit(lambda a, b: a @ b)
+    sizes = sizes or (cpu_sizes(mm, lambda n: jnp.ones((n, n), jnp.float32)) if cpu else (2048, 4096, 8192, 16384))
     # The same buffer is read and rewritten `passes` times inside one program: no allocation or
     # page-faulting of a fresh output is timed, only the streaming itself.
     passes = 8
