@@ -67,7 +67,8 @@ def installed_dirs() -> tuple[str, ...]:
 
 
 @functools.lru_cache(maxsize=4096)
-def _real(filename: str) -> str:
+def real_path(filename: str) -> str:
+    """``os.path.realpath``, remembered: a stack's files recur in every frame and sample."""
     return os.path.realpath(filename)
 
 
@@ -76,6 +77,7 @@ def under(path: str, dirs: tuple[str, ...] | list[str]) -> bool:
     return any(path == d or path.startswith(d + os.sep) for d in dirs)
 
 
+@functools.lru_cache(maxsize=8192)  # a stack's files recur in every frame and every sample
 def is_library(filename: str, installed: bool = True) -> bool:
     """Whether ``filename`` (a stack frame's) is library code: not written by the user.
 
@@ -84,7 +86,7 @@ def is_library(filename: str, installed: bool = True) -> bool:
     """
     if not filename or filename.startswith("<"):  # <frozen …>, <string>, <stdin>
         return True
-    path = _real(filename)
+    path = real_path(filename)
     if under(path, core_library_dirs()):
         return True
     if under(path, installed_dirs()):  # checked before the standard library, which may hold site-packages
@@ -101,10 +103,10 @@ def user_frame(skip: tuple[str, ...] = (), stack: list | None = None) -> str:
     (the launcher's own file, loaded by path).
     """
     frames = traceback.extract_stack()[:-1] if stack is None else stack
-    skipped = {_real(s) for s in skip}
+    skipped = {real_path(s) for s in skip}
     for installed in (True, False):
         for fr in reversed(frames):
-            if is_library(fr.filename, installed) or _real(fr.filename) in skipped:
+            if is_library(fr.filename, installed) or real_path(fr.filename) in skipped:
                 continue
             return f"{fr.filename}:{fr.lineno} ({fr.name})"
     return ""

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from rooflens.capture.common import is_library
+from rooflens.capture.common import is_library, real_path
 from rooflens.errors import RooflensError
 
 # (message, [(field name, number, type, label, message type)])  — type/label names from FieldDescriptorProto
@@ -87,7 +87,7 @@ def _is_drain(frames: list[tuple[str, str]]) -> bool:
     """Whether an allocation was made by the drain barrier: its innermost frame outside jax and rooflens's
     libraries' internals is the drain's file (a snapshot taken as the trace stops holds that byte)."""
     for _, filename in frames:
-        if filename and os.path.realpath(filename) == DRAIN_FILE:
+        if filename and real_path(filename) == DRAIN_FILE:
             return True
         if not is_library(filename) or os.sep + "rooflens" + os.sep in filename:
             return False
