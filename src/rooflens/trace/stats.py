@@ -331,20 +331,30 @@ def busy_union(start: np.ndarray, end: np.ndarray) -> tuple[float, np.ndarray, n
     return float((m_end - m_start).sum()), m_start, m_end
 
 
-def _host_during(host_events: list[tuple[str, float, float]], g0: float, g1: float) -> str:
-    """The innermost Python frame that covers most of [g0, g1] (e.g. ``$time sleep``)."""
-    best, best_len = "", float("inf")
-    for name, s, e in host_events:
-        if s > g1:
-            break
-        overlap = min(e, g1) - max(s, g0)
-        if overlap >= 0.5 * (g1 - g0) and e - s < best_len:
-            best, best_len = name.lstrip("$"), e - s
-    return best
+def host_spans(host_events: list[tuple[str, float, float]]) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """A host's Python frames (name, start, end, in their order) as names and two arrays, for :func:`_host_during`."""
+    return ([n for n, _, _ in host_events], np.asarray([s for _, s, _ in host_events], np.float64),
+            np.asarray([e for _, _, e in host_events], np.float64))
+
+
+def _host_during(spans: tuple[list[str], np.ndarray, np.ndarray], g0: float, g1: float) -> str:
+    """The innermost Python frame that covers most of [g0, g1] (e.g. ``$time sleep``): of the frames before the
+    first that starts after g1, the shortest (the first of equals) overlapping at least half of it."""
+    names, s, e = spans
+    if not len(s):
+        return ""
+    late = s > g1
+    stop = int(np.argmax(late)) if late.any() else len(s)
+    s, e = s[:stop], e[:stop]
+    fits = (np.minimum(e, g1) - np.maximum(s, g0)) >= 0.5 * (g1 - g0)
+    if not fits.any():
+        return ""
+    k = int(np.flatnonzero(fits)[np.argmin((e - s)[fits])])
+    return names[k].lstrip("$")
 
 
 def _device_time(t, start, end, dur, sel: np.ndarray, dev: int, t0: float, n_gaps: int,
-                 host_events: list | None = None, transfers: tuple[TransferTime, ...] = ()) -> DeviceTime:
+                 host_events: tuple | None = None, transfers: tuple[TransferTime, ...] = ()) -> DeviceTime:
     """Busy (union of op intervals), idle and the largest gaps of the events ``sel`` (sorted by start)."""
     every = len(sel) == len(start)  # all events (one host's, of a one-host trace): no copies
     s, e = (start, end) if every else (start[sel], end[sel])
@@ -361,7 +371,8 @@ def _device_time(t, start, end, dur, sel: np.ndarray, dev: int, t0: float, n_gap
             before = sel[lo + int(np.argmax(e[lo:nxt] == me[k]))]
             after = sel[nxt] if nxt < len(sel) else before
             gaps.append(Gap(dev, float(me[k] - t0) * 1e-9, float(g[k]) * 1e-9, t.names[t.name[before]],
-                            t.names[t.name[after]], _host_during(host_events or [], float(me[k]), float(ms[k + 1]))))
+                            t.names[t.name[after]], _host_during(host_events or host_spans([]),
+                                                                      float(me[k]), float(ms[k + 1]))))
     host = t.hosts[int(t.host[sel[0]])] if len(sel) else ""
     return DeviceTime(dev, host, busy * 1e-9, window * 1e-9, (window - busy) * 1e-9,
                       float((dur if every else dur[sel]).sum()) * 1e-9,
@@ -450,8 +461,13 @@ def device_times(profile: Profile, gaps_per_device: int) -> tuple[list[DeviceTim
     dev_keys = unique_rows(t.host, t.device)[0]
     by_dev = groups_of(t.host.astype(np.int64) * (int(t.device.max(initial=0)) + 2) + t.device + 1)
 
-    def frames(h: int) -> list:  # the host's own Python frames (a profile built by hand may lack the split)
-        return profile.host_events_of.get(t.hosts[h], profile.host_events if len(t.hosts) == 1 else [])
+    spans: dict[int, tuple] = {}
+
+    def frames(h: int) -> tuple:  # the host's own Python frames (a profile built by hand may lack the split)
+        if h not in spans:
+            spans[h] = host_spans(profile.host_events_of.get(t.hosts[h], profile.host_events if len(t.hosts) == 1
+                                                            else []))
+        return spans[h]
 
     transfer = transfer_mask(t, profile.op_info) if len(t) else np.zeros(0, bool)
     counted = transfer & (t.step >= 0) if profile.steps else transfer
