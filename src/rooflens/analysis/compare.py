@@ -49,6 +49,8 @@ from rooflens.hlo import Module
 from rooflens.hlo.graph import OpGraph, op_graph
 from rooflens.memory.summary import MemorySummary
 from rooflens.trace.assemble import NO_STEPS
+from rooflens.trace.events import unique_rows
+from rooflens.trace.groupby import unique_inverse
 from rooflens.trace.idle import measure_steady_state
 from rooflens.trace.profile import Profile
 from rooflens.trace.stats import OpStats, busy_union, op_stats
@@ -508,18 +510,19 @@ def representative_timeline(profile: Profile, limit: int = MAX_TIMELINE_OPS) -> 
         note = "the whole capture (no step annotations)"
     start = t.start_ns
     sel = np.flatnonzero((start >= s0) & (start <= s1))[:limit]
-    hosts, devices = t.host[sel].tolist(), t.device[sel].tolist()  # Python numbers: no numpy scalar per op
-    keys = sorted(set(zip(hosts, devices)))
-    lane = {k: n for n, k in enumerate(keys)}
+    lane_keys, lane_of = unique_rows(t.host[sel], t.device[sel])  # lanes sorted by (host, device)
+    width = len(t.names) + 1
+    op_codes, op_of = unique_inverse(t.program[sel].astype(np.int64) * width + t.name[sel])
     info = profile.op_info
-    ops, cats = [], set()
-    for h, d, p, n, s, du in zip(hosts, devices, t.program[sel].tolist(), t.name[sel].tolist(),
-                                 start[sel].tolist(), t.dur_ns[sel].tolist()):
-        program, name = t.programs[p], t.names[n]
+    op_cat = []
+    for code in op_codes.tolist():  # each distinct op once: its name and category
+        program, name = t.programs[code // width], t.names[code % width]
         oi = info.get((program, name))
-        cat = oi.category if oi else "unknown"
-        cats.add(cat)
-        ops.append(TimelineOp(lane[(h, d)], float(s - s0) * 1e-9, float(du) * 1e-9, name, cat))
+        op_cat.append((name, oi.category if oi else "unknown"))
+    cats = {op_cat[k][1] for k in set(op_of.tolist())}
+    ops = [TimelineOp(ln, s, du, *op_cat[k]) for ln, s, du, k in zip(
+        lane_of.tolist(), ((start[sel] - s0) * 1e-9).tolist(), (t.dur_ns[sel] * 1e-9).tolist(), op_of.tolist())]
+    keys = [tuple(k) for k in lane_keys.tolist()]
     if len(sel) == limit:
         note += f"; first {limit:,} events"
     one_host = len({h for h, _ in keys}) == 1
