@@ -24,6 +24,7 @@ from rooflens.hardware import calibrate
 pytest.importorskip("tensorboard")
 
 from rooflens.tensorboard.runs import ReportCache, find_runs, run_identity  # noqa: E402
+from rooflens.userdirs import cache_dir  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 SRC = Path(rl.__file__).resolve().parents[1]
@@ -127,20 +128,26 @@ def test_a_runs_report_is_served_cached_and_drawn(server, logdir, tmp_path):
 
     run = sorted(p.name for p in (logdir / "sub" / "plugins" / "profile").iterdir())[0]
     url = f"{server}/data/plugin/rooflens/report?run=sub/{run}"
-    t0 = time.monotonic()
+    pages = cache_dir() / "tensorboard"  # the server's: it runs with this process's environment
+
+    def built() -> dict:
+        return {p.name: p.stat().st_mtime_ns for p in pages.glob("*.html")} if pages.is_dir() else {}
+
+    before = built()
     status, headers, page = _get(url)
-    first_s = time.monotonic() - t0  # the run read and analysed
     assert status == 200 and headers["Content-Type"].startswith("text/html"), page[:500]
     assert "'sha256-" in headers["Content-Security-Policy"]  # the page's inline script, allowed by its hash
-    t0 = time.monotonic()
+    first = built()
+    assert len(first) == len(before) + 1  # the run read, analysed and its page kept in the cache directory
     assert _get(url)[2] == page
-    # the second view comes from the cache: a fraction of the first, measured in the same run (a loaded machine
-    # slows both alike)
-    assert time.monotonic() - t0 < 0.5 * first_s, first_s
+    assert built() == first  # the second view is the cached page: nothing built or written again
     exe = chromium()
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=8000", "--window-size=1400,2000",
              "--enable-logging=stderr", "--v=0"]
     r = subprocess.run([exe, *flags, "--dump-dom", url], capture_output=True, text=True, timeout=120)
+    if 'data-rendered="yes"' not in r.stdout:  # a loaded machine: the script ran past the virtual-time budget
+        slow = [f.replace("=8000", "=30000") for f in flags]
+        r = subprocess.run([exe, *slow, "--dump-dom", url], capture_output=True, text=True, timeout=240)
     assert 'data-rendered="yes"' in r.stdout and 'id="roof"' in r.stdout and 'class="point"' in r.stdout
     console = [line for line in r.stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line]
     assert not console, console  # no script error, no Content-Security-Policy refusal
