@@ -422,10 +422,11 @@ def rule_overheads(report: Report) -> list[Finding]:
     unit = per_what(st)
     evidence = [f"the device runs no op {fmt_percent(share)} of the {unit} ({_ms(overhead_s)} of "
                 f"{_ms(st.step_time_s)}), {how}",
-                f"inside program executions: {_ms(gaps.within_s)} of gaps over {_ms(gaps.window_s)} measured"
+                f"inside program executions: {_ms(gaps.within_s)} of gaps in the {_ms(gaps.window_s)} measured (the "
+                "steady window, warm-up left out, in all)"
                 + (f", ≈ {_ms(per_gap)} per op boundary ({n_ops:.0f} ops per {unit})" if n_ops else "")]
     if between:
-        evidence.append(f"between program executions inside the steps: {_ms(between)} (host round-trips)")
+        evidence.append(f"between program executions: {_ms(between)} of that window, in all (host round-trips)")
     evidence += [f"gap inside an execution: {_ms(g.duration_s)} at {_ms(g.start_s)} between {g.before} and {g.after}"
                  + (f"; the host was in {g.host}" if g.host else "") for g in gaps.gaps[:2]]
     evidence += _profiler_cost(report, st.step_time_s)
