@@ -181,6 +181,22 @@ def test_numpy_inputs_every_step_are_host_transfers(tmp_path):
     assert "host-transfers" in names
 
 
+def test_a_pmap_fed_one_devices_arrays_every_step_is_named_a_reshard(tmp_path):
+    """pmap splits arrays that sit on one device over the 8 at every call: device-to-device copies, which the
+    finding names as such (not NumPy inputs) with the sharding fix; the same step fed arrays already split over
+    the devices (pmap's own output) moves nothing."""
+    step = jax.pmap(lambda x, w: jnp.tanh(x @ w))
+    x, w = jnp.ones((8, 128, 256)), jnp.ones((8, 256, 256))  # each on one device
+    names, rep = fired(session(tmp_path / "one", lambda i: step(x, w)))
+    (f,) = [f for f in rep.findings if f.rule == "host-transfers"]
+    assert "device-to-device" in f.title and "host↔device" not in f.title, f.title
+    assert f.evidence[0] == "16 per step"  # x and w, each split over 8 devices
+    assert "sharding" in f.fix and "NumPy" not in f.cause
+    xs, ws = jax.pmap(lambda a: a)(x), jax.pmap(lambda a: a)(w)  # already split, device by device
+    names, _ = fired(session(tmp_path / "split", lambda i: step(xs, ws)))
+    assert "host-transfers" not in names
+
+
 def test_a_sleeping_data_loader_leaves_the_device_idle(tmp_path):
     pause_s = max(0.05, 2 * _matmul_s())  # the host sleeps twice the step's device time, as measured in this run
     names, rep = fired(session(tmp_path, lambda i: MATMUL(X, W), between=lambda i: time.sleep(pause_s)))
