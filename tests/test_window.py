@@ -437,3 +437,23 @@ def test_a_sampler_loop_that_ended_before_training_is_not_the_step(env, tmp_path
     sampler = candidate(taken, "sample_step")
     assert sampler["loop_depth"] == 1 and sampler["calls_in_run"] == 2
     assert runs_of(rl.load(run).table, "jit_step") == 2
+
+
+def test_a_step_function_of_an_inner_loop_is_said_to_be_a_part_of_the_outer_loops_step(env, tmp_path):
+    """Gradient accumulation: grads_of runs 4 times per iteration of the outer loop, apply once. When the window
+    opens at grads_of's call 2, apply has not run yet, so grads_of is taken; the manifest and the report say that
+    each counted step is one of its calls, not an iteration, and name apply as the function that counts a step per
+    iteration. --step-fn apply then counts updates: the window holds its calls 2 and 3 and the 4 gradients
+    dispatched between them (a step runs from one update to the next)."""
+    meta, run = window_run(env, tmp_path / "a", "grad_accum.py", "2:4", "8", "4")
+    taken = meta["step_program"]
+    assert taken["function"] == "grads_of" and taken["calls_in_run"] == 32
+    assert taken["outer"] == {"function": "apply", "calls_per_call": 4.0}
+    note = next(n for n in report(env, run)["notes"] if n.startswith("the window's step program: grads_of"))
+    assert "grads_of ran 4 times per call of apply" in note and "--step-fn apply counts a step per iteration" in note
+
+    meta, run = window_run(env, tmp_path / "b", "grad_accum.py", "2:4", "8", "4", options=("--step-fn", "apply"))
+    taken = meta["step_program"]
+    assert taken["function"] == "apply" and taken["outer"] is None
+    table = rl.load(run).table
+    assert runs_of(table, "jit_apply") == 2 and runs_of(table, "jit_grads_of") == 4

@@ -396,6 +396,13 @@ class Window:
                       f"(at {self._short(c)}; with START 0 nothing else was known yet)")
         if rest:
             reason += f"; the other candidates: {rest}"
+        outer = self.outer_of(c) if self.step_fn is None else None
+        if outer is not None:
+            o, per = outer
+            reason += (f"; {name} ran {units.fmt_number(per)} times per call of {o.function}, which is called in a "
+                       f"shallower loop ({self._loops(o)} against {self._loops(c)}): each step of this window is one "
+                       f"of {name}'s calls, not one iteration of the outer loop (--step-fn {o.function} counts a "
+                       "step per iteration)")
         passed = self.passed_over()
         if passed:
             reason += f"; not counted: {passed}"
@@ -408,7 +415,18 @@ class Window:
                 "reason": reason, "loop_depth": c.loops,
                 "calls_in_run": self.run_calls.get(name, 0),
                 "flops_per_call": cost[0] if cost else None, "bytes_per_call": cost[1] if cost else None,
-                "candidates": [self._candidate(o) for o in others], "choose_another": how}
+                "candidates": [self._candidate(o) for o in others], "choose_another": how,
+                "outer": None if outer is None else {"function": outer[0].function, "calls_per_call": outer[1]}}
+
+    def outer_of(self, c: Candidate) -> tuple[Candidate, float] | None:
+        """A function called in a shallower loop than ``c``, at most half as often in the run (the outer loop's
+        step, ``c`` its inner loop's: gradient accumulation's micro-batches), with ``c``'s calls per call of it;
+        the most called such one. None when there is none (or a loop depth is unknown)."""
+        mine = self.run_calls.get(c.function, 0)
+        found = [(o, mine / n) for o in self.candidates(exclude=c)
+                 if c.loops is not None and o.loops is not None and 0 < o.loops < c.loops
+                 and (n := self.run_calls.get(o.function, 0)) and mine >= 2 * n]
+        return found[0] if found else None
 
     def _named_whole(self) -> dict | None:
         """A whole run's step function named by --step-fn (None when the script called none of that name)."""
