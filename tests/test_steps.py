@@ -230,14 +230,17 @@ def test_pallas_kernels_run_once_are_analysed(env, runs):
 
 def test_a_recompiled_step_function_keeps_its_steps_and_no_while_loop_is_cut(env, runs):
     """make_step compiled three times (a weak type, then a new shape), 8 calls each, its while_loop running a
-    data-dependent number of iterations: 24 executions less each program's first (warm-up) are the steps, and
-    none is called cut short though their op counts differ."""
+    data-dependent number of iterations: 24 executions less each program's first (warm-up) are the steps (less a
+    step holding another program's warm-up), and none is called cut short though their op counts differ."""
     logs = runs("recompile")
     doc = report(env, logs)
     st, b = doc["steps"], doc["steps"]["breakdown"]
     progs = sorted({s["program"] for s in doc["op_stats"] if s["program"].startswith("jit_make_step")})
     assert len(progs) == 3, progs
-    assert st["count"] == 24 - 3 and st["basis"] == "executions"
+    # a step that also holds another program's warm-up (an eager op compiled for the new shape, its first run) is
+    # warm-up: at each of the two recompilations at most one
+    warm = doc["metadata"]["steady_state"].get("warmup_steps", [])
+    assert st["count"] == 24 - 3 - len(warm) and len(warm) <= 2 and st["basis"] == "executions", (st["count"], warm)
     assert sorted(b["programs"]) == progs
     assert not any("cut short" in n for n in doc["notes"]), doc["notes"]
     ops = {}

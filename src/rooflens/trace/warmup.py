@@ -509,6 +509,16 @@ def judge(profile, step_fn: str | None = None):
                 info["steady_start_ns"] = float(t.end_ns[first].max())
                 info.update(_host_steady_start(t, exec_idx, codes[0], manifest, info["offset_ns"],
                                                info["steady_start_ns"]))
+        if steps and choice is not None and info["excluded"]:
+            # as marked steps: a step holding another function's warm-up (its compilation and first run, a
+            # one-off: an optimizer update first called after the first micro-batches, an evaluation first run
+            # at step 100) is warm-up; the step function's own end the steps before them (own_warmup_starts_ns)
+            other = warm & ~np.isin(t.program, [t.programs.index(p) for p in choice.programs if p in t.programs])
+            ws, we = t.start_ns[other], t.end_ns[other]
+            clean = [s for s in steps if not ((ws < s[2]) & (we > s[1])).any()]
+            if clean and len(clean) < len(steps):
+                info["warmup_steps"] = [s[0] for s in steps if s not in clean]
+                steps = clean
         if steps:
             assign_steps(steady, steps)
             info["inferred_steps_from"] = main
