@@ -457,3 +457,17 @@ def test_a_step_function_of_an_inner_loop_is_said_to_be_a_part_of_the_outer_loop
     assert taken["function"] == "apply" and taken["outer"] is None
     table = rl.load(run).table
     assert runs_of(table, "jit_apply") == 2 and runs_of(table, "jit_grads_of") == 4
+
+
+def test_a_step_holding_another_functions_first_compilation_in_the_window_is_warm_up(env, tmp_path):
+    """The evaluation is first called at iteration 4, inside the window of steps 3:7: its compilation and first
+    run fall in step 4, which is left out of the steps as warm-up (a whole run's is) and said so; the other three
+    are the steps. The same window opened before the evaluation is ever called keeps its four steps."""
+    meta, run = window_run(env, tmp_path / "a", "first_eval.py", "3:7", "12", "4")
+    data = report(env, run)
+    assert data["steps"]["steps"] == [3, 5, 6], data["steps"]
+    (said,) = [n for n in data["notes"] if n.startswith("warm-up inside the window")]
+    assert "step 4 (evaluate)" in said, said
+    meta, run = window_run(env, tmp_path / "b", "first_eval.py", "3:7", "12", "20")
+    data = report(env, run)
+    assert data["steps"]["steps"] == [3, 4, 5, 6] and not [n for n in data["notes"] if "warm-up inside" in n]

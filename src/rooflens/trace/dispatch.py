@@ -43,6 +43,7 @@ from rooflens.trace.manifest import DRAIN_FUNCTION
 _UNSAFE = re.compile(r"[^\w.-]")  # what JAX replaces by "_" in a module name
 _OTHER = re.compile(r"[^0-9A-Za-z]")
 PREFIXES = ("jit_", "pjit_", "pmap_")
+_WRAPPED = re.compile(r"(?:jit|pjit|pmap)\((.*)\)")  # a compilation event's name: jit(step)
 #: a dispatch that names the program it runs, ``<module>(<program id>)`` as the executions carry it (Nsight's
 #: ``XlaModule`` ranges: :func:`rooflens.trace.formats.tsl.dispatches`), where jaxlib's events name a function (a
 #: Python name: never followed by a parenthesised number)
@@ -74,8 +75,12 @@ class Unran:
 
 def letters(name: str) -> str:
     """A function's or a program's name with its prefix (``jit_``), program id and all but letters and digits
-    taken out: JAX names the program of ``<lambda>`` ``jit__lambda``, of ``step`` ``jit_step``."""
+    taken out: JAX names the program of ``<lambda>`` ``jit__lambda``, of ``step`` ``jit_step``, and its
+    compilation events ``jit(step)``."""
     name = re.sub(r"\(\d+\)$", "", name)
+    wrapped = _WRAPPED.fullmatch(name)
+    if wrapped:
+        name = wrapped.group(1)
     for prefix in PREFIXES:
         if name.startswith(prefix):
             name = name[len(prefix):]

@@ -584,6 +584,7 @@ def judge_window(profile, step_fn: str | None = None):
     elif len(steps) >= 4:
         steps = steps[1:-1]
     steps = [(first + k, s, e) for k, (_, s, e) in enumerate(steps)]
+    steps, compiling = _without_compilations(profile, steps, choice.function)
     assign_steps(profile.table, steps)
     notes = [n for n in profile.notes if "no step annotations" not in n]
     edges = "" if "steps" in window or len(steps) < 2 else ", the executions cut by the window's edges left out"
@@ -594,8 +595,33 @@ def judge_window(profile, step_fn: str | None = None):
     taken = profile.manifest.step_program  # rooflens run --steps: which function opened the window, and why
     if taken is not None and taken.reason:
         notes.append(f"the window's step program: {taken.reason}")
-    return dataclasses.replace(profile, steps=steps, notes=with_choice_note(notes, choice, len(steps)),
-                               step_choice=choice)
+    notes = with_choice_note(notes, choice, len(steps)) + ([compiling] if compiling else [])
+    return dataclasses.replace(profile, steps=steps, notes=notes, step_choice=choice)
+
+
+def _without_compilations(profile, steps: list, function: str) -> tuple[list, str]:
+    """A window's steps less those holding the host's compilation of another function (an evaluation first called
+    inside the window: its compilation and first run are warm-up, as a whole run's are), and what was left out in
+    a few words ("" when nothing; every step left in when all would go)."""
+    from rooflens.trace.warmup import compile_spans_unix_s, table_offset_ns
+
+    want = letters(function)
+    offset_ns = table_offset_ns(profile.table, profile.manifest)
+    spans = [(a * 1e9 + offset_ns, b * 1e9 + offset_ns, name) for a, b, name in
+             compile_spans_unix_s(profile.manifest) if name and letters(name) != want]
+    held = {}
+    for n, s, e in steps:  # one name per function (its compilations are recorded as f, jit(f), jit_f)
+        names: dict[str, str] = {}
+        for a, b, name in spans:
+            if a < e and b > s:
+                names.setdefault(letters(name), re.sub(r"^jit\((.*)\)$", r"\1", name))
+        held[n] = sorted(names.values())
+    clean = [st for st in steps if not held[st[0]]]
+    if not clean or len(clean) == len(steps):
+        return steps, ""
+    out = [f"step {n} ({', '.join(held[n])})" for n, _, _ in steps if held[n]]
+    return clean, (f"warm-up inside the window, left out of its steps: {', '.join(out)} "
+                   f"{'holds' if len(out) == 1 else 'hold'} another function's compilation and first run")
 
 
 # -- several hosts: the host × step table -------------------------------------------------------------------------
