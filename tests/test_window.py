@@ -462,7 +462,8 @@ def test_a_step_function_of_an_inner_loop_is_said_to_be_a_part_of_the_outer_loop
 def test_a_step_holding_another_functions_first_compilation_in_the_window_is_warm_up(env, tmp_path):
     """The evaluation is first called at iteration 4, inside the window of steps 3:7: its compilation and first
     run fall in step 4, which is left out of the steps as warm-up (a whole run's is) and said so; the other three
-    are the steps. The same window opened before the evaluation is ever called keeps its four steps."""
+    are the steps. The same window opened before the evaluation is ever called keeps its four steps; annotated
+    steps are judged alike."""
     meta, run = window_run(env, tmp_path / "a", "first_eval.py", "3:7", "12", "4")
     data = report(env, run)
     assert data["steps"]["steps"] == [3, 5, 6], data["steps"]
@@ -471,3 +472,10 @@ def test_a_step_holding_another_functions_first_compilation_in_the_window_is_war
     meta, run = window_run(env, tmp_path / "b", "first_eval.py", "3:7", "12", "20")
     data = report(env, run)
     assert data["steps"]["steps"] == [3, 4, 5, 6] and not [n for n in data["notes"] if "warm-up inside" in n]
+    # annotated, the evaluation inside marked step 4: the step program is still the one every marked step
+    # dispatches (the evaluation's one heavy first run had made it the step program, with one step), and step 4 is
+    # warm-up
+    meta, run = window_run(env, tmp_path / "c", "first_eval.py", "3:7", "12", "4", "annotated")
+    data = report(env, run)
+    assert data["steps"]["program"] == "jit_step" and data["steps"]["steps"] == [3, 5, 6], data["steps"]
+    assert any(n.startswith("warm-up inside the window") and "step 4 (evaluate)" in n for n in data["notes"])

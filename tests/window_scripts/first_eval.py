@@ -1,15 +1,18 @@
 """A training loop whose evaluation is first called late: ``step`` once per iteration, ``evaluate`` at
-iteration EVAL and every 10 after it (compiled at its first call, inside the loop).
+iteration EVAL and every 10 after it (compiled at its first call, inside the loop); with ``annotated``,
+each iteration is a jax.profiler.StepTraceAnnotation step.
 
-    python first_eval.py STEPS EVAL
+    python first_eval.py STEPS EVAL [annotated]
 """
 
+import contextlib
 import sys
 
 import jax
 import jax.numpy as jnp
 
 steps, first_eval = int(sys.argv[1]), int(sys.argv[2])
+annotated = len(sys.argv) > 3 and sys.argv[3] == "annotated"
 key = jax.random.PRNGKey(0)
 w = jax.random.normal(key, (256, 256)) * 0.05
 x = jax.random.normal(key, (64, 256))
@@ -27,7 +30,8 @@ def evaluate(w, x):
 
 
 for i in range(steps):
-    w = step(w, x)
-    if i >= first_eval and (i - first_eval) % 10 == 0:
-        print("eval", float(evaluate(w, x)))
+    with jax.profiler.StepTraceAnnotation("train", step_num=i) if annotated else contextlib.nullcontext():
+        w = step(w, x)
+        if i >= first_eval and (i - first_eval) % 10 == 0:
+            print("eval", float(evaluate(w, x)))
 print("done", flush=True)

@@ -245,7 +245,14 @@ def choose(t: EventTable, keys: np.ndarray, start: np.ndarray, end: np.ndarray, 
         if hit:
             return hit[0], f"the function the run's window was opened on ({window_fn})"
     if preferred:
-        best = max(preferred, key=lambda f: (busy.get(f, 0.0), preferred[f]))
+        # the loop's own function: dispatched in at least half as many marked steps as the most dispatched one (an
+        # evaluation first run in one step of a window is not, however heavy its run), more than one op where one
+        # has (an eager op is no step function), and of those the most device time
+        top = max(preferred.values())
+        often = [f for f in preferred if preferred[f] >= top / 2]
+        ops = ops_per_function(t)
+        often = [f for f in often if ops.get(f, 0) > 1] or often
+        best = max(often, key=lambda f: (busy.get(f, 0.0), preferred[f]))
         return best, f"dispatched in {preferred[best]:g} of the marked steps, the most device time of those there"
     runs = {f: len(function_executions(keys, start, end, fns[f])) for f in fns}
     ops = ops_per_function(t)
@@ -584,7 +591,7 @@ def judge_window(profile, step_fn: str | None = None):
     elif len(steps) >= 4:
         steps = steps[1:-1]
     steps = [(first + k, s, e) for k, (_, s, e) in enumerate(steps)]
-    steps, compiling = _without_compilations(profile, steps, choice.function)
+    steps, compiling = without_compilations(profile, steps, choice.function)
     assign_steps(profile.table, steps)
     notes = [n for n in profile.notes if "no step annotations" not in n]
     edges = "" if "steps" in window or len(steps) < 2 else ", the executions cut by the window's edges left out"
@@ -599,7 +606,7 @@ def judge_window(profile, step_fn: str | None = None):
     return dataclasses.replace(profile, steps=steps, notes=notes, step_choice=choice)
 
 
-def _without_compilations(profile, steps: list, function: str) -> tuple[list, str]:
+def without_compilations(profile, steps: list, function: str) -> tuple[list, str]:
     """A window's steps less those holding the host's compilation of another function (an evaluation first called
     inside the window: its compilation and first run are warm-up, as a whole run's are), and what was left out in
     a few words ("" when nothing; every step left in when all would go)."""

@@ -37,6 +37,7 @@ from rooflens.trace.steps import (
     named,
     window_fn,
     with_choice_note,
+    without_compilations,
 )
 
 _FULL = "_rooflens_full"  # where the run as traced (warm-up included) is kept on a judged Profile
@@ -462,7 +463,20 @@ def judge(profile, step_fn: str | None = None):
     if manifest.extra.get("window") and not manifest.warmup_in_window and not profile.steps:
         return judge_window(profile, step_fn)
     if not manifest.warmup_in_window or getattr(profile, _FULL, None) is not None:
-        return named(profile, step_fn)
+        judged = named(profile, step_fn)
+        choice = judged.step_choice
+        if not (manifest.extra.get("window") and judged.steps and choice is not None):
+            return judged
+        # a window's marked steps: those holding another function's compilation are warm-up, as its unmarked
+        # steps (judge_window) and a whole run's are
+        steps, said = without_compilations(judged, list(judged.steps), choice.function)
+        if not said:
+            return judged
+        t = judged.table
+        kept = {n for n, _, _ in steps}
+        t.step[np.isin(t.step, [n for n, _, _ in judged.steps if n not in kept])] = -1
+        return dataclasses.replace(judged, steps=steps,
+                                   notes=with_choice_note(list(judged.notes), choice, len(steps)) + [said])
     meta = profile.metadata or {}
     t = profile.table
     exec_idx = execution_index(t)
