@@ -246,12 +246,10 @@ def choose(t: EventTable, keys: np.ndarray, start: np.ndarray, end: np.ndarray, 
             return hit[0], f"the function the run's window was opened on ({window_fn})"
     if preferred:
         # the loop's own function: dispatched in at least half as many marked steps as the most dispatched one (an
-        # evaluation first run in one step of a window is not, however heavy its run), more than one op where one
-        # has (an eager op is no step function), and of those the most device time
+        # evaluation first run in one step of a window is not, however heavy its run), and of those the most device
+        # time
         top = max(preferred.values())
         often = [f for f in preferred if preferred[f] >= top / 2]
-        ops = ops_per_function(t)
-        often = [f for f in often if ops.get(f, 0) > 1] or often
         best = max(often, key=lambda f: (busy.get(f, 0.0), preferred[f]))
         return best, f"dispatched in {preferred[best]:g} of the marked steps, the most device time of those there"
     runs = {f: len(function_executions(keys, start, end, fns[f])) for f in fns}
@@ -607,9 +605,9 @@ def judge_window(profile, step_fn: str | None = None):
 
 
 def without_compilations(profile, steps: list, function: str) -> tuple[list, str]:
-    """A window's steps less those holding the host's compilation of another function (an evaluation first called
-    inside the window: its compilation and first run are warm-up, as a whole run's are), and what was left out in
-    a few words ("" when nothing; every step left in when all would go)."""
+    """A window's steps less those in which the host's compilation of another function ends (an evaluation first
+    called inside the window: its compilation and first run are warm-up, as a whole run's are), and what was left
+    out in a few words ("" when nothing; every step left in when all would go)."""
     from rooflens.trace.warmup import compile_spans_unix_s, table_offset_ns
 
     want = letters(function)
@@ -619,8 +617,8 @@ def without_compilations(profile, steps: list, function: str) -> tuple[list, str
     held = {}
     for n, s, e in steps:  # one name per function (its compilations are recorded as f, jit(f), jit_f)
         names: dict[str, str] = {}
-        for a, b, name in spans:
-            if a < e and b > s:
+        for _, b, name in spans:  # the step it ends in is the one the device waits in (a compilation that
+            if s <= b < e:  # starts while the last step runs, on the host's clock, is not that step's)
                 names.setdefault(letters(name), re.sub(r"^jit\((.*)\)$", r"\1", name))
         held[n] = sorted(names.values())
     clean = [st for st in steps if not held[st[0]]]
