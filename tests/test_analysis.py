@@ -87,7 +87,9 @@ W = jnp.ones((1024, 1024))
 def test_healthy_single_device_matmul_fires_nothing(tmp_path):
     # ten steps: the first few of a fresh process on a loaded machine wobble, and a quartile of five is one step
     names, rep = fired(_calibrated_around(lambda: cap(MATMUL, X, W, tmp=tmp_path, steps=10)), chip="local")
-    assert names == set(), [f.title for f in rep.findings]
+    # whether the calibration is questioned (a loaded machine measured below what the warm matmul then reaches) is
+    # tested in test_calibration_trust: nothing about the run itself may fire
+    assert names - {"roofline-trust"} == set(), [f.title for f in rep.findings]
     (dot,) = [c for c in rep.comparison if c.category == "matmul"]
     # the calibrated roofline holds for a big f32 matmul: within 2× of it, or at it within the calibration's own
     # spread (then its ratio is withheld, as any figure above a roof is)
@@ -110,7 +112,7 @@ def _dp(tmp, weights_spec):
 
 def test_healthy_data_parallel_fires_nothing(tmp_path):
     names, rep = fired(_calibrated_around(lambda: _dp(tmp_path, P())), chip="local")
-    assert names == set(), [f.title for f in rep.findings]
+    assert names - {"roofline-trust"} == set(), [f.title for f in rep.findings]  # as the single-device twin
     assert rep.steps.communication_s == 0
 
 
