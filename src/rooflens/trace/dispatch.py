@@ -73,14 +73,17 @@ class Unran:
         return self.function if PROGRAM_NAMED.fullmatch(self.function) else f"{self.program} ({self.function})"
 
 
+def unwrapped(name: str) -> str:
+    """A compilation event's function name without JAX's wrapper: ``jit(step)`` → ``step``."""
+    wrapped = _WRAPPED.fullmatch(name)
+    return wrapped.group(1) if wrapped else name
+
+
 def letters(name: str) -> str:
     """A function's or a program's name with its prefix (``jit_``), program id and all but letters and digits
     taken out: JAX names the program of ``<lambda>`` ``jit__lambda``, of ``step`` ``jit_step``, and its
     compilation events ``jit(step)``."""
-    name = re.sub(r"\(\d+\)$", "", name)
-    wrapped = _WRAPPED.fullmatch(name)
-    if wrapped:
-        name = wrapped.group(1)
+    name = unwrapped(re.sub(r"\(\d+\)$", "", name))
     for prefix in PREFIXES:
         if name.startswith(prefix):
             name = name[len(prefix):]

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rooflens.errors import RooflensError
-from rooflens.trace.dispatch import letters  # one rule for function ↔ program names
+from rooflens.trace.dispatch import letters, unwrapped  # one rule for function ↔ program names
 from rooflens.trace.events import EventTable, unique_rows
 from rooflens.trace.groupby import grouped_order, unique_inverse
 from rooflens.trace.manifest import RunManifest
@@ -619,7 +619,7 @@ def without_compilations(profile, steps: list, function: str) -> tuple[list, str
         names: dict[str, str] = {}
         for _, b, name in spans:  # the step it ends in is the one the device waits in (a compilation that
             if s <= b < e:  # starts while the last step runs, on the host's clock, is not that step's)
-                names.setdefault(letters(name), re.sub(r"^jit\((.*)\)$", r"\1", name))
+                names.setdefault(letters(name), unwrapped(name))
         held[n] = sorted(names.values())
     clean = [st for st in steps if not held[st[0]]]
     if not clean or len(clean) == len(steps):

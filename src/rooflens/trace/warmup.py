@@ -450,6 +450,20 @@ def warmup_summary(programs: list[dict], limit: int = 4) -> str:
     return "; ".join(parts) + (f"; and {more} more program(s)" if more > 0 else "")
 
 
+def clear_of(steps: list[tuple[int, float, float]], start: np.ndarray, end: np.ndarray) -> list:
+    """The steps (number, start, end) that overlap none of the intervals [``start``, ``end``]: one sort and a
+    search, not a pass over the intervals per step (a long run has thousands of steps)."""
+    if not len(start):
+        return list(steps)
+    order = np.argsort(start, kind="stable")
+    s_sorted, reach = start[order], np.maximum.accumulate(end[order])  # the latest end of those started so far
+    step_end = np.asarray([e for _, _, e in steps], float)
+    step_start = np.asarray([b for _, b, _ in steps], float)
+    k = np.searchsorted(s_sorted, step_end, side="left")  # the intervals starting before each step's end
+    hit = (k > 0) & (reach[np.maximum(k - 1, 0)] > step_start)
+    return [st for st, h in zip(steps, hit.tolist()) if not h]
+
+
 def judge(profile, step_fn: str | None = None):
     """Mark the warm-up of a run traced from its start and leave it out (see the module doc), and name the step
     program (:mod:`rooflens.trace.steps`). ``step_fn``: the step program asked for (``--step-fn``).
@@ -498,8 +512,7 @@ def judge(profile, step_fn: str | None = None):
         info["excluded"] = False
     steady = _take(t, kept)
     if steps:  # marked steps holding a warm-up execution are warm-up steps
-        ws, we = t.start_ns[warm], t.end_ns[warm]
-        clean = [s for s in steps if not ((ws < s[2]) & (we > s[1])).any()]
+        clean = clear_of(steps, t.start_ns[warm], t.end_ns[warm])
         if clean and info["excluded"]:
             info["warmup_steps"] = [s[0] for s in steps if s not in clean]
             steps = clean
@@ -516,8 +529,8 @@ def judge(profile, step_fn: str | None = None):
         main = choice.program if choice is not None else ""
         if cut:
             notes.append(cut_note(main))
+        codes = [t.programs.index(p) for p in choice.programs if p in t.programs] if choice is not None else []
         if choice is not None:  # the steady state begins when the step function's first run ends
-            codes = [t.programs.index(p) for p in choice.programs if p in t.programs]
             first = warm & np.isin(t.program, codes)
             if first.any():
                 info["steady_start_ns"] = float(t.end_ns[first].max())
@@ -527,9 +540,8 @@ def judge(profile, step_fn: str | None = None):
             # as marked steps: a step holding another function's warm-up (its compilation and first run, a
             # one-off: an optimizer update first called after the first micro-batches, an evaluation first run
             # at step 100) is warm-up; the step function's own end the steps before them (own_warmup_starts_ns)
-            other = warm & ~np.isin(t.program, [t.programs.index(p) for p in choice.programs if p in t.programs])
-            ws, we = t.start_ns[other], t.end_ns[other]
-            clean = [s for s in steps if not ((ws < s[2]) & (we > s[1])).any()]
+            other = warm & ~np.isin(t.program, codes)
+            clean = clear_of(steps, t.start_ns[other], t.end_ns[other])
             if clean and len(clean) < len(steps):
                 info["warmup_steps"] = [s[0] for s in steps if s not in clean]
                 steps = clean
