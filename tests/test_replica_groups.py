@@ -84,8 +84,8 @@ def test_resolved_groups_match_what_the_collective_really_sums(axis):
 
 
 def test_real_jax_prints_all_three_forms_and_they_agree(hlo_corpus):
-    """Real JAX/XLA output holds explicit, iota and mesh replica groups; on the 4×2 mesh
-    every one of them must resolve to the 'model' pairs or the 'data' quartets."""
+    """Real JAX/XLA output holds explicit (jaxlib 0.10; 0.11 prints none), iota and mesh replica groups; on the 4×2
+    mesh every one of them must resolve to the 'model' pairs or the 'data' quartets."""
     forms = set()
     for name, text in hlo_corpus.items():
         m = rl.hlo.parse(text)
@@ -96,7 +96,10 @@ def test_real_jax_prints_all_three_forms_and_they_agree(hlo_corpus):
             forms.add(spec.form)
             assert set(ins.replica_groups) in (
                 {(0, 1), (2, 3), (4, 5), (6, 7)}, {(0, 2, 4, 6), (1, 3, 5, 7)}), (name, ins.name, spec.text)
-    assert forms == {"explicit", "iota", "mesh"}
+    import jax
+
+    new_jax = tuple(int(p) for p in jax.__version__.split(".")[:2]) >= (0, 11)
+    assert forms == ({"iota", "mesh"} if new_jax else {"explicit", "iota", "mesh"})
 
 
 def test_empty_groups_span_every_device_of_the_module():

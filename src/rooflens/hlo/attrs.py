@@ -380,6 +380,8 @@ def parse_sharding(value: str) -> Sharding:
     if inner.startswith("{") or inner == "":
         elems = tuple(parse_sharding(p) for p in split_top(inner)) if inner else ()
         return Sharding("tuple", v, elements=elems)
+    if inner.startswith("mesh["):
+        return _mesh_sharding(v, inner)
     words = split_top(inner.replace(" ", ","))  # fields are space separated
     head = words[0] if words else ""
     extra = []
@@ -435,6 +437,42 @@ def parse_sharding(value: str) -> Sharding:
     return Sharding(
         "tiled", v, tile_dims, tuple(int(x) for x in devices), replicate_last, subgroups, extra=tuple(extra)
     )
+
+
+_MESH_AXIS_RE = re.compile(r"'([^']+)'=(\d+)")
+_DIM_AXES_RE = re.compile(r"\{([^{}]*)\}")
+
+
+def _mesh_sharding(v: str, inner: str) -> Sharding:
+    """A sharding over a named mesh (XLA from jaxlib 0.11): ``{mesh['data'=4,'model'=2], [{'data'}, {}]}`` (each
+    dimension's axes), ``{mesh[...], replicated}`` or ``{mesh[], replicated}``: as the tiled sharding it means,
+    the devices in the mesh's order, the axes no dimension uses replicating each tile."""
+    close = find_close(inner, inner.index("["))
+    if close < 0:
+        raise AttributeSyntaxError(f"unclosed mesh in sharding {v[:60]!r}")
+    axes = [(a, int(n)) for a, n in _MESH_AXIS_RE.findall(inner[: close + 1])]
+    rest = inner[close + 1:].strip().lstrip(",").strip()
+    if rest.startswith(("replicated", "maximal", "manual", "unknown")):
+        return parse_sharding("{" + rest + "}")
+    if not (rest.startswith("[") and rest.endswith("]")):
+        raise AttributeSyntaxError(f"unknown sharding form {v[:60]!r}")
+    index = {a: k for k, (a, _) in enumerate(axes)}
+    dims = []
+    for group in _DIM_AXES_RE.findall(rest[1:-1]):
+        names = [w.strip().strip("'") for w in group.split(",") if w.strip()]
+        if any(n not in index for n in names):  # sub-axes ('a':(1)2) and the like: not read
+            raise AttributeSyntaxError(f"unknown sharding form {v[:60]!r}")
+        dims.append([index[n] for n in names])
+    used = [k for d in dims for k in d]
+    unused = [k for k in range(len(axes)) if k not in used]
+    sizes = [n for _, n in axes]
+    tile = [math.prod(sizes[k] for k in d) for d in dims]
+    replicate = math.prod(sizes[k] for k in unused)
+    devices = iota_tile_assignment(sizes, used + unused) if axes else np.zeros(1, np.int64)
+    if math.prod(tile) == 1 and replicate >= 1:
+        return Sharding("replicated", v)
+    return Sharding("tiled", v, tuple(tile) + ((replicate,) if replicate > 1 else ()), tuple(int(x) for x in devices),
+                    replicate > 1)
 
 
 _SHARDING_EXTRA_OK = ("metadata=", "shard_as", "shard_like", "last_tile_dims")

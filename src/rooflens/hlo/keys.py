@@ -30,6 +30,7 @@ ATTR_PARSERS: dict[str, Callable[[str], Any]] = {
     "api_version": str,
     "kind": str,
     "direction": str,
+    "order": str,  # compare's total order for floats (order=TOTAL), printed by XLA from jaxlib 0.11
     "type": str,
     "distribution": str,
     "fft_type": str,

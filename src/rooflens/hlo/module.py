@@ -27,6 +27,7 @@ CALLED_KEYS = tuple(CALLED_KEY_KINDS)
 class Operand:
     name: str  # instruction name without "%"
     shape: Shape | None = None  # printed before the name in full dumps; None otherwise
+    index: int | None = None  # ``%fusion.2#1`` (XLA from jaxlib 0.11): element 1 of the producer's tuple result
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,7 +316,12 @@ class Module:
         if op.shape is not None:
             return op.shape
         producer = self._by_name.get(op.name)
-        return producer.shape if producer is not None else None
+        if producer is None:
+            return None
+        shape = producer.shape
+        if op.index is not None and shape is not None and shape.is_tuple and op.index < len(shape.tuple_shapes):
+            return shape.tuple_shapes[op.index]
+        return shape
 
     @property
     def is_scheduled(self) -> bool:

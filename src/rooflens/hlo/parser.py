@@ -144,7 +144,7 @@ def _parse_operands(text: str) -> tuple[Operand, ...]:
         if not m:
             break
         shape = parse_shape(m.group(1)) if m.group(1) else None  # cached by text
-        ops.append(Operand(m.group(2), shape))
+        ops.append(_operand(m.group(2), shape))
         pos = m.end()
         if not m.group(3):
             return tuple(ops)
@@ -159,8 +159,17 @@ def _parse_operands(text: str) -> tuple[Operand, ...]:
         if not _OPERAND_NAME_RE.fullmatch(name):
             raise HloParseError(f"bad operand {part[:60]!r}")
         head = head.strip()
-        ops.append(Operand(name, parse_shape(head) if head else None))
+        ops.append(_operand(name, parse_shape(head) if head else None))
     return tuple(ops)
+
+
+_TUPLE_INDEX_RE = re.compile(r"^(.+)#(\d+)$")
+
+
+def _operand(name: str, shape) -> Operand:
+    """``add.3`` or, XLA's shorthand for an element of a tuple result (jaxlib 0.11), ``fusion.2#1``."""
+    m = _TUPLE_INDEX_RE.match(name) if "#" in name else None
+    return Operand(m.group(1), shape, int(m.group(2))) if m else Operand(name, shape)
 
 
 def _read_result_shape(line: str, pos: int) -> tuple[Shape, int]:

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from rooflens.errors import RooflensError
-from rooflens.trace import discover, formats, fs
+from rooflens.trace import command_buffers, discover, formats, fs
 from rooflens.trace.events import EventTable, concat
 from rooflens.trace.formats.raw import RawTrace, assign_steps
 from rooflens.trace.manifest import RunManifest
@@ -74,6 +74,18 @@ def _embedded_hlo(raws: list[RawTrace], files: list[str], table: EventTable, ski
 
 
 _DEFINED = re.compile(r"(?:^|\s)%?([^\s=%]+) = ", re.M)  # the instruction names a module's text defines
+
+
+def parsed_hlo(hlo_texts: dict[str, str], program: str):
+    """The parsed HLO of ``program`` (``jit_dot(49)``, else its name's), or None when there is none or it cannot
+    be read."""
+    from rooflens import hlo as H
+
+    text = hlo_texts.get(program) or hlo_texts.get(re.sub(r"\(\d+\)$", "", program))
+    try:
+        return H.parse(text) if text else None
+    except H.HloParseError:
+        return None
 
 
 def job_steps(steps_by_host: list[list[tuple[int, float, float]]]) -> list[tuple[int, float, float]]:
@@ -152,6 +164,13 @@ def assemble(paths: list[str], runs: list[str], raws: list[RawTrace], files: lis
                      if r.dispatches}
     end_ns_of = {r.host: r.end_ps * 1e-3 + shift_ns[r.host] for r in raws if r.end_ps}
     manifest = run_manifest(runs, notes)
+    saved = saved_hlo(runs, hlo_dir)
+    # a program the trace names plainly (compiled once) is served by its saved text: its proto need not be
+    # printed; one compiled several times (jit_dot(5), jit_dot(49)) keeps its own module from the trace
+    hlo_texts = _embedded_hlo(raws, files, table, skip={k for k in saved if k in table.programs})
+    hlo_texts.update(saved)
+    table, said = command_buffers.attribute(table, functools.cache(lambda p: parsed_hlo(hlo_texts, p)))
+    notes += said
     steps_by_host, choice = marked_as_device_steps(table, raws, marked_by_host, dispatches_of, step_fn, manifest)
     for k, host_steps in enumerate(steps_by_host):  # each host's steps hold its own events
         assign_steps(table, host_steps, rows=np.flatnonzero(table.host == table.hosts.index(raws[k].host)))
@@ -168,11 +187,6 @@ def assemble(paths: list[str], runs: list[str], raws: list[RawTrace], files: lis
         raise RooflensError(f"{', '.join(paths)} has no device op events (no XLA ops or GPU kernels on any device "
                             f"or CPU thread){why}")
     platform = next((r.platform for r in raws if r.platform != "unknown"), "unknown")
-    saved = saved_hlo(runs, hlo_dir)
-    # a program the trace names plainly (compiled once) is served by its saved text: its proto need not be
-    # printed; one compiled several times (jit_dot(5), jit_dot(49)) keeps its own module from the trace
-    hlo_texts = _embedded_hlo(raws, files, table, skip={k for k in saved if k in table.programs})
-    hlo_texts.update(saved)
     host_events_of = {r.host: host_frames(r.host_events, (r.table.origin_ns - table.origin_ns) * 1000) for r in raws}
     host_events = sorted((h for evs in host_events_of.values() for h in evs), key=lambda h: h[1])
     profile = Profile(

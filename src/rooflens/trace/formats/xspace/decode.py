@@ -145,9 +145,13 @@ def _metadata_stats(buf, start: int, end: int, stat_names: dict[int, str]) -> di
 
 
 def is_kernel_line(line_name: str) -> bool:
-    """A GPU line of kernels: ``Stream #16(Kernel)``, ``Stream #2``, ``Stream #7(Compute)`` (TensorFlow), not the
-    copy engines' ``Stream #8(MemcpyH2D)``/``(MemcpyOther)`` lines."""
-    return line_name.startswith("Stream") and "Memcpy" not in line_name
+    """A GPU line of kernels: ``Stream #16(Kernel)``, ``Stream #2``, ``Stream #7(Compute)`` (TensorFlow), a stream
+    of kernels and copies (jaxlib 0.11: ``Stream #14(MemcpyOther,MemcpyH2D,Memset,Compute,MemcpyD2D,MemcpyD2H)``),
+    not the copy engines' ``Stream #8(MemcpyH2D)``/``(MemcpyOther)`` lines (every kind a copy)."""
+    if not line_name.startswith("Stream"):
+        return False
+    kinds = line_name.partition("(")[2].rstrip(")")
+    return not kinds or not all(k.strip().startswith("Memcpy") for k in kinds.split(","))
 
 
 def line_flags(plane_name: str, line_name: str) -> int:

@@ -8,6 +8,7 @@ enclosing ``CommonPjRtLoadedExecutable::Execute`` event's ``global_device_id``).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,14 +78,18 @@ def read_xspace(path: Path, progress: Progress = None, device_time: bool = True)
     if tpu is not None:
         platform = "tpu"
         parts.append(tpu)
-    gpu_ops = np.flatnonzero((ev.kind == 2) & (x.col("hlo_op") != W.NONE))
+    notes = []
+    tuning, tuning_note = _autotuning(x, ev)
+    if tuning_note:
+        notes.append(tuning_note)
+    gpu_ops = np.flatnonzero((ev.kind == 2) & (x.col("hlo_op") != W.NONE) & ~tuning)
     if len(gpu_ops):  # GPU: kernels that name their HLO op
         platform = "gpu"
-        parts.append((gpu_ops, ev.dev[gpu_ops], *_string_codes(x, gpu_ops, vocab.code)))
-    notes = []
+        names, programs = _string_codes(x, gpu_ops, vocab.code)
+        parts.append((gpu_ops, ev.dev[gpu_ops], _in_command_buffers(x, ev, gpu_ops, names, vocab), programs))
     protos_seen = any(p.name == "/host:metadata" and len(p.meta_ids) for p in x.planes)
     framework = framework_of(bool(parts) or protos_seen, x.line_names)
-    if (other := _kernels_without_op(x, ev, vocab)) is not None:  # counted, as XProf's kernel stats count them
+    if (other := _kernels_without_op(x, ev, vocab, tuning)) is not None:  # counted, as XProf's kernel stats count them
         platform = "gpu"
         parts.append(other[:3] + (np.full(len(other[0]), vocab.code(""), np.int64),))
         notes.append(other[3] if framework == "JAX" or not framework else foreign_note(framework))
@@ -215,20 +220,95 @@ def _tpu_ops(x, ev: _Events, vocab, hlo_text: dict, op_meta: dict):
     return tpu_ops, ev.dev[tpu_ops], name_c[inv.ravel()], prog
 
 
-def _kernels_without_op(x, ev: _Events, vocab):
-    """GPU kernels that name no HLO op (a runtime's copy kernel such as ROCm's ``__amd_rocclr_copyBuffer`` behind
-    ``hipMemcpyDtoDAsync``, a kernel of another framework): (rows, devices, name codes by kernel name, a note with
-    their count and time by name), or None. They run on the device and count in its busy time; their program is
-    "" (no XLA program: no roofline, as Nsight's kernels of no XLA program)."""
+def _in_command_buffers(x, ev: _Events, rows: np.ndarray, names: np.ndarray, vocab) -> np.ndarray:
+    """The op name codes, with each kernel run inside a command buffer (``hlo_op`` ``command_buffer_1``) named
+    ``command_buffer_1{SEP}{its kernel's name}``, for :func:`rooflens.trace.command_buffers.attribute`."""
+    from rooflens.trace.command_buffers import COMMAND_BUFFER, SEP
+
+    buffers = [c for c, w in enumerate(vocab.words) if COMMAND_BUFFER.match(w)]
+    inside = np.flatnonzero(np.isin(names, buffers)) if buffers else np.zeros(0, np.int64)
+    if not len(inside):
+        return names
+    names = names.copy()
+    keys = _metadata_key(x, ev, rows[inside])
+    pair, inv = E.unique_rows(names[inside], keys)
+    codes = np.asarray([vocab.code(f"{vocab.words[int(c)]}{SEP}{_metadata_of(x, int(k))[0] or 'kernel'}")
+                        for c, k in pair.tolist()], np.int64)
+    names[inside] = codes[inv.ravel()]
+    return names
+
+
+#: XLA's GPU autotuner at work (jaxlib 0.11): the kernels that guard and time its candidates
+#: (``stream_executor::gpu::RedzoneAllocatorKernelImpl``, ``…DelayKernel``, ``…RepeatBufferKernel``,
+#: ``xla_fp_comparison<…>``, which checks candidates' results against each other)
+AUTOTUNER_KERNEL = re.compile(r"^(?:void )?stream_executor::gpu::|xla_fp_comparison")
+
+
+def _kernel_rows(x, ev: _Events) -> np.ndarray:
     from rooflens.trace.formats.xspace.decode import is_kernel_line
 
     kernel_line = np.asarray([is_kernel_line(n) for n in x.line_names] + [False])
-    rows = np.flatnonzero((ev.kind == 2) & (x.col("hlo_op") == W.NONE) & (ev.role == 0) & kernel_line[x.line])
+    return (ev.kind == 2) & (ev.role == 0) & kernel_line[x.line]
+
+
+def _autotuning(x, ev: _Events) -> tuple[np.ndarray, str]:
+    """XLA's GPU autotuning, traced when the trace holds a compilation: (a mask of its events, a note on them).
+
+    The autotuner compiles each fusion it tunes as a module of its own, named after the fusion
+    (``gemm_fusion_dot.1``, ``input_reduce_fusion``), and runs its candidate kernels between its own helper
+    kernels (:data:`AUTOTUNER_KERNEL`), which carry that module's ``hlo_module``. Those modules are
+    compilation work, not programs the script ran; they and the helpers are left out of the device's ops."""
+    mask = np.zeros(len(x), np.bool_)
+    rows = np.flatnonzero(_kernel_rows(x, ev))
+    if not len(rows):
+        return mask, ""
+    uk, inv = np.unique(_metadata_key(x, ev, rows), return_inverse=True)
+    helper = np.asarray([bool(AUTOTUNER_KERNEL.search(_metadata_of(x, k)[0] or "")) for k in uk.tolist()])[inv.ravel()]
+    if not helper.any():
+        return mask, ""
+    mod = x.col("hlo_module")
+    tuned = np.unique(mod[rows[helper]])
+    tuned = tuned[tuned != W.NONE]
+    mask[rows[helper]] = True
+    mask[np.flatnonzero((ev.kind == 2) & np.isin(mod, tuned))] = True
+    # the memsets and copies that prepare the candidates' buffers name no module: the kernels naming no HLO op
+    # while it tunes, on its device, are its too
+    no_op = rows[x.col("hlo_op")[rows] == W.NONE]
+    for d in np.unique(ev.dev[mask]).tolist():
+        on = mask & (ev.dev == d)
+        first, last = ev.start[on].min(), (ev.start[on] + ev.dur[on]).max()
+        mine = no_op[(ev.dev[no_op] == d) & (ev.start[no_op] >= first) & (ev.start[no_op] < last)]
+        mask[mine] = True
+    from rooflens.units import fmt_seconds, plural
+
+    modules = sorted(x.strings[int(c)] for c in tuned)
+    what = (f"timing candidate kernels of {plural(len(modules), 'fusion')} ({', '.join(modules[:3])}"
+            f"{', …' if len(modules) > 3 else ''})" if modules else "checking candidate kernels")
+    return mask, (f"XLA's autotuner ran {plural(int(mask.sum()), 'kernel')} on the GPU while compiling, "
+                  f"{fmt_seconds(float(ev.dur[mask].sum()) * 1e-12)} in all, {what}: compilation work, not "
+                  "the programs', left out of the device's ops")
+
+
+def _kernels_without_op(x, ev: _Events, vocab, tuning: np.ndarray):
+    """GPU kernels that name no HLO op (a runtime's copy kernel such as ROCm's ``__amd_rocclr_copyBuffer`` behind
+    ``hipMemcpyDtoDAsync``, a kernel of another framework): (rows, devices, name codes by kernel name, a note with
+    their count and time by name), or None. They run on the device and count in its busy time; their program is
+    "" (no XLA program: no roofline, as Nsight's kernels of no XLA program). Not the autotuner's (``tuning``),
+    nor the copies of a stream that runs both kernels and copies (``MemcpyH2D``: a copy, not a kernel)."""
+    rows = np.flatnonzero(_kernel_rows(x, ev) & (x.col("hlo_op") == W.NONE) & ~tuning)
     if not len(rows):
         return None
     uk, inv = np.unique(_metadata_key(x, ev, rows), return_inverse=True)
     inv = inv.ravel()
     names = [_metadata_of(x, k)[0] or _metadata_of(x, k)[1] or "kernel" for k in uk.tolist()]
+    copies = np.asarray([n.startswith("Memcpy") for n in names])
+    if copies.any():
+        keep = ~copies[inv]
+        rows, old = rows[keep], inv[keep]
+        if not len(rows):
+            return None
+        names = [n for n, c in zip(names, copies) if not c]
+        inv = (np.cumsum(~copies) - 1)[old]
     codes = np.asarray([vocab.code(n) for n in names], np.int64)
     note = kernels_note(names, inv, ev.dur[rows])
     return rows, ev.dev[rows], codes[inv], note

@@ -1,0 +1,149 @@
+"""GPU kernels that ran inside an XLA command buffer, given back to their HLO ops.
+
+XLA:GPU gathers runs of thunks into command buffers (CUDA graphs). While a profiler is active it runs
+them one thunk at a time (``--xla_enable_command_buffers_during_profiling`` is off by default), but every
+kernel inside carries the command buffer's annotation as its ``hlo_op`` (``command_buffer_1``), not its
+own op's: on jaxlib 0.11 and an H100, a Flax MLP's step ran 33 kernels a step under ``command_buffer_1``,
+its nine matmuls among them, so the step had no op to price and no MFU.
+
+Each kernel still has its own name. An XLA fusion's kernel is named after the fusion (``loop_add_fusion_3``
+for ``loop_add_fusion.3``), or after the fusion whose kernel it reuses (its ``deduplicated_name``, so one
+kernel name can stand for several fusions); a library call's kernel is the library's (``nvjet_sm90_…``
+for a cuBLAS matmul), with a memset before it. So the kernels of a program on one device, in time order,
+are walked against the program's schedule (its entry computation, in order): a fusion's kernel is the
+next instruction launching that kernel; another kernel, the next launching instruction that is not a
+fusion (a custom call, a collective, a copy); a memset or a copy goes with the op after it. The walk
+wraps at the schedule's end (the next execution). A kernel that fits nowhere keeps the command buffer's
+name, and the note says how many did.
+
+The reader (:mod:`rooflens.trace.formats.xspace.reader`) names such a kernel ``{hlo_op}{SEP}{kernel}``;
+:func:`attribute` resolves every such name, with the HLO or without it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import numpy as np
+
+from rooflens.trace.events import EventTable
+
+SEP = "\x1f"  # between the command buffer's name and the kernel's, until attribute() resolves it
+COMMAND_BUFFER = re.compile(r"^command_buffer")
+#: instructions that launch nothing on the device (their results are views, tuples or host-side values)
+_NO_LAUNCH = frozenset({"parameter", "constant", "get-tuple-element", "tuple", "bitcast", "after-all",
+                        "add-dependency", "opt-barrier", "partition-id", "replica-id", "domain"})
+_DONE = re.compile(r"-done$")
+_DEDUP = re.compile(r'deduplicated_name="([^"]+)"')
+
+
+def kernel_key(name: str) -> str:
+    """The name of the kernel XLA emits for an instruction name (LLVM function names: ``.``/``-`` → ``_``)."""
+    return re.sub(r"[^A-Za-z0-9_]", "_", name)
+
+
+def schedule(module) -> tuple[list[tuple[str, str]], dict[str, str]]:
+    """The launching instructions of a module's entry computation, in order: (instruction name, the kernel it
+    launches for a fusion, "" for any other op: a library call, a collective, a copy); and kernel name →
+    that kernel, for every fusion.
+
+    Fusions that share a kernel (``deduplicated_name``) share one key, the kernel being named after
+    whichever of them XLA emitted first (not always the one the others name), so each fusion's own
+    sanitized name stands for the shared kernel."""
+    slots: list[tuple[str, str]] = []
+    aliases: dict[str, str] = {}
+    if module is None or module.entry is None:
+        return slots, aliases
+    for ins in module.entry.instructions:
+        if ins.opcode in _NO_LAUNCH or _DONE.search(ins.opcode):
+            continue
+        if ins.opcode == "fusion":
+            m = _DEDUP.search(ins.raw_attrs.get("metadata", "")) or _DEDUP.search(ins.text)
+            key = m.group(1) if m else ins.name
+            slots.append((ins.name, key))
+            aliases[kernel_key(ins.name)] = key
+            aliases.setdefault(kernel_key(key), key)
+        else:
+            slots.append((ins.name, ""))
+    return slots, aliases
+
+
+def walk(kernels: list[str], slots: list[tuple[str, str]], aliases: dict[str, str]) -> list[str | None]:
+    """Each kernel's instruction (None: no fit), walking ``slots`` (:func:`schedule`) in time order."""
+    out: list[str | None] = [None] * len(kernels)
+    if not slots:
+        return out
+    by_kernel: dict[str, list[int]] = {}
+    library = []
+    for j, (_, key) in enumerate(slots):
+        if key:
+            by_kernel.setdefault(key, []).append(j)
+        else:
+            library.append(j)
+    pos, pending = 0, []
+    for i, k in enumerate(kernels):
+        if k.startswith(("Memset", "Memcpy")):
+            pending.append(i)  # prepares the op after it (a library call's workspace)
+            continue
+        cands = by_kernel.get(aliases.get(k, ""))
+        if cands is None:
+            if not library:
+                continue
+            cands = library
+        j = _next_at_or_after(cands, pos)
+        out[i] = slots[j][0]
+        for p in pending:
+            out[p] = slots[j][0]
+        pending = []
+        pos = j + 1 if j + 1 < len(slots) else 0
+    return out
+
+
+def _next_at_or_after(positions: list[int], pos: int) -> int:
+    """The first position ≥ ``pos`` in the sorted list, wrapping to the first."""
+    k = int(np.searchsorted(positions, pos))
+    return positions[k] if k < len(positions) else positions[0]
+
+
+def attribute(table: EventTable, modules_of) -> tuple[EventTable, list[str]]:
+    """The table with every command-buffer kernel named by its HLO op (``modules_of(program)``: its parsed
+    module, or None), and a note on what was done; the table itself when it has none."""
+    composite = [k for k, n in enumerate(table.names) if SEP in n]
+    if not composite:
+        return table, []
+    names = list(table.names)
+    code = {n: k for k, n in enumerate(names)}
+
+    def code_of(n: str) -> int:
+        if n not in code:
+            code[n] = len(names)
+            names.append(n)
+        return code[n]
+
+    name = table.name.copy()
+    rows = np.flatnonzero(np.isin(name, composite))
+    done = left = 0
+    by_buffer: dict[str, int] = {}
+    order = rows[np.lexsort((table.start_ps[rows], table.device[rows], table.host[rows], table.program[rows]))]
+    keys = np.stack([table.program[order], table.host[order], table.device[order]], axis=1)
+    cuts = np.flatnonzero(np.any(np.diff(keys, axis=0) != 0, axis=1)) + 1
+    for group in np.split(order, cuts):
+        program = table.programs[int(table.program[group[0]])]
+        parts = [names[int(c)].split(SEP, 1) for c in name[group]]
+        found = walk([k for _, k in parts], *schedule(modules_of(program)))
+        for r, (buffer, _), op in zip(group.tolist(), parts, found):
+            if op is None:
+                name[r] = code_of(buffer)
+                left += 1
+                by_buffer[buffer] = by_buffer.get(buffer, 0) + 1
+            else:
+                name[r] = code_of(op)
+                done += 1
+    out = dataclasses.replace(table, name=name, names=names)
+    note = (f"{done + left:,} GPU kernels ran inside XLA command buffers, which a trace labels with the buffer's name "
+            f"only: {done:,} were given back to their HLO ops by kernel name and the program's schedule")
+    if left:
+        note += (f"; {left:,} could not be ({', '.join(sorted(by_buffer))}: no HLO for their program, or kernels "
+                 "outside its entry schedule), and keep the buffer's name")
+    return out, [note]
