@@ -182,12 +182,26 @@ def test_self_time_fits_in_each_lane_and_device_window(loaded):
     for p, n, v in zip(t.program.tolist(), t.name.tolist(), self_ps.tolist()):
         key = (t.programs[p], t.names[n])
         expect[key] = expect.get(key, 0) + v
+    # events that overlap another on their lane without holding it (a GPU kernel started while the one before it
+    # ends: Hopper's programmatic dependent launch) are concurrent, not nested: rooflens keeps each one's whole
+    # time as its own, where the reference gives the overlap to the later one; their ops are held to the bounds
+    crossed = np.zeros(len(t), bool)
+    order = np.lexsort((t.start_ps, t.line, t.device, t.host))
+    same = (np.diff(t.host[order]) == 0) & (np.diff(t.device[order]) == 0) & (np.diff(t.line[order]) == 0)
+    nxt = order[1:]
+    cross = same & (t.start_ps[nxt] < end[order[:-1]]) & (end[nxt] > end[order[:-1]])
+    crossed[order[:-1][cross]] = True
+    crossed[nxt[cross]] = True
+    partial = {(t.programs[p], t.names[n]) for p, n in zip(t.program[crossed].tolist(), t.name[crossed].tolist())}
     checked = 0
     for st in stats.op_stats:
         if _is_control(prof, st.program, st.name) or (st.program, st.name) not in expect:
             continue
         total = expect[(st.program, st.name)] * 1e-12
-        assert st.self_time_s == pytest.approx(total, rel=1e-3, abs=1e-9), (st.program, st.name)
+        if (st.program, st.name) in partial:
+            assert total * (1 - 1e-3) - 1e-9 <= st.self_time_s <= st.total_time_s * (1 + 1e-9), (st.program, st.name)
+        else:
+            assert st.self_time_s == pytest.approx(total, rel=1e-3, abs=1e-9), (st.program, st.name)
         checked += 1
     assert checked
 

@@ -60,13 +60,29 @@ def schedule(module) -> tuple[list[tuple[str, str]], dict[str, str]]:
             continue
         if ins.opcode == "fusion":
             m = _DEDUP.search(ins.raw_attrs.get("metadata", "")) or _DEDUP.search(ins.text)
-            key = m.group(1) if m else ins.name
+            key = m.group(1) if m else _fingerprint(module, ins)
             slots.append((ins.name, key))
             aliases[kernel_key(ins.name)] = key
             aliases.setdefault(kernel_key(key), key)
         else:
             slots.append((ins.name, ""))
     return slots, aliases
+
+
+def _fingerprint(module, ins) -> str:
+    """A fusion's kernel as XLA reuses it when no ``deduplicated_name`` says so: fusions whose fused computations
+    are the same up to names (each instruction's opcode, result shape and operands by position) and that take and
+    give the same shapes launch one kernel."""
+    body = []
+    for name in ins.called_computations:
+        comp = module.computation(name)
+        if comp is None:
+            return ins.name
+        at = {i.name: k for k, i in enumerate(comp.instructions)}
+        body.append(tuple((i.opcode, str(i.shape), tuple(at.get(o.name, -1) for o in i.operands), i.parameter_number)
+                          for i in comp.instructions))
+    shapes = (str(ins.shape), tuple(str(module.operand_shape(o)) for o in ins.operands), ins.raw_attrs.get("kind"))
+    return f"#{hash((tuple(body), shapes)):x}"
 
 
 def walk(kernels: list[str], slots: list[tuple[str, str]], aliases: dict[str, str]) -> list[str | None]:

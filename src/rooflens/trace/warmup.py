@@ -388,7 +388,7 @@ def _warmup_programs(t: EventTable, exec_idx: np.ndarray, manifest: RunManifest,
     out = []
     for code, program in enumerate(t.programs):
         sel = (t.program == code) & (exec_idx == 0 if warm is None else warm)
-        if not sel.any():
+        if not program or not sel.any():  # "": kernels of no program (a runtime's memsets), not a program to list
             continue
         first_run_s = float((t.end_ns[sel].max() - t.start_ns[sel].min()) * 1e-9)
         runs = int(exec_idx[t.program == code].max()) + 1

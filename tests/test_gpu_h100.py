@@ -1,0 +1,83 @@
+"""Real GPU captures made by this project on one H100 with jax/jaxlib 0.11.2 (bench/gpu_fixtures.sh, bench/gpu_check.sh;
+tests/fixtures/SOURCES.md), read on this machine.
+
+- A Flax/Optax MLP's step windowed twice: as XLA runs it, its thunks gathered into a command buffer whose kernels
+  the trace labels ``command_buffer_1``, and with command buffers off, where each kernel names its own HLO op. The
+  second is the oracle for the first's attribution (rooflens.trace.command_buffers).
+- A loop traced from its start: XLA's autotuner times candidate kernels on the GPU while compiling.
+"""
+
+import re
+
+import pytest
+
+import rooflens as rl
+from rooflens.hlo import parse
+from tests.conftest import fixture_path
+
+H100 = ("gpu_nvidia", "h100_jax0112")
+
+
+@pytest.fixture(scope="module")
+def windows():
+    return {k: rl.analyze(rl.load(fixture_path(*H100, k))) for k in ("window_command_buffers",
+                                                                       "window_no_command_buffers")}
+
+
+def _step_ops(rep):
+    return {c.name: c for c in rep.comparison if c.program == "jit_train_step"}
+
+
+def test_kernels_in_a_command_buffer_get_their_own_ops(windows):
+    rep = windows["window_command_buffers"]
+    (said,) = [n for n in rep.notes if "command buffers" in n]
+    n = int(re.match(r"([\d,]+) GPU kernels", said).group(1).replace(",", ""))
+    assert n > 100 and f"{n:,} were given back" in said and "could not be" not in said
+    ops = _step_ops(rep)
+    module = parse(next(fixture_path(*H100, "window_command_buffers", "hlo").glob("*jit_train_step.txt")).read_text())
+    assert set(ops) <= {i.name for i in module.entry.instructions}  # every op an instruction, none a buffer's name
+    matmuls = [c for c in ops.values() if c.category == "matmul"]
+    assert len(matmuls) == 8 and all(c.occurrences == 2 * c.executions for c in matmuls)  # a memset, then the GEMM
+    assert all(1.0 < c.ratio < 1.6 for c in matmuls)  # 2·4096³ bf16 FLOPs in ~172 µs against 139 µs at 989 TFLOP/s
+    assert rep.steps.mfu is not None and 0.3 < rep.steps.mfu < 0.6
+
+
+def test_the_attribution_matches_the_run_without_command_buffers(windows):
+    """The same program compiled without command buffers names each kernel's op: the ops both compilations share
+    (the matmuls that stay cuBLAS calls, the optimizer's and the loss's fusions) take the same time per execution
+    and run as often."""
+    a, b = (_step_ops(windows[k]) for k in ("window_command_buffers", "window_no_command_buffers"))
+    shared = sorted(set(a) & set(b))
+    assert len(shared) >= 25
+    assert all(a[n].occurrences == b[n].occurrences for n in shared)
+    timed = [n for n in shared if b[n].measured_s > 10e-6]
+    assert len(timed) >= 15
+    off = {n: (a[n].measured_s, b[n].measured_s) for n in timed if abs(a[n].measured_s / b[n].measured_s - 1) > 0.1}
+    assert not off, off
+    sa, sb = (windows[k].steps for k in ("window_command_buffers", "window_no_command_buffers"))
+    assert sa.compute_s == pytest.approx(sb.compute_s, rel=0.1)
+
+
+def test_the_autotuner_is_compilation_not_a_program():
+    rep = rl.analyze(rl.load(fixture_path(*H100, "annotated_whole_run")))
+    (said,) = [n for n in rep.notes if n.startswith("XLA's autotuner")]
+    assert "gemm_fusion_dot.1" in said and "left out" in said
+    programs = {c.program for c in rep.comparison} | {s.program for s in rep.op_stats}
+    assert not [p for p in programs if p.startswith(("gemm_fusion", "input_reduce_fusion"))], programs
+    assert rep.steps.program.startswith("jit_train_step") and rep.steps.steps == 18
+    assert "RedzoneAllocator" not in " ".join(rep.notes) and ";  first run" not in " ".join(rep.notes)
+
+
+def test_tuple_element_operands_are_read(windows):
+    """jaxlib 0.11 writes an element of a tuple result as ``%fusion#1``: each cuBLAS matmul's operands are found,
+    so it is priced as 2·4096³ FLOPs (an operand not found had priced it by its bytes alone)."""
+    text = next(fixture_path(*H100, "window_command_buffers", "hlo").glob("*jit_train_step.txt")).read_text()
+    assert re.search(r"custom-call\([^)]*#\d", text)
+    module = parse(text)
+    gemms = [i for i in module.entry.instructions if "cublas" in i.raw_attrs.get("custom_call_target", "")]
+    assert len(gemms) == 8
+    for g in gemms:
+        shapes = [module.operand_shape(o) for o in g.operands]
+        assert all(s is not None and s.is_array and s.dims == (4096, 4096) for s in shapes), (g.name, shapes)
+    matmuls = [c for c in _step_ops(windows["window_command_buffers"]).values() if c.category == "matmul"]
+    assert all(c.flops == 2 * 4096**3 for c in matmuls), [(c.name, c.flops) for c in matmuls]
