@@ -42,6 +42,15 @@ def test_kernels_in_a_command_buffer_get_their_own_ops(windows):
     assert rep.steps.mfu is not None and 0.3 < rep.steps.mfu < 0.6
 
 
+def test_the_chrome_copy_is_attributed_alike(windows):
+    """The same capture's Chrome JSON (jaxlib's own export, beside the XSpace) carries the same labels: its kernels
+    are given back to the same ops, as often."""
+    chrome = rl.analyze(rl.load(fixture_path(*H100, "window_command_buffers", "vm.trace.json.gz")), chip="h100-sxm")
+    a, b = _step_ops(windows["window_command_buffers"]), _step_ops(chrome)
+    assert set(a) == set(b) and all(a[n].occurrences == b[n].occurrences for n in a)
+    assert any("were given back" in n for n in chrome.notes)
+
+
 def test_the_attribution_matches_the_run_without_command_buffers(windows):
     """The same program compiled without command buffers names each kernel's op: the ops both compilations share
     (the matmuls that stay cuBLAS calls, the optimizer's and the loss's fusions) take the same time per execution

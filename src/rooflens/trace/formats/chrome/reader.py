@@ -109,7 +109,7 @@ def read_chrome(path: Path, progress: Progress = None) -> RawTrace:
     gpu = np.flatnonzero((kind == 2) & (c["hlo_op"] >= 0))
     if len(gpu):
         platform, device_kind = "gpu", "GPU"
-        parts.append((gpu, dev[gpu], c["hlo_op"][gpu], _chrome_programs(c, gpu, word, code)))
+        parts.append((gpu, dev[gpu], _in_command_buffers(c, gpu, words, code), _chrome_programs(c, gpu, word, code)))
     from rooflens.trace.formats.xspace.decode import is_kernel_line
 
     kernel_line = np.asarray([is_kernel_line(x) or (int(p) in kineto and x.lower().startswith("stream"))
@@ -161,6 +161,23 @@ def _dispatches(c: dict, words: list[str], kind: np.ndarray, line: np.ndarray, s
     run = np.flatnonzero(host & is_execute[c["name"]])
     return top_level_dispatches(c["name"][rows], [f or "" for f in fn], line[rows], start[rows], dur[rows],
                                 line[run], start[run])
+
+
+def _in_command_buffers(c: dict, rows: np.ndarray, words: list[str], code) -> np.ndarray:
+    """The kernels' op name codes, a kernel run inside a command buffer named ``command_buffer_1{SEP}{kernel}`` (as
+    the XSpace reader names it, for :func:`rooflens.trace.command_buffers.attribute`)."""
+    from rooflens.trace.command_buffers import COMMAND_BUFFER, SEP
+
+    names = c["hlo_op"][rows]
+    buffers = [k for k, w in enumerate(words) if COMMAND_BUFFER.match(w)]
+    inside = np.flatnonzero(np.isin(names, buffers)) if buffers else np.zeros(0, np.int64)
+    if not len(inside):
+        return names
+    names = names.copy()
+    pair, inv = E.unique_rows(names[inside], c["name"][rows[inside]])
+    texts = [f"{words[a]}{SEP}{words[b]}" for a, b in pair.tolist()]
+    names[inside] = np.asarray([code(t) for t in texts], names.dtype)[inv.ravel()]
+    return names
 
 
 def _chrome_programs(c: dict, rows: np.ndarray, word: np.ndarray, code) -> np.ndarray:
