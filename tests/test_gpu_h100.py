@@ -67,6 +67,59 @@ def test_the_attribution_matches_the_run_without_command_buffers(windows):
     assert sa.compute_s == pytest.approx(sb.compute_s, rel=0.1)
 
 
+def test_loop_bodies_in_a_command_buffer_get_their_own_ops():
+    """A Flax GPT whose layers run under nn.scan: the kernels of the loops' bodies, in the command buffer, are given
+    back to the body's ops. Against the same script without command buffers: the same ops, each over 5 µs within 15 %
+    per execution, as often. A kernel that two fusions share, one inside a loop and one after it, is told apart by
+    order alone and goes to the loop's (the loop runs it each trip, the rest once): 1 op of 156 here."""
+    a, b = (_step_ops(rl.analyze(rl.load(fixture_path(*H100, k)))) for k in ("linen_gpt_window_command_buffers",
+                                                                           "linen_gpt_window_no_command_buffers"))
+    assert set(a) <= set(b) and len(b) > 150 and len(set(b) - set(a)) <= 0.02 * len(b), sorted(set(b) - set(a))
+    assert not [n for n in a if n.startswith(("while", "command_buffer"))]
+    off = {n: (a[n].measured_s, b[n].measured_s) for n in a
+           if b[n].measured_s > 5e-6 and abs(a[n].measured_s / b[n].measured_s - 1) > 0.15}
+    assert not off, off
+    recounted = sorted(n for n in a if a[n].occurrences != b[n].occurrences)
+    assert len(recounted) <= 0.02 * len(a), recounted
+
+
+def test_launches_inside_command_buffers_are_said_to_be_the_profilers():
+    """Under a profiler XLA runs a command buffer one launch at a time: the trace's gaps between its kernels are not
+    the unprofiled run's. The overheads finding says so, and tiny-ops leaves those kernels out (one graph launch
+    each, unprofiled); the same script compiled without command buffers pays every launch, and is told so."""
+    with_buffers, without = (rl.analyze(rl.load(fixture_path(*H100, k))) for k in (
+        "linen_gpt_window_command_buffers", "linen_gpt_window_no_command_buffers"))
+    (f,) = [f for f in with_buffers.findings if f.rule == "overheads"]
+    assert any("command buffers" in e and "one launch at a time" in e for e in f.evidence) and "unprofiled" in f.fix
+    assert "tiny-ops" not in {f.rule for f in with_buffers.findings}
+    assert "tiny-ops" in {f.rule for f in without.findings}
+    (g,) = [f for f in without.findings if f.rule == "overheads"]
+    assert not any("command buffers" in e for e in g.evidence)
+
+
+def test_a_whole_run_traces_with_command_buffers_off(tmp_path):
+    """rooflens run traces a whole run with XLA's command buffers off (an Equinox GPT's first step failed under a
+    whole-run trace with them on, on this H100, with a bare jax.profiler trace too), unless the script's flags choose;
+    a GPU report of such a run says so."""
+    import json
+    import shutil
+
+    from rooflens.capture.launch import COMMAND_BUFFERS_OFF, whole_run_flags
+
+    env = {"XLA_FLAGS": "--xla_dump_to=/tmp/d"}
+    assert whole_run_flags(env) == [COMMAND_BUFFERS_OFF] and env["XLA_FLAGS"] == f"--xla_dump_to=/tmp/d {COMMAND_BUFFERS_OFF}"
+    mine = {"XLA_FLAGS": "--xla_gpu_enable_command_buffer=FUSION,CUBLAS"}
+    assert whole_run_flags(mine) == [] and mine["XLA_FLAGS"] == "--xla_gpu_enable_command_buffer=FUSION,CUBLAS"
+    run = tmp_path / "run"
+    shutil.copytree(fixture_path(*H100, "annotated_whole_run"), run)
+    meta = json.loads((run / "rooflens.json").read_text())
+    assert "xla_flags_added" not in meta  # captured before rooflens added it
+    (run / "rooflens.json").write_text(json.dumps({**meta, "xla_flags_added": [COMMAND_BUFFERS_OFF]}))
+    said = [n for n in rl.load(run).notes if "command buffers off" in n]
+    assert len(said) == 1 and COMMAND_BUFFERS_OFF in said[0]
+    assert not [n for n in rl.load(fixture_path(*H100, "annotated_whole_run")).notes if "command buffers off" in n]
+
+
 def test_the_autotuner_is_compilation_not_a_program():
     rep = rl.analyze(rl.load(fixture_path(*H100, "annotated_whole_run")))
     (said,) = [n for n in rep.notes if n.startswith("XLA's autotuner")]

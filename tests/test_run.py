@@ -131,6 +131,7 @@ def test_exit_status_message_and_traceback_are_the_scripts(env, tmp_path):
         assert run_dir.is_absolute() and list(run_dir.glob("*.xplane.pb")), said  # though the script chdir'd
         meta = json.loads((run_dir / "rooflens.json").read_text())
         assert meta["exit"]["status"] == status and meta["argv"] == [how]
+        assert meta["xla_flags_added"] == ["--xla_gpu_enable_command_buffer="]  # a whole run (capture/launch.py)
         # what each ending prints, written out here rather than taken from the plain run alone
         expected_tail = {"three": [], "message": ["fatal: config missing"],
                          "raise": ["ValueError: the script itself failed"]}[how]

@@ -648,6 +648,7 @@ def _analyze(profile: Profile, stats: OpStats, chip: str | Chip | None, memory: 
         graphs=op_graphs(comparison, modules),
         in_window=InWindow.from_manifest(profile.manifest), path=profile.path, sources=list(profile.sources),
         hosts=list(profile.hosts), metadata=dict(profile.metadata), modules=modules,
+        command_buffer_ops=profile.command_buffer_ops,
         calibration=calibration_summary(c),
         steady=steady.result(),
         # the trace's own per-op rates (an HLO parse per op) serve the roofline-trust finding alone

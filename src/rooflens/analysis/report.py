@@ -298,6 +298,7 @@ class Report:
     hosts: list[str] = field(default_factory=list)
     metadata: dict = field(default_factory=dict)
     modules: dict = field(default_factory=dict, repr=False)  # program → hlo.Module (for the rules and diff)
+    command_buffer_ops: frozenset = field(default=frozenset(), repr=False)  # Profile.command_buffer_ops
     steady: SteadyState = field(default_factory=SteadyState, repr=False)  # idle time over the steady state (rules)
     trace_rates: tuple = field(default=(), repr=False)  # per-op rates from the trace's own counts (roofline-trust)
     events: object = field(default=None, repr=False)  # its EventTable: the op events the Perfetto view writes

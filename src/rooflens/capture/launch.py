@@ -130,6 +130,7 @@ class _State:
         self.warnings: list[str] = []
         self.snapshot: bytes = b""
         self.notes: list[str] = []
+        self.flags_added: list[str] = []  # XLA flags a whole run adds (whole_run_flags)
         self.armed_at = 0.0  # time.monotonic() when the script's backend came up
         self.drained_s: float | None = None  # how long the last wait for the devices took
         self.finishing = False  # the script has ended: _finish writes what was traced
@@ -546,7 +547,7 @@ def _finish(target: dict, outcome: dict) -> None:
             "exit": outcome, "when_unix_s": S.t0_unix_ns / 1e9, "wall_s": (S.t1_unix_ns - S.t0_unix_ns) / 1e9,
             "trace_start_unix_ns": S.t0_unix_ns, "trace_stop_unix_ns": S.t1_unix_ns,
             "process_index": S.process_index, "process_count": S.process_count, "host_label": S.label,
-            "python": sys.version.split()[0], "notes": S.notes,
+            "python": sys.version.split()[0], "notes": S.notes, "xla_flags_added": S.flags_added,
             "in_window": {"compilations": again, "first_compilations": first, "recompilations_outside": outside,
                           "cache_misses": [m["text"] for m in artifacts.explained(S.misses, again)],
                           "all_cache_misses": S.misses,
@@ -617,12 +618,33 @@ def _trim(tb):
     return tb
 
 
+#: XLA's command buffers off for a whole run's trace. The trace is open when the step's command buffers first run,
+#: and on jaxlib 0.11.2 and an H100 that first run failed (``CUDA_ERROR_LAUNCH_FAILED``, "Failed to check stream
+#: capturing status") under a bare ``jax.profiler`` trace as under rooflens run, an Equinox GPT's first step; the
+#: same run with them off ran. Under a profiler XLA runs a command buffer one thunk at a time anyway
+#: (``--xla_enable_command_buffers_during_profiling`` is off by default), so the traced work is the same, and each
+#: kernel names its own op. A window's trace opens after they first ran, and keeps them.
+COMMAND_BUFFERS_OFF = "--xla_gpu_enable_command_buffer="
+
+
+def whole_run_flags(environ) -> list[str]:
+    """The XLA flags a whole run's trace adds to ``environ["XLA_FLAGS"]`` (added there): none where the script's
+    own flags already choose command buffers."""
+    flags = environ.get("XLA_FLAGS", "")
+    if "command_buffer" in flags:
+        return []
+    environ["XLA_FLAGS"] = f"{flags} {COMMAND_BUFFERS_OFF}".strip()
+    return [COMMAND_BUFFERS_OFF]
+
+
 def main(argv: list[str]) -> None:
     """``argv`` = [options JSON, mode ('path' | 'module'), target, *script args]."""
     global S
     opts, mode, target, *args = argv
     opts = json.loads(opts)
     S = _State(opts["logdir"], opts.get("dump", True), opts.get("window"), opts.get("max_trace_bytes"))
+    if S.window is None:  # before the script imports jax: XLA reads its flags once, when its backend comes up
+        S.flags_added = whole_run_flags(os.environ)
     S.calibration_file = opts.get("calibration_file")
     sys.argv[:] = [target, *args]
     sys.meta_path.insert(0, _Finder({"jax._src.xla_bridge": _hook_xla_bridge, "jax._src.compiler": _hook_compiler,

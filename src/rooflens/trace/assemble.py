@@ -169,7 +169,7 @@ def assemble(paths: list[str], runs: list[str], raws: list[RawTrace], files: lis
     # printed; one compiled several times (jit_dot(5), jit_dot(49)) keeps its own module from the trace
     hlo_texts = _embedded_hlo(raws, files, table, skip={k for k in saved if k in table.programs})
     hlo_texts.update(saved)
-    table, said = command_buffers.attribute(table, functools.cache(lambda p: parsed_hlo(hlo_texts, p)))
+    table, said, in_buffers = command_buffers.attribute(table, functools.cache(lambda p: parsed_hlo(hlo_texts, p)))
     notes += said
     steps_by_host, choice = marked_as_device_steps(table, raws, marked_by_host, dispatches_of, step_fn, manifest)
     for k, host_steps in enumerate(steps_by_host):  # each host's steps hold its own events
@@ -187,6 +187,11 @@ def assemble(paths: list[str], runs: list[str], raws: list[RawTrace], files: lis
         raise RooflensError(f"{', '.join(paths)} has no device op events (no XLA ops or GPU kernels on any device "
                             f"or CPU thread){why}")
     platform = next((r.platform for r in raws if r.platform != "unknown"), "unknown")
+    added = manifest.extra.get("xla_flags_added")
+    if platform == "gpu" and isinstance(added, list) and added:  # rooflens run's whole-run trace (capture/launch.py)
+        notes.append(f"traced whole, the run had XLA's command buffers off ({' '.join(map(str, added))}): a trace "
+                     "open when they first run can fail the run on jaxlib 0.11, and under a profiler XLA runs them "
+                     "one thunk at a time anyway, so the work traced is the same; set the flag yourself to keep them")
     host_events_of = {r.host: host_frames(r.host_events, (r.table.origin_ns - table.origin_ns) * 1000) for r in raws}
     host_events = sorted((h for evs in host_events_of.values() for h in evs), key=lambda h: h[1])
     profile = Profile(
@@ -198,6 +203,7 @@ def assemble(paths: list[str], runs: list[str], raws: list[RawTrace], files: lis
         host_events=host_events, host_events_of=host_events_of, events_total=sum(r.events_total for r in raws),
         dispatches_of=dispatches_of, end_ns_of=end_ns_of, step_choice=choice,
         marked_steps=job_steps(marked_by_host) if any(marked_by_host) else [],
+        command_buffer_ops=in_buffers,
     )
     if not steps:
         profile.notes.append(NO_STEPS)

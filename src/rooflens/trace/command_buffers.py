@@ -27,7 +27,7 @@ import re
 
 import numpy as np
 
-from rooflens.trace.events import EventTable
+from rooflens.trace.events import EventTable, unique_rows
 
 SEP = "\x1f"  # between the command buffer's name and the kernel's, until attribute() resolves it
 COMMAND_BUFFER = re.compile(r"^command_buffer")
@@ -43,30 +43,83 @@ def kernel_key(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_]", "_", name)
 
 
-def schedule(module) -> tuple[list[tuple[str, str]], dict[str, str]]:
-    """The launching instructions of a module's entry computation, in order: (instruction name, the kernel it
-    launches for a fusion, "" for any other op: a library call, a collective, a copy); and kernel name →
-    that kernel, for every fusion.
+#: instructions whose work is a computation they run (a loop's condition and body, a branch, a callee, an async
+#: wrapper's fused op): their kernels are that computation's, in its order, where the instruction stands
+_INLINE = {"while": ("condition", "body"), "conditional": ("branch_computations", "true_computation",
+                                                         "false_computation"),
+           "call": ("to_apply",), "async-start": ("calls",)}
+
+
+def schedule(module) -> tuple[list[tuple[str, str]], dict[str, str], list[tuple[tuple[int, int], ...]]]:
+    """The launching instructions of a module in the order it runs them: the entry computation's, with a loop's
+    condition and body, a conditional's branches, a call's callee and an async op's wrapped computation in its
+    place (once: the walk goes round them again for each trip); for each, the kernel it launches for a fusion,
+    "" for any other op (a library call, a collective, a copy); kernel name → that kernel, for every fusion; and for
+    each slot the loops around it, innermost first, as [first slot, end) of each loop's condition and body.
 
     Fusions that share a kernel (``deduplicated_name``) share one key, the kernel being named after
     whichever of them XLA emitted first (not always the one the others name), so each fusion's own
     sanitized name stands for the shared kernel."""
     slots: list[tuple[str, str]] = []
     aliases: dict[str, str] = {}
+    loops: list[list[int]] = []  # every loop's [first slot, end)
+    open_loops: list[int] = []  # the loops being visited, outermost first
+    inside: list[tuple[int, ...]] = []  # per slot, its loops, innermost first
     if module is None or module.entry is None:
-        return slots, aliases
-    for ins in module.entry.instructions:
-        if ins.opcode in _NO_LAUNCH or _DONE.search(ins.opcode):
-            continue
-        if ins.opcode == "fusion":
-            m = _DEDUP.search(ins.raw_attrs.get("metadata", "")) or _DEDUP.search(ins.text)
-            key = m.group(1) if m else _fingerprint(module, ins)
-            slots.append((ins.name, key))
-            aliases[kernel_key(ins.name)] = key
-            aliases.setdefault(kernel_key(key), key)
-        else:
-            slots.append((ins.name, ""))
-    return slots, aliases
+        return slots, aliases, []
+
+    def add(slot: tuple[str, str]) -> None:
+        slots.append(slot)
+        inside.append(tuple(reversed(open_loops)))
+
+    def visit(comp, depth: int) -> None:
+        for ins in comp.instructions:
+            if ins.opcode in _NO_LAUNCH or _DONE.search(ins.opcode):
+                continue
+            inline = _INLINE.get(ins.opcode) or (_INLINE["async-start"] if ins.opcode.endswith("-start")
+                                                 and ins.attrs.get("calls") else None)
+            if inline and depth < 8:
+                if ins.opcode == "while":
+                    open_loops.append(len(loops))
+                    loops.append([len(slots), len(slots)])
+                for key in inline:
+                    called = ins.attrs.get(key)
+                    for name in (called if isinstance(called, tuple) else (called,) if called else ()):
+                        inner = module.computation(str(name))
+                        if inner is not None:
+                            visit(inner, depth + 1)
+                if ins.opcode == "while":
+                    loops[open_loops.pop()][1] = len(slots)
+                continue
+            if ins.opcode == "fusion" and _is_copy(module, ins):
+                add((ins.name, ""))  # run as a copy (MemcpyD2D, or a graph's memcpy32_post kernel)
+            elif ins.opcode == "fusion":
+                m = _DEDUP.search(ins.raw_attrs.get("metadata", "")) or _DEDUP.search(ins.text)
+                key = m.group(1) if m else _fingerprint(module, ins)
+                add((ins.name, key))
+                aliases[kernel_key(ins.name)] = key
+                aliases.setdefault(kernel_key(key), key)
+            else:
+                add((ins.name, ""))
+
+    visit(module.entry, 0)
+    return slots, aliases, [tuple((loops[k][0], loops[k][1]) for k in ks) for ks in inside]
+
+
+_SLICES = frozenset({"dynamic-slice", "dynamic-update-slice"})
+
+
+def _is_copy(module, ins) -> bool:
+    """A fusion XLA runs as a memory copy, not a kernel of its own: one whose fused computation is a dynamic slice
+    or update of its input (``loop_dynamic_slice_fusion.22``, a scan's per-layer slice of the stacked weights)."""
+    for name in ins.called_computations:
+        comp = module.computation(name)
+        root = comp.root if comp is not None else None
+        while root is not None and root.opcode in ("bitcast", "copy") and root.operands:
+            root = module.find(root.operands[0].name)
+        if root is not None and root.opcode in _SLICES:
+            return True
+    return False
 
 
 def _fingerprint(module, ins) -> str:
@@ -85,8 +138,11 @@ def _fingerprint(module, ins) -> str:
     return f"#{hash((tuple(body), shapes)):x}"
 
 
-def walk(kernels: list[str], slots: list[tuple[str, str]], aliases: dict[str, str]) -> list[str | None]:
-    """Each kernel's instruction (None: no fit), walking ``slots`` (:func:`schedule`) in time order."""
+def walk(kernels: list[str], slots: list[tuple[str, str]], aliases: dict[str, str],
+         loops: list[tuple[tuple[int, int], ...]] | None = None) -> list[str | None]:
+    """Each kernel's instruction (None: no fit), walking ``slots`` (:func:`schedule`) in time order. Inside a loop
+    (``loops``: per slot, the loops around it), a kernel is looked for in the rest of the loop, then from the loop's
+    start (its next trip), before past it: loops' bodies can share a kernel (a forward and a backward scan)."""
     out: list[str | None] = [None] * len(kernels)
     if not slots:
         return out
@@ -97,7 +153,7 @@ def walk(kernels: list[str], slots: list[tuple[str, str]], aliases: dict[str, st
             by_kernel.setdefault(key, []).append(j)
         else:
             library.append(j)
-    pos, pending = 0, []
+    pos, last, pending = 0, -1, []
     for i, k in enumerate(kernels):
         if k.startswith(("Memset", "Memcpy")):
             pending.append(i)  # prepares the op after it (a library call's workspace)
@@ -107,13 +163,28 @@ def walk(kernels: list[str], slots: list[tuple[str, str]], aliases: dict[str, st
             if not library:
                 continue
             cands = library
-        j = _next_at_or_after(cands, pos)
+        j = None
+        for a, b in (loops[last] if loops and last >= 0 else ()):
+            j = _first_in(cands, pos, b)
+            if j is None:
+                j = _first_in(cands, a, pos)
+            if j is not None:
+                break
+        if j is None:
+            j = _next_at_or_after(cands, pos)
         out[i] = slots[j][0]
         for p in pending:
             out[p] = slots[j][0]
         pending = []
+        last = j
         pos = j + 1 if j + 1 < len(slots) else 0
     return out
+
+
+def _first_in(positions: list[int], lo: int, hi: int) -> int | None:
+    """The first position in [lo, hi) of the sorted list, or None."""
+    k = int(np.searchsorted(positions, lo))
+    return positions[k] if k < len(positions) and positions[k] < hi else None
 
 
 def _next_at_or_after(positions: list[int], pos: int) -> int:
@@ -122,12 +193,13 @@ def _next_at_or_after(positions: list[int], pos: int) -> int:
     return positions[k] if k < len(positions) else positions[0]
 
 
-def attribute(table: EventTable, modules_of) -> tuple[EventTable, list[str]]:
+def attribute(table: EventTable, modules_of) -> tuple[EventTable, list[str], frozenset]:
     """The table with every command-buffer kernel named by its HLO op (``modules_of(program)``: its parsed
-    module, or None), and a note on what was done; the table itself when it has none."""
+    module, or None), a note on what was done, and the (program, op) pairs those kernels ran; the table itself
+    when it has none."""
     composite = [k for k, n in enumerate(table.names) if SEP in n]
     if not composite:
-        return table, []
+        return table, [], frozenset()
     names = list(table.names)
     code = {n: k for k, n in enumerate(names)}
 
@@ -157,9 +229,10 @@ def attribute(table: EventTable, modules_of) -> tuple[EventTable, list[str]]:
                 name[r] = code_of(op)
                 done += 1
     out = dataclasses.replace(table, name=name, names=names)
+    ran = frozenset((out.programs[p], out.names[n]) for p, n in unique_rows(out.program[rows], name[rows])[0].tolist())
     note = (f"{done + left:,} GPU kernels ran inside XLA command buffers, which a trace labels with the buffer's name "
             f"only: {done:,} were given back to their HLO ops by kernel name and the program's schedule")
     if left:
         note += (f"; {left:,} could not be ({', '.join(sorted(by_buffer))}: no HLO for their program, or kernels "
                  "outside its entry schedule), and keep the buffer's name")
-    return out, [note]
+    return out, [note], ran

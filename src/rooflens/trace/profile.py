@@ -66,6 +66,9 @@ class Profile:
     # the step model (rooflens.trace.steps): the step program and why (a StepChoice), and the host's own marked
     # spans (number, start ns, end ns) where the steps are the device's work dispatched inside them
     step_choice: object = None
+    # (program, op) of the GPU ops whose kernels ran inside XLA command buffers (rooflens.trace.command_buffers):
+    # launched as one graph each when the run is not profiled
+    command_buffer_ops: frozenset = frozenset()
     marked_steps: list[tuple[int, float, float]] = field(default_factory=list)
 
     @cached_property

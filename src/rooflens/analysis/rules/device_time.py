@@ -443,6 +443,14 @@ def rule_overheads(report: Report) -> list[Finding]:
             "a CUDA graph, or give each kernel more work (larger batch)")
         if report.platform == "cpu":  # no command buffers or CUDA graphs: XLA:CPU runs each op as a thunk
             fix = "fewer, larger ops: jit the whole step so XLA fuses more, or give each op more work (larger batch)"
+        buffered = _in_command_buffers(report)
+        if buffered:
+            evidence.append(buffered)
+            cause += ("; but under a profiler XLA runs its command buffers one launch at a time, so the gaps between "
+                      "their kernels are the profiler's: an unprofiled run launches each buffer as one graph")
+            fix = ("time the step unprofiled (the script's own timing) before acting on this: the gaps inside command "
+                   "buffers are not there then; if it is still slow, give each kernel more work (larger batch) or let "
+                   "XLA fuse more of the step")
     elif within_share >= 0.5:
         cause = ("the device waits inside its programs for the host: the runtime launching each op slower than the "
                  "device runs it (a library call's set-up, per-op host work), host callbacks, or transfers and "
@@ -465,6 +473,20 @@ def rule_overheads(report: Report) -> list[Finding]:
     f = Finding("overheads", "low", f"The device runs no kernel {fmt_percent(share)} of the {unit}", (), overhead_s,
                 tuple(evidence), cause, fix)
     return [with_saving(report, f, overhead_s, st.program)]
+
+
+def _in_command_buffers(report: Report) -> str:
+    """Evidence that the step's launches were the profiler's: its kernels ran in XLA command buffers, which XLA
+    runs one launch at a time while a profiler is on (``--xla_enable_command_buffers_during_profiling`` is off by
+    default); "" when none did."""
+    ops = [c for c in report.comparison if _in_step(report, c)]
+    inside = [c for c in ops if (c.program, c.name) in report.command_buffer_ops]
+    if not inside:
+        return ""
+    share = sum(c.occurrences for c in inside) / max(sum(c.occurrences for c in ops), 1)
+    return (f"{fmt_percent(share)} of the step's kernels ran inside XLA command buffers (CUDA graphs), which XLA "
+            "runs one launch at a time under a profiler: this trace launched them one by one, an unprofiled run "
+            "does not")
 
 
 PROFILER_TINY_STEP_S = 1e-3  # a step this short is where the tracer's per-op recording shows

@@ -145,6 +145,6 @@ def graph_launched(modules: dict) -> set[tuple[str, str]]:
 def launched_one_by_one(report: Report) -> list:
     """The op stats of ops that pay a launch each: not async starts (they only enqueue) and not the ops of
     a command buffer (one graph launch for all of them)."""
-    in_graph = graph_launched(report.modules or {})
+    in_graph = graph_launched(report.modules or {}) | report.command_buffer_ops  # the HLO's buffers, or the trace's
     return [s for s in report.stats.op_stats if not s.name.split(".")[0].endswith("-start")
             and (s.program, s.name) not in in_graph]
