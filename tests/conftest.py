@@ -81,7 +81,7 @@ def fixture_hlo_files() -> list[Path]:
         return []
     return sorted(
         p for p in FIXTURES.rglob("*.txt")
-        if "buffer-assignment" not in p.name and "memory-usage" not in p.name
+        if "buffer-assignment" not in p.name and "memory-usage" not in p.name and "live-range" not in p.name
     )
 
 

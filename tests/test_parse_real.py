@@ -47,7 +47,10 @@ def check_against_xla(text: str) -> int:
         assert sorted(i.name for i in comp.instructions) == sorted(set(rows) - implied), comp_name
         for ins in comp.instructions:
             opcode, operand_names, shape_text = rows[ins.name]
-            assert ins.opcode == opcode, (ins.name, ins.opcode, opcode)
+            # an async wrapper is printed by what it wraps (fusion-start) and is an async-start: one side may say either
+            a, b = sorted((ins.opcode, opcode))
+            sugar = a.startswith("async-") and b.endswith(a.removeprefix("async"))
+            assert ins.opcode == opcode or sugar, (ins.name, ins.opcode, opcode)
             assert tuple(o.name if o.index is None else f"{o.name}_{o.index}" for o in ins.operands) == \
                 operand_names, ins.name
             xs = parse_shape(shape_text)
@@ -82,7 +85,24 @@ def test_every_fixture_hlo_parses_and_round_trips(path):
     text = path.read_text()
     m = rl.hlo.parse(text)
     assert m.warnings == [], [str(w) for w in m.warnings]
+    if _NEWER_SYNTAX.search(text) and not _jaxlib_at_least(0, 11):
+        # printed by jaxlib 0.11 (operands written fusion#1), which this jaxlib's own parser cannot read: every
+        # instruction line is one instruction, and every operand one the module defines
+        lines = [ln for ln in text.splitlines() if re.match(r"\s*(?:ROOT\s+)?%?[\w.-]+ = ", ln)]
+        assert len(m.instructions()) == len(lines)
+        names = {i.name for i in m.instructions()}
+        assert all(o.name in names for i in m.instructions() for o in i.operands)
+        return
     assert check_against_xla(text) == len(m.instructions())
+
+
+_NEWER_SYNTAX = re.compile(r"[(,] ?%?[\w.-]+#\d+[,)]")
+
+
+def _jaxlib_at_least(major: int, minor: int) -> bool:
+    import jaxlib
+
+    return tuple(int(p) for p in jaxlib.__version__.split(".")[:2]) >= (major, minor)
 
 
 def test_fixture_dirs_hold_the_hlo_files():

@@ -1,14 +1,14 @@
 """A whole-run trace that cannot take the machine down: the process's memory watched while the trace is open.
 
 JAX's profiler keeps every event in memory until the trace stops (a 28.8 s PureJaxRL run traced whole held
-5.3 M CPU op events: 180 s and 15 GB), and writing them out takes two to four times as much again: measured on
+5.3 M CPU op events: 180 s and 15 GB), and writing them out takes two to five times as much again: measured on
 a CPU loop of small jitted calls (tests/run_scripts/runaway_trace.py), 536 MB of growth while tracing peaked at
-1.53 GB during ``stop_trace`` (2.85×), and 30-52 MB at 2.1-4.2× their growth. So ``rooflens run`` without a
-window watches the process's resident memory (``/proc/self/statm``; no psutil) from the moment the trace starts,
-and once it has grown by a fifth of ``--max-trace-memory`` (the rest is for the write: the whole capture stays
-within the limit) stops the trace: what was captured is written, the script runs on untraced, and the run's
-output, its ``rooflens.json`` (``trace_stopped``) and the report say so, with the way out (a window: ``--steps``
-or ``--duration``).
+1.53 GB during ``stop_trace`` (2.85×), 30-52 MB at 2.1-4.2× their growth, and (a fifth of a 300 MB limit) 309 MB
+in all, past the limit. So ``rooflens run`` without a window watches the process's resident memory
+(``/proc/self/statm``; no psutil) from the moment the trace starts, and once it has grown by a sixth of
+``--max-trace-memory`` (the rest is for the write: the whole capture stays within the limit) stops the
+trace: what was captured is written, the script runs on untraced, and the run's output, its ``rooflens.json``
+(``trace_stopped``) and the report say so, with the way out (a window: ``--steps`` or ``--duration``).
 
 The default limit is half of the machine's memory (or of the cgroup's limit, where that is smaller). Standard
 library only: the launcher (:mod:`rooflens.capture.launch`) loads it by path before the script runs.
@@ -27,8 +27,8 @@ if __package__:
 else:  # loaded by path, after the launcher loaded rooflens/units.py the same way (its ``_sibling``)
     units = sys.modules["_rooflens_units"]
 
-#: the trace's own growth may use this share of the limit; writing it needs 2-4 times that again (see above)
-TRACE_SHARE = 1 / 5
+#: the trace's own growth may use this share of the limit; writing it needs 2-5 times that again (see above)
+TRACE_SHARE = 1 / 6
 INTERVAL_S = 0.05  # how often the memory is read (~10 µs a read): 50 ms of a fast-growing trace is a few MB
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9, "t": 10**12,
           "tb": 10**12, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
@@ -114,8 +114,8 @@ def sentence(stopped: dict) -> str:
     """Why the trace stopped early, and what to do instead: for the run's output, rooflens.json and the report."""
     grew = stopped["rss_at_stop_bytes"] - stopped["rss_at_start_bytes"]
     return (f"the trace was stopped early, {stopped['after_s']:.3g} s after it started: the process's memory grew by "
-            f"{units.fmt_bytes(grew)} while tracing, past a fifth of --max-trace-memory "
+            f"{units.fmt_bytes(grew)} while tracing, past a sixth of --max-trace-memory "
             f"{units.fmt_bytes(stopped['limit_bytes'])} "
-            "(writing a trace takes up to four times its events' memory again); the profile holds what ran until "
+            "(writing a trace takes up to five times its events' memory again); the profile holds what ran until "
             "then, the rest of the run was not traced. To profile the steady state, trace a window: rooflens run "
             "--steps START:STOP, or --delay SECONDS --duration SECONDS")

@@ -22,7 +22,7 @@ from rooflens.cli.common import FiniteFloat, UserError
               help="Trace this long only (after --delay), like nsys --delay/--duration.")
 @click.option("--max-trace-memory", "max_trace_memory", default=None, metavar="SIZE",
               help="A whole run's trace is stopped early (and written, and the report says why) once the process's "
-              "memory has grown by a fifth of SIZE while tracing (writing it takes the rest), e.g. 4GB "
+              "memory has grown by a sixth of SIZE while tracing (writing it takes the rest), e.g. 4GB "
               "(default: half of this machine's memory).")
 @click.argument("script", required=False)
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
