@@ -118,6 +118,11 @@ def test_a_whole_run_traces_with_command_buffers_off(tmp_path):
     said = [n for n in rl.load(run).notes if "command buffers off" in n]
     assert len(said) == 1 and COMMAND_BUFFERS_OFF in said[0]
     assert not [n for n in rl.load(fixture_path(*H100, "annotated_whole_run")).notes if "command buffers off" in n]
+    # the launch findings' evidence: an unprofiled run launches its command buffers as graphs
+    from rooflens.analysis.rules.device_time import profiled_launches
+
+    assert "command buffers off" in profiled_launches(rl.analyze(rl.load(run)))
+    assert profiled_launches(rl.analyze(rl.load(fixture_path(*H100, "annotated_whole_run")))) == ""
 
 
 def test_the_autotuner_is_compilation_not_a_program():

@@ -329,7 +329,8 @@ def rule_tiny_ops(report: Report) -> list[Finding]:
         "tiny-ops", "low", f"Many tiny ops: {per_step:,.0f} per step per device, median {_ms(median)}",
         tuple(ref(s) for s in sorted(tiny, key=lambda s: -s.occurrences)[:6]), per_device_step(report, total),
         (f"median op time {_ms(median)} < {_ms(TINY_OP_S)} (about the cost of launching one)",
-         f"{per_step:,.0f} op executions per step per device across {plural(programs, 'program')}"),
+         f"{per_step:,.0f} op executions per step per device across {plural(programs, 'program')}",
+         *filter(None, [profiled_launches(report)])),
         "the work is split into kernels too small to amortise their launch and synchronisation (a Python loop "
         "of small jitted calls, or ops XLA could not fuse)",
         in_terms_of(report, "jit the whole step (one program), turn Python loops into lax.scan / vmap, or give each "
@@ -443,7 +444,7 @@ def rule_overheads(report: Report) -> list[Finding]:
             "a CUDA graph, or give each kernel more work (larger batch)")
         if report.platform == "cpu":  # no command buffers or CUDA graphs: XLA:CPU runs each op as a thunk
             fix = "fewer, larger ops: jit the whole step so XLA fuses more, or give each op more work (larger batch)"
-        buffered = _in_command_buffers(report)
+        buffered = profiled_launches(report)
         if buffered:
             evidence.append(buffered)
             cause += ("; but under a profiler XLA runs its command buffers one launch at a time, so the gaps between "
@@ -475,10 +476,14 @@ def rule_overheads(report: Report) -> list[Finding]:
     return [with_saving(report, f, overhead_s, st.program)]
 
 
-def _in_command_buffers(report: Report) -> str:
+def profiled_launches(report: Report) -> str:
     """Evidence that the step's launches were the profiler's: its kernels ran in XLA command buffers, which XLA
     runs one launch at a time while a profiler is on (``--xla_enable_command_buffers_during_profiling`` is off by
     default); "" when none did."""
+    if report.platform == "gpu" and report.metadata.get("xla_flags_added"):  # rooflens run's whole-run trace
+        return ("this whole run was traced with XLA's command buffers off (as XLA runs them under a profiler anyway, "
+                "one launch at a time): an unprofiled run launches each command buffer as one CUDA graph, so it "
+                "pays fewer launches than this trace shows")
     ops = [c for c in report.comparison if _in_step(report, c)]
     inside = [c for c in ops if (c.program, c.name) in report.command_buffer_ops]
     if not inside:
