@@ -132,6 +132,11 @@ def test_the_autotuner_is_compilation_not_a_program():
     programs = {c.program for c in rep.comparison} | {s.program for s in rep.op_stats}
     assert not [p for p in programs if p.startswith(("gemm_fusion", "input_reduce_fusion"))], programs
     assert rep.steps.program.startswith("jit_train_step") and rep.steps.steps == 18
+    # the same capture's Chrome JSON, read alone, finds the same autotuning
+    chrome = rl.load(fixture_path(*H100, "annotated_whole_run", "vm.trace.json.gz"))
+    assert [n for n in chrome.notes if n.startswith("XLA's autotuner")] == [said]
+    assert not [p for p in chrome.table.programs if p.startswith(("gemm_fusion", "input_reduce_fusion"))
+                and (chrome.table.program == chrome.table.programs.index(p)).any()]
     assert "RedzoneAllocator" not in " ".join(rep.notes) and ";  first run" not in " ".join(rep.notes)
 
 

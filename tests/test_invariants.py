@@ -47,6 +47,7 @@ CHIP_FROM_SOURCES = {
     "gpu_nvidia/nsys_sqlite/nsysai_pytorch_h100x2_1s.sqlite": "h100-sxm",  # 2 × H100 (SXM, as test_findings reads)
     "gpu_nvidia/nsys_sqlite/nsysai_pytorch_h100x2_mfu_before.sqlite": "h100-sxm",
     "gpu_nvidia/h100_jax0112/window_command_buffers/vm.trace.json.gz": "h100-sxm",  # the XSpace beside it: H100 80GB
+    "gpu_nvidia/h100_jax0112/annotated_whole_run/vm.trace.json.gz": "h100-sxm",
     "tpu/vllm_tpu_qwen3_2026_01_11_21_26_41.trace.json.gz": "tpu-v6e",  # the rates fit v6e or v7; tpu-inference: v6e
     "tpu/xprof_tpu_inference_2.v6e-4.DERIVED.trace.json.gz": "tpu-v6e",  # the XSpace beside it says 'TPU v6 Lite'
 }

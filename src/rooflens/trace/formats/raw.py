@@ -259,3 +259,41 @@ def kernels_note(names: list[str], index, dur_ps) -> str:
             "in all, counted in device busy time, no roofline): "
             + ", ".join(f"{n:,} × {name} ({fmt_seconds(t)})" for name, (n, t) in top[:4])
             + (f", and {len(top) - 4} more" if len(top) > 4 else ""))
+
+
+#: XLA's GPU autotuner at work (jaxlib 0.11): the kernels that guard and time its candidates
+#: (``stream_executor::gpu::RedzoneAllocatorKernelImpl``, ``…DelayKernel``, ``…RepeatBufferKernel``,
+#: ``xla_fp_comparison<…>``, which checks candidates' results against each other)
+AUTOTUNER_KERNEL = re.compile(r"^(?:void )?stream_executor::gpu::|xla_fp_comparison")
+
+
+def autotuning(kernel: np.ndarray, helper: np.ndarray, module: np.ndarray, none: int, has_op: np.ndarray,
+               dev: np.ndarray, start: np.ndarray, dur: np.ndarray, module_name) -> tuple[np.ndarray, str]:
+    """XLA's GPU autotuning, traced when the trace holds a compilation: (a mask of its events, a note on them).
+
+    The autotuner compiles each fusion it tunes as a module of its own, named after the fusion
+    (``gemm_fusion_dot.1``, ``input_reduce_fusion``), and runs its candidate kernels between its own helper
+    kernels (:data:`AUTOTUNER_KERNEL`), which carry that module's ``hlo_module``; the memsets and copies that
+    prepare the candidates' buffers name no module. Those modules, the helpers and the kernels naming no op on
+    the device while it tunes are compilation work, not the programs the script ran. Over every event: ``kernel``
+    (a GPU kernel-line event), ``helper`` (an autotuner kernel by name), ``module`` (its module's code, ``none``
+    for none), ``has_op`` (it names an HLO op); ``module_name(code)`` names a module."""
+    mask = helper & kernel
+    if not mask.any():
+        return np.zeros(len(kernel), np.bool_), ""
+    tuned = np.unique(module[mask])
+    tuned = tuned[tuned != none]
+    mask |= kernel & np.isin(module, tuned)
+    no_op = np.flatnonzero(kernel & ~has_op)
+    for d in np.unique(dev[mask]).tolist():
+        on = mask & (dev == d)
+        first, last = start[on].min(), (start[on] + dur[on]).max()
+        mask[no_op[(dev[no_op] == d) & (start[no_op] >= first) & (start[no_op] < last)]] = True
+    from rooflens.units import fmt_seconds, plural
+
+    modules = sorted(module_name(int(c)) for c in tuned)
+    what = (f"timing candidate kernels of {plural(len(modules), 'fusion')} ({', '.join(modules[:3])}"
+            f"{', …' if len(modules) > 3 else ''})" if modules else "checking candidate kernels")
+    return mask, (f"XLA's autotuner ran {plural(int(mask.sum()), 'kernel')} on the GPU while compiling, "
+                  f"{fmt_seconds(float(dur[mask].sum()) * 1e-12)} in all, {what}: compilation work, not "
+                  "the programs', left out of the device's ops")

@@ -11,6 +11,7 @@ import numpy as np
 from rooflens.errors import RooflensError
 from rooflens.trace import events as E
 from rooflens.trace.formats.raw import (
+    AUTOTUNER_KERNEL,
     DEVICE_PLANE,
     DISPATCH,
     DISPATCH_PREFIXES,
@@ -18,6 +19,7 @@ from rooflens.trace.formats.raw import (
     HOST_EVENT_MIN_PS,
     Progress,
     RawTrace,
+    autotuning,
     containing,
     device_span,
     foreign_note,
@@ -106,19 +108,25 @@ def read_chrome(path: Path, progress: Progress = None) -> RawTrace:
             if args is not None:
                 op_meta.setdefault(key, trace_op_meta(args))
         parts.append((tpu, dev[tpu], name_c, prog))
-    gpu = np.flatnonzero((kind == 2) & (c["hlo_op"] >= 0))
-    if len(gpu):
-        platform, device_kind = "gpu", "GPU"
-        parts.append((gpu, dev[gpu], _in_command_buffers(c, gpu, words, code), _chrome_programs(c, gpu, word, code)))
     from rooflens.trace.formats.xspace.decode import is_kernel_line
 
     kernel_line = np.asarray([is_kernel_line(x) or (int(p) in kineto and x.lower().startswith("stream"))
                               for x, (p, _) in zip(line_names, line_key.tolist())] + [False])
+    notes = []
+    kernel = (kind == 2) & (ev_role == 0) & kernel_line[line_inv] if n else np.zeros(0, np.bool_)
+    helper = np.asarray([bool(AUTOTUNER_KERNEL.search(w)) for w in words] + [False])[c["name"]] if n else kernel
+    tuning, said = autotuning(kernel, helper, c["hlo_module"], -1, c["hlo_op"] >= 0, dev, start, dur,
+                              lambda m: words[m])
+    if said:
+        notes.append(said)
+    gpu = np.flatnonzero((kind == 2) & (c["hlo_op"] >= 0) & ~tuning)
+    if len(gpu):
+        platform, device_kind = "gpu", "GPU"
+        parts.append((gpu, dev[gpu], _in_command_buffers(c, gpu, words, code), _chrome_programs(c, gpu, word, code)))
     # Kineto's copy engines and its waits (cuda_sync: "Stream Sync", "Context Sync", "Stream Wait Event") are no kernels
     copies = np.asarray([w.startswith(("Memcpy", "Memset")) or w in KINETO_WAITS for w in words] + [False])
     other = np.flatnonzero((kind == 2) & (c["hlo_op"] < 0) & (ev_role == 0) & kernel_line[line_inv]
-                           & ~copies[c["name"]]) if n else []
-    notes = []
+                           & ~copies[c["name"]] & ~tuning) if n else []
     framework = "PyTorch" if kineto else framework_of(bool(parts), line_names)
     if len(other):  # kernels that name no HLO op: counted, by kernel name, in no XLA program (as the XSpace reader)
         platform, device_kind = "gpu", device_kind or "GPU"

@@ -8,7 +8,6 @@ enclosing ``CommonPjRtLoadedExecutable::Execute`` event's ``global_device_id``).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,11 +16,13 @@ import numpy as np
 from rooflens.trace import events as E
 from rooflens.trace.formats.compiled import njit, plain_twin
 from rooflens.trace.formats.raw import (
+    AUTOTUNER_KERNEL,
     DEVICE_PLANE,
     DISPATCH,
     EXECUTE_PREFIXES,
     Progress,
     RawTrace,
+    autotuning,
     containing,
     device_span,
     foreign_note,
@@ -238,12 +239,6 @@ def _in_command_buffers(x, ev: _Events, rows: np.ndarray, names: np.ndarray, voc
     return names
 
 
-#: XLA's GPU autotuner at work (jaxlib 0.11): the kernels that guard and time its candidates
-#: (``stream_executor::gpu::RedzoneAllocatorKernelImpl``, ``…DelayKernel``, ``…RepeatBufferKernel``,
-#: ``xla_fp_comparison<…>``, which checks candidates' results against each other)
-AUTOTUNER_KERNEL = re.compile(r"^(?:void )?stream_executor::gpu::|xla_fp_comparison")
-
-
 def _kernel_rows(x, ev: _Events) -> np.ndarray:
     from rooflens.trace.formats.xspace.decode import is_kernel_line
 
@@ -252,41 +247,16 @@ def _kernel_rows(x, ev: _Events) -> np.ndarray:
 
 
 def _autotuning(x, ev: _Events) -> tuple[np.ndarray, str]:
-    """XLA's GPU autotuning, traced when the trace holds a compilation: (a mask of its events, a note on them).
-
-    The autotuner compiles each fusion it tunes as a module of its own, named after the fusion
-    (``gemm_fusion_dot.1``, ``input_reduce_fusion``), and runs its candidate kernels between its own helper
-    kernels (:data:`AUTOTUNER_KERNEL`), which carry that module's ``hlo_module``. Those modules are
-    compilation work, not programs the script ran; they and the helpers are left out of the device's ops."""
-    mask = np.zeros(len(x), np.bool_)
-    rows = np.flatnonzero(_kernel_rows(x, ev))
-    if not len(rows):
-        return mask, ""
-    uk, inv = np.unique(_metadata_key(x, ev, rows), return_inverse=True)
-    helper = np.asarray([bool(AUTOTUNER_KERNEL.search(_metadata_of(x, k)[0] or "")) for k in uk.tolist()])[inv.ravel()]
-    if not helper.any():
-        return mask, ""
-    mod = x.col("hlo_module")
-    tuned = np.unique(mod[rows[helper]])
-    tuned = tuned[tuned != W.NONE]
-    mask[rows[helper]] = True
-    mask[np.flatnonzero((ev.kind == 2) & np.isin(mod, tuned))] = True
-    # the memsets and copies that prepare the candidates' buffers name no module: the kernels naming no HLO op
-    # while it tunes, on its device, are its too
-    no_op = rows[x.col("hlo_op")[rows] == W.NONE]
-    for d in np.unique(ev.dev[mask]).tolist():
-        on = mask & (ev.dev == d)
-        first, last = ev.start[on].min(), (ev.start[on] + ev.dur[on]).max()
-        mine = no_op[(ev.dev[no_op] == d) & (ev.start[no_op] >= first) & (ev.start[no_op] < last)]
-        mask[mine] = True
-    from rooflens.units import fmt_seconds, plural
-
-    modules = sorted(x.strings[int(c)] for c in tuned)
-    what = (f"timing candidate kernels of {plural(len(modules), 'fusion')} ({', '.join(modules[:3])}"
-            f"{', …' if len(modules) > 3 else ''})" if modules else "checking candidate kernels")
-    return mask, (f"XLA's autotuner ran {plural(int(mask.sum()), 'kernel')} on the GPU while compiling, "
-                  f"{fmt_seconds(float(ev.dur[mask].sum()) * 1e-12)} in all, {what}: compilation work, not "
-                  "the programs', left out of the device's ops")
+    """XLA's GPU autotuning (:func:`rooflens.trace.formats.raw.autotuning`): a mask of its events, and a note."""
+    kernel = _kernel_rows(x, ev)
+    rows = np.flatnonzero(kernel)
+    helper = np.zeros(len(x), np.bool_)
+    if len(rows):
+        uk, inv = np.unique(_metadata_key(x, ev, rows), return_inverse=True)
+        named = np.asarray([bool(AUTOTUNER_KERNEL.search(_metadata_of(x, k)[0] or "")) for k in uk.tolist()])
+        helper[rows] = named[inv.ravel()]
+    return autotuning(kernel, helper, x.col("hlo_module"), W.NONE, x.col("hlo_op") != W.NONE, ev.dev, ev.start, ev.dur,
+                      lambda c: x.strings[c])
 
 
 def _kernels_without_op(x, ev: _Events, vocab, tuning: np.ndarray):
