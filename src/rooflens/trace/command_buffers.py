@@ -4,20 +4,22 @@ XLA:GPU gathers runs of thunks into command buffers (CUDA graphs). While a profi
 them one thunk at a time (``--xla_enable_command_buffers_during_profiling`` is off by default), but every
 kernel inside carries the command buffer's annotation as its ``hlo_op`` (``command_buffer_1``), not its
 own op's: on jaxlib 0.11 and an H100, a Flax MLP's step ran 33 kernels a step under ``command_buffer_1``,
-its nine matmuls among them, so the step had no op to price and no MFU.
+its eight matmuls among them, so the step had no op to price and no MFU.
 
 Each kernel still has its own name. An XLA fusion's kernel is named after the fusion (``loop_add_fusion_3``
 for ``loop_add_fusion.3``), or after the fusion whose kernel it reuses (its ``deduplicated_name``, so one
 kernel name can stand for several fusions); a library call's kernel is the library's (``nvjet_sm90_…``
 for a cuBLAS matmul), with a memset before it. So the kernels of a program on one device, in time order,
-are walked against the program's schedule (its entry computation, in order): a fusion's kernel is the
-next instruction launching that kernel; another kernel, the next launching instruction that is not a
-fusion (a custom call, a collective, a copy); a memset or a copy goes with the op after it. The walk
-wraps at the schedule's end (the next execution). A kernel that fits nowhere keeps the command buffer's
-name, and the note says how many did.
+are walked against the program's schedule (:func:`schedule`: the entry computation in order, loop bodies and
+other called computations in place): a fusion's kernel is the next instruction launching that kernel (inside a
+loop, the rest of the loop first, then its next trip); another kernel, the next launching instruction that is
+not a fusion (a custom call, a collective, a copy, a dynamic slice run as a copy); a memset or a copy goes with
+the op after it. The walk wraps at the schedule's end (the next execution). A kernel that fits nowhere keeps
+the command buffer's name, and the note says how many did. Checked against the same programs compiled without
+command buffers (tests/test_gpu_h100.py).
 
-The reader (:mod:`rooflens.trace.formats.xspace.reader`) names such a kernel ``{hlo_op}{SEP}{kernel}``;
-:func:`attribute` resolves every such name, with the HLO or without it.
+The readers (XSpace, Chrome JSON) name such a kernel ``{hlo_op}{SEP}{kernel}``; :func:`attribute` (called by
+:func:`rooflens.trace.assemble.assemble`) resolves every such name, with the HLO or without it.
 """
 
 from __future__ import annotations
