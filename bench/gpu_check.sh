@@ -7,16 +7,8 @@
 #   3. an Nsight Systems SQLite export of the small program, where nsys is installed.
 # Everything lands in $OUT (default /tmp/rooflens-gpu-check): each logdir as a .tgz, each report as JSON, logs.
 #     bash bench/gpu_check.sh [PYTEST_SECONDS]
-set -u
 OUT="${OUT:-/tmp/rooflens-gpu-check}"
-mkdir -p "$OUT"
-PY="${PYTHON:-python3}"
-if [ -d .whl ]; then  # wheels of what the machine lacks (orjson, grandalf, the ADBC driver), carried here
-  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/rl-site .whl/*.whl \
-    && export PYTHONPATH="/tmp/rl-site"
-fi
-export PYTHONPATH="$PWD/src:$PWD:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
-exec > >(tee "$OUT/log.txt") 2>&1
+source "$(dirname "$0")/gpu_env.sh"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
 "$PY" -c "import jax, jaxlib; print('jax', jax.__version__, 'jaxlib', jaxlib.__version__, jax.devices())"
 for script in tests/step_scripts/annotated.py bench/gpu_mlp.py; do

@@ -5,16 +5,9 @@
 # whose kernels name their own HLO ops: the oracle for rooflens.trace.command_buffers. Each logdir lands in $OUT as a
 # .tgz, with its report's JSON.
 #     bash bench/gpu_fixtures.sh
-set -u
 OUT="${OUT:-/tmp/rooflens-gpu-fixtures}"
-mkdir -p "$OUT"
-PY="${PYTHON:-python3}"
-if [ -d .whl ]; then
-  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/rl-site .whl/*.whl \
-    && export PYTHONPATH="/tmp/rl-site"
-fi
-export PYTHONPATH="$PWD/src:$PWD:${PYTHONPATH:-}" PYTHONUNBUFFERED=1 WIDTH=4096 BATCH=4096
-exec > >(tee "$OUT/log.txt") 2>&1
+source "$(dirname "$0")/gpu_env.sh"
+export WIDTH=4096 BATCH=4096
 "$PY" -c "import jax, jaxlib; print('jax', jax.__version__, 'jaxlib', jaxlib.__version__, jax.devices())"
 for name in command_buffers no_command_buffers; do
   logs="/tmp/$name"

@@ -5,16 +5,8 @@
 # `rooflens run` (CUDA_ERROR_LAUNCH_FAILED): the script plain, under a bare jax.profiler trace, and under rooflens
 # run with command buffers off.
 #     bash bench/gpu_loops.sh
-set -u
 OUT="${OUT:-/tmp/rooflens-gpu-loops}"
-mkdir -p "$OUT"
-PY="${PYTHON:-python3}"
-if [ -d .whl ]; then
-  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/rl-site .whl/*.whl \
-    && export PYTHONPATH="/tmp/rl-site"
-fi
-export PYTHONPATH="$PWD/src:$PWD:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
-exec > >(tee "$OUT/log.txt") 2>&1
+source "$(dirname "$0")/gpu_env.sh"
 echo "== linen_window_no_cb"
 rm -rf /tmp/linen_window_no_cb
 XLA_FLAGS=--xla_gpu_enable_command_buffer= timeout 150 "$PY" -m rooflens run --logdir /tmp/linen_window_no_cb \

@@ -3,16 +3,8 @@
 # layers run under nn.scan + remat (a while loop on the device), annotated and windowed; the Equinox GPT (lax.scan +
 # checkpoint, filter_jit), windowed by its step function and traced whole. Reports' heads and each logdir in $OUT.
 #     bash bench/gpu_scripts.sh
-set -u
 OUT="${OUT:-/tmp/rooflens-gpu-scripts}"
-mkdir -p "$OUT"
-PY="${PYTHON:-python3}"
-if [ -d .whl ]; then
-  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/rl-site .whl/*.whl \
-    && export PYTHONPATH="/tmp/rl-site"
-fi
-export PYTHONPATH="$PWD/src:$PWD:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
-exec > >(tee "$OUT/log.txt") 2>&1
+source "$(dirname "$0")/gpu_env.sh"
 run() {  # name, rooflens run's arguments…
   local name="$1"; shift
   echo "== $name: rooflens run $*"
