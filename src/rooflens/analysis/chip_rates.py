@@ -24,7 +24,8 @@ from rooflens.cost.kernels import instruction_module
 from rooflens.errors import RooflensError
 from rooflens.hardware import Chip, ChipError
 from rooflens.hardware.infer import MeasuredRate, infer_chip_from_rates
-from rooflens.trace.groupby import group_medians, unique_inverse
+from rooflens.trace.events import unique_rows
+from rooflens.trace.groupby import group_medians
 from rooflens.trace.profile import Profile
 
 #: XLA Ops ``hlo_category`` values whose counts do not bound HBM or MXU work (xprof's categories)
@@ -54,10 +55,9 @@ def _median_s(profile: Profile) -> dict[tuple[str, str], float]:
     t = profile.table
     if not len(t):
         return {}
-    width = len(t.names) + 1
-    keys, inv = unique_inverse(t.program.astype(np.int64) * width + t.name)
-    _, medians = group_medians(inv, len(keys), t.dur_ps.astype(np.float64))
-    return {(t.programs[k // width], t.names[k % width]): m * 1e-12 for k, m in zip(keys.tolist(), medians.tolist())}
+    ops, inv = unique_rows(t.program, t.name)
+    _, medians = group_medians(inv, len(ops), t.dur_ps.astype(np.float64))
+    return {(t.programs[p], t.names[n]): m * 1e-12 for (p, n), m in zip(ops.tolist(), medians.tolist())}
 
 
 def op_rates(profile: Profile) -> list[MeasuredRate]:

@@ -50,7 +50,6 @@ from rooflens.hlo.graph import OpGraph, op_graph
 from rooflens.memory.summary import MemorySummary
 from rooflens.trace.assemble import NO_STEPS
 from rooflens.trace.events import unique_rows
-from rooflens.trace.groupby import unique_inverse
 from rooflens.trace.idle import measure_steady_state
 from rooflens.trace.profile import Profile
 from rooflens.trace.stats import OpStats, busy_union, op_stats
@@ -511,12 +510,11 @@ def representative_timeline(profile: Profile, limit: int = MAX_TIMELINE_OPS) -> 
     start = t.start_ns
     sel = np.flatnonzero((start >= s0) & (start <= s1))[:limit]
     lane_keys, lane_of = unique_rows(t.host[sel], t.device[sel])  # lanes sorted by (host, device)
-    width = len(t.names) + 1
-    op_codes, op_of = unique_inverse(t.program[sel].astype(np.int64) * width + t.name[sel])
+    op_pairs, op_of = unique_rows(t.program[sel], t.name[sel])
     info = profile.op_info
     op_cat = []
-    for code in op_codes.tolist():  # each distinct op once: its name and category
-        program, name = t.programs[code // width], t.names[code % width]
+    for p, n in op_pairs.tolist():  # each distinct op once: its name and category
+        program, name = t.programs[p], t.names[n]
         oi = info.get((program, name))
         op_cat.append((name, oi.category if oi else "unknown"))
     cats = {op_cat[k][1] for k in set(op_of.tolist())}

@@ -40,6 +40,21 @@ _DONE = re.compile(r"-done$")
 _DEDUP = re.compile(r'deduplicated_name="([^"]+)"')
 
 
+def labelled(names: np.ndarray, kernels: np.ndarray, words: list[str], code, kernel_name) -> np.ndarray:
+    """A reader's op name codes of GPU kernels (``names``, into ``words``; ``code(text)`` adds one), with each kernel
+    run inside a command buffer (its op one named ``command_buffer_1``) named ``command_buffer_1{SEP}{kernel}``, for
+    :func:`attribute`. ``kernels``: a key per kernel for its own name, ``kernel_name(key)`` that name."""
+    buffers = [c for c, w in enumerate(words) if COMMAND_BUFFER.match(w)]
+    inside = np.flatnonzero(np.isin(names, buffers)) if buffers else np.zeros(0, np.int64)
+    if not len(inside):
+        return names
+    names = names.copy()
+    pair, inv = unique_rows(names[inside], kernels[inside])
+    texts = [f"{words[a]}{SEP}{kernel_name(b) or 'kernel'}" for a, b in pair.tolist()]
+    names[inside] = np.asarray([code(t) for t in texts], names.dtype)[inv.ravel()]
+    return names
+
+
 def kernel_key(name: str) -> str:
     """The name of the kernel XLA emits for an instruction name (LLVM function names: ``.``/``-`` → ``_``)."""
     return re.sub(r"[^A-Za-z0-9_]", "_", name)

@@ -361,6 +361,7 @@ def _device_time(t, start, end, dur, sel: np.ndarray, dev: int, t0: float, n_gap
     busy, ms, me = busy_union(s, e)
     window = float(e.max() - s.min())
     gaps = []
+    frames = host_events or host_spans([])
     if len(ms) > 1:
         g = ms[1:] - me[:-1]
         for k in np.argsort(-g)[:n_gaps]:
@@ -371,8 +372,7 @@ def _device_time(t, start, end, dur, sel: np.ndarray, dev: int, t0: float, n_gap
             before = sel[lo + int(np.argmax(e[lo:nxt] == me[k]))]
             after = sel[nxt] if nxt < len(sel) else before
             gaps.append(Gap(dev, float(me[k] - t0) * 1e-9, float(g[k]) * 1e-9, t.names[t.name[before]],
-                            t.names[t.name[after]], _host_during(host_events or host_spans([]),
-                                                                      float(me[k]), float(ms[k + 1]))))
+                            t.names[t.name[after]], _host_during(frames, float(me[k]), float(ms[k + 1]))))
     host = t.hosts[int(t.host[sel[0]])] if len(sel) else ""
     return DeviceTime(dev, host, busy * 1e-9, window * 1e-9, (window - busy) * 1e-9,
                       float((dur if every else dur[sel]).sum()) * 1e-9,

@@ -616,13 +616,19 @@ def without_compilations(profile, steps: list, function: str) -> tuple[list, str
     own = {want, letters(DRAIN_FUNCTION)}
     spans = [(a * 1e9 + offset_ns, b * 1e9 + offset_ns, name) for a, b, name in
              compile_spans_unix_s(profile.manifest) if name and letters(name) not in own]
-    held = {}
-    for n, s, e in steps:  # one name per function (its compilations are recorded as f, jit(f), jit_f)
-        names: dict[str, str] = {}
-        for _, b, name in spans:  # the step it ends in is the one the device waits in (a compilation that
-            if s <= b < e:  # starts while the last step runs, on the host's clock, is not that step's)
-                names.setdefault(letters(name), unwrapped(name))
-        held[n] = sorted(names.values())
+    # the step a compilation ends in is the one the device waits in (one that starts while the last step runs, on
+    # the host's clock, is not that step's); one name per function (its compilations are recorded as f, jit(f), jit_f)
+    step_start = np.asarray([s for _, s, _ in steps], float)
+    step_end = np.asarray([e for _, _, e in steps], float)
+    by_step: list[dict[str, str]] = [{} for _ in steps]
+    if spans and len(steps):
+        order = np.argsort(step_start, kind="stable")
+        ends = np.asarray([b for _, b, _ in spans], float)
+        last = np.searchsorted(step_start[order], ends, side="right") - 1  # the last step starting by each end
+        for (_, b, name), i in zip(spans, last.tolist()):
+            if i >= 0 and b < step_end[order[i]]:
+                by_step[order[i]].setdefault(letters(name), unwrapped(name))
+    held = {n: sorted(by_step[i].values()) for i, (n, _, _) in enumerate(steps)}
     clean = [st for st in steps if not held[st[0]]]
     if not clean or len(clean) == len(steps):
         return steps, ""

@@ -450,18 +450,17 @@ def warmup_summary(programs: list[dict], limit: int = 4) -> str:
     return "; ".join(parts) + (f"; and {more} more program(s)" if more > 0 else "")
 
 
-def clear_of(steps: list[tuple[int, float, float]], start: np.ndarray, end: np.ndarray) -> list:
-    """The steps (number, start, end) that overlap none of the intervals [``start``, ``end``]: one sort and a
-    search, not a pass over the intervals per step (a long run has thousands of steps)."""
+def held_by(steps: list[tuple[int, float, float]], start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Per step (number, start, end), whether it overlaps any of the intervals [``start``, ``end``]: one sort and
+    a search, not a pass over the intervals per step (a long run has thousands of steps)."""
     if not len(start):
-        return list(steps)
+        return np.zeros(len(steps), np.bool_)
     order = np.argsort(start, kind="stable")
     s_sorted, reach = start[order], np.maximum.accumulate(end[order])  # the latest end of those started so far
     step_end = np.asarray([e for _, _, e in steps], float)
     step_start = np.asarray([b for _, b, _ in steps], float)
     k = np.searchsorted(s_sorted, step_end, side="left")  # the intervals starting before each step's end
-    hit = (k > 0) & (reach[np.maximum(k - 1, 0)] > step_start)
-    return [st for st, h in zip(steps, hit.tolist()) if not h]
+    return (k > 0) & (reach[np.maximum(k - 1, 0)] > step_start)
 
 
 def judge(profile, step_fn: str | None = None):
@@ -512,10 +511,10 @@ def judge(profile, step_fn: str | None = None):
         info["excluded"] = False
     steady = _take(t, kept)
     if steps:  # marked steps holding a warm-up execution are warm-up steps
-        clean = clear_of(steps, t.start_ns[warm], t.end_ns[warm])
-        if clean and info["excluded"]:
-            info["warmup_steps"] = [s[0] for s in steps if s not in clean]
-            steps = clean
+        held = held_by(steps, t.start_ns[warm], t.end_ns[warm]).tolist()
+        if not all(held) and info["excluded"]:
+            info["warmup_steps"] = [s[0] for s, h in zip(steps, held) if h]
+            steps = [s for s, h in zip(steps, held) if not h]
         info["steady_start_ns"] = float(steps[0][1])
         assign_steps(steady, steps)
         if choice is not None and len(steady):  # its program with the most time, once warm-up is out
@@ -541,10 +540,10 @@ def judge(profile, step_fn: str | None = None):
             # one-off: an optimizer update first called after the first micro-batches, an evaluation first run
             # at step 100) is warm-up; the step function's own end the steps before them (own_warmup_starts_ns)
             other = warm & ~np.isin(t.program, codes)
-            clean = clear_of(steps, t.start_ns[other], t.end_ns[other])
-            if clean and len(clean) < len(steps):
-                info["warmup_steps"] = [s[0] for s in steps if s not in clean]
-                steps = clean
+            held = held_by(steps, t.start_ns[other], t.end_ns[other]).tolist()
+            if any(held) and not all(held):
+                info["warmup_steps"] = [s[0] for s, h in zip(steps, held) if h]
+                steps = [s for s, h in zip(steps, held) if not h]
         if steps:
             assign_steps(steady, steps)
             info["inferred_steps_from"] = main

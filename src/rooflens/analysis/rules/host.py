@@ -258,27 +258,26 @@ def _implicit_finding(report: Report, implicit: Implicit, measured: MeasuredTran
                            f"transfers on each device, {_ms(measured.exposed_s)} of it with no kernel alongside: "
                            "what fixing them gives back at most")
     reshards = sum(x.startswith("device-to-device") for x in transfers)
-    if reshards == len(transfers):  # every one a copy between devices: an array resharded to the step's input
-        what = plural(len(transfers), "implicit device-to-device transfer")
-    elif reshards:
+    host = (plural(len(transfers), "implicit host↔device transfer"),
+            "NumPy arrays or Python scalars cross to the device each step (or device values are read back), which "
+            "serialises host and device",
+            "device_put inputs ahead of time (prefetch), keep the loop state on the device, and read values back "
+            "only when needed")
+    reshard = (plural(len(transfers), "implicit device-to-device transfer"),
+               "an array placed on one device or sharding is copied to the sharding the step takes on every call (one "
+               "device's array fed to a pmap or a sharded jit)",
+               "put such an input in the step's input sharding once, outside the loop (jax.device_put(x, sharding)), "
+               "and keep the loop state in the sharding the step returns")
+    if not reshards:
+        what, cause, fix = host
+    elif reshards == len(transfers):  # every one a copy between devices: an array resharded to the step's input
+        what, cause, fix = reshard
+    else:
         what = (f"{plural(len(transfers), 'implicit transfer')} ({len(transfers) - reshards:,} host↔device, "
                 f"{reshards:,} device-to-device)")
-    else:
-        what = plural(len(transfers), "implicit host↔device transfer")
-    host_cause = ("NumPy arrays or Python scalars cross to the device each step (or device values are read back), "
-                  "which serialises host and device")
-    reshard_cause = ("an array placed on one device or sharding is copied to the sharding the step takes on every "
-                     "call (one device's array fed to a pmap or a sharded jit)")
-    host_fix = ("device_put inputs ahead of time (prefetch), keep the loop state on the device, and read values back "
-                "only when needed")
-    reshard_fix = ("put such an input in the step's input sharding once, outside the loop (jax.device_put(x, "
-                   "sharding)), and keep the loop state in the sharding the step returns")
-    f = Finding(
-        "host-transfers", "medium" if len(transfers) >= TRANSFERS_PER_STEP * steps else "low",
-        f"{what} inside the window", (), 0.0, tuple(evidence),
-        reshard_cause if reshards == len(transfers) else f"{host_cause}; and {reshard_cause}" if reshards
-        else host_cause,
-        reshard_fix if reshards == len(transfers) else f"{host_fix}; {reshard_fix}" if reshards else host_fix)
+        cause, fix = f"{host[1]}; and {reshard[1]}", f"{host[2]}; {reshard[2]}"
+    f = Finding("host-transfers", "medium" if len(transfers) >= TRANSFERS_PER_STEP * steps else "low",
+                f"{what} inside the window", (), 0.0, tuple(evidence), cause, fix)
     return with_saving(report, f, per, report.steps.program if report.steps else None, severity=False)
 
 

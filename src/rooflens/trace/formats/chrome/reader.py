@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from rooflens.errors import RooflensError
+from rooflens.trace import command_buffers
 from rooflens.trace import events as E
 from rooflens.trace.formats.raw import (
     AUTOTUNER_KERNEL,
@@ -122,7 +123,8 @@ def read_chrome(path: Path, progress: Progress = None) -> RawTrace:
     gpu = np.flatnonzero((kind == 2) & (c["hlo_op"] >= 0) & ~tuning)
     if len(gpu):
         platform, device_kind = "gpu", "GPU"
-        parts.append((gpu, dev[gpu], _in_command_buffers(c, gpu, words, code), _chrome_programs(c, gpu, word, code)))
+        names = command_buffers.labelled(c["hlo_op"][gpu], c["name"][gpu], words, code, lambda k: words[k])
+        parts.append((gpu, dev[gpu], names, _chrome_programs(c, gpu, word, code)))
     # Kineto's copy engines and its waits (cuda_sync: "Stream Sync", "Context Sync", "Stream Wait Event") are no kernels
     copies = np.asarray([w.startswith(("Memcpy", "Memset")) or w in KINETO_WAITS for w in words] + [False])
     other = np.flatnonzero((kind == 2) & (c["hlo_op"] < 0) & (ev_role == 0) & kernel_line[line_inv]
@@ -169,23 +171,6 @@ def _dispatches(c: dict, words: list[str], kind: np.ndarray, line: np.ndarray, s
     run = np.flatnonzero(host & is_execute[c["name"]])
     return top_level_dispatches(c["name"][rows], [f or "" for f in fn], line[rows], start[rows], dur[rows],
                                 line[run], start[run])
-
-
-def _in_command_buffers(c: dict, rows: np.ndarray, words: list[str], code) -> np.ndarray:
-    """The kernels' op name codes, a kernel run inside a command buffer named ``command_buffer_1{SEP}{kernel}`` (as
-    the XSpace reader names it, for :func:`rooflens.trace.command_buffers.attribute`)."""
-    from rooflens.trace.command_buffers import COMMAND_BUFFER, SEP
-
-    names = c["hlo_op"][rows]
-    buffers = [k for k, w in enumerate(words) if COMMAND_BUFFER.match(w)]
-    inside = np.flatnonzero(np.isin(names, buffers)) if buffers else np.zeros(0, np.int64)
-    if not len(inside):
-        return names
-    names = names.copy()
-    pair, inv = E.unique_rows(names[inside], c["name"][rows[inside]])
-    texts = [f"{words[a]}{SEP}{words[b]}" for a, b in pair.tolist()]
-    names[inside] = np.asarray([code(t) for t in texts], names.dtype)[inv.ravel()]
-    return names
 
 
 def _chrome_programs(c: dict, rows: np.ndarray, word: np.ndarray, code) -> np.ndarray:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from rooflens.trace import command_buffers
 from rooflens.trace import events as E
 from rooflens.trace.formats.compiled import njit, plain_twin
 from rooflens.trace.formats.raw import (
@@ -87,7 +88,9 @@ def read_xspace(path: Path, progress: Progress = None, device_time: bool = True)
     if len(gpu_ops):  # GPU: kernels that name their HLO op
         platform = "gpu"
         names, programs = _string_codes(x, gpu_ops, vocab.code)
-        parts.append((gpu_ops, ev.dev[gpu_ops], _in_command_buffers(x, ev, gpu_ops, names, vocab), programs))
+        names = command_buffers.labelled(names, _metadata_key(x, ev, gpu_ops), vocab.words, vocab.code,
+                                         lambda k: _metadata_of(x, k)[0])
+        parts.append((gpu_ops, ev.dev[gpu_ops], names, programs))
     protos_seen = any(p.name == "/host:metadata" and len(p.meta_ids) for p in x.planes)
     framework = framework_of(bool(parts) or protos_seen, x.line_names)
     if (other := _kernels_without_op(x, ev, vocab, tuning)) is not None:  # counted, as XProf's kernel stats count them
@@ -219,24 +222,6 @@ def _tpu_ops(x, ev: _Events, vocab, hlo_text: dict, op_meta: dict):
         if metas[k] is not None:
             op_meta.setdefault(op_key, metas[k])
     return tpu_ops, ev.dev[tpu_ops], name_c[inv.ravel()], prog
-
-
-def _in_command_buffers(x, ev: _Events, rows: np.ndarray, names: np.ndarray, vocab) -> np.ndarray:
-    """The op name codes, with each kernel run inside a command buffer (``hlo_op`` ``command_buffer_1``) named
-    ``command_buffer_1{SEP}{its kernel's name}``, for :func:`rooflens.trace.command_buffers.attribute`."""
-    from rooflens.trace.command_buffers import COMMAND_BUFFER, SEP
-
-    buffers = [c for c, w in enumerate(vocab.words) if COMMAND_BUFFER.match(w)]
-    inside = np.flatnonzero(np.isin(names, buffers)) if buffers else np.zeros(0, np.int64)
-    if not len(inside):
-        return names
-    names = names.copy()
-    keys = _metadata_key(x, ev, rows[inside])
-    pair, inv = E.unique_rows(names[inside], keys)
-    codes = np.asarray([vocab.code(f"{vocab.words[int(c)]}{SEP}{_metadata_of(x, int(k))[0] or 'kernel'}")
-                        for c, k in pair.tolist()], np.int64)
-    names[inside] = codes[inv.ravel()]
-    return names
 
 
 def _kernel_rows(x, ev: _Events) -> np.ndarray:
