@@ -487,14 +487,59 @@ def _write_trace() -> None:
 
     with contextlib.suppress(Exception):
         S.snapshot = jprof.device_memory_profile()
+    run_dir = os.path.join(S.logdir, "plugins", "profile", S.run_name)
     try:
-        jprof.stop_trace()
+        xspace = _stop_session(jprof)
+        S.t1_unix_ns = time.time_ns()
+        if xspace is not None:
+            os.makedirs(run_dir, exist_ok=True)
+            _write_new(os.path.join(run_dir, S.label + ".xplane.pb"), xspace)
+            S.saved_dir = run_dir
+            shutil.rmtree(S.tmp, ignore_errors=True)
+            return
     except Exception as e:  # a full disk, a file-size limit: what it wrote is partial, so none of it is kept
         _say(f"the profiler failed to write its trace, so no profile was kept ({type(e).__name__}: {e}).")
         S.write_failed = True
         return
-    S.t1_unix_ns = time.time_ns()
-    run_dir = os.path.join(S.logdir, "plugins", "profile", S.run_name)
+    _move_exported(run_dir)
+
+
+def _stop_session(jprof) -> bytes | None:
+    """Stop jax's profiler session and return its XSpace, serialized; ``None`` once it has written the trace
+    itself. ``jax.profiler.stop_trace`` would also convert the whole trace to a gzipped Chrome JSON, which
+    nothing reads here and which took longer than the collection itself (3,000 steps of a small loop: 0.5 s
+    to collect, 1.2–1.4 s to write both files). Where jax's profiler state is not the one this was written
+    against, its own ``stop_trace`` writes both files, as before."""
+    state = getattr(jprof, "_profile_state", None)
+    session = getattr(state, "profile_session", None)
+    lock = getattr(state, "lock", None)
+    if session is None or lock is None or not hasattr(session, "stop") or not hasattr(state, "reset"):
+        jprof.stop_trace()
+        return None
+    with lock:
+        xspace = session.stop()
+        state.reset()
+        with contextlib.suppress(Exception):
+            jprof.clear_metadata()
+    return bytes(xspace)
+
+
+def _write_new(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` whole or not at all."""
+    part = path + ".part"
+    try:
+        with open(part, "wb") as f:
+            f.write(data)
+        os.replace(part, path)
+    finally:
+        with contextlib.suppress(OSError):
+            os.remove(part)
+
+
+def _move_exported(run_dir: str) -> None:
+    """Move the files ``jax.profiler.stop_trace`` wrote under ``S.tmp`` into the run directory."""
+    import shutil
+
     os.makedirs(run_dir, exist_ok=True)
     moved = False
     for root, _, files in os.walk(S.tmp):
