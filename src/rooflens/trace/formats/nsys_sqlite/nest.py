@@ -26,18 +26,25 @@ class Nest:
 
     def __init__(self, thread: np.ndarray, start: np.ndarray, end: np.ndarray) -> None:
         keep = np.flatnonzero(end > start)
-        order = keep[np.lexsort((-end[keep], start[keep], thread[keep]))]
-        self.rows = order  # the caller's row of each sorted range
-        self.threads, t = np.unique(thread[order], return_inverse=True)
-        self.t, self.start, self.end = t.astype(np.int64), start[order], end[order]
-        n = len(order)
-        self.base = int(self.start.min()) if n else 0
-        self.span = (int(self.end.max()) - self.base + 2) if n else 1
+        n = len(keep)
+        self.threads = np.unique(thread[keep])  # a few: each range's is found by a search, not a sort of them all
+        t = np.searchsorted(self.threads, thread[keep]).astype(np.int64)
+        s, e = start[keep], end[keep]
+        self.base = int(s.min()) if n else 0
+        self.span = (int(e.max()) - self.base + 2) if n else 1
         if len(self.threads) * self.span >= _MAX_KEY:
             raise ValueError("ranges span too long a time on too many threads to be keyed")
-        self.key = self.t * self.span + (self.start - self.base)  # sorted
+        key = t * self.span + (s - self.base)
+        # by (thread, start), then longest first, then as given: an export's rows come mostly in time order, which a
+        # stable sort (timsort) takes in about one pass; ranges of one thread starting together need the end too
+        by = np.argsort(key, kind="stable")
+        if n > 1 and (key[by][1:] == key[by][:-1]).any():
+            by = np.lexsort((-e, key))
+        order = keep[by]
+        self.rows = order  # the caller's row of each sorted range
+        self.t, self.start, self.end, self.key = t[by], s[by], e[by], key[by]  # key sorted
         first = np.searchsorted(self.t, np.arange(len(self.threads)))
-        end_key = np.sort(self.t * self.span + (self.end - self.base))
+        end_key = np.sort(self.t * self.span + (self.end - self.base), kind="stable")
         closed = np.searchsorted(end_key, self.key, side="right") - first[self.t]
         self.depth = np.maximum((np.arange(n) - first[self.t]) - closed, 0)  # ≥ 0 even where ranges overlap
         self.parent = self._parents(n)

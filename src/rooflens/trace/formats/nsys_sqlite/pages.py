@@ -53,7 +53,7 @@ def _u32(buf, p):
     return (np.int64(buf[p]) << 24) | (np.int64(buf[p + 1]) << 16) | (np.int64(buf[p + 2]) << 8) | np.int64(buf[p + 3])
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def leaf_pages(buf, page_size, root, out):
     """The table's leaf pages in key order into ``out``: (how many, rows in them, status)."""
     n_pages = buf.shape[0] // page_size
@@ -117,7 +117,7 @@ def _cut(buf, s, e, pats, bounds):
     return e
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def read_rows(buf, page_size, usable, leaves, n_leaves, slot, pk_col, text_col, ints, nulls, text, pats, bounds):
     """The rows of the leaves: column ``j`` of the table to ``ints[slot[j]]`` (``nulls`` 1 where NULL), the text
     column's (start, cut end) in ``buf`` to ``text`` ((-1, -1): NULL). Returns (rows read, status)."""
@@ -190,7 +190,7 @@ def read_rows(buf, page_size, usable, leaves, n_leaves, slot, pk_col, text_col, 
     return n, OK
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def intern_all(buf, text, first, codes, tkeys, tcodes, strs, nstr):
     """Codes of the texts ``text[first:]`` (-1: NULL) by :func:`rooflens.trace.formats.compiled.intern`; returns
     where it stopped (``len(text)``: done; less: the table is full, grow it and call again from there)."""

@@ -260,6 +260,9 @@ def framework_of_ranges(words: list[str]) -> str:
 
 
 def _read(db: D.Export, path: Path, host: str, progress: Progress) -> RawTrace:
+    nvtx = T.range_columns(db)
+    if nvtx is not None:  # the largest table, read on another thread while the GPU work and its launches are
+        db.prefetch(*nvtx)
     work = T.work(db)
     if not len(work):
         raise RooflensError(f"{path} holds no GPU work (no kernel, memcpy or memset rows): profile with "

@@ -201,15 +201,25 @@ def torch_args_pattern() -> str:
     return D.literal_pattern(TORCH_ARGS)
 
 
+def range_columns(db: D.Export) -> tuple | None:
+    """The arguments of :meth:`.db.Export.scan` that :func:`ranges` reads the NVTX table with (None: it has no
+    ranges to read)."""
+    cols = db.columns(D.NVTX)
+    if not (cols >= {"start", "eventType"}):
+        return None
+    opt = [c for c in ("end", "globalTid", "textId") if c in cols]
+    return D.NVTX, ["start", "eventType", *opt], "text" if "text" in cols else None, TORCH_ARGS
+
+
 def ranges(db: D.Export, stop_ns: int, threads: np.ndarray | None = None) -> Ranges:
     """The push/pop ranges on the threads that made CUDA runtime calls (an unclosed one ends at ``stop_ns``):
     the whole table read, filtered in numpy (SQL's WHERE and IN, as before: a NULL matches neither).
     ``threads``: those threads, sorted, where :func:`launches` has read them (else the runtime table is read)."""
     cols = db.columns(D.NVTX)
-    if not (cols >= {"start", "eventType"}):
+    read = range_columns(db)
+    if read is None:
         return Ranges(*(np.zeros(0, np.int64),) * 4, [""])
-    opt = [c for c in ("end", "globalTid", "textId") if c in cols]
-    got = db.scan(D.NVTX, ["start", "eventType", *opt], "text" if "text" in cols else None, TORCH_ARGS)
+    got = db.scan(*read)
     keep = (got.ints["eventType"] == db.event_type(D.PUSH_POP, D.PUSH_POP_ID)) & ~got.nulls["eventType"]
     if "globalTid" in cols and db.columns(D.RUNTIME) >= {"globalTid"}:  # only launching threads give context
         if threads is None:
