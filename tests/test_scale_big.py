@@ -102,8 +102,9 @@ def test_a_damaged_event_is_named_the_same_on_every_thread(tmp_path, monkeypatch
 
 
 def test_report_aggregates_from_the_cache_equal_fresh_ones(cpu_trace, tmp_path, monkeypatch):
-    """A second report of the same trace reads its op stats and execution index from the user cache and
-    gives the same report, field for field; a damaged entry is computed again."""
+    """A second report of the same trace reads its op stats, execution index and priced programs from the user
+    cache and gives the same report, field for field; a damaged entry is computed again."""
+    from rooflens.analysis import compare
     from rooflens.api import load_report
     from rooflens.trace import background, memo, op_stats
     from rooflens.trace.warmup import execution_index
@@ -111,14 +112,15 @@ def test_report_aggregates_from_the_cache_equal_fresh_ones(cpu_trace, tmp_path, 
     monkeypatch.setenv("ROOFLENS_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("ROOFLENS_NO_CACHE", raising=False)
     monkeypatch.setattr(memo, "DISK_MIN_EVENTS", 0)
+    monkeypatch.setattr(compare, "PRICED_ON_DISK_MIN_INSTRUCTIONS", 0)
     calls = {"op_stats": 0}
     real = memo.remembered
 
-    def counting(kind, key, n, compute, in_memory=False):
+    def counting(kind, key, n, compute, in_memory=False, **kw):
         def counted():
             calls[kind] = calls.get(kind, 0) + 1
             return compute()
-        return real(kind, key, n, counted, in_memory)
+        return real(kind, key, n, counted, in_memory, **kw)
 
     monkeypatch.setattr(memo, "remembered", counting)
     memo._memory.clear()
@@ -131,6 +133,15 @@ def test_report_aggregates_from_the_cache_equal_fresh_ones(cpu_trace, tmp_path, 
     again = load_report(str(cpu_trace)).to_json()
     assert calls["op_stats"] == 1 and calls["execution_index"] == 1  # served from disk
     assert again == fresh
+    # its programs priced on a chip: priced once, then served; on another chip priced again
+    on_chip = load_report(str(cpu_trace), chip="h100-sxm").to_json()
+    priced = calls.get("priced_module", 0)
+    assert priced >= 1
+    background.flush()
+    assert load_report(str(cpu_trace), chip="h100-sxm").to_json() == on_chip
+    assert calls["priced_module"] == priced
+    load_report(str(cpu_trace), chip="tpu-v5e")
+    assert calls["priced_module"] == 2 * priced
     # the same table with other steps is another table: computed again
     prof = rl.load(str(cpu_trace))
     op_stats(prof)

@@ -1,6 +1,7 @@
 """The analysis's expensive aggregates, remembered: per-op stats and the execution index of a large
 event table are computed once per table and served again from memory (the same report asks for the
-execution index three times) and from the user cache directory (a second report of the same trace).
+execution index three times) and from the user cache directory (a second report of the same trace); so
+are a large program's priced ops on a chip (:func:`rooflens.analysis.compare.price_programs`).
 
 An entry's key is a digest of everything the aggregate is computed from (the event table's columns,
 its vocabularies and the other inputs the caller names) and of the code that computes it, never of a
@@ -55,6 +56,18 @@ def code_digest() -> str:
     return h.hexdigest()[:16]
 
 
+@functools.cache
+def sources_digest(*packages: str) -> str:
+    """A digest of the sources of rooflens's ``packages`` (``"cost"``, ``"hlo"``): for what their code computes."""
+    h = hashlib.sha1()
+    root = Path(__file__).resolve().parents[1]
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            h.update(str(path.relative_to(root)).encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
 def table_digest(t, steps: bool = True) -> str:
     """A digest of an event table's content: its columns and vocabularies (a table changed in place,
     e.g. its steps assigned, digests differently; ``steps=False``: not its steps, for what does not depend on
@@ -78,15 +91,18 @@ def digest_of(*parts) -> str:
     return hashlib.sha1(repr(parts).encode()).hexdigest()
 
 
-def remembered(kind: str, key_parts: tuple, n_events: int, compute: Callable[[], object], in_memory: bool = False):
+def remembered(kind: str, key_parts: tuple, n_events: int, compute: Callable[[], object], in_memory: bool = False,
+               disk_min: int | None = None):
     """``compute()``, or what it gave before for the same ``kind`` and ``key_parts``. ``in_memory``: also kept
     in this process, the same object handed to every caller (so only for values no caller changes, such as
-    read-only arrays)."""
+    read-only arrays). On disk from ``disk_min`` (default :data:`DISK_MIN_EVENTS`) events, or whatever ``n_events``
+    counts, on."""
     key = hashlib.sha1(repr((code_digest(), kind, key_parts)).encode()).hexdigest()[:32]
     if in_memory and key in _memory:
         _memory.move_to_end(key)
         return _memory[key]
-    disk = n_events >= DISK_MIN_EVENTS and os.environ.get("ROOFLENS_NO_CACHE") != "1"
+    least = DISK_MIN_EVENTS if disk_min is None else disk_min
+    disk = n_events >= least and os.environ.get("ROOFLENS_NO_CACHE") != "1"
     if disk:
         background.flush(key)
     value = _load(key) if disk else None
@@ -132,7 +148,8 @@ class _Unpickler(pickle.Unpickler):
     _NUMPY = {"_reconstruct", "ndarray", "dtype", "_frombuffer", "scalar"}
 
     def find_class(self, module: str, name: str):
-        if module in ("rooflens.trace.stats", "rooflens.trace.steps", "rooflens.trace.dispatch") or (
+        if module in ("rooflens.trace.stats", "rooflens.trace.steps", "rooflens.trace.dispatch",
+                      "rooflens.cost.model") or (
                 module.split(".")[0] == "numpy" and name in self._NUMPY):
             return super().find_class(module, name)
         raise pickle.UnpicklingError(f"{module}.{name} is not allowed in a memo entry")

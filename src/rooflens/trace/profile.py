@@ -85,6 +85,13 @@ class Profile:
         """The HLO of ``program`` (``jit_dot(49)``), or of its name when only that is known."""
         return self.modules.get(program) or self.modules.get(re.sub(r"\(\d+\)$", "", program))
 
+    def hlo_text_for(self, program: str) -> str | None:
+        """The text :meth:`module_for` parsed ``program``'s HLO from (None where it has none)."""
+        for name in (program, re.sub(r"\(\d+\)$", "", program)):
+            if self.modules.get(name) is not None:
+                return self.hlo_texts.get(name)
+        return None
+
     @cached_property
     def op_info(self) -> dict[tuple[str, str], OpInfo]:
         """(program, op) → category and named scope, from the programs' HLO where known. Made once even
