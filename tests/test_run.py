@@ -115,6 +115,26 @@ def test_pathology_raises_its_finding(env, healthy, tmp_path, script, rule):
         assert data["steps"]["count"] >= 7
 
 
+def test_a_whole_run_leaves_the_python_tracer_off_unless_asked(env, healthy, tmp_path):
+    """A whole run is traced without JAX's Python tracer (a frame per Python call: it slowed a Python-heavy loop
+    tenfold): its report says so and no gap names a frame; with --python-tracer the slow loader's gaps name the
+    sleep the host was in."""
+    _, off, _ = profile(env, tmp_path, "host_stall")
+    assert off["metadata"]["python_tracer"] is False
+    assert any("without JAX's Python tracer" in n for n in off["notes"]), off["notes"]
+    idle = next(f for f in off["findings"] if f["rule"] == "idle")
+    assert not any("the host was in" in e for e in idle["evidence"]), idle["evidence"]
+    logs = tmp_path / "traced"
+    r = rooflens(env, "run", "--logdir", str(logs), "--python-tracer", str(SCRIPTS / "host_stall.py"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    rep = rooflens(env, "report", str(logs), "--json")
+    assert rep.returncode == 0, rep.stderr[-3000:]
+    on = json.loads(rep.stdout)
+    assert on["metadata"]["python_tracer"] is True and not any("Python tracer" in n for n in on["notes"])
+    idle = next(f for f in on["findings"] if f["rule"] == "idle")
+    assert any("the host was in time sleep" in e for e in idle["evidence"]), idle["evidence"]
+
+
 def test_exit_status_message_and_traceback_are_the_scripts(env, tmp_path):
     logs = tmp_path / "logs"
     script = SCRIPTS / "exits.py"

@@ -49,7 +49,8 @@ def window_spec(steps: str | None = None, delay_s: float | None = None, duration
 
 
 def command(target: str, args: list[str], logdir: str | Path | None = None, module: bool = False,
-            dump: bool = True, window: dict | None = None, max_trace_bytes: int | None = None) -> list[str]:
+            dump: bool = True, window: dict | None = None, max_trace_bytes: int | None = None,
+            python_tracer: bool | None = None) -> list[str]:
     """The interpreter command line that runs ``target`` under rooflens (a file, or a module with
     ``module=True``), over the whole run or a ``window`` (:func:`window_spec`; ``{"step_fn": NAME}``
     alone: the whole run, its step function named); raises RooflensError
@@ -82,13 +83,16 @@ def command(target: str, args: list[str], logdir: str | Path | None = None, modu
     if max_trace_bytes is None and whole_run:
         max_trace_bytes = memwatch.default_limit_bytes()
     return launch.command(str(logdir), "module" if module else "path", target, list(args), dump=dump, window=window,
-                          calibration_file=str(local_chip_path()), max_trace_bytes=max_trace_bytes)
+                          calibration_file=str(local_chip_path()), max_trace_bytes=max_trace_bytes,
+                          python_tracer=python_tracer)
 
 
 def exec_run(target: str, args: list[str], logdir: str | Path | None = None, module: bool = False,
-             window: dict | None = None, max_trace_bytes: int | None = None) -> None:
+             window: dict | None = None, max_trace_bytes: int | None = None,
+             python_tracer: bool | None = None) -> None:
     """Become the profiled program (never returns)."""
-    argv = command(target, args, logdir, module, window=window, max_trace_bytes=max_trace_bytes)
+    argv = command(target, args, logdir, module, window=window, max_trace_bytes=max_trace_bytes,
+                   python_tracer=python_tracer)
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
     os.execv(argv[0], argv)

@@ -24,10 +24,14 @@ from rooflens.cli.common import FiniteFloat, UserError
               help="A whole run's trace is stopped early (and written, and the report says why) once the process's "
               "memory has grown by a sixth of SIZE while tracing (writing it takes the rest), e.g. 4GB "
               "(default: half of this machine's memory).")
+@click.option("--python-tracer/--no-python-tracer", "python_tracer", default=None,
+              help="Record every Python call in the trace (JAX's Python tracer): what the host was doing in a gap. "
+              "Default: on for a window (--steps, --duration), off for a whole run, whose Python-heavy loops it can "
+              "slow tenfold.")
 @click.argument("script", required=False)
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 def run(logdir: str | None, module: str | None, steps: str | None, step_fn: str | None, delay_s: float | None,
-        duration_s: float | None, max_trace_memory: str | None, script: str | None,
+        duration_s: float | None, max_trace_memory: str | None, python_tracer: bool | None, script: str | None,
         script_args: tuple[str, ...]) -> None:
     """Profile an unmodified Python program: `rooflens run script.py ARGS` or `rooflens run -m MODULE ARGS`.
 
@@ -46,4 +50,5 @@ def run(logdir: str | None, module: str | None, steps: str | None, step_fn: str 
     except ValueError as e:
         raise UserError(f"--max-trace-memory {e}") from None
     exec_run(module or script, args, logdir, module=module is not None,
-             window=window_spec(steps, delay_s, duration_s, step_fn), max_trace_bytes=max_trace_bytes)
+             window=window_spec(steps, delay_s, duration_s, step_fn), max_trace_bytes=max_trace_bytes,
+             python_tracer=python_tracer)

@@ -192,6 +192,10 @@ def assemble(paths: list[str], runs: list[str], raws: list[RawTrace], files: lis
         notes.append(f"traced whole, the run had XLA's command buffers off ({' '.join(map(str, added))}): a trace "
                      "open when they first run can fail the run on jaxlib 0.11, and under a profiler XLA runs them "
                      "one thunk at a time anyway, so the work traced is the same; set the flag yourself to keep them")
+    if manifest.extra.get("python_tracer") is False:  # rooflens run's whole run, by default (capture/launch.py)
+        notes.append("traced without JAX's Python tracer (a whole run's default in rooflens run: it can slow a "
+                     "Python-heavy script tenfold), so no gap names the Python frame the host was in; "
+                     "`rooflens run --python-tracer`, or a window (--steps), records them")
     host_events_of = {r.host: host_frames(r.host_events, (r.table.origin_ns - table.origin_ns) * 1000) for r in raws}
     host_events = sorted((h for evs in host_events_of.values() for h in evs), key=lambda h: h[1])
     profile = Profile(
