@@ -27,8 +27,11 @@ class Nest:
     def __init__(self, thread: np.ndarray, start: np.ndarray, end: np.ndarray) -> None:
         keep = np.flatnonzero(end > start)
         n = len(keep)
-        self.threads = np.unique(thread[keep])  # a few: each range's is found by a search, not a sort of them all
-        t = np.searchsorted(self.threads, thread[keep]).astype(np.int64)
+        th = thread[keep]
+        # a few threads, each range's found by a search: the distinct values are among those where the column changes
+        changes = np.flatnonzero(th[1:] != th[:-1]) + 1
+        self.threads = np.unique(th[np.concatenate([[0], changes])] if n else th)
+        t = np.searchsorted(self.threads, th).astype(np.int64)
         s, e = start[keep], end[keep]
         self.base = int(s.min()) if n else 0
         self.span = (int(e.max()) - self.base + 2) if n else 1
