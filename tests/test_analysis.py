@@ -91,9 +91,13 @@ def test_healthy_single_device_matmul_fires_nothing(tmp_path):
     # tested in test_calibration_trust: nothing about the run itself may fire
     assert names - {"roofline-trust"} == set(), [f.title for f in rep.findings]
     (dot,) = [c for c in rep.comparison if c.category == "matmul"]
-    # the calibrated roofline holds for a big f32 matmul: within 2× of it, or at it within the calibration's own
-    # spread (then its ratio is withheld, as any figure above a roof is)
-    assert (dot.ratio is None and dot.roofline_note.startswith("at the calibrated roof")) or 0.5 < dot.ratio < 2.0
+    # the calibrated roofline holds for a big f32 matmul: within 2× of it; or at it within the calibration's own
+    # spread, or past it where the calibration was made while the machine was busier than when the matmul ran (one CI
+    # run: the slower of the two calibrations around the capture): then its ratio is withheld, as any figure above a
+    # roof is, and the note says which
+    note = dot.roofline_note
+    assert (dot.ratio is None and (note.startswith("at the calibrated roof") or "the calibration is too low" in note)
+            ) or 0.5 < dot.ratio < 2.0, (dot.ratio, note)
 
 
 def test_healthy_training_loop_fires_nothing(tmp_path):
