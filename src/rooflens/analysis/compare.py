@@ -14,7 +14,6 @@ memory summary is an argument (``rooflens.memory.read_run_memory``).
 
 from __future__ import annotations
 
-import hashlib
 import statistics
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -239,7 +238,7 @@ def _priced_module(module: Module, text: str | None, chip: Chip, l2: float | Non
 
     if text is None:
         return compute()
-    key = (hashlib.sha1(text.encode()).hexdigest(), repr(chip), l2, module.num_devices,
+    key = (memo.digest_of(text), repr(chip), l2, module.num_devices,
            memo.sources_digest("cost", "hlo", "hardware"))
     return memo.remembered("priced_module", key, len(module.instructions()), compute,
                            disk_min=PRICED_ON_DISK_MIN_INSTRUCTIONS)
