@@ -479,3 +479,10 @@ def test_a_step_holding_another_functions_first_compilation_in_the_window_is_war
     data = report(env, run)
     assert data["steps"]["program"] == "jit_step" and data["steps"]["steps"] == [3, 5, 6], data["steps"]
     assert any(n.startswith("warm-up inside the window") and "step 4 (evaluate)" in n for n in data["notes"])
+    # an NNX evaluation compiled at step 4, long before the window opens, and run inside it (step 14): no step is
+    # warm-up (its compilation was once placed inside the window, timed by programs compiled before the trace,
+    # whose first op in it is not their first run)
+    meta, run = window_run(env, tmp_path / "d", "nnx_eval_between.py", "10:20")
+    data = report(env, run)
+    assert data["steps"]["count"] == 10 and not [n for n in data["notes"] if "warm-up inside" in n], \
+        (data["steps"], data["notes"])

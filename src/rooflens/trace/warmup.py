@@ -304,7 +304,10 @@ def table_offset_ns(t: EventTable, manifest: RunManifest, exec_idx: np.ndarray |
     """``table time = unix time (ns) + offset``: each program's first op runs just after its
     compilation ends, so the smallest (first op − compilation end) over programs is the offset
     (to within a dispatch); without compilations, the trace start recorded by the run."""
-    comps = [c for c in manifest.window.first_compilations or [] if c.end_unix_s is not None]
+    # only compilations that end inside the trace: a program compiled before a window opened first runs in the table
+    # long after its compilation (an evaluation compiled at step 4, first seen in a window of steps 10-19)
+    opened = (manifest.trace_start_unix_ns or 0) * 1e-9
+    comps = [c for c in manifest.window.first_compilations or [] if c.end_unix_s is not None and c.end_unix_s >= opened]
     first_end: dict[str, float] = {}
     for c in comps:
         first_end.setdefault(c.module, c.end_unix_s * 1e9)
