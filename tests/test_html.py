@@ -317,7 +317,7 @@ def test_op_detail_source_stack_is_the_users_code(report_html):
 
     rep = rl.analyze(rl.load(report_html.parent / "logs"))
     lines = [line.strip() for c in rep.comparison for line in c.hlo]
-    frames = [line for line in lines if re.match(r"\S+\.py:\d+", line)]
+    frames = [line for line in lines if re.match(r".+\.py:\d+", line)]  # a checkout's path may hold a space
     assert any("test_html.py" in f for f in frames), lines[:40]
     assert not [f for f in frames if re.search(r"/src/rooflens/|-packages/(rooflens|click|_pytest|pluggy)/", f)]
     assert any(re.fullmatch(r"\(\d+ frames of rooflens, click, runpy or a test runner left out\)", line)
