@@ -454,7 +454,8 @@ def test_a_small_export_is_read_without_loading_numba():
 def test_the_pages_reader_follows_sqlites_format_or_declines(tmp_path, monkeypatch, page_size):
     """The real export rewritten by SQLite itself with another page size (the smallest, the largest), a column added by ALTER TABLE (older rows
     lack it: NULL), a table with an INTEGER PRIMARY KEY (stored as the rowid), and rows long enough to spill onto
-    overflow pages (the pages reader declines, SQL reads them): every scan equals sqlite3's."""
+    overflow pages (the pages reader declines, SQL reads them): every scan equals sqlite3's, also when the table
+    interning the text has to grow many times during the read."""
     from rooflens.trace.formats.nsys_sqlite import db as D
     from rooflens.trace.formats.nsys_sqlite import tables as T
 
@@ -486,6 +487,10 @@ def test_the_pages_reader_follows_sqlites_format_or_declines(tmp_path, monkeypat
     pages, took = read("pages")
     plain, _ = read("sqlite3")
     assert pages == plain
+    from rooflens.trace.formats.nsys_sqlite import pages as P
+
+    monkeypatch.setattr(P, "INTERN_SLOTS", 4)  # the names' table full again and again, mid-leaf: each read resumed
+    assert read("pages") == (plain, took)
     assert took == [True, True, True, False]  # the 70 kB row spills onto overflow pages: SQL reads that table
     runtime, keyed = pages[0], pages[2]
     (absent,) = _sql(path, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE later IS NULL")[0]

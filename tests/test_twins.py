@@ -42,6 +42,7 @@ CHECKED = {
     "rooflens.trace.formats.compiled.rehash": "test_fixed_cost",  # the string table's growth, in the same walks
     "rooflens.trace.formats.xspace.reader.pair_codes": "test_reader_code_kernels_and_their_twins_agree",
     "rooflens.trace.formats.xspace.reader.apply_codes": "test_reader_code_kernels_and_their_twins_agree",
+    "rooflens.trace.formats.nsys_sqlite.nest.links": "test_nvtx_nesting_kernel_and_its_twin_agree",
 }
 
 TRACES = [("tpu", "xprof_tpu_inference_2.v6e-4.xplane.pb"),
@@ -67,6 +68,7 @@ def _same(a, b, what: str) -> None:
 
 
 def test_every_twin_is_checked():
+    import rooflens.trace.formats.nsys_sqlite.nest  # noqa: F401
     import rooflens.trace.formats.xspace.plain  # noqa: F401  (declares the walks' twins)
     import rooflens.trace.formats.xspace.reader  # noqa: F401
     import rooflens.trace.stats  # noqa: F401
@@ -181,3 +183,30 @@ def test_reader_code_kernels_and_their_twins_agree():
     plut = np.arange(len(a[1]), dtype=np.int32) * 2
     fast, plain = _pair("rooflens.trace.formats.xspace.reader.apply_codes")
     _same(fast(rows, op, lut, a[0].copy(), plut), plain(rows, op, lut, a[0].copy(), plut), "apply_codes")
+
+
+@pytest.mark.parametrize("export", ["nsysai_pytorch_h100x2_mfu_before.sqlite", "pax_fsdp4_proc0.DERIVED.sqlite"])
+def test_nvtx_nesting_kernel_and_its_twin_agree(export):
+    """NVTX push/pop ranges' depths and parents: the compiled pass (a heap of open ends) and its numpy twin (a
+    search of the sorted ends, then one depth at a time or one sort), on a real PyTorch export's aten ranges and a
+    real JAX export's module → thunk ranges, and on the same ranges cut to overlap (ends moved at random), where
+    push/pop ranges no longer nest and the two must still agree by their one definition."""
+    from rooflens.trace.formats.nsys_sqlite import db as D
+    from rooflens.trace.formats.nsys_sqlite import nest as N
+    from rooflens.trace.formats.nsys_sqlite import tables as T
+
+    with D.Export(fixture_path("gpu_nvidia", "nsys_sqlite", export)) as db:
+        r = T.ranges(db, 1 << 62)
+    fast, plain = _pair("rooflens.trace.formats.nsys_sqlite.nest.links")
+    rng = np.random.default_rng(0)
+    for end in (r.end, r.start + (r.end - r.start) * rng.uniform(0.2, 3.0, len(r)).astype(np.int64) + 1):
+        nest = N.Nest(r.thread, r.start, end)
+        depth, parent = fast(nest.t, nest.start, nest.end)
+        assert depth.max() >= 3 and (parent >= 0).any()
+        _same((depth, parent), plain(nest.t, nest.start, nest.end), export)
+        deep = N.LEVEL_BY_LEVEL
+        try:  # the twin's other way to parents (nestings deeper than it walks level by level) agrees too
+            N.LEVEL_BY_LEVEL = 0
+            _same(N._parents_np(nest.t, depth), parent, f"{export}: parents by one sort")
+        finally:
+            N.LEVEL_BY_LEVEL = deep

@@ -168,5 +168,6 @@ def _judge_unit(d: DeviceTime, s0: np.ndarray, e0: np.ndarray, left_out: np.ndar
            if len(left_out) else 0.0)
     window_ns = max(w1 - w0 - cut, 0.0)
     unit = dataclasses.replace(d, window_s=window_ns * 1e-9) if window_ns > 0 else d
-    rest = tuple(IdleGap(float((g0 - t0) * 1e-9), float((g1 - g0) * 1e-9)) for g0, g1 in gaps)
+    g = np.asarray(gaps, dtype=float).reshape(-1, 2)  # a gap per kernel in a trace of no programs: 10⁵ of them
+    rest = tuple(map(IdleGap, ((g[:, 0] - t0) * 1e-9).tolist(), ((g[:, 1] - g[:, 0]) * 1e-9).tolist()))
     return IdleUnit(unit, idle * 1e-9, inside * 1e-9, rest)

@@ -7,6 +7,9 @@ and its parent is the latest earlier range of its thread one level up. The inner
 time ``t`` on a thread is the last range of that thread started by ``t``, or the nearest of its
 ancestors still open then: a walk up the parents, one vectorised step per level, for every query at
 once (a few steps: XLA nests module → op → NCCL call; PyTorch's aten ranges a dozen deep).
+
+Depths and parents are one compiled pass (a heap of the open ranges' ends per thread) once numba is
+loaded, as it is for any export read from its pages; before that, their numpy twin, by the same definitions.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from __future__ import annotations
 import numpy as np
 
 from rooflens.trace.events import unique_rows
+from rooflens.trace.formats.compiled import njit, plain_twin
+from rooflens.trace.groupby import NUMPY_TWIN
 
 _MAX_KEY = 1 << 62
 #: nestings up to this deep are linked level by level (a pass over the ranges each); deeper ones by one sort
@@ -46,40 +51,7 @@ class Nest:
         order = keep[by]
         self.rows = order  # the caller's row of each sorted range
         self.t, self.start, self.end, self.key = t[by], s[by], e[by], key[by]  # key sorted
-        first = np.searchsorted(self.t, np.arange(len(self.threads)))
-        end_key = np.sort(self.t * self.span + (self.end - self.base), kind="stable")
-        closed = np.searchsorted(end_key, self.key, side="right") - first[self.t]
-        self.depth = np.maximum((np.arange(n) - first[self.t]) - closed, 0)  # ≥ 0 even where ranges overlap
-        self.parent = self._parents(n)
-
-    def _parents(self, n: int) -> np.ndarray:
-        """The latest earlier range of the same thread one level up (-1 at the top)."""
-        if not n:
-            return np.zeros(0, np.int64)
-        if int(self.depth.max()) <= LEVEL_BY_LEVEL:
-            return self._parents_by_level(n)
-        levels = int(self.depth.max()) + 2
-        group = self.t * levels + (self.depth + 1)  # (thread, depth), depth -1 never occurs
-        key = group * n + np.arange(n)
-        ranked = np.sort(key)
-        want = (group - 1) * n + np.arange(n)  # the same thread, one level up, before this range
-        at = np.searchsorted(ranked, want, side="left") - 1
-        ok = (self.depth > 0) & (at >= 0)
-        cand = ranked[np.clip(at, 0, None)]
-        ok &= (cand // n) == (group - 1)
-        return np.where(ok, cand % n, -1)
-
-    def _parents_by_level(self, n: int) -> np.ndarray:
-        """:meth:`_parents` one depth at a time, without a sort: the latest earlier range one level up is a
-        running maximum of those ranges' indices (the same thread's, being sorted together, come last)."""
-        parent = np.full(n, -1, np.int64)
-        index = np.arange(n)
-        for d in range(1, int(self.depth.max()) + 1):
-            latest = np.maximum.accumulate(np.where(self.depth == d - 1, index, -1))
-            at = np.flatnonzero(self.depth == d)  # never the first range: a range one level up came before
-            up = latest[at - 1]
-            parent[at] = np.where((up >= 0) & (self.t[np.clip(up, 0, None)] == self.t[at]), up, -1)
-        return parent
+        self.depth, self.parent = links(self.t, self.start, self.end)
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -119,3 +91,94 @@ class Nest:
             lasts.append(pairs[:, 1])
             total += len(pairs)
         return code, np.concatenate(parents), np.concatenate(lasts)
+
+
+@njit(cache=True, nogil=True)
+def links(t, start, end):
+    """Of ranges sorted by (thread ``t``, start, longest first): each one's depth (the ranges of its thread
+    that started before it and are still open at its start, ending after it starts) and parent (the latest
+    earlier range of its thread one depth up, -1 where none). One pass: a min-heap of the earlier ranges' ends
+    per thread, those ending by a range's start taken off before it is placed."""
+    n = len(t)
+    depth = np.zeros(n, np.int64)
+    parent = np.full(n, -1, np.int64)
+    heap = np.empty(n, end.dtype)
+    latest = np.full(n + 1, -1, np.int64)  # per depth: the latest range of this thread at that depth
+    size = 0
+    deepest = -1
+    for i in range(n):
+        if i > 0 and t[i] != t[i - 1]:
+            size = 0
+            for d in range(deepest + 1):
+                latest[d] = -1
+            deepest = -1
+        while size > 0 and heap[0] <= start[i]:  # pop the earliest end
+            size -= 1
+            last = heap[size]
+            k = 0
+            while True:
+                c = 2 * k + 1
+                if c >= size:
+                    break
+                if c + 1 < size and heap[c + 1] < heap[c]:
+                    c += 1
+                if heap[c] >= last:
+                    break
+                heap[k] = heap[c]
+                k = c
+            if size > 0:
+                heap[k] = last
+        d = size
+        depth[i] = d
+        if d > 0:
+            parent[i] = latest[d - 1]
+        latest[d] = i
+        if d > deepest:
+            deepest = d
+        k = size  # push this range's end
+        size += 1
+        while k > 0:
+            up = (k - 1) // 2
+            if heap[up] <= end[i]:
+                break
+            heap[k] = heap[up]
+            k = up
+        heap[k] = end[i]
+    return depth, parent
+
+
+@plain_twin(links, NUMPY_TWIN)
+def _links_np(t, start, end):
+    n = len(t)
+    if not n:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    span = int(end.max()) - int(start.min()) + 2
+    base = int(start.min())
+    key = t * span + (start - base)
+    first = np.searchsorted(t, t)  # each range's thread's first row
+    end_key = np.sort(t * span + (end - base), kind="stable")
+    closed = np.searchsorted(end_key, key, side="right") - first
+    depth = np.maximum((np.arange(n) - first) - closed, 0)
+    return depth, _parents_np(t, depth)
+
+
+def _parents_np(t: np.ndarray, depth: np.ndarray) -> np.ndarray:
+    """The latest earlier range of the same thread one depth up (-1 at the top): one depth at a time (a running
+    maximum of the indices one depth up; the same thread's, being sorted together, come last), or one sort."""
+    n = len(t)
+    if int(depth.max()) > LEVEL_BY_LEVEL:
+        levels = int(depth.max()) + 2
+        group = t * levels + (depth + 1)  # (thread, depth), depth -1 never occurs
+        ranked = np.sort(group * n + np.arange(n))
+        want = (group - 1) * n + np.arange(n)  # the same thread, one level up, before this range
+        at = np.searchsorted(ranked, want, side="left") - 1
+        cand = ranked[np.clip(at, 0, None)]
+        return np.where((depth > 0) & (at >= 0) & ((cand // n) == (group - 1)), cand % n, -1)
+    parent = np.full(n, -1, np.int64)
+    index = np.arange(n)
+    for d in range(1, int(depth.max()) + 1):
+        latest = np.maximum.accumulate(np.where(depth == d - 1, index, -1))
+        at = np.flatnonzero(depth == d)  # never the first range: a range one level up came before
+        up = latest[at - 1]
+        parent[at] = np.where((up >= 0) & (t[np.clip(up, 0, None)] == t[at]), up, -1)
+    return parent

@@ -27,7 +27,9 @@ import numpy as np
 
 from rooflens.trace.formats.compiled import intern, njit, rehash
 
-OK, DECLINE = 0, 1
+OK, DECLINE, FULL = 0, 1, 2
+#: the text interning table's first size (slots; it doubles when full, the read resuming at the leaf it was on)
+INTERN_SLOTS = 1 << 12
 _INTERIOR, _LEAF = 5, 13
 
 
@@ -118,34 +120,38 @@ def _cut(buf, s, e, pats, bounds):
 
 
 @njit(cache=True, nogil=True)
-def read_rows(buf, page_size, usable, leaves, n_leaves, slot, pk_col, text_col, ints, nulls, text, pats, bounds):
-    """The rows of the leaves: column ``j`` of the table to ``ints[slot[j]]`` (``nulls`` 1 where NULL), the text
-    column's (start, cut end) in ``buf`` to ``text`` ((-1, -1): NULL). Returns (rows read, status)."""
+def read_rows(buf, page_size, usable, leaves, first_leaf, n_leaves, n, slot, pk_col, text_col, ints, nulls, codes,
+              pats, bounds, tkeys, tcodes, strs, nstr):
+    """The rows of the leaves ``leaves[first_leaf:n_leaves]``, the first of them row ``n``: column ``j`` of the table
+    to ``ints[slot[j]]`` (``nulls`` 1 where NULL), the text column cut and interned (:func:`.compiled.intern`, while
+    its bytes are at hand) to ``codes`` (-1: NULL). Returns (rows read, status, leaf); status FULL: the interning
+    table is full, grow it and call again from that leaf, whose first row is the rows read."""
     max_local = usable - 35
-    n = 0
-    for li in range(n_leaves):
+    for li in range(first_leaf, n_leaves):
         page = leaves[li]
         base = (page - 1) * page_size
         hdr = base + (100 if page == 1 else 0)
         ncell = _u16(buf, hdr + 3)
         end = base + page_size
+        n_leaf = n
         for c in range(ncell):
             p = base + _u16(buf, hdr + 8 + 2 * c)
             if p < hdr + 8 or p >= end or p + 18 > buf.shape[0] or n >= nulls.shape[1]:
-                return n, DECLINE  # a cell outside its page: damaged
+                return n, DECLINE, li  # a cell outside its page: damaged
             size, p = _varint(buf, p)
             rowid, p = _varint(buf, p)
             if size > max_local or p + size > end or size < 1:
-                return n, DECLINE  # the row spills onto overflow pages (or is damaged)
+                return n, DECLINE, li  # the row spills onto overflow pages (or is damaged)
             head, q = _varint(buf, p)
             head_end = p + head
             if head_end > p + size or head < q - p:
-                return n, DECLINE
+                return n, DECLINE, li
             body = head_end
             for k in range(ints.shape[0]):
                 ints[k, n] = 0
                 nulls[k, n] = 1
-            text[n, 0], text[n, 1] = -1, -1
+            if text_col >= 0:
+                codes[n] = -1
             j = 0
             while j < slot.shape[0]:
                 if q < head_end:
@@ -162,13 +168,17 @@ def read_rows(buf, page_size, usable, leaves, n_leaves, slot, pk_col, text_col, 
                 elif st >= 12:
                     width = (st - 12) // 2
                 if body + width > p + size:
-                    return n, DECLINE  # a value past its record: damaged
+                    return n, DECLINE, li  # a value past its record: damaged
                 k = slot[j]
                 if j == text_col:
                     if st >= 13 and st % 2 == 1:
-                        text[n, 0], text[n, 1] = body, _cut(buf, body, body + width, pats, bounds)
+                        code = intern(buf, body, _cut(buf, body, body + width, pats, bounds), tkeys, tcodes, strs,
+                                      nstr)
+                        if code < 0:
+                            return n_leaf, FULL, li
+                        codes[n] = code
                     elif st != 0:
-                        return n, DECLINE  # not text where text is read
+                        return n, DECLINE, li  # not text where text is read
                 elif k >= 0:
                     if st == 0:
                         if j == pk_col:
@@ -183,27 +193,11 @@ def read_rows(buf, page_size, usable, leaves, n_leaves, slot, pk_col, text_col, 
                     elif st == 8 or st == 9:
                         ints[k, n], nulls[k, n] = st - 8, 0
                     else:
-                        return n, DECLINE  # a float, text or blob where integers are read
+                        return n, DECLINE, li  # a float, text or blob where integers are read
                 body += width
                 j += 1
             n += 1
-    return n, OK
-
-
-@njit(cache=True, nogil=True)
-def intern_all(buf, text, first, codes, tkeys, tcodes, strs, nstr):
-    """Codes of the texts ``text[first:]`` (-1: NULL) by :func:`rooflens.trace.formats.compiled.intern`; returns
-    where it stopped (``len(text)``: done; less: the table is full, grow it and call again from there)."""
-    for i in range(first, text.shape[0]):
-        s = text[i, 0]
-        if s < 0:
-            codes[i] = -1
-            continue
-        c = intern(buf, s, text[i, 1], tkeys, tcodes, strs, nstr)
-        if c < 0:
-            return i
-        codes[i] = c
-    return text.shape[0]
+    return n, OK, n_leaves
 
 
 def _patterns(words: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
@@ -241,24 +235,21 @@ class File:
             slot[j] = k
         ints = np.empty((len(wanted), rows), np.int64)
         nulls = np.empty((len(wanted), rows), np.uint8)
-        text = np.empty((rows if text_col >= 0 else 0, 2), np.int64)
+        codes = np.empty(rows if text_col >= 0 else 0, np.int64)
         pats, bounds = _patterns(cut)
-        n, status = read_rows(self.buf, self.page_size, self.usable, leaves, n_leaves, slot, pk_col, text_col,
-                              ints, nulls, text if text_col >= 0 else np.empty((rows, 2), np.int64), pats, bounds)
+        tkeys, tcodes = np.zeros(INTERN_SLOTS, np.int64), np.zeros(INTERN_SLOTS, np.int32)
+        strs, nstr = np.empty((INTERN_SLOTS // 2, 2), np.int64), np.zeros(1, np.int64)
+        n, leaf = 0, 0
+        while True:
+            n, status, leaf = read_rows(self.buf, self.page_size, self.usable, leaves, leaf, n_leaves, n, slot, pk_col,
+                                        text_col, ints, nulls, codes, pats, bounds, tkeys, tcodes, strs, nstr)
+            if status != FULL:
+                break
+            tkeys, tcodes = rehash(tkeys, tcodes, len(tkeys) * 2)
+            strs = np.concatenate([strs, np.empty_like(strs)])
         if status != OK or n != rows:
             return None
         if text_col < 0:
             return ints, nulls.astype(bool), None
-        codes = np.empty(rows, np.int64)
-        size = 1 << 12
-        tkeys, tcodes = np.zeros(size, np.int64), np.zeros(size, np.int32)
-        strs, nstr = np.empty((size // 2, 2), np.int64), np.zeros(1, np.int64)
-        at = 0
-        while True:
-            at = intern_all(self.buf, text, at, codes, tkeys, tcodes, strs, nstr)
-            if at == rows:
-                break
-            tkeys, tcodes = rehash(tkeys, tcodes, len(tkeys) * 2)
-            strs = np.concatenate([strs, np.empty_like(strs)])
         words = [bytes(self.buf[s:e]).decode("utf-8", "replace") for s, e in strs[:int(nstr[0])].tolist()]
         return ints, nulls.astype(bool), (codes, words)
