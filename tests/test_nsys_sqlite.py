@@ -455,7 +455,7 @@ def test_the_pages_reader_follows_sqlites_format_or_declines(tmp_path, monkeypat
     """The real export rewritten by SQLite itself with another page size (the smallest, the largest), a column added by ALTER TABLE (older rows
     lack it: NULL), a table with an INTEGER PRIMARY KEY (stored as the rowid), and rows long enough to spill onto
     overflow pages (the pages reader declines, SQL reads them): every scan equals sqlite3's, also when the table
-    interning the text has to grow many times during the read."""
+    interning the text has to grow many times during the read, and when a table is read in two halves at once."""
     from rooflens.trace.formats.nsys_sqlite import db as D
     from rooflens.trace.formats.nsys_sqlite import tables as T
 
@@ -490,6 +490,10 @@ def test_the_pages_reader_follows_sqlites_format_or_declines(tmp_path, monkeypat
     from rooflens.trace.formats.nsys_sqlite import pages as P
 
     monkeypatch.setattr(P, "INTERN_SLOTS", 4)  # the names' table full again and again, mid-leaf: each read resumed
+    assert read("pages") == (plain, took)
+    monkeypatch.setattr(P, "SPLIT_MIN_ROWS", 2)  # every table read in two halves side by side, their names merged
+    assert read("pages") == (plain, took)
+    monkeypatch.setattr(P, "INTERN_SLOTS", 1 << 12)
     assert read("pages") == (plain, took)
     assert took == [True, True, True, False]  # the 70 kB row spills onto overflow pages: SQL reads that table
     runtime, keyed = pages[0], pages[2]

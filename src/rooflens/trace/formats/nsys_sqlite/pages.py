@@ -14,7 +14,10 @@ numba, from a read-only memory map of the file:
   ``ALTER TABLE`` may be absent from older rows (NULL);
 * integers become int64 columns with a NULL mask; a text column (NVTX's inline names) is cut at the first of
   PyTorch's per-call arguments (:data:`rooflens.trace.formats.nsys_sqlite.tables.TORCH_ARGS`) and interned
-  in place (no Python string per row; codes in order of first appearance, as Arrow's dictionary encoding gives).
+  in place, as each row is read (no Python string per row; codes in order of first appearance, as Arrow's
+  dictionary encoding gives);
+* a large table's leaves are read in two halves at once, on two threads (the walk lets go of the GIL), each
+  half's names interned on their own and the later half's codes mapped onto the first's after.
 
 Anything this reader does not take (a row spilling onto overflow pages, a float or text where integers are read,
 text not in UTF-8, a WITHOUT ROWID table, an unexpected page) makes it decline: the caller then reads the same
@@ -30,6 +33,8 @@ from rooflens.trace.formats.compiled import intern, njit, rehash
 OK, DECLINE, FULL = 0, 1, 2
 #: the text interning table's first size (slots; it doubles when full, the read resuming at the leaf it was on)
 INTERN_SLOTS = 1 << 12
+#: a table of at least this many rows is read in two halves, side by side (the compiled walk lets go of the GIL)
+SPLIT_MIN_ROWS = 200_000
 _INTERIOR, _LEAF = 5, 13
 
 
@@ -236,20 +241,48 @@ class File:
         ints = np.empty((len(wanted), rows), np.int64)
         nulls = np.empty((len(wanted), rows), np.uint8)
         codes = np.empty(rows if text_col >= 0 else 0, np.int64)
-        pats, bounds = _patterns(cut)
+        args = (slot, pk_col, text_col, ints, nulls, codes, *_patterns(cut))
+        if rows < SPLIT_MIN_ROWS:
+            n, status, raw = self._read(leaves, 0, n_leaves, 0, *args)
+            if status != OK or n != rows:
+                return None
+        else:  # two halves of the leaves, on this thread and another, each with its own names' table
+            cells = np.cumsum(self._cells(leaves[:n_leaves]))
+            mid = int(np.searchsorted(cells, rows // 2)) + 1
+            half = int(cells[mid - 1])
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(1, thread_name_prefix="rooflens-pages") as other:
+                first = other.submit(self._read, leaves, 0, mid, 0, *args)
+                n, status, later = self._read(leaves, mid, n_leaves, half, *args)
+                n0, status0, raw = first.result()
+            if status0 != OK or n0 != half or status != OK or n != rows:
+                return None
+            if text_col >= 0 and later:  # the later half's names: the first half's codes, else new ones after them
+                known = {b: c for c, b in enumerate(raw)}
+                lut = np.asarray([known.setdefault(b, len(known)) for b in later], np.int64)
+                raw = list(known)
+                tail = codes[half:]
+                codes[half:] = np.where(tail >= 0, lut[np.clip(tail, 0, None)], -1)
+        if text_col < 0:
+            return ints, nulls.astype(bool), None
+        return ints, nulls.astype(bool), (codes, [b.decode("utf-8", "replace") for b in raw])
+
+    def _cells(self, leaves: np.ndarray) -> np.ndarray:
+        """The rows (cells) of each leaf page, from its header."""
+        hdr = (leaves - 1) * self.page_size + np.where(leaves == 1, 100, 0)
+        return (self.buf[hdr + 3].astype(np.int64) << 8) | self.buf[hdr + 4]
+
+    def _read(self, leaves, lo: int, hi: int, n: int, slot, pk_col, text_col, ints, nulls, codes, pats, bounds):
+        """The rows of leaves ``leaves[lo:hi]`` (the first of them row ``n``) by :func:`read_rows`, its names' table
+        grown as it fills: (rows read, status, the names' bytes in code order)."""
         tkeys, tcodes = np.zeros(INTERN_SLOTS, np.int64), np.zeros(INTERN_SLOTS, np.int32)
         strs, nstr = np.empty((INTERN_SLOTS // 2, 2), np.int64), np.zeros(1, np.int64)
-        n, leaf = 0, 0
         while True:
-            n, status, leaf = read_rows(self.buf, self.page_size, self.usable, leaves, leaf, n_leaves, n, slot, pk_col,
-                                        text_col, ints, nulls, codes, pats, bounds, tkeys, tcodes, strs, nstr)
+            n, status, lo = read_rows(self.buf, self.page_size, self.usable, leaves, lo, hi, n, slot, pk_col, text_col,
+                                      ints, nulls, codes, pats, bounds, tkeys, tcodes, strs, nstr)
             if status != FULL:
                 break
             tkeys, tcodes = rehash(tkeys, tcodes, len(tkeys) * 2)
             strs = np.concatenate([strs, np.empty_like(strs)])
-        if status != OK or n != rows:
-            return None
-        if text_col < 0:
-            return ints, nulls.astype(bool), None
-        words = [bytes(self.buf[s:e]).decode("utf-8", "replace") for s, e in strs[:int(nstr[0])].tolist()]
-        return ints, nulls.astype(bool), (codes, words)
+        return n, status, [bytes(self.buf[s:e]) for s, e in strs[:int(nstr[0])].tolist()]
