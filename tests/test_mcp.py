@@ -181,8 +181,8 @@ def talk(workdir):
         ("run_report", "report", lambda answers: {"path": answers["run"].data["profiles"][-1]
                                                   if answers["run"].data else "the run failed"}),
         ("run_missing", "run", {"script": "no_such_script.py"}),
-        ("run_slow", "run", {"script": "slow.py", "args": ["pid.txt"], "logdir": "slow-logs", "timeout_s": 10}),
-        ("run_cancelled", "run", {"script": "slow.py", "args": ["pid-cancelled.txt"], "logdir": "slow-logs"}, 10),
+        ("run_slow", "run", {"script": "slow.py", "args": ["pid.txt"], "logdir": "slow-logs", "timeout_s": 6}),
+        ("run_cancelled", "run", {"script": "slow.py", "args": ["pid-cancelled.txt"], "logdir": "slow-logs"}, 6),
         ("after_cancel", "chips", {"name": "tpu-v5e"}),
     ]
     answers = anyio.run(converse, workdir, calls, workdir)
@@ -354,7 +354,7 @@ def ended(pid: int, within_s: float = 10.0) -> bool:
 
 def test_a_run_past_its_timeout_is_stopped_with_its_processes(talk, workdir):
     slow = talk["run_slow"]
-    assert slow.is_error and slow.text.startswith("rooflens: run did not finish in 10 s and was stopped")
+    assert slow.is_error and slow.text.startswith("rooflens: run did not finish in 6 s and was stopped")
     assert slow.elapsed_s < 60
     pid = int((workdir / "pid.txt").read_text())
     assert ended(pid), f"the script (pid {pid}) still runs after its call timed out"
@@ -368,7 +368,7 @@ def test_an_analysis_past_its_timeout_is_stopped_and_the_next_call_answers(talk)
 
 
 def test_a_cancelled_call_is_stopped_and_the_session_goes_on(talk, workdir):
-    assert isinstance(talk["run_cancelled"], MCPError)  # the client stopped waiting after 10 s
+    assert isinstance(talk["run_cancelled"], MCPError)  # the client stopped waiting after 6 s
     pid = int((workdir / "pid-cancelled.txt").read_text())
     assert ended(pid), f"the script (pid {pid}) still runs after its request was cancelled"
     assert talk["after_cancel"].data == talk["chip"].data
