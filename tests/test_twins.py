@@ -43,6 +43,7 @@ CHECKED = {
     "rooflens.trace.formats.xspace.reader.pair_codes": "test_reader_code_kernels_and_their_twins_agree",
     "rooflens.trace.formats.xspace.reader.apply_codes": "test_reader_code_kernels_and_their_twins_agree",
     "rooflens.trace.formats.nsys_sqlite.nest.links": "test_nvtx_nesting_kernel_and_its_twin_agree",
+    "rooflens.trace.stats._busy_sums": "test_busy_time_together_and_its_twin_agree",
 }
 
 TRACES = [("tpu", "xprof_tpu_inference_2.v6e-4.xplane.pb"),
@@ -210,3 +211,34 @@ def test_nvtx_nesting_kernel_and_its_twin_agree(export):
             _same(N._parents_np(nest.t, depth), parent, f"{export}: parents by one sort")
         finally:
             N.LEVEL_BY_LEVEL = deep
+
+
+def test_busy_time_together_and_its_twin_agree(table):
+    """Each device's busy time summed and all devices' as one (the CPU's concurrency), some ops left out (as the
+    collectives are): the compiled walk and its numpy twin, in the table's order and through an order that sorts
+    it; and both equal the union measured here, device by device, from the events themselves."""
+    t = table
+    skip = np.zeros((max(len(t.programs), 1), len(t.names) + 1), bool)
+    skip.flat[::3] = True
+    fast, plain = _pair("rooflens.trace.stats._busy_sums")
+    start, dur, order = t.start_ps, t.dur_ps, np.argsort(t.start_ps, kind="stable")
+    none = np.zeros(0, np.int64)
+    args = (t.device, t.program, t.name, skip)
+    got = fast(start, dur, *args, order)
+    _same(tuple(int(v) for v in got), tuple(int(v) for v in plain(start, dur, *args, order)), "busy together")
+    if is_sorted(start):
+        _same(tuple(int(v) for v in fast(start, dur, *args, none)), tuple(int(v) for v in got), "in table order")
+    kept = ~skip[t.program, t.name]
+
+    def union(rows) -> int:  # merged intervals, by a walk over the sorted events here
+        total, s0, e0 = 0, None, None
+        for s, e in sorted(zip(start[rows].tolist(), (start + dur)[rows].tolist())):
+            if s0 is None or s > e0:
+                total += 0 if s0 is None else e0 - s0
+                s0, e0 = s, e
+            else:
+                e0 = max(e0, e)
+        return total + (0 if s0 is None else e0 - s0)
+
+    per = sum(union(np.flatnonzero(kept & (t.device == d))) for d in np.unique(t.device))
+    assert (int(got[0]), int(got[1])) == (per, union(np.flatnonzero(kept))) and per >= int(got[1]) > 0

@@ -53,7 +53,7 @@ from rooflens.trace.assemble import NO_STEPS
 from rooflens.trace.events import unique_rows
 from rooflens.trace.idle import measure_steady_state
 from rooflens.trace.profile import Profile
-from rooflens.trace.stats import OpStats, busy_union, op_stats
+from rooflens.trace.stats import OpStats, busy_together_ps, op_stats
 from rooflens.trace.warmup import execution_index, program_executions
 
 MAX_HLO_EXPLAINED = 150  # ops (by total time) whose instruction is explained in the report
@@ -140,15 +140,11 @@ def compute_concurrency(profile: Profile) -> float:
     info = profile.op_info
     prog_code = {p: i for i, p in enumerate(t.programs)}
     name_code = {n: i for i, n in enumerate(t.names)}
-    comm = np.zeros(len(t.programs) * (len(t.names) + 1), dtype=bool)
+    comm = np.zeros((max(len(t.programs), 1), len(t.names) + 1), dtype=bool)
     for (program, name), oi in info.items():
         if oi.category == "collective" and program in prog_code and name in name_code:  # a pod's: its sampled step
-            comm[prog_code[program] * (len(t.names) + 1) + name_code[name]] = True
-    keep = ~comm[t.program.astype(np.int64) * (len(t.names) + 1) + t.name]
-    start, end = t.start_ns[keep], t.end_ns[keep]
-    dev = t.device[keep]
-    per_device = sum(busy_union(start[dev == d], end[dev == d])[0] for d in np.unique(dev))
-    union = busy_union(start, end)[0]
+            comm[prog_code[program], name_code[name]] = True
+    per_device, union = busy_together_ps(t, comm)
     return per_device / union if union else 1.0
 
 

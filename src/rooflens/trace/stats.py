@@ -13,7 +13,15 @@ import numpy as np
 from rooflens.trace.dispatch import Unran
 from rooflens.trace.events import row_key, unique_rows
 from rooflens.trace.formats.compiled import njit, plain_twin
-from rooflens.trace.groupby import dense, group_medians, grouped_sorted, is_sorted, timeline_order, unique_inverse
+from rooflens.trace.groupby import (
+    NUMPY_TWIN,
+    dense,
+    group_medians,
+    grouped_sorted,
+    is_sorted,
+    timeline_order,
+    unique_inverse,
+)
 from rooflens.trace.profile import Profile
 from rooflens.trace.steps import (
     HostSteps,
@@ -331,6 +339,54 @@ def busy_union(start: np.ndarray, end: np.ndarray) -> tuple[float, np.ndarray, n
     return float((m_end - m_start).sum()), m_start, m_end
 
 
+def busy_together_ps(t, skip: np.ndarray) -> tuple[int, int]:
+    """(each device's busy time, summed; the busy time of all devices as one), ps: the union of the op events of
+    each device, and of all, leaving out the events whose (program, op) ``skip[program, name]`` marks. One walk
+    in start order, nothing the size of the table made (an 18 M-event trace's copies were its report's peak)."""
+    if not len(t):
+        return 0, 0
+    order = np.zeros(0, np.int64) if is_sorted(t.start_ps) else np.argsort(t.start_ps, kind="stable")
+    per, both = _busy_sums(t.start_ps, t.dur_ps, t.device, t.program, t.name, skip, order)
+    return int(per), int(both)
+
+
+@njit(cache=True, nogil=True)
+def _busy_sums(start, dur, device, program, name, skip, order):
+    lo, hi = device.min(), device.max()
+    s0 = np.zeros(hi - lo + 2, np.int64)  # per device (the last: all of them), the merged interval now open
+    e0 = np.zeros(hi - lo + 2, np.int64)
+    open_ = np.zeros(hi - lo + 2, np.bool_)
+    total = np.zeros(hi - lo + 2, np.int64)
+    every = hi - lo + 1
+    for k in range(len(start)):
+        i = order[k] if len(order) else k
+        if skip[program[i], name[i]]:
+            continue
+        s, e = start[i], start[i] + dur[i]
+        for d in (device[i] - lo, every):
+            if not open_[d]:
+                open_[d], s0[d], e0[d] = True, s, e
+            elif s > e0[d]:  # a gap: the interval open so far is closed
+                total[d] += e0[d] - s0[d]
+                s0[d], e0[d] = s, e
+            elif e > e0[d]:
+                e0[d] = e
+    for d in range(len(total)):
+        if open_[d]:
+            total[d] += e0[d] - s0[d]
+    return total[:every].sum(), total[every]
+
+
+@plain_twin(_busy_sums, NUMPY_TWIN)
+def _busy_sums_np(start, dur, device, program, name, skip, order):
+    if len(order):
+        start, dur, device, program, name = start[order], dur[order], device[order], program[order], name[order]
+    keep = ~skip[program, name]
+    start, end, dev = start[keep], (start + dur)[keep], device[keep]
+    per = sum(int(busy_union(start[dev == d], end[dev == d])[0]) for d in np.unique(dev))
+    return per, int(busy_union(start, end)[0])
+
+
 def host_spans(host_events: list[tuple[str, float, float]]) -> tuple[list[str], np.ndarray, np.ndarray]:
     """A host's Python frames (name, start, end, in their order) as names and two arrays, for :func:`_host_during`."""
     return ([n for n, _, _ in host_events], np.asarray([s for _, s, _ in host_events], np.float64),
@@ -474,8 +530,10 @@ def device_times(profile: Profile, gaps_per_device: int) -> tuple[list[DeviceTim
     devices = [_device_time(t, start, end, dur, sel, int(d), t0, gaps_per_device, frames(int(h)),
                             _transfer_times(t, start, end, sel, transfer, counted) if counted.any() else ())
                for (h, d), sel in zip(dev_keys, by_dev)]
+    del by_dev
+    one_host = not len(t) or int(t.host.min()) == int(t.host.max())  # its events are all of them, in time order
     hosts = [_device_time(t, start, end, dur, sel, -1, t0, gaps_per_device, frames(int(t.host[sel[0]])))
-             for sel in groups_of(t.host)]
+             for sel in ([np.arange(len(t))] if one_host and len(t) else groups_of(t.host))]
     return devices, hosts
 
 
@@ -485,25 +543,28 @@ def _op_stats(profile: Profile, gaps_per_device: int) -> OpStats:
     self_ps = self_times_ps(t, line_groups(t))
 
     # per (program, op)
-    key = t.program.astype(np.int64) * (len(t.names) + 1) + t.name
-    uniq, inv = unique_inverse(key)
+    # (each event-sized array let go once used: an 18 M-event trace's are 50-150 MB each, and the peak is their sum)
+    uniq, inv = unique_inverse(t.program.astype(np.int64) * (len(t.names) + 1) + t.name)
     tot = np.bincount(inv, weights=dur)
     selft = np.bincount(inv, weights=self_ps * 1e-3)
     cnt = np.bincount(inv)
     ranked, medians = group_medians(inv, len(uniq), dur)  # grouped, each group sorted by duration
     first = np.concatenate([[0], np.cumsum(cnt)[:-1]])
     mins, maxs = ranked[first], ranked[first + cnt - 1]
+    del ranked
     ndev = _devices_per_group(inv, len(uniq), t.device)
     run_op, run_sums = execution_sums(t, inv)
     runs, run_med, run_min, run_max = execution_extremes(run_op, run_sums, len(uniq))
     run_tot = np.bincount(run_op, weights=run_sums, minlength=len(uniq))  # ps: the mean's numerator
+    del run_op, run_sums
     info = profile.op_info  # after the grouping: a caller may be parsing the HLO on another thread
-    devices, hosts = device_times(profile, gaps_per_device)  # its transfers: by the ops' categories
-    total_busy_s = sum(d.busy_s for d in devices) or 1.0
     ctrl = control_rows(t, info)
     if len(ctrl):  # a control op's self time: its span less its body's, wherever the body ran
         selft += np.bincount(inv[ctrl], weights=(control_self_ps(t, ctrl) - self_ps[ctrl]) * 1e-3,
                              minlength=len(uniq))
+    del self_ps
+    devices, hosts = device_times(profile, gaps_per_device)  # its transfers: by the ops' categories
+    total_busy_s = sum(d.busy_s for d in devices) or 1.0
     inside, inside_n = in_steps_sums(t, inv, len(uniq)) if profile.steps and len(t) else (None, None)
     stats = []
     for k, u in enumerate(uniq):
