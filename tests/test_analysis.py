@@ -100,18 +100,19 @@ def test_healthy_single_device_matmul_fires_nothing(tmp_path):
             ) or 0.5 < dot.ratio < 2.0, (dot.ratio, note)
 
 
-def _healthy(capture):
-    """What fires on a healthy run judged against this machine (:func:`_calibrated_around`), captured again once
-    when its steps varied: five steps of a millisecond matmul on a shared 2-core VM are now and then uneven (another
-    tenant's burst: IQR/median 0.5 once in a full run of the suite); a loop whose steps really vary does so again."""
-    names, rep = fired(_calibrated_around(capture), chip="local")
+def _healthy(capture, tmp):
+    """What fires on a healthy run (``capture(logdir)``) judged against this machine (:func:`_calibrated_around`),
+    captured again once when its steps varied: five steps of a millisecond matmul on a shared 2-core VM are now and
+    then uneven (another tenant's burst: IQR/median 0.5 once in a full run of the suite); a loop whose steps really
+    vary does so again."""
+    names, rep = fired(_calibrated_around(lambda: capture(tmp / "first")), chip="local")
     if "step-variance" in names:
-        names, rep = fired(_calibrated_around(capture), chip="local")
+        names, rep = fired(_calibrated_around(lambda: capture(tmp / "again")), chip="local")
     return names, rep
 
 
 def test_healthy_training_loop_fires_nothing(tmp_path):
-    names, rep = _healthy(lambda: session(tmp_path / f"run{len(list(tmp_path.iterdir()))}", lambda i: MATMUL(X, W)))
+    names, rep = _healthy(lambda logdir: session(logdir, lambda i: MATMUL(X, W)), tmp_path)
     # a loaded 2-core machine can measure its own calibration below what a warm loop then reaches: whether the
     # calibration is questioned is tested in test_calibration_trust; nothing about the run itself may fire
     assert names - {"roofline-trust"} == set(), [f.title for f in rep.findings]
@@ -125,7 +126,7 @@ def _dp(tmp, weights_spec):
 
 
 def test_healthy_data_parallel_fires_nothing(tmp_path):
-    names, rep = _healthy(lambda: _dp(tmp_path / f"run{len(list(tmp_path.iterdir()))}", P()))
+    names, rep = _healthy(lambda logdir: _dp(logdir, P()), tmp_path)
     assert names - {"roofline-trust"} == set(), [f.title for f in rep.findings]  # as the single-device twin
     assert rep.steps.communication_s == 0
 

@@ -53,7 +53,7 @@ from rooflens.trace.assemble import NO_STEPS
 from rooflens.trace.events import unique_rows
 from rooflens.trace.idle import measure_steady_state
 from rooflens.trace.profile import Profile
-from rooflens.trace.stats import OpStats, busy_together_ps, op_stats
+from rooflens.trace.stats import OpStats, busy_together_ps, category_table, op_stats
 from rooflens.trace.warmup import execution_index, program_executions
 
 MAX_HLO_EXPLAINED = 150  # ops (by total time) whose instruction is explained in the report
@@ -137,14 +137,7 @@ def compute_concurrency(profile: Profile) -> float:
     the others, which would count as running at once.
     """
     t = profile.table
-    info = profile.op_info
-    prog_code = {p: i for i, p in enumerate(t.programs)}
-    name_code = {n: i for i, n in enumerate(t.names)}
-    comm = np.zeros((max(len(t.programs), 1), len(t.names) + 1), dtype=bool)
-    for (program, name), oi in info.items():
-        if oi.category == "collective" and program in prog_code and name in name_code:  # a pod's: its sampled step
-            comm[prog_code[program], name_code[name]] = True
-    per_device, union = busy_together_ps(t, comm)
+    per_device, union = busy_together_ps(t, category_table(t, profile.op_info, "collective"))
     return per_device / union if union else 1.0
 
 

@@ -134,9 +134,12 @@ class _State:
         self.armed_at = 0.0  # time.monotonic() when the script's backend came up
         self.drained_s: float | None = None  # how long the last wait for the devices took
         self.finishing = False  # the script has ended: _finish writes what was traced
-        # JAX's Python tracer (a frame per Python call: what the host was doing in a gap); None: on for a window,
-        # off for a whole run, where it made a Python-heavy loop ten times slower (see _python_tracer)
-        self.python_tracer: bool | None = None
+        # JAX's Python tracer, a frame per Python call (what the host was doing in a gap): on for a window; off for a
+        # whole run unless asked (--python-tracer). Its cost is per call for as long as the trace is open: a loop that
+        # tokenizes 64 strings a step ran 2.8x slower under it and took 7.5 s more to stop (10x in all; 1.1x
+        # without it), and its frames were most of a whole run's memory. Without it a gap names no Python frame,
+        # which the report says (``python_tracer`` in rooflens.json)
+        self.python_tracer = self.window is not None
 
 
 S: _State | None = None
@@ -423,7 +426,7 @@ def _begin_trace() -> bool:
     S.starting = True
     try:
         S.t0_unix_ns = time.time_ns()
-        if _python_tracer():
+        if S.python_tracer:
             jprof.start_trace(S.tmp)
         else:
             options = jprof.ProfileOptions()
@@ -437,16 +440,6 @@ def _begin_trace() -> bool:
     finally:
         S.starting = False
     return S.tracing
-
-
-def _python_tracer() -> bool:
-    """Whether the trace records every Python call (JAX's Python tracer, on in ``jax.profiler``'s defaults): for a
-    window yes, for a whole run only when asked (``--python-tracer``). Its cost is per call, for as long as the trace
-    is open: a loop that tokenizes 64 strings a step ran 2.8x slower under it and took 7.5 s more to stop (10x in
-    all; 1.1x without it), and its frames were most of a whole run's memory. Without it a gap names no Python frame,
-    which its report says (``python_tracer`` in rooflens.json)."""
-    S.python_tracer = S.python_tracer if S.python_tracer is not None else S.window is not None
-    return S.python_tracer
 
 
 def _stop_for_memory() -> None:
@@ -710,7 +703,8 @@ def main(argv: list[str]) -> None:
     if S.window is None:  # before the script imports jax: XLA reads its flags once, when its backend comes up
         S.flags_added = whole_run_flags(os.environ)
     S.calibration_file = opts.get("calibration_file")
-    S.python_tracer = opts.get("python_tracer")
+    if opts.get("python_tracer") is not None:
+        S.python_tracer = bool(opts["python_tracer"])
     sys.argv[:] = [target, *args]
     sys.meta_path.insert(0, _Finder({"jax._src.xla_bridge": _hook_xla_bridge, "jax._src.compiler": _hook_compiler,
                                      "jax._src.profiler": _hook_annotations, "jax._src.monitoring": _hook_monitoring,

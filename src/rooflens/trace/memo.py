@@ -47,22 +47,20 @@ _HEADER = struct.Struct("<I")
 _memory: OrderedDict[str, object] = OrderedDict()
 
 
-@functools.cache
 def code_digest() -> str:
-    h = hashlib.sha1()
-    here = Path(__file__).parent
-    for name in _CODE:
-        h.update((here / name).read_bytes())
-    return h.hexdigest()[:16]
+    """A digest of the code that computes every entry (:data:`_CODE`)."""
+    return sources_digest(*(f"trace/{name}" for name in _CODE))
 
 
 @functools.cache
-def sources_digest(*packages: str) -> str:
-    """A digest of the sources of rooflens's ``packages`` (``"cost"``, ``"hlo"``): for what their code computes."""
+def sources_digest(*parts: str) -> str:
+    """A digest of rooflens's sources at ``parts``, relative to the package: files, or packages (``"cost"``,
+    ``"hlo"``: every module below them), for what their code computes."""
     h = hashlib.sha1()
     root = Path(__file__).resolve().parents[1]
-    for package in packages:
-        for path in sorted((root / package).rglob("*.py")):
+    for part in parts:
+        at = root / part
+        for path in sorted(at.rglob("*.py")) if at.is_dir() else [at]:
             h.update(str(path.relative_to(root)).encode())
             h.update(path.read_bytes())
     return h.hexdigest()[:16]

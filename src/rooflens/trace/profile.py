@@ -81,16 +81,19 @@ class Profile:
                 self.notes.append(f"the HLO saved for {name} could not be read; its ops have no scope or category")
         return out
 
+    def _hlo_name(self, program: str) -> str | None:
+        """Under which name ``program`` (``jit_dot(49)``) has its HLO: its own, else its name without the id."""
+        return next((n for n in (program, re.sub(r"\(\d+\)$", "", program)) if self.modules.get(n)), None)
+
     def module_for(self, program: str) -> H.Module | None:
         """The HLO of ``program`` (``jit_dot(49)``), or of its name when only that is known."""
-        return self.modules.get(program) or self.modules.get(re.sub(r"\(\d+\)$", "", program))
+        name = self._hlo_name(program)
+        return self.modules[name] if name is not None else None
 
     def hlo_text_for(self, program: str) -> str | None:
         """The text :meth:`module_for` parsed ``program``'s HLO from (None where it has none)."""
-        for name in (program, re.sub(r"\(\d+\)$", "", program)):
-            if self.modules.get(name) is not None:
-                return self.hlo_texts.get(name)
-        return None
+        name = self._hlo_name(program)
+        return self.hlo_texts.get(name) if name is not None else None
 
     @cached_property
     def op_info(self) -> dict[tuple[str, str], OpInfo]:

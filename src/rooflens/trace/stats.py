@@ -339,12 +339,15 @@ def busy_union(start: np.ndarray, end: np.ndarray) -> tuple[float, np.ndarray, n
     return float((m_end - m_start).sum()), m_start, m_end
 
 
-def busy_together_ps(t, skip: np.ndarray) -> tuple[int, int]:
+def busy_together_ps(t, skip: np.ndarray | None) -> tuple[int, int]:
     """(each device's busy time, summed; the busy time of all devices as one), ps: the union of the op events of
-    each device, and of all, leaving out the events whose (program, op) ``skip[program, name]`` marks. One walk
-    in start order, nothing the size of the table made (an 18 M-event trace's copies were its report's peak)."""
+    each device, and of all, leaving out the events whose (program, op) ``skip[program, name]`` marks (None: none;
+    :func:`category_table`). One walk in start order, nothing the size of the table made (an 18 M-event trace's
+    copies were its report's peak)."""
     if not len(t):
         return 0, 0
+    if skip is None:
+        skip = np.zeros((max(len(t.programs), 1), len(t.names) + 1), bool)
     order = np.zeros(0, np.int64) if is_sorted(t.start_ps) else np.argsort(t.start_ps, kind="stable")
     per, both = _busy_sums(t.start_ps, t.dur_ps, t.device, t.program, t.name, skip, order)
     return int(per), int(both)
@@ -435,21 +438,24 @@ def _device_time(t, start, end, dur, sel: np.ndarray, dev: int, t0: float, n_gap
                       len(sel), tuple(gaps), transfers)
 
 
-def transfer_mask(t, info: dict) -> np.ndarray:
-    """Which events are host↔device transfers (``info``: (program, op) → OpInfo, category ``host transfer``): a
-    table by (program, name) code, looked up once per event; no event-sized work when there is none."""
-    wanted = {key for key, oi in info.items() if oi.category == "host transfer"}
-    if not wanted:
-        return np.zeros(len(t), bool)
-    width = len(t.names) + 1
+def category_table(t, info: dict, category: str) -> np.ndarray | None:
+    """A table by (program code, name code) of the ops of ``category`` (``info``: (program, op) → OpInfo; a pod's may
+    name ops this table lacks), to be looked up per event; None when the table holds none."""
+    wanted = {key for key, oi in info.items() if oi.category == category}
     in_programs, in_names = {p for p, _ in wanted}, {n for _, n in wanted}
     programs = [i for i, w in enumerate(t.programs) if w in in_programs]
     names = [i for i, w in enumerate(t.names) if w in in_names]
-    lut = np.zeros(len(t.programs) * width, bool)
+    lut = np.zeros((max(len(t.programs), 1), len(t.names) + 1), bool)
     for p in programs:
         for n in names:
-            lut[p * width + n] = (t.programs[p], t.names[n]) in wanted
-    return lut[t.program.astype(np.int64) * width + t.name]
+            lut[p, n] = (t.programs[p], t.names[n]) in wanted
+    return lut if lut.any() else None
+
+
+def transfer_mask(t, info: dict) -> np.ndarray:
+    """Which events are host↔device transfers (category ``host transfer``): no event-sized work when there is none."""
+    lut = category_table(t, info, "host transfer")
+    return np.zeros(len(t), bool) if lut is None else lut[t.program, t.name]
 
 
 def covered_ns(a_start: np.ndarray, a_end: np.ndarray, b_start: np.ndarray, b_end: np.ndarray) -> float:
@@ -531,9 +537,8 @@ def device_times(profile: Profile, gaps_per_device: int) -> tuple[list[DeviceTim
                             _transfer_times(t, start, end, sel, transfer, counted) if counted.any() else ())
                for (h, d), sel in zip(dev_keys, by_dev)]
     del by_dev
-    one_host = not len(t) or int(t.host.min()) == int(t.host.max())  # its events are all of them, in time order
     hosts = [_device_time(t, start, end, dur, sel, -1, t0, gaps_per_device, frames(int(t.host[sel[0]])))
-             for sel in ([np.arange(len(t))] if one_host and len(t) else groups_of(t.host))]
+             for sel in groups_of(t.host)]
     return devices, hosts
 
 

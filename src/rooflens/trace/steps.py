@@ -643,6 +643,8 @@ def groups_of(key: np.ndarray) -> list[np.ndarray]:
     """Event indices per distinct key, in key order, each in time order (the table is sorted by start)."""
     if not len(key):
         return []
+    if key.min() == key.max():  # one group (a one-host trace's hosts): every event, no grouping made
+        return [np.arange(len(key))]
     codes, inv = unique_inverse(key)
     order = grouped_order(inv, len(codes))
     return np.split(order, np.cumsum(np.bincount(inv, minlength=len(codes)))[:-1])
