@@ -25,6 +25,16 @@ REPO = Path(__file__).resolve().parents[1]
 # where each comes from and under which licence); ROOFLENS_FIXTURES points elsewhere when asked.
 FIXTURES = Path(os.environ.get("ROOFLENS_FIXTURES", REPO / "tests" / "fixtures"))
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+#: most workers ``-n auto`` starts (pyproject's addopts): each holds JAX and its tests start JAX processes of their
+#: own (1-2 GB each), so a large machine gets no more than this
+MAX_WORKERS = 8
+
+
+def pytest_xdist_auto_num_workers(config) -> int:
+    """One worker per core this process may use, at most :data:`MAX_WORKERS` (``-n N`` on the command line
+    overrides it; ``-n 0`` runs in this process)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(cores, MAX_WORKERS))
 
 
 def fixture_path(*parts: str) -> Path:
