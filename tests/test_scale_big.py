@@ -126,12 +126,17 @@ def test_report_aggregates_from_the_cache_equal_fresh_ones(cpu_trace, tmp_path, 
     memo._memory.clear()
     fresh = load_report(str(cpu_trace)).to_json()
     assert calls["op_stats"] == 1 and calls["execution_index"] == 1  # asked for 3 times, computed once
+    # the rest of what a second report would compute again: the 8 CPU devices' concurrency, each unit's
+    # executions (idle time), the HLO jaxlib printed from the XSpace's protos (no run directory beside it)
+    remembered_too = ("busy_together", "unit_executions", "printed_hlo")
+    assert all(calls.get(kind) == 1 for kind in remembered_too), calls
     background.flush()  # entries are written on the writer thread
     files = sorted(memo.memo_dir().glob("*.memo"))
-    assert len(files) >= 2
+    assert len(files) >= 5
     memo._memory.clear()
     again = load_report(str(cpu_trace)).to_json()
     assert calls["op_stats"] == 1 and calls["execution_index"] == 1  # served from disk
+    assert all(calls[kind] == 1 for kind in remembered_too), calls
     assert again == fresh
     # its programs priced on a chip: priced once, then served; on another chip priced again
     on_chip = load_report(str(cpu_trace), chip="h100-sxm").to_json()

@@ -51,6 +51,7 @@ from rooflens.memory.summary import MemorySummary
 from rooflens.trace import memo
 from rooflens.trace.assemble import NO_STEPS
 from rooflens.trace.events import unique_rows
+from rooflens.trace.groupby import unique_values
 from rooflens.trace.idle import measure_steady_state
 from rooflens.trace.profile import Profile
 from rooflens.trace.stats import OpStats, busy_together_ps, category_table, op_stats
@@ -622,7 +623,7 @@ def _analyze(profile: Profile, stats: OpStats, chip: str | Chip | None, memory: 
              require_roofline: bool, steady: Future, concurrency: Future | None) -> Report:
     n_dev = max(len(stats.devices), 1)
     t = profile.table
-    foreign = profile.framework not in ("JAX", "") and not any(t.programs[int(i)] for i in np.unique(t.program))
+    foreign = profile.framework not in ("JAX", "") and not any(t.programs[i] for i in unique_values(t.program).tolist())
     try:
         c, reason = resolve_chip(profile, chip)
     except RooflensError as e:

@@ -8,6 +8,8 @@ axis, the job's steps, the run's manifest and HLO, the dispatches matched with t
 from __future__ import annotations
 
 import functools
+import hashlib
+import importlib.metadata
 import json
 import mmap
 import re
@@ -16,9 +18,10 @@ from pathlib import Path
 import numpy as np
 
 from rooflens.errors import RooflensError
-from rooflens.trace import command_buffers, discover, formats, fs
+from rooflens.trace import command_buffers, discover, formats, fs, memo
 from rooflens.trace.events import EventTable, concat
 from rooflens.trace.formats.raw import RawTrace, assign_steps
+from rooflens.trace.groupby import unique_values
 from rooflens.trace.manifest import RunManifest
 from rooflens.trace.profile import Profile, read_hlo_dir
 
@@ -34,7 +37,7 @@ def _embedded_hlo(raws: list[RawTrace], files: list[str], table: EventTable, ski
     A program name compiled several times (``jit_dot(5)``, ``jit_dot(21)``) keeps the module whose
     instruction names cover most of the ops the trace ran under that name.
     """
-    from rooflens.trace.formats.xspace.hlo_protos import hlo_protos, print_modules
+    from rooflens.trace.formats.xspace.hlo_protos import hlo_protos
 
     seen: dict[str, set[str]] = {}
     for p, n in table.pairs().tolist():
@@ -58,7 +61,7 @@ def _embedded_hlo(raws: list[RawTrace], files: list[str], table: EventTable, ski
             if k not in wanted and (k in seen or k in exact or base in seen):
                 wanted[k] = v
     best: dict[str, tuple[int, str]] = {}
-    for key, text in print_modules(wanted).items():
+    for key, text in _printed(wanted).items():
         if key in seen or key in exact:  # the trace names this very program (name and id)
             best[exact.get(key, key)] = (1 << 30, text)
             continue
@@ -71,6 +74,24 @@ def _embedded_hlo(raws: list[RawTrace], files: list[str], table: EventTable, ski
         if name not in table.program_keys and score > best.get(name, (-1, ""))[0]:
             best[name] = (score, text)
     return {k: v for k, (_, v) in best.items()}
+
+
+def _printed(protos: dict[str, bytes]) -> dict[str, str]:
+    """:func:`~rooflens.trace.formats.xspace.hlo_protos.print_modules` of ``protos``, remembered for the same protos,
+    printing code and jaxlib (:mod:`rooflens.trace.memo`): a second report of the trace loads no jaxlib."""
+    from rooflens.trace.formats.xspace.hlo_protos import print_modules
+
+    if not protos:
+        return {}
+    h = hashlib.sha1()
+    for name in sorted(protos):
+        h.update(hashlib.sha1(name.encode()).digest() + hashlib.sha1(protos[name]).digest())
+    try:
+        jaxlib = importlib.metadata.version("jaxlib")
+    except importlib.metadata.PackageNotFoundError:
+        jaxlib = ""
+    key = (h.hexdigest(), jaxlib, memo.sources_digest("trace/formats/xspace/hlo_protos.py"))
+    return memo.remembered("printed_hlo", key, 1, lambda: print_modules(protos), disk_min=1)
 
 
 _DEFINED = re.compile(r"(?:^|\s)%?([^\s=%]+) = ", re.M)  # the instruction names a module's text defines
@@ -173,7 +194,8 @@ def assemble(paths: list[str], runs: list[str], raws: list[RawTrace], files: lis
     notes += said
     steps_by_host, choice = marked_as_device_steps(table, raws, marked_by_host, dispatches_of, step_fn, manifest)
     for k, host_steps in enumerate(steps_by_host):  # each host's steps hold its own events
-        assign_steps(table, host_steps, rows=np.flatnonzero(table.host == table.hosts.index(raws[k].host)))
+        assign_steps(table, host_steps, rows=None if len(raws) == 1 else
+                     np.flatnonzero(table.host == table.hosts.index(raws[k].host)))
     steps = job_steps(steps_by_host)
     if not len(table):
         from rooflens.trace.dispatch import unran_dispatches, unran_note
@@ -211,7 +233,7 @@ def assemble(paths: list[str], runs: list[str], raws: list[RawTrace], files: lis
     )
     if not steps:
         profile.notes.append(NO_STEPS)
-    missing = sorted(p for p in {table.programs[p] for p in np.unique(table.program).tolist()}  # "": no program
+    missing = sorted(p for p in {table.programs[p] for p in unique_values(table.program).tolist()}  # "": no program
                      if p and p not in hlo_texts and re.sub(r"\(\d+\)$", "", p) not in hlo_texts)
     if missing:
         profile.notes.append(no_hlo_note(missing))

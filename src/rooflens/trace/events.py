@@ -90,9 +90,9 @@ class EventTable:
         """The distinct (program code, name code) pairs, as rows."""
         if not len(self):
             return np.zeros((0, 2), np.int64)
-        from rooflens.trace.groupby import unique_inverse
+        from rooflens.trace.groupby import unique_values
 
-        key = unique_inverse(self.program.astype(np.int64) * (len(self.names) + 1) + self.name)[0]
+        key = unique_values(self.program.astype(np.int64) * (len(self.names) + 1) + self.name)
         return np.stack([key // (len(self.names) + 1), key % (len(self.names) + 1)], axis=1)
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rooflens.trace import memo
 from rooflens.trace.events import row_key, unique_rows
 from rooflens.trace.groupby import dense, group_extent
 from rooflens.trace.profile import Profile
@@ -105,17 +106,21 @@ def unit_runs(profile: Profile, devices: list[DeviceTime], hosts: list[DeviceTim
         return [UnitRuns(d, None, None, None) for d in units]
     # a trace not judged for warm-up (nsys-jax, a trace of one's own) still shows its host compiling
     compiling = {h: host_compile_intervals_ns(evs) for h, evs in (profile.host_events_of or {}).items()}
-    runs = execution_index(t)
-    out = []
-    for d in units:
-        host = t.hosts.index(d.host) if d.host in t.hosts else -1
-        sel = np.flatnonzero(t.host == host if d.device < 0 else (t.host == host) & (t.device == d.device))
-        if not len(sel):
-            out.append(UnitRuns(d, None, None, None))
-            continue
-        s0, e0 = _executions(t, runs, sel)
-        out.append(UnitRuns(d, s0, e0, compiling.get(d.host)))
-    return out
+    wanted = [(d.host, d.device) for d in units]
+
+    def compute() -> list[tuple[np.ndarray, np.ndarray] | None]:
+        runs = execution_index(t)
+        spans = []
+        for name, device in wanted:
+            host = t.hosts.index(name) if name in t.hosts else -1
+            sel = np.flatnonzero(t.host == host if device < 0 else (t.host == host) & (t.device == device))
+            spans.append(_executions(t, runs, sel) if len(sel) else None)
+        return spans
+
+    # remembered for the same table and units (a second report of a large trace reads them back)
+    spans = memo.remembered("unit_executions", (memo.table_digest(t, steps=False), wanted), len(t), compute)
+    return [UnitRuns(d, None, None, None) if se is None else UnitRuns(d, se[0], se[1], compiling.get(d.host))
+            for d, se in zip(units, spans)]
 
 
 def judge_units(units: list[UnitRuns], excluded: np.ndarray, t0: float) -> list[IdleUnit]:

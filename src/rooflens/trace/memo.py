@@ -42,7 +42,7 @@ DISK_MIN_EVENTS = 100_000
 DISK_MAX_FILES = 64
 MEMORY_ENTRIES = 8
 #: the modules whose code computes what is remembered
-_CODE = ("memo.py", "stats.py", "warmup.py", "groupby.py", "events.py", "profile.py", "dispatch.py")
+_CODE = ("memo.py", "stats.py", "warmup.py", "groupby.py", "events.py", "profile.py", "dispatch.py", "idle.py")
 _HEADER = struct.Struct("<I")
 _memory: OrderedDict[str, object] = OrderedDict()
 

@@ -6,6 +6,7 @@ grouped by integer codes with ``np.unique``/``np.bincount``, never one Python ca
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -343,14 +344,22 @@ def busy_together_ps(t, skip: np.ndarray | None) -> tuple[int, int]:
     """(each device's busy time, summed; the busy time of all devices as one), ps: the union of the op events of
     each device, and of all, leaving out the events whose (program, op) ``skip[program, name]`` marks (None: none;
     :func:`category_table`). One walk in start order, nothing the size of the table made (an 18 M-event trace's
-    copies were its report's peak)."""
+    copies were its report's peak). Remembered for the same table and ``skip`` (:mod:`rooflens.trace.memo`)."""
     if not len(t):
         return 0, 0
+    from rooflens.trace import memo
+
     if skip is None:
         skip = np.zeros((max(len(t.programs), 1), len(t.names) + 1), bool)
-    order = np.zeros(0, np.int64) if is_sorted(t.start_ps) else np.argsort(t.start_ps, kind="stable")
-    per, both = _busy_sums(t.start_ps, t.dur_ps, t.device, t.program, t.name, skip, order)
-    return int(per), int(both)
+    skip = np.ascontiguousarray(skip, dtype=bool)
+
+    def compute() -> tuple[int, int]:
+        order = np.zeros(0, np.int64) if is_sorted(t.start_ps) else np.argsort(t.start_ps, kind="stable")
+        per, both = _busy_sums(t.start_ps, t.dur_ps, t.device, t.program, t.name, skip, order)
+        return int(per), int(both)
+
+    key = (memo.table_digest(t, steps=False), skip.shape, zlib.crc32(skip.view(np.uint8)))
+    return memo.remembered("busy_together", key, len(t), compute)
 
 
 @njit(cache=True, nogil=True)

@@ -210,9 +210,18 @@ def assign_steps(table: EventTable, steps: list[tuple[int, float, float]], rows:
     ends = np.asarray([t for _, _, t in steps], np.float64)
     nums = np.asarray([n for n, _, _ in steps], dtype=np.int32)
     at = table.start_ns if rows is None else table.start_ns[rows]
-    idx = np.searchsorted(starts, at, side="right") - 1
-    ok = (idx >= 0) & (at <= ends[np.clip(idx, 0, None)])
-    got = np.where(ok, nums[np.clip(idx, 0, None)], -1)
+    if (starts[1:] >= starts[:-1]).all() and (at[1:] >= at[:-1]).all():
+        # events and steps in time order (a table as read): each step's events are one slice of them
+        got = np.full(len(at), -1, np.int32)
+        lo = np.searchsorted(at, starts, side="left")
+        hi = np.minimum(np.searchsorted(at, ends, side="right"),  # an event past a later step's start is that one's
+                        np.searchsorted(at, np.append(starts[1:], np.inf), side="left"))
+        for k in np.flatnonzero(hi > lo).tolist():
+            got[lo[k]:hi[k]] = nums[k]
+    else:  # the step whose start is the last at or before each event's, if the event starts before its end
+        idx = np.searchsorted(starts, at, side="right") - 1
+        ok = (idx >= 0) & (at <= ends[np.clip(idx, 0, None)])
+        got = np.where(ok, nums[np.clip(idx, 0, None)], -1)
     if rows is None:
         table.step[:] = got
     else:
