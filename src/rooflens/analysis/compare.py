@@ -51,7 +51,7 @@ from rooflens.memory.summary import MemorySummary
 from rooflens.trace import memo
 from rooflens.trace.assemble import NO_STEPS
 from rooflens.trace.events import unique_rows
-from rooflens.trace.groupby import unique_values
+from rooflens.trace.groupby import is_sorted, unique_values
 from rooflens.trace.idle import measure_steady_state
 from rooflens.trace.profile import Profile
 from rooflens.trace.stats import OpStats, busy_together_ps, category_table, op_stats
@@ -521,7 +521,11 @@ def representative_timeline(profile: Profile, limit: int = MAX_TIMELINE_OPS) -> 
         s0, s1 = float(t.start_ns.min()), float(t.end_ns.max())
         note = "the whole capture (no step annotations)"
     start = t.start_ns
-    sel = np.flatnonzero((start >= s0) & (start <= s1))[:limit]
+    if is_sorted(start):  # the table's own order: the step's events are one slice of it
+        lo, hi = int(np.searchsorted(start, s0, side="left")), int(np.searchsorted(start, s1, side="right"))
+        sel = np.arange(lo, min(hi, lo + limit))
+    else:
+        sel = np.flatnonzero((start >= s0) & (start <= s1))[:limit]
     lane_keys, lane_of = unique_rows(t.host[sel], t.device[sel])  # lanes sorted by (host, device)
     op_pairs, op_of = unique_rows(t.program[sel], t.name[sel])
     info = profile.op_info

@@ -147,7 +147,7 @@ def busiest_program(profile) -> str:
     t = profile.table
     if not len(t):
         return ""
-    busy = np.bincount(t.program, weights=t.dur_ns, minlength=len(t.programs))
+    busy = t.program_busy_ns
     return base_name(t.programs[int(np.argmax(busy))])
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rooflens.trace import background, formats
+from rooflens.trace import background, formats, memo
 from rooflens.trace.events import EventTable
 from rooflens.trace.formats.raw import Progress, RawTrace
 from rooflens.userdirs import cache_dir
@@ -262,6 +262,9 @@ def _read(src, key: dict | None) -> RawTrace | None:
         op_meta={(p, k): v for p, k, v in meta["op_meta"]}, program_keys=meta["program_keys"],
         origin_ns=int(meta["origin_ns"]),
         **{c: cols[c].astype(dtype, copy=False) for c, dtype in OPTIONAL_COLUMNS if c in cols})
+    if meta.get("crc32") is not None:  # checked above, over these very bytes where no column was converted
+        memo.known_crcs(table, {c: v for c, v in meta["crc32"].items()
+                                if c in cols and getattr(table, c).dtype == cols[c].dtype})
     return RawTrace(
         meta["host"], table, [tuple(s) for s in meta["steps"]], meta["device_kind"], meta["platform"],
         notes=meta["notes"], plane_stats=meta["plane_stats"], host_events=[tuple(h) for h in meta["host_events"]],

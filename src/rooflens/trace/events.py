@@ -78,6 +78,14 @@ class EventTable:
     def end_ns(self) -> np.ndarray:
         return (self.start_ps + self.dur_ps) * 1e-3
 
+    @cached_property
+    def program_busy_ns(self) -> np.ndarray:
+        """Each program code's summed op time (ns, every device; read-only): the step model and the memory view ask
+        for it several times, each a pass over the events."""
+        busy = np.bincount(self.program, weights=self.dur_ns, minlength=len(self.programs))
+        busy.setflags(write=False)
+        return busy
+
     def select(self, rows: np.ndarray) -> EventTable:
         """The events ``rows`` (indices or a mask), with the same vocabularies."""
         return replace(self, host=self.host[rows], device=self.device[rows], line=self.line[rows],

@@ -45,6 +45,9 @@ MEMORY_ENTRIES = 8
 _CODE = ("memo.py", "stats.py", "warmup.py", "groupby.py", "events.py", "profile.py", "dispatch.py", "idle.py")
 _HEADER = struct.Struct("<I")
 _memory: OrderedDict[str, object] = OrderedDict()
+#: the columns of an event table its digest covers (with its vocabularies and, unless asked not to, its steps)
+DIGESTED_COLUMNS = ("host", "device", "line", "name", "program", "start_ps", "dur_ps")
+_CRCS = "_rooflens_column_crcs"
 
 
 def code_digest() -> str:
@@ -74,14 +77,25 @@ def table_digest(t, steps: bool = True) -> str:
     rest = t.__dict__.get("_rooflens_digest")
     if rest is None:
         h = hashlib.sha1(str(len(t)).encode())
-        for col in (t.host, t.device, t.line, t.name, t.program, t.start_ps, t.dur_ps):
-            h.update(struct.pack("<Iq", zlib.crc32(np.ascontiguousarray(col).view(np.uint8)), col.dtype.itemsize))
+        known = t.__dict__.get(_CRCS) or {}
+        for name in DIGESTED_COLUMNS:
+            col = getattr(t, name)
+            crc = known.get(name)
+            if crc is None:
+                crc = zlib.crc32(np.ascontiguousarray(col).view(np.uint8))
+            h.update(struct.pack("<Iq", crc, col.dtype.itemsize))
         h.update(repr((t.hosts, t.lines, t.names, t.programs, t.origin_ns)).encode())
         rest = t.__dict__["_rooflens_digest"] = h.hexdigest()
     if not steps:
         return rest
     step = np.ascontiguousarray(t.step)
     return hashlib.sha1((rest + str(zlib.crc32(step.view(np.uint8))) + str(step.dtype.itemsize)).encode()).hexdigest()
+
+
+def known_crcs(t, crcs: dict[str, int]) -> None:
+    """Tell :func:`table_digest` the CRC-32 of some of ``t``'s columns (by name), computed already over the very
+    bytes the table holds (the trace cache checks its columns on reading): they are not computed again."""
+    t.__dict__[_CRCS] = {c: int(v) for c, v in crcs.items() if c in DIGESTED_COLUMNS}
 
 
 def digest_of(*parts) -> str:

@@ -283,7 +283,7 @@ def ops_per_function(t: EventTable) -> dict[str, int]:
 
 def function_busy_ns(t: EventTable) -> dict[str, float]:
     """Each function's (base name's) summed op time (ns), every device."""
-    busy = np.bincount(t.program, weights=t.dur_ns, minlength=len(t.programs))
+    busy = t.program_busy_ns
     out: dict[str, float] = {}
     for c, p in enumerate(t.programs):
         if busy[c] > 0 and p:
@@ -305,7 +305,7 @@ def make_choice(t: EventTable, spans: tuple[np.ndarray, ...], function: str, rea
                 ) -> StepChoice:
     keys, _, start, end, _ = spans
     codes = codes_of(t.programs, function)
-    busy = np.bincount(t.program, weights=t.dur_ns, minlength=len(t.programs))
+    busy = t.program_busy_ns
     codes = [c for c in codes if busy[c] > 0] or codes
     main = max(codes, key=lambda c: busy[c]) if codes else -1
     return StepChoice(function, t.programs[main] if codes else function,
