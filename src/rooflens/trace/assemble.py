@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import importlib.metadata
+import importlib.util
 import json
 import mmap
 import re
@@ -86,12 +86,22 @@ def _printed(protos: dict[str, bytes]) -> dict[str, str]:
     h = hashlib.sha1()
     for name in sorted(protos):
         h.update(hashlib.sha1(name.encode()).digest() + hashlib.sha1(protos[name]).digest())
-    try:
-        jaxlib = importlib.metadata.version("jaxlib")
-    except importlib.metadata.PackageNotFoundError:
-        jaxlib = ""
-    key = (h.hexdigest(), jaxlib, memo.sources_digest("trace/formats/xspace/hlo_protos.py"))
+    key = (h.hexdigest(), _jaxlib_identity(), memo.sources_digest("trace/formats/xspace/hlo_protos.py"))
     return memo.remembered("printed_hlo", key, 1, lambda: print_modules(protos), disk_min=1)
+
+
+def _jaxlib_identity() -> tuple:
+    """Which jaxlib would print HLO here: its version file's path, size and time (found, not imported: importing
+    jaxlib or importlib.metadata costs a small report 25-60 ms); () when there is none."""
+    try:
+        spec = importlib.util.find_spec("jaxlib")
+        if spec is None or not spec.submodule_search_locations:
+            return ()
+        version = Path(next(iter(spec.submodule_search_locations))) / "version.py"
+        st = version.stat()
+    except (ImportError, ValueError, OSError, StopIteration):
+        return ()
+    return str(version), st.st_size, st.st_mtime_ns
 
 
 _DEFINED = re.compile(r"(?:^|\s)%?([^\s=%]+) = ", re.M)  # the instruction names a module's text defines
