@@ -7,6 +7,7 @@ must not import jax.
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -26,12 +27,14 @@ WALKS = ("fields", "metadata_entries", "line_headers", "decode_events")
 V6E = ("tpu", "xprof_tpu_inference_2.v6e-4.xplane.pb")
 
 
-def _modules_after(code: str, tmp_path: Path) -> set[str]:
-    """The top-level packages a fresh interpreter has imported after running ``code``."""
+def _modules_after(code: str, tmp_path: Path, whole: bool = False) -> set[str]:
+    """The top-level packages (``whole``: the modules) a fresh interpreter has imported after running ``code``."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)]),
            "ROOFLENS_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("ROOFLENS_NO_CACHE", None)
+    name = "m" if whole else "m.split('.')[0]"
     probe = (f"import sys, json\n{code}\n"
-             "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})), file=sys.stderr)")
+             f"print(json.dumps(sorted({{{name} for m in sys.modules}})), file=sys.stderr)")
     r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=tmp_path,
                        timeout=120)
     assert r.returncode == 0, r.stderr
@@ -66,6 +69,24 @@ def test_a_small_trace_is_reported_without_numba_or_jax(tmp_path):
     mods = _modules_after(_cli("report", str(trace), "--json"), tmp_path)
     assert not mods & {"numba", "llvmlite", "jax"}, sorted(mods)
     assert "jaxlib" in mods  # its HLO printer, for the programs the trace carries
+
+
+def test_a_second_report_loads_neither_numba_nor_jaxlib_nor_numpy_ma(tmp_path):
+    """A second report of a trace reads it, its aggregates and its printed HLO from the cache: jaxlib's HLO printer
+    (25 ms), numba and numpy.ma (50 ms, imported by the first plain ``np.unique`` or ``np.median``) stay unloaded."""
+    trace = tmp_path / "trace" / V6E[1]
+    trace.parent.mkdir()
+    trace.write_bytes(fixture_path(*V6E).read_bytes())
+    first = _modules_after(_cli("report", str(trace), "--json"), tmp_path, whole=True)
+    assert "jaxlib._hlo" in first  # printed once, for the programs the trace carries
+    again = _modules_after(_cli("report", str(trace), "--json"), tmp_path, whole=True)
+    assert not again & {"numba", "llvmlite", "jax", "jaxlib", "jaxlib._hlo", "numpy.ma"}, sorted(again)
+    # a real H100 window's run directory (its HLO saved beside it, its steps marked), the same
+    run = tmp_path / "run"
+    shutil.copytree(fixture_path("gpu_nvidia", "h100_jax0112", "linen_gpt_window_command_buffers"), run)
+    for _ in range(2):
+        mods = _modules_after(_cli("report", str(run), "--json"), tmp_path, whole=True)
+    assert not mods & {"numba", "llvmlite", "jax", "jaxlib", "numpy.ma"}, sorted(mods)
 
 
 def _decode(path: Path, walks: dict) -> object:

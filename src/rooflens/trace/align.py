@@ -37,6 +37,7 @@ import numpy as np
 from rooflens.hlo.opcodes import COLLECTIVE_KINDS
 from rooflens.trace.events import EventTable, Vocab, unique_rows
 from rooflens.trace.formats.raw import RawTrace
+from rooflens.trace.groupby import median, unique_values
 
 #: the collectives whose end is one instant on every device of the group: all of them wait for the last
 #: device's data (a collective-permute or send/recv pairs devices, each pair on its own time)
@@ -121,7 +122,7 @@ def collective_ends(t: EventTable, limit: int = MAX_COLLECTIVES) -> CollectiveEn
     # each program's executions on the host: the most on one of its devices (an index counts them from 0 there)
     most = np.full(len(t.programs), -1, np.int64)
     np.maximum.at(most, t.program, ex)
-    runs = tuple((t.programs[p], int(most[p]) + 1) for p in np.unique(keys[:, 0]).tolist())
+    runs = tuple((t.programs[p], int(most[p]) + 1) for p in unique_values(keys[:, 0]).tolist())
     return CollectiveEnds(t.origin_ns, ops, op[keep].astype(np.int32), keys[keep, 2].astype(np.int32),
                           keys[keep, 3].astype(np.int32), end[keep], runs)
 
@@ -170,7 +171,7 @@ def clock_offsets(ends: list[CollectiveEnds | None]) -> ClockAlignment:
     for h, k in enumerate(have):
         out[k] = float(offset[h])
     return ClockAlignment(tuple(out), have[0], int(on_all.sum()), tuple(k in have for k in range(n)), unmatched,
-                          float(spread.max()), float(np.median(spread)))
+                          float(spread.max()), float(median(spread)))
 
 
 def _ms(ns: float) -> str:

@@ -110,6 +110,16 @@ def evict(keep: Path | None = None, limit: int | None = None) -> list[Path]:
     return removed
 
 
+def has_entry(path: Path) -> bool:
+    """Whether the cache holds an entry for the trace file as it is now (reading it will decode nothing)."""
+    if os.environ.get("ROOFLENS_NO_CACHE") == "1":
+        return False
+    try:
+        return location(identity(path)).is_file()
+    except OSError:
+        return False
+
+
 def read_cached(path: Path, progress: Progress = None, use_cache: bool = True) -> RawTrace:
     """The trace file, from its cache when that matches the file, else decoded (and cached)."""
     reader = formats.reader_for(str(path), is_dir=path.is_dir()).read

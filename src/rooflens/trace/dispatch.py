@@ -38,6 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rooflens.trace.events import EventTable
+from rooflens.trace.groupby import median, unique_values
 from rooflens.trace.manifest import DRAIN_FUNCTION
 
 _UNSAFE = re.compile(r"[^\w.-]")  # what JAX replaces by "_" in a module name
@@ -133,7 +134,7 @@ def unran_dispatches(table: EventTable, spans: tuple[np.ndarray, ...], dispatche
         for fn, starts in dispatches.items():
             n, ex = counted[fn]
             if len(starts) > n:
-                span_ns = float(np.median(ex[:, 2] - ex[:, 1])) if len(ex) else 0.0
+                span_ns = float(median(ex[:, 2] - ex[:, 1])) if len(ex) else 0.0
                 left[fn] = (n, float(starts[n]), any((d > float(starts[n])).any() for d in ran_for),
                             span_ns * (len(starts) - n))
         # the device's backlog at the trace's end: what every program left unrun would take (the device works
@@ -156,7 +157,7 @@ def _runs(keys: np.ndarray, start_ns: np.ndarray, end_ns: np.ndarray) -> dict[in
     """Per program code: its executions (``keys``: rows of host, device, program, execution) as rows of (device,
     start ns, end ns), by start."""
     out: dict[int, np.ndarray] = {}
-    for p in np.unique(keys[:, 2]).tolist():
+    for p in unique_values(keys[:, 2]).tolist():
         sel = keys[:, 2] == p
         ex = np.stack([keys[sel, 1].astype(float), start_ns[sel], end_ns[sel]], axis=1)
         out[p] = ex[np.argsort(ex[:, 1], kind="stable")]

@@ -56,14 +56,18 @@ def unique_inverse(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def unique_values(key: np.ndarray) -> np.ndarray:
-    """``np.unique(key)`` for integer keys: the sorted distinct values, in O(n) when the keys' range is small
-    (no inverse made: a table's few programs among its millions of events)."""
-    key = np.asarray(key)
+    """``np.unique(key)`` of a 1-D array: the sorted distinct values, in O(n) for integer keys of a small range (no
+    inverse made: a table's few programs among its millions of events). Every plain ``np.unique`` of rooflens is this
+    one."""
+    key = np.asarray(key).ravel()
     if not len(key):
         return key[:0].copy()
-    lo, hi = int(key.min()), int(key.max())
-    if key.dtype.kind not in "iu" or not dense(hi - lo + 1, len(key)):
-        return np.unique(key)
+    lo, hi = (int(key.min()), int(key.max())) if key.dtype.kind in "iu" else (0, -1)
+    if hi < lo or not dense(hi - lo + 1, len(key)):
+        # np.unique's own sort, without its check for a masked array: that check imports numpy.ma (50 ms of a
+        # report's start) the first time a plain np.unique runs; NaNs are not merged
+        ordered = np.sort(key, kind="stable")
+        return ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))]
     present = np.zeros(hi - lo + 1, np.bool_)
     present[key - lo if lo else key] = True
     return (np.flatnonzero(present) + lo).astype(key.dtype, copy=False)
@@ -123,6 +127,20 @@ def grouped_order(inv, m):
 @plain_twin(grouped_order, NUMPY_TWIN)
 def _grouped_order_np(inv, m):
     return np.argsort(inv, kind="stable")
+
+
+def median(values) -> float:
+    """``np.median`` of values (a 1-D array or list; NaN when one is NaN or there are none), without its check for a
+    masked array, which imports numpy.ma (50 ms of a report's start) the first time a median is taken."""
+    a = np.asarray(values, dtype=np.float64).ravel()
+    n = len(a)
+    if not n or np.isnan(a).any():
+        return float("nan")
+    k = n // 2
+    if n % 2:
+        return float(np.partition(a, k)[k])
+    part = np.partition(a, [k - 1, k])
+    return float((part[k - 1] + part[k]) / 2)
 
 
 def group_medians(inv: np.ndarray, m: int, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

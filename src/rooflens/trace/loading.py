@@ -16,7 +16,7 @@ import contextlib
 from pathlib import Path
 
 from rooflens.errors import RooflensError
-from rooflens.trace import discover, fs
+from rooflens.trace import cache, discover, fs
 from rooflens.trace.assemble import assemble, has_saved_hlo
 from rooflens.trace.profile import Profile
 from rooflens.trace.progress import ingest_progress
@@ -66,7 +66,8 @@ def load(path: str | Path | list[str | Path], hlo_dir: str | Path | None = None,
     with ingest_progress([Path(f) for f in files], progress) as bar:
         raws = read_hosts(host_files, workers=workers, engine=engine, ray_address=ray_address,
                           progress=bar.for_file,
-                          meanwhile=None if any(has_saved_hlo(r) for r in runs) else _import_hlo_printer)
+                          meanwhile=None if any(has_saved_hlo(r) for r in runs) or all(
+                              not fs.is_url(f) and cache.has_entry(Path(f)) for f in files) else _import_hlo_printer)
     profile = assemble(paths, runs, raws, files, hlo_dir, step_fn=step_fn)
     if include_warmup:
         from rooflens.trace.warmup import with_warmup
@@ -86,7 +87,8 @@ def _bytes_of(files) -> int:
 
 
 def _import_hlo_printer() -> None:
-    """jaxlib's HLO printer (half a second or so), loaded while the traces are read."""
+    """jaxlib's HLO printer (half a second or so), loaded while the traces are decoded (not when every one is read
+    from the cache: the HLO printed from it is remembered too)."""
     from rooflens.trace.formats.xspace.hlo_protos import hlo_printer
 
     with contextlib.suppress(Exception):  # printing will say what went wrong, on the main thread

@@ -37,7 +37,7 @@ import numpy as np
 from rooflens.trace.align import CollectiveEnds, align_clocks, collective_ends
 from rooflens.trace.assemble import NO_STEPS, assemble, job_steps, no_hlo_note
 from rooflens.trace.events import EventTable, concat, unique_rows
-from rooflens.trace.groupby import grouped_order, grouped_sorted, unique_inverse
+from rooflens.trace.groupby import grouped_order, grouped_sorted, median, unique_inverse, unique_values
 from rooflens.trace.idle import IdleUnit, UnitRuns, judge_units, left_out_ns, steady_info, unit_runs
 from rooflens.trace.profile import Profile
 from rooflens.trace.stats import (
@@ -494,7 +494,7 @@ class Merge:
             runs = sum(r for _, r, _, _, _ in rows)
             ndev = sum(n for _, _, n, _, _ in rows)
             mean = sum(r * m for _, r, _, _, m in rows) / runs if runs else 0.0  # over every host's executions
-            out[program] = Executions(program, runs / max(ndev, 1), float(np.median([s for _, _, _, s, _ in rows])),
+            out[program] = Executions(program, runs / max(ndev, 1), float(median([s for _, _, _, s, _ in rows])),
                                       mean)
         return out
 
@@ -522,7 +522,7 @@ class Merge:
         """The host × step table from each host's step spans and per-op sums (``categories``: each op's)."""
         ops = sorted(self.index, key=self.index.get)
         collective = np.asarray([categories.get(k) == "collective" for k in ops] or [False])
-        steps = np.unique(np.concatenate([p.step_nums for p in parts]))
+        steps = unique_values(np.concatenate([p.step_nums for p in parts]))
         first = np.full((len(parts), max(len(steps), 1)), np.inf)
         last = np.full((len(parts), max(len(steps), 1)), -np.inf)
         coll, other, rows = np.zeros(len(parts)), np.zeros(len(parts)), []

@@ -22,6 +22,7 @@ from rooflens.trace.groupby import (
     is_sorted,
     timeline_order,
     unique_inverse,
+    unique_values,
 )
 from rooflens.trace.profile import Profile
 from rooflens.trace.steps import (
@@ -216,7 +217,7 @@ def control_self_ps(t, rows: np.ndarray) -> np.ndarray:
     group = row_key(t.host, t.device, t.program)[0]
     if group is None:
         group = unique_rows(t.host, t.device, t.program)[1]
-    mine = np.isin(group, np.unique(group[rows]))  # the (host, device, program)s that run a control op
+    mine = np.isin(group, unique_values(group[rows]))  # the (host, device, program)s that run a control op
     sel = np.flatnonzero(mine)
     codes, inv = unique_inverse(group[sel])
     start, dur = t.start_ps[sel], t.dur_ps[sel]
@@ -395,7 +396,7 @@ def _busy_sums_np(start, dur, device, program, name, skip, order):
         start, dur, device, program, name = start[order], dur[order], device[order], program[order], name[order]
     keep = ~skip[program, name]
     start, end, dev = start[keep], (start + dur)[keep], device[keep]
-    per = sum(int(busy_union(start[dev == d], end[dev == d])[0]) for d in np.unique(dev))
+    per = sum(int(busy_union(start[dev == d], end[dev == d])[0]) for d in unique_values(dev))
     return per, int(busy_union(start, end)[0])
 
 
@@ -490,7 +491,7 @@ def _transfer_times(t, start, end, sel: np.ndarray, transfer: np.ndarray, counte
     _, os_, oe = busy_union(s[other], e[other])
     program = t.program[sel]
     out = []
-    for p in np.unique(program[mine]).tolist():
+    for p in unique_values(program[mine]).tolist():
         these = mine & (program == p)
         time_ns, ms, me = busy_union(s[these], e[these])
         exposed = max(time_ns - covered_ns(ms, me, os_, oe), 0.0)

@@ -42,7 +42,7 @@ import numpy as np
 from rooflens.errors import RooflensError
 from rooflens.trace.dispatch import letters, unwrapped  # one rule for function ↔ program names
 from rooflens.trace.events import EventTable, unique_rows
-from rooflens.trace.groupby import grouped_order, unique_inverse
+from rooflens.trace.groupby import grouped_order, median, unique_inverse, unique_values
 from rooflens.trace.manifest import DRAIN_FUNCTION, RunManifest
 
 _ID = re.compile(r"\(\d+\)$")
@@ -191,7 +191,7 @@ def warmup_executions(t: EventTable, exec_idx: np.ndarray) -> np.ndarray:
     for c, p in enumerate(t.programs):
         by_fn.setdefault(base_name(p), []).append(c)
     n_prog = len(t.programs)
-    for h in np.unique(t.host).tolist():
+    for h in unique_values(t.host).tolist():
         mine = t.host == h
         prog, start = t.program[mine], t.start_ns[mine]
         runs = np.zeros(n_prog, np.int64)
@@ -232,7 +232,7 @@ def choose(t: EventTable, keys: np.ndarray, start: np.ndarray, end: np.ndarray, 
     the one with the most device time among those ``preferred`` (dispatched in marked steps: how many), else the
     one with the most device time among those run more than once (with more than one op: an eager op is no step
     function)."""
-    present = np.unique(keys[:, 2]) if len(keys) else np.zeros(0, np.int64)
+    present = unique_values(keys[:, 2]) if len(keys) else np.zeros(0, np.int64)
     fns = functions_of(t.programs, present)
     if not fns:
         return None
@@ -294,7 +294,7 @@ def function_busy_ns(t: EventTable) -> dict[str, float]:
 def candidates_of(t: EventTable, keys: np.ndarray, start: np.ndarray, end: np.ndarray, taken: str
                   ) -> tuple[tuple[str, int], ...]:
     """The functions not taken, with their executions (one per run on every device), most device time first."""
-    present = np.unique(keys[:, 2]) if len(keys) else np.zeros(0, np.int64)
+    present = unique_values(keys[:, 2]) if len(keys) else np.zeros(0, np.int64)
     fns = functions_of(t.programs, present)
     busy = function_busy_ns(t)
     return tuple((f, len(function_executions(keys, start, end, fns[f])))
@@ -337,13 +337,13 @@ def unit_execution(t: EventTable, spans: tuple[np.ndarray, ...], dispatches_of: 
     fn, span = base_name(t.programs[code]), (float(start[mine].min()), float(end[mine].max()))
     if dispatched(t, dispatches_of or {}).get(fn, 0) > 1:
         return None  # the host called it several times: executions the trace could not tell apart, not one
-    present = np.unique(keys[:, 2])
+    present = unique_values(keys[:, 2])
     ops = ops_per_function(t)
     for other, codes in functions_of(t.programs, present).items():  # a loop of real steps beside it wins
         if other == fn or ops.get(other, 0) < 2:
             continue
         ex_other = function_executions(keys, start, end, codes)
-        if len(ex_other) > 1 and np.median(ex_other[:, 1] - ex_other[:, 0]) >= UNIT_RIVAL * (span[1] - span[0]):
+        if len(ex_other) > 1 and median(ex_other[:, 1] - ex_other[:, 0]) >= UNIT_RIVAL * (span[1] - span[0]):
             return None
     return fn, span, float(per[k] / total)
 
@@ -407,7 +407,7 @@ def dispatch_times(t: EventTable, spans: tuple[np.ndarray, ...], host: int, disp
             continue
         starts = np.sort(np.asarray(starts, float))
         mine = (keys[:, 0] == host) & np.isin(keys[:, 2], codes) & (start >= starts[0])
-        for d in np.unique(keys[mine, 1]).tolist():
+        for d in unique_values(keys[mine, 1]).tolist():
             rows = np.flatnonzero(mine & (keys[:, 1] == d))
             rows = rows[np.argsort(start[rows], kind="stable")]
             if len(rows) > len(starts):  # more ran than the trace saw dispatched: the first were queued before it
@@ -484,7 +484,7 @@ def steps_by_time(t: EventTable, spans: tuple[np.ndarray, ...], host: int, marke
 
     m = merge_intervals(np.asarray([[s, e] for _, s, e in marked], float))
     held = (covered_below(ex[:, 1], m) - covered_below(ex[:, 0], m)) / np.maximum(ex[:, 1] - ex[:, 0], 1e-9)
-    if np.median(held) >= HOST_HOLDS:  # most executions lie inside the marks (by count: a slow first run is one)
+    if median(held) >= HOST_HOLDS:  # most executions lie inside the marks (by count: a slow first run is one)
         return None
     n = min(len(ex), len(marked))
     steps = []
@@ -689,7 +689,7 @@ def step_spans_ps(t) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The steps the events are in, and per host (row) and step (column) its first op's start and its last op's
     end (ps, float; inf and -inf where the host has no event in the step)."""
     in_step = t.step >= 0
-    steps = np.unique(t.step[in_step]) if in_step.any() else np.zeros(0, np.int32)
+    steps = unique_values(t.step[in_step]) if in_step.any() else np.zeros(0, np.int32)
     first = np.full((len(t.hosts), max(len(steps), 1)), np.inf)
     last = np.full((len(t.hosts), max(len(steps), 1)), -np.inf)
     if len(steps):
@@ -749,7 +749,7 @@ def op_outliers(rows: list[tuple[str, str, str]], mean: np.ndarray, runs: np.nda
     for mine in groups_of(op_inv):
         if len(mine) < 2:
             continue
-        med = float(np.median(mean[mine]))
+        med = float(median(mean[mine]))
         worst = mine[np.argmax(mean[mine])]
         if med > 0 and mean[worst] > OUTLIER_RATIO * med:
             p, n, h = rows[worst]

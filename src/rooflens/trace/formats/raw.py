@@ -25,6 +25,7 @@ import numpy as np
 
 from rooflens.trace.events import EventTable
 from rooflens.trace.formats.xspace import wire as W
+from rooflens.trace.groupby import unique_values
 
 DEVICE_PLANE = re.compile(r"^/device:(TPU|GPU):(\d+)")
 HOST_EVENT_MIN_PS = 200_000_000  # Python frames shorter than 0.2 ms do not explain an idle gap
@@ -120,7 +121,7 @@ def _holding(line: np.ndarray, start: np.ndarray, end: np.ndarray, execute_line:
     when no execute event is on any of their lines (the trace does not record them there)."""
     held = np.zeros(len(start), bool)
     seen = False
-    for ln in np.unique(line).tolist():  # a searchsorted per thread
+    for ln in unique_values(line).tolist():  # a searchsorted per thread
         at = np.sort(execute_start[execute_line == ln])
         if not len(at):
             continue
@@ -290,11 +291,11 @@ def autotuning(kernel: np.ndarray, helper: np.ndarray, module: np.ndarray, none:
     mask = helper & kernel
     if not mask.any():
         return np.zeros(len(kernel), np.bool_), ""
-    tuned = np.unique(module[mask])
+    tuned = unique_values(module[mask])
     tuned = tuned[tuned != none]
     mask |= kernel & np.isin(module, tuned)
     no_op = np.flatnonzero(kernel & ~has_op)
-    for d in np.unique(dev[mask]).tolist():
+    for d in unique_values(dev[mask]).tolist():
         on = mask & (dev == d)
         first, last = start[on].min(), (start[on] + dur[on]).max()
         mask[no_op[(dev[no_op] == d) & (start[no_op] >= first) & (start[no_op] < last)]] = True

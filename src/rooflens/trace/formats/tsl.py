@@ -32,6 +32,7 @@ import numpy as np
 
 from rooflens.trace.events import unique_rows
 from rooflens.trace.formats.raw import HOST_EVENT_MIN_PS, program_name
+from rooflens.trace.groupby import unique_values
 
 DOMAIN = "TSL"
 _MODULE = re.compile(r"(?:^|[#,])hlo_module=([^,#]+)")
@@ -120,7 +121,7 @@ def candidate_modules(kinds: RangeKinds, module: np.ndarray) -> tuple[int, str]:
     """The candidate modules the GPU autotuner ran (compilation, not the program), as a note shows them:
     (how many, the first four), from the name codes of the XlaModule ranges that held the measured work
     (-1: none)."""
-    modules = sorted({kinds.program[c] for c in np.unique(module[module >= 0]).tolist()} - {""})
+    modules = sorted({kinds.program[c] for c in unique_values(module[module >= 0]).tolist()} - {""})
     return len(modules), ", ".join(module_of(m) for m in modules[:4]) + (", …" if len(modules) > 4 else "")
 
 

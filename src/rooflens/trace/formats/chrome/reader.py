@@ -30,6 +30,7 @@ from rooflens.trace.formats.raw import (
     top_level_dispatches,
     trace_op_meta,
 )
+from rooflens.trace.groupby import unique_values
 
 MAX_SPAN_US = 9e12  # int64 picoseconds hold 9.2e18 ps
 KINETO_GPU = re.compile(r"GPU (\d+)")
@@ -96,7 +97,7 @@ def read_chrome(path: Path, progress: Progress = None) -> RawTrace:
         name_c = np.asarray([code(op_name(words[k])) for k in u_name], np.int64)[inv.ravel()]
         prog = np.where(c["hlo_module"][tpu] >= 0, c["hlo_module"][tpu], -1)
         missing = np.flatnonzero(prog < 0)
-        for d in np.unique(dev[tpu[missing]]):
+        for d in unique_values(dev[tpu[missing]]):
             mine = mods[dev[mods] == d]
             rows = missing[dev[tpu[missing]] == d]
             prog[rows] = containing(event_start[mine], event_start[mine] + event_dur[mine], c["name"][mine],

@@ -60,6 +60,7 @@ from rooflens.trace.formats.nsys.archive import (
 )
 from rooflens.trace.formats.raw import Progress, RawTrace
 from rooflens.trace.formats.tsl import XlaDevice
+from rooflens.trace.groupby import unique_values
 
 COLLECTIVE_OPCODES = frozenset({
     "all-gather", "all-gather-start", "all-reduce", "all-reduce-start", "reduce-scatter", "all-to-all",
@@ -266,7 +267,7 @@ def _lanes(r: _Ranges, rows: np.ndarray, row_prog: np.ndarray, gpu: GpuInfo,
     threads, inv = E.unique_rows(r.pid[rows], r.tid[rows])
     dev = np.full(len(threads), -1, np.int64)
     notes: list[str] = []
-    for pid in np.unique(threads[:, 0]).tolist():
+    for pid in unique_values(threads[:, 0]).tolist():
         mine = np.flatnonzero(threads[:, 0] == pid)
         own = {tid: d for (p, tid), d in launchers.items() if p == pid}
         unnamed = [int(k) for k in mine if int(threads[k, 1]) not in own]
@@ -399,7 +400,7 @@ def _read(archive: Archive, path: Path, progress: Progress) -> RawTrace:
     hosts, host_code = _hosts(r, ops, hostname(archive) or path.name.removesuffix(".zip"), gpu.process)
 
     # programs and op names, coded (per distinct range name, then gathered)
-    programs = sorted({r.kinds.program[c] for c in np.unique(r.name_code[r.is_module & ~r.compiling]).tolist()})
+    programs = sorted({r.kinds.program[c] for c in unique_values(r.name_code[r.is_module & ~r.compiling]).tolist()})
     prog_code_of = {p: c for c, p in enumerate(programs)}
     prog_of_name = np.asarray([prog_code_of.get(r.kinds.program[c], -1) for c in range(r.names)], np.int64)
     run_prog = prog_of_name[r.name_code[runs]]
@@ -420,7 +421,7 @@ def _read(archive: Archive, path: Path, progress: Progress) -> RawTrace:
     notes += _tuning_note(r, tuning)
     if gpu.name and gpu.source == DEVICE_METADATA:
         notes.append(f"the GPU, from the archive's {DEVICE_METADATA}: {gpu.name}")
-    host = _host_side(archive, np.unique(r.pid[ops[host_code == 0]]) if len(ops) else np.zeros(0, np.int64))
+    host = _host_side(archive, unique_values(r.pid[ops[host_code == 0]]) if len(ops) else np.zeros(0, np.int64))
     notes += tsl.compilations_note(host.compilations)
     if progress:
         progress(r.n, max(r.n, 1))

@@ -18,7 +18,7 @@ import numpy as np
 
 from rooflens.trace.events import unique_rows
 from rooflens.trace.formats.compiled import njit, plain_twin
-from rooflens.trace.groupby import NUMPY_TWIN
+from rooflens.trace.groupby import NUMPY_TWIN, unique_values
 
 _MAX_KEY = 1 << 62
 #: nestings up to this deep are linked level by level (a pass over the ranges each); deeper ones by one sort
@@ -35,7 +35,7 @@ class Nest:
         th = thread[keep]
         # a few threads, each range's found by a search: the distinct values are among those where the column changes
         changes = np.flatnonzero(th[1:] != th[:-1]) + 1
-        self.threads = np.unique(th[np.concatenate([[0], changes])] if n else th)
+        self.threads = unique_values(th[np.concatenate([[0], changes])] if n else th)
         t = np.searchsorted(self.threads, th).astype(np.int64)
         s, e = start[keep], end[keep]
         self.base = int(s.min()) if n else 0

@@ -46,6 +46,7 @@ from rooflens.trace.formats.nsys_sqlite import db as D
 from rooflens.trace.formats.nsys_sqlite import tables as T
 from rooflens.trace.formats.nsys_sqlite.nest import Nest
 from rooflens.trace.formats.raw import HOST_EVENT_MIN_PS, Progress, RawTrace
+from rooflens.trace.groupby import unique_values
 
 #: PyTorch's per-call arguments in a range name (cut in SQL from inline names; from registered ones here)
 _TORCH_ARGS = re.compile(T.torch_args_pattern())
@@ -112,7 +113,7 @@ class _Ops:
 
 def _transfer_meta(work: T.Work, rows: np.ndarray, program: str = "") -> dict:
     """op_meta of the transfers among ``rows``: their category, which their name says (no HLO does)."""
-    used = np.unique(work.name[rows[work.kind[rows] != T.KERNEL_WORK]])
+    used = unique_values(work.name[rows[work.kind[rows] != T.KERNEL_WORK]])
     return {(program, work.names[c]): {"category": work.categories[work.names[c]]} for c in used.tolist()
             if work.names[c] in work.categories}
 

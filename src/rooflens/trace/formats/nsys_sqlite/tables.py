@@ -16,6 +16,7 @@ import numpy as np
 from rooflens.trace import events as E
 from rooflens.trace.formats import tsl
 from rooflens.trace.formats.nsys_sqlite import db as D
+from rooflens.trace.groupby import unique_values
 
 KERNEL_WORK, MEMCPY_WORK, MEMSET_WORK = 0, 1, 2
 #: CUPTI's CUpti_ActivityMemcpyKind (cupti_activity.h), the ids of the export's ENUM_CUDA_MEMCPY_OPER
@@ -160,7 +161,7 @@ def launches(db: D.Export, w: Work) -> tuple[np.ndarray, np.ndarray, int, np.nda
     # every runtime call, kept where its correlation id is some work's (in numpy: SQL's IN over the work tables
     # took longer than reading the whole table)
     got = db.scan(D.RUNTIME, ["correlationId", "globalTid", "start"])
-    threads = np.unique(got.ints["globalTid"][~got.nulls["globalTid"]])  # the ranges' threads: one read
+    threads = unique_values(got.ints["globalTid"][~got.nulls["globalTid"]])  # the ranges' threads: one read
     rt = np.stack([got.get("correlationId", -1), got.get("globalTid", -1), got.get("start")], 1)
     ids = np.sort(w.corr[w.corr >= 0])
     at = np.clip(np.searchsorted(ids, rt[:, 0]), 0, max(len(ids) - 1, 0))
@@ -224,7 +225,7 @@ def ranges(db: D.Export, stop_ns: int, threads: np.ndarray | None = None) -> Ran
     if "globalTid" in cols and db.columns(D.RUNTIME) >= {"globalTid"}:  # only launching threads give context
         if threads is None:
             rt = db.scan(D.RUNTIME, ["globalTid"])
-            threads = np.unique(rt.ints["globalTid"][~rt.nulls["globalTid"]])
+            threads = unique_values(rt.ints["globalTid"][~rt.nulls["globalTid"]])
         tid = got.ints["globalTid"]
         at = np.clip(np.searchsorted(threads, tid), 0, max(len(threads) - 1, 0))
         keep &= ~got.nulls["globalTid"] & (threads[at] == tid) if len(threads) else np.zeros(len(got), bool)
@@ -330,7 +331,7 @@ def xla_devices(db: D.Export, device: np.ndarray) -> np.ndarray:
             named[r["deviceId"]] = hit[1].global_id
     if not named or len(set(named.values())) != len(named):
         return device
-    ids = np.unique(device)
+    ids = unique_values(device)
     lut = {int(d): named.get(int(d), int(d)) for d in ids}
     if len(set(lut.values())) != len(lut):  # a clash with an unnamed device: keep CUDA's numbering
         return device

@@ -27,6 +27,7 @@ from rooflens.trace.formats import protowire
 from rooflens.trace.formats.compiled import compile_kernels
 from rooflens.trace.formats.xspace import walk
 from rooflens.trace.formats.xspace import wire as W
+from rooflens.trace.groupby import unique_values
 
 
 @dataclass
@@ -342,7 +343,7 @@ def dispatch_metadata(buf: np.ndarray, planes: list[Plane]) -> np.ndarray:
             at = rows[ok, 2][:, None] + np.arange(len(prefix))
             hit = (buf[at] == prefix).all(axis=1) if len(at) else np.zeros(0, bool)
             keys += [(p.index << 40) | int(m) for m in rows[ok, 1][hit].tolist()]
-    return np.unique(np.asarray(keys, np.int64))
+    return unique_values(np.asarray(keys, np.int64))
 
 
 def _columns_of(ids: np.ndarray, stat_names: dict[int, str], col_of: dict[str, int]) -> np.ndarray:

@@ -37,7 +37,7 @@ from rooflens.trace.formats.raw import (
     uint64,
 )
 from rooflens.trace.formats.xspace import wire as W
-from rooflens.trace.groupby import NUMPY_TWIN
+from rooflens.trace.groupby import NUMPY_TWIN, unique_values
 
 
 @dataclass
@@ -211,7 +211,7 @@ def _tpu_ops(x, ev: _Events, vocab, hlo_text: dict, op_meta: dict):
     prog = prog_c[inv]
     missing = np.flatnonzero(prog < 0)
     starts = ev.event_start
-    for d in np.unique(ev.dev[tpu_ops[missing]]):
+    for d in unique_values(ev.dev[tpu_ops[missing]]):
         mine = np.flatnonzero(ev.dev[tpu_mod] == d)
         rows = missing[ev.dev[tpu_ops[missing]] == d]
         prog[rows] = containing(starts[tpu_mod[mine]], starts[tpu_mod[mine]] + x.dur_ps[tpu_mod[mine]],
@@ -285,7 +285,7 @@ def _cpu_ops(x, ev: _Events, vocab):
         execs = np.flatnonzero((ev.kind == 3) & (gdev != none))
         rows = cpu_ops[unknown]
         found = np.full(len(rows), -1, np.int64)
-        for ln in np.unique(line[rows]):
+        for ln in unique_values(line[rows]):
             mine = execs[line[execs] == ln]
             at = np.flatnonzero(line[rows] == ln)
             found[at] = containing(ev.start[mine], ev.start[mine] + ev.dur[mine], gdev[mine], ev.start[rows[at]])

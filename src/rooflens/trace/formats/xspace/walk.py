@@ -27,6 +27,7 @@ import numpy as np
 from rooflens.trace.formats.compiled import rehash
 from rooflens.trace.formats.raw import HOST_EVENT_MIN_PS
 from rooflens.trace.formats.xspace import wire as W
+from rooflens.trace.groupby import unique_values
 
 #: bytes decoded between two progress updates (and page releases), per thread
 CHUNK_BYTES = 64 << 20
@@ -61,7 +62,7 @@ def split_lines(lines: np.ndarray, n: int) -> list[tuple[int, int]]:
     k = np.searchsorted(size, target, side="left")  # the first line that reaches the target
     below = np.where(k > 0, size[np.clip(k - 1, 0, None)], 0)  # bytes when that line goes to the next part
     cuts = np.where(target - below < size[k] - target, k, k + 1)  # the boundary nearest the target
-    bounds = np.unique(np.concatenate([[0], np.clip(cuts, 0, len(lines)), [len(lines)]]))
+    bounds = unique_values(np.concatenate([[0], np.clip(cuts, 0, len(lines)), [len(lines)]]))
     return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
 
 
