@@ -95,13 +95,20 @@ class EventTable:
                        host_pinned=None if self.host_pinned is None else self.host_pinned[rows])
 
     def pairs(self) -> np.ndarray:
-        """The distinct (program code, name code) pairs, as rows."""
+        """The distinct (program code, name code) pairs, as rows (read-only: made once per table, which the HLO's
+        printing and the ops' categories both ask for)."""
+        return self._pairs
+
+    @cached_property
+    def _pairs(self) -> np.ndarray:
         if not len(self):
             return np.zeros((0, 2), np.int64)
         from rooflens.trace.groupby import unique_values
 
         key = unique_values(self.program.astype(np.int64) * (len(self.names) + 1) + self.name)
-        return np.stack([key // (len(self.names) + 1), key % (len(self.names) + 1)], axis=1)
+        out = np.stack([key // (len(self.names) + 1), key % (len(self.names) + 1)], axis=1)
+        out.setflags(write=False)
+        return out
 
 
 def unique_rows(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
