@@ -4,6 +4,7 @@ The environment must be set before jax is imported anywhere, hence at the top of
 """
 
 import os
+import sys
 
 os.environ["XLA_FLAGS"] = (
     os.environ.get("XLA_FLAGS", "").replace("--xla_force_host_platform_device_count=8", "")
@@ -35,6 +36,14 @@ def pytest_xdist_auto_num_workers(config) -> int:
     overrides it; ``-n 0`` runs in this process)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return max(1, min(cores, MAX_WORKERS))
+
+
+def interruptible(argv: list[str]) -> list[str]:
+    """``argv`` run with SIGINT at its default, as Ctrl-C in a terminal finds it: a suite started in the background
+    of a shell without job control inherits SIGINT ignored, and a Python started so installs no KeyboardInterrupt
+    handler (the Ctrl-C tests then see nothing happen). A trampoline resets it and execs ``argv``."""
+    reset = "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])"
+    return [sys.executable, "-c", reset, *argv]
 
 
 def fixture_path(*parts: str) -> Path:

@@ -80,9 +80,10 @@ def test_the_straggler_is_found_from_the_hosts_aggregates_too(job):
     (fa,), (fb,) = ([f for f in r.findings if f.rule == "straggler"] for r in (a, b))
     # the same host; its wait is the hosts' collective time inside their steps, which a worker infers from its own
     # host's executions (below): a few percent from the events' merge on a quiet machine, 12 % in one full run of
-    # the suite on two loaded cores (0.130 against 0.147 s), where the four processes' steps drift further apart
+    # the suite on two loaded cores (0.130 against 0.147 s) and 22 % with another test file running beside it on the
+    # other core (0.113 against 0.145 s), where the four processes' steps drift further apart
     assert fb.title.split(" is the straggler")[0] == fa.title.split(" is the straggler")[0]
-    assert fb.time_s == pytest.approx(fa.time_s, rel=0.2)
+    assert fb.time_s == pytest.approx(fa.time_s, rel=0.35)
     # no step annotations here: a worker infers its host's steps from its own executions, the events' merge
     # from the job's (whose boundaries can cut a late host's step in two), so per step they differ; per host
     # the steps cover the same time

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from rooflens.trace.cache import identity, location
+from tests.conftest import interruptible
 
 SCRIPTS = Path(__file__).parent / "run_scripts"
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -42,7 +43,7 @@ def rooflens(env, *args, cwd=None, timeout=300, **kw):
 
 
 def start(env, *args, cwd=None):
-    return subprocess.Popen([sys.executable, "-m", "rooflens.cli", *args], stdout=subprocess.PIPE,
+    return subprocess.Popen(interruptible([sys.executable, "-m", "rooflens.cli", *args]), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)
 
 

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import interruptible
+
 SCRIPTS = Path(__file__).parent / "run_scripts"
 ALARMS = {"idle", "recompilation", "weights-all-gathered", "communication-share", "tiny-ops", "host-transfers"}
 
@@ -163,8 +165,8 @@ def test_exit_status_message_and_traceback_are_the_scripts(env, tmp_path):
 
 
 def test_ctrl_c_exits_130_and_keeps_the_profile(env, tmp_path):
-    p = subprocess.Popen([sys.executable, "-m", "rooflens.cli", "run", "--logdir", str(tmp_path / "logs"),
-                          str(SCRIPTS / "exits.py"), "sleep"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    p = subprocess.Popen(interruptible([sys.executable, "-m", "rooflens.cli", "run", "--logdir", str(tmp_path / "logs"),
+                                        str(SCRIPTS / "exits.py"), "sleep"]), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, env=env)
     p.stdin.write("x\n")
     p.stdin.flush()
