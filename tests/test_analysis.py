@@ -86,7 +86,7 @@ W = jnp.ones((1024, 1024))
 
 def test_healthy_single_device_matmul_fires_nothing(tmp_path):
     # ten steps: the first few of a fresh process on a loaded machine wobble, and a quartile of five is one step
-    names, rep = fired(_calibrated_around(lambda: cap(MATMUL, X, W, tmp=tmp_path, steps=10)), chip="local")
+    names, rep = _healthy(lambda logdir: cap(MATMUL, X, W, tmp=logdir, steps=10), tmp_path)
     # whether the calibration is questioned (a loaded machine measured below what the warm matmul then reaches) is
     # tested in test_calibration_trust: nothing about the run itself may fire
     assert names - {"roofline-trust"} == set(), [f.title for f in rep.findings]
@@ -100,14 +100,16 @@ def test_healthy_single_device_matmul_fires_nothing(tmp_path):
             ) or 0.5 < dot.ratio < 2.0, (dot.ratio, note)
 
 
-def _healthy(capture, tmp):
+def _healthy(capture, tmp, tries: int = 3):
     """What fires on a healthy run (``capture(logdir)``) judged against this machine (:func:`_calibrated_around`),
-    captured again once when its steps varied: five steps of a millisecond matmul on a shared 2-core VM are now and
-    then uneven (another tenant's burst: IQR/median 0.5 once in a full run of the suite); a loop whose steps really
-    vary does so again."""
-    names, rep = fired(_calibrated_around(lambda: capture(tmp / "first")), chip="local")
-    if "step-variance" in names:
-        names, rep = fired(_calibrated_around(lambda: capture(tmp / "again")), chip="local")
+    captured again, up to ``tries`` times in all, while anything but roofline-trust fires: steps of a millisecond
+    matmul on a shared 2-core VM, with another test file running on the other core, are now and then uneven or
+    waiting (IQR/median 0.5 once, 0.62 with the device idle 10 % of the step once). A rule that fires on a healthy
+    run fires on every capture; noise does not come three times."""
+    for k in range(tries):
+        names, rep = fired(_calibrated_around(lambda k=k: capture(tmp / f"try{k}")), chip="local")
+        if not names - {"roofline-trust"}:
+            break
     return names, rep
 
 
