@@ -25,7 +25,7 @@ import numpy as np
 
 from rooflens.trace.events import EventTable
 from rooflens.trace.formats.xspace import wire as W
-from rooflens.trace.groupby import unique_values
+from rooflens.trace.groupby import is_sorted, unique_values
 
 DEVICE_PLANE = re.compile(r"^/device:(TPU|GPU):(\d+)")
 HOST_EVENT_MIN_PS = 200_000_000  # Python frames shorter than 0.2 ms do not explain an idle gap
@@ -211,7 +211,7 @@ def assign_steps(table: EventTable, steps: list[tuple[int, float, float]], rows:
     ends = np.asarray([t for _, _, t in steps], np.float64)
     nums = np.asarray([n for n, _, _ in steps], dtype=np.int32)
     at = table.start_ns if rows is None else table.start_ns[rows]
-    if (starts[1:] >= starts[:-1]).all() and (at[1:] >= at[:-1]).all():
+    if is_sorted(starts) and is_sorted(at):
         # events and steps in time order (a table as read): each step's events are one slice of them
         got = np.full(len(at), -1, np.int32)
         lo = np.searchsorted(at, starts, side="left")
