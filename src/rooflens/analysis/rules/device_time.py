@@ -178,8 +178,7 @@ def rule_slow_ops(report: Report) -> list[Finding]:
         st = step_of(report, c.program)
         evidence = [f"measured {per_execution(c)} vs roofline {_ms(c.predicted_s)} "
                     f"({fmt_ratio(c.ratio)}, {c.bound}-bound), {fmt_percent(share)} of device time",
-                    f"runs {'once' if runs == 1 else f'{fmt_number(runs)} times'} per "
-                    f"{f'execution of {c.program}' if st and st.basis == 'executions' else 'step'}: "
+                    f"runs {'once' if runs == 1 else f'{fmt_number(runs)} times'} per {per_what(st)}: "
                     f"{_ms(saved)} beyond the roofline"] + notes
         if c.roofline_bound != "exact":
             evidence.append(f"its roofline: {c.roofline_note}")
