@@ -211,6 +211,9 @@ def test_a_training_jitted_whole_is_one_execution_the_unit(env, runs):
     assert any(s["program"] == "jit_train" for s in doc["op_stats"])
     assert "step-variance" not in {f["rule"] for f in doc["findings"]}
     assert any("the unit is the one execution of jit_train" in n for n in doc["notes"])
+    # every finding counts per execution of its unit, none per step (tiny-ops' title once said "per step per device")
+    said = [t for f in doc["findings"] for t in (f["title"], *f["evidence"])]
+    assert said and not [t for t in said if "per step" in t], said
     nothing_impossible(doc)
 
 

@@ -296,13 +296,16 @@ def rule_tiny_ops(report: Report) -> list[Finding]:
         return []
     if report.steps and report.steps.steps:
         per_step = sum(s.occurrences for s in ops) / n_dev / report.steps.steps
+        period = f"per {per_what(report.steps)}"  # a training jitted whole: per execution of it, its unit
     elif report.steady.warmup_judged or not max(st.by_program_s, key=st.by_program_s.get):
         # a whole run with no step function (ops dispatched one by one), or kernels of no XLA program (an
         # Nsight trace of PyTorch): the capture
         per_step = sum(s.occurrences for s in ops) / n_dev
+        period = "in the capture"
     else:  # no step annotations: each op of the busiest program runs once per execution of it
         main = max(st.by_program_s, key=st.by_program_s.get)
         per_step = sum(1 for s in ops if s.program == main)
+        period = f"per execution of {main}"
     # median duration over executions, weighting each op by its occurrences
     durations = sorted((s.avg_time_s, s.occurrences) for s in ops)
     half, acc, median = sum(n for _, n in durations) / 2, 0, 0.0
@@ -325,10 +328,10 @@ def rule_tiny_ops(report: Report) -> list[Finding]:
             saved += (c.measured_s - min(c.predicted_s or 0.0, c.measured_s)) * runs_per_step(report, c)
     main = report.steps.program if report.steps else None
     f = Finding(
-        "tiny-ops", "low", f"Many tiny ops: {per_step:,.0f} per step per device, median {_ms(median)}",
+        "tiny-ops", "low", f"Many tiny ops: {per_step:,.0f} {period} per device, median {_ms(median)}",
         tuple(ref(s) for s in sorted(tiny, key=lambda s: -s.occurrences)[:6]), per_device_step(report, total),
         (f"median op time {_ms(median)} < {_ms(TINY_OP_S)} (about the cost of launching one)",
-         f"{per_step:,.0f} op executions per step per device across {plural(programs, 'program')}",
+         f"{per_step:,.0f} op executions {period} per device across {plural(programs, 'program')}",
          *filter(None, [profiled_launches(report)])),
         "the work is split into kernels too small to amortise their launch and synchronisation (a Python loop "
         "of small jitted calls, or ops XLA could not fuse)",
