@@ -83,8 +83,13 @@ def test_a_calibration_20x_too_low_is_questioned_not_printed(low_run):
     beaten = [c for c in doc["comparison"] if not c["roofline_reliable"]]
     matmuls = [c for c in doc["comparison"] if c["model_flops"] and c["measured_s"]]
     assert matmuls and all(not c["roofline_reliable"] for c in matmuls)
-    assert all(c["ratio"] is None and c["flops_fraction_of_peak"] is None and "calibration is too low"
-               in c["roofline_note"] for c in beaten)
+    # every beaten op withholds its ratio and its fractions; it blames the calibration, or (an op that only
+    # reached the low roof within that calibration's own wobble) says it sits at the calibrated roof
+    assert all(c["ratio"] is None and c["flops_fraction_of_peak"] is None and c["bytes_fraction_of_peak"] is None
+               for c in beaten)
+    blamed = [c for c in beaten if "calibration is too low" in c["roofline_note"]]
+    assert blamed and all(c in blamed or (c["within_calibration_spread"] and
+                                          c["roofline_note"].startswith("at the calibrated roof")) for c in beaten)
     # nothing above 100 % anywhere: no fraction of a peak, no MFU
     assert not document_violations(doc) and not text_violations(text), (document_violations(doc),
                                                                        text_violations(text))
