@@ -5,6 +5,7 @@ offset, on every real XSpace fixture (and on damaged copies of one); the command
 must not import jax.
 """
 
+import gc
 import json
 import os
 import shutil
@@ -87,6 +88,35 @@ def test_a_second_report_loads_neither_numba_nor_jaxlib_nor_numpy_ma(tmp_path):
     for _ in range(2):
         mods = _modules_after(_cli("report", str(run), "--json"), tmp_path, whole=True)
     assert not mods & {"numba", "llvmlite", "jax", "jaxlib", "numpy.ma"}, sorted(mods)
+
+
+def test_the_command_leaves_its_garbage_to_the_system_and_loses_nothing(tmp_path, capsys):
+    """``rooflens`` (and ``python -m rooflens.cli``) freezes the collector as it exits, sparing the ~0.2 s of
+    finalizing numba's objects one by one: its report is written whole, its cache entries too (a second run reads
+    them and says the same), while :func:`rooflens.cli.main` called in a process of its own keeps its collector."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)]),
+           "ROOFLENS_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("ROOFLENS_NO_CACHE", None)
+    trace = fixture_path(*V6E)
+    probe = ("import atexit, gc, sys\n"
+             "atexit.register(lambda: print('frozen', gc.get_freeze_count(), file=sys.stderr))\n"
+             "sys.argv[0] = 'rooflens'\nfrom rooflens.cli import command\ncommand()\n")
+    docs = []
+    for k in range(2):
+        out = tmp_path / f"report{k}.json"
+        r = subprocess.run([sys.executable, "-c", probe, "report", str(trace), "--json", "--out", str(out)],
+                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+        assert r.returncode == 0, r.stderr
+        frozen = int(r.stderr.split("frozen ")[-1].split()[0])
+        assert frozen > 1000, r.stderr  # the collector was kept from the process's objects
+        docs.append(json.loads(out.read_text()))
+        assert any((tmp_path / "cache").rglob("*")), "no cache entry written"
+    assert docs[0]["comparison"] and docs[0]["comparison"] == docs[1]["comparison"]
+    from rooflens.cli import main
+
+    main(["chips", "--json"])
+    capsys.readouterr()
+    assert gc.get_freeze_count() == 0
 
 
 def _decode(path: Path, walks: dict) -> object:

@@ -1,5 +1,5 @@
 """``python -m rooflens``: the ``rooflens`` command (as MCP clients often start it: python -m rooflens mcp)."""
 
-from rooflens.cli import main
+from rooflens.cli import command
 
-main()
+command()

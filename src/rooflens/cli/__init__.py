@@ -5,6 +5,7 @@ Every verb takes ``--json``; bad input is one sentence on stderr and exit status
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 
@@ -42,6 +43,19 @@ VERBS = (hlo.hlo, chips.chips, calibrate.calibrate, predict.predict, run.run, ca
          diff.diff, check.check, export.export, memory.memory, plan.plan, mcp.mcp, demo.demo)
 for _verb in VERBS:
     cli.add_command(_verb)
+
+
+def command() -> None:
+    """The ``rooflens`` executable and ``python -m rooflens.cli``: :func:`main` in a process of its own, whose
+    exit skips collecting its cyclic garbage. Finalizing numba's compiled kernels and LLVM objects one by one
+    takes about 0.2 s of a 1.6 s report on a 2-core machine; the operating system frees that memory at once.
+    Nothing is lost: files are closed by the verbs (``with``), the cache's writer thread is joined and
+    ``atexit`` handlers run as before (``gc.freeze`` only keeps the collector away). A caller of :func:`main`
+    in its own process (a notebook, a test) keeps its collector."""
+    try:
+        main()
+    finally:
+        gc.freeze()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,5 +1,5 @@
 """``python -m rooflens.cli``: the same as the ``rooflens`` command."""
 
-from rooflens.cli import main
+from rooflens.cli import command
 
-main()
+command()
