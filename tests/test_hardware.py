@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -128,6 +129,24 @@ def test_calibrate_writes_local_and_predict_uses_it(tmp_path):
     assert local.kind == "cpu" and local.peak_flops_per_s["fp32"] > 1e8 and local.hbm_bytes_per_s > 1e8
     assert "median of 3 runs" in local.source("peak_flops_per_s.fp32")
     assert local.matmul_rate("fp32", 2e9, 1024) > 1e8
+
+
+def test_local_is_the_users_calibration_file_whatever_else_names_it(tmp_path, monkeypatch):
+    """``chip('local')`` reads the calibration file alone (the other files need no parsing: it is read last and
+    wins), and gives what the whole catalogue gives, even where a ROOFLENS_CHIPS file also defines 'local'."""
+    import rooflens.hardware as H
+
+    shipped = (Path(H.__file__).parent / "data" / "h100-sxm.toml").read_text()
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "local.toml").write_text(shipped.replace("chip.h100-sxm", "chip.local"))
+    (tmp_path / "mine.toml").write_text(shipped.replace("chip.h100-sxm", "chip.local").replace(
+        "value = 6.7e13", "value = 1.0"))
+    monkeypatch.setenv("ROOFLENS_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("ROOFLENS_CHIPS", str(tmp_path / "mine.toml"))
+    assert H.chip("local") == catalog()["local"] and H.chip("local").peak_flops_per_s["fp32"] == 6.7e13
+    assert H.chip("local").origin == str(tmp_path / "cache" / "local.toml")
+    (tmp_path / "cache" / "local.toml").unlink()  # no calibration: the ROOFLENS_CHIPS file's 'local' is the one
+    assert H.chip("local").peak_flops_per_s["fp32"] == 1.0
 
 
 @pytest.mark.parametrize("rate_flops, sizes", [

@@ -443,6 +443,10 @@ def chip(name: str | Chip, extra_files: Iterable[str | os.PathLike] = ()) -> Chi
     """The chip called ``name`` (or one of its ``device_kinds``), or a ChipError naming the choices."""
     if isinstance(name, Chip):
         return name
+    if name == LOCAL_CHIP and not extra_files and (local := local_chip_path()).is_file():
+        mine = read_catalog_file(local)  # read last, it wins over every other file: the others need no parsing
+        if LOCAL_CHIP in mine:
+            return mine[LOCAL_CHIP]
     known = catalog(extra_files)
     if name in known:
         return known[name]
