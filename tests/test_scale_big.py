@@ -127,8 +127,9 @@ def test_report_aggregates_from_the_cache_equal_fresh_ones(cpu_trace, tmp_path, 
     fresh = load_report(str(cpu_trace)).to_json()
     assert calls["op_stats"] == 1 and calls["execution_index"] == 1  # asked for 3 times, computed once
     # the rest of what a second report would compute again: the 8 CPU devices' concurrency, each unit's
-    # executions (idle time), the HLO jaxlib printed from the XSpace's protos (no run directory beside it)
-    remembered_too = ("busy_together", "unit_executions", "printed_hlo")
+    # executions (idle time), the HLO jaxlib printed from the XSpace's protos (no run directory beside it), the
+    # distinct (program, op) pairs and each program's busy time
+    remembered_too = ("busy_together", "unit_executions", "printed_hlo", "pairs", "program_busy")
     assert all(calls.get(kind) == 1 for kind in remembered_too), calls
     background.flush()  # entries are written on the writer thread
     files = sorted(memo.memo_dir().glob("*.memo"))

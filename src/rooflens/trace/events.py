@@ -81,10 +81,11 @@ class EventTable:
     @cached_property
     def program_busy_ns(self) -> np.ndarray:
         """Each program code's summed op time (ns, every device; read-only): the step model and the memory view ask
-        for it several times, each a pass over the events."""
-        busy = np.bincount(self.program, weights=self.dur_ns, minlength=len(self.programs))
-        busy.setflags(write=False)
-        return busy
+        for it several times, each a pass over the events; a large table's is remembered (:mod:`.memo`)."""
+        from rooflens.trace import memo
+
+        return memo.remembered("program_busy", (memo.table_digest(self, steps=False),), len(self),
+                               lambda: np.bincount(self.program, weights=self.dur_ns, minlength=len(self.programs)))
 
     def select(self, rows: np.ndarray) -> EventTable:
         """The events ``rows`` (indices or a mask), with the same vocabularies."""
@@ -103,12 +104,15 @@ class EventTable:
     def _pairs(self) -> np.ndarray:
         if not len(self):
             return np.zeros((0, 2), np.int64)
+        from rooflens.trace import memo
+
+        return memo.remembered("pairs", (memo.table_digest(self, steps=False),), len(self), self._distinct_pairs)
+
+    def _distinct_pairs(self) -> np.ndarray:
         from rooflens.trace.groupby import unique_values
 
         key = unique_values(self.program.astype(np.int64) * (len(self.names) + 1) + self.name)
-        out = np.stack([key // (len(self.names) + 1), key % (len(self.names) + 1)], axis=1)
-        out.setflags(write=False)
-        return out
+        return np.stack([key // (len(self.names) + 1), key % (len(self.names) + 1)], axis=1)
 
 
 def unique_rows(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
