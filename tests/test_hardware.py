@@ -132,9 +132,12 @@ def test_calibrate_writes_local_and_predict_uses_it(tmp_path):
 
 
 def test_local_is_the_users_calibration_file_whatever_else_names_it(tmp_path, monkeypatch):
-    """``chip('local')`` reads the calibration file alone (the other files need no parsing: it is read last and
-    wins), and gives what the whole catalogue gives, even where a ROOFLENS_CHIPS file also defines 'local'."""
+    """``chip('local')`` parses no shipped file (none is 'local' by name or device kind) and gives what the whole
+    catalogue gives: the calibration file (read last, it wins) even where a ROOFLENS_CHIPS file also defines
+    'local', that file's where there is no calibration, and the 'no calibrated chip' error where neither is."""
     import rooflens.hardware as H
+
+    assert all("local" not in (c.name.lower(), *(k.lower() for k in c.device_kinds)) for c in catalog().values())
 
     shipped = (Path(H.__file__).parent / "data" / "h100-sxm.toml").read_text()
     (tmp_path / "cache").mkdir()
@@ -147,6 +150,10 @@ def test_local_is_the_users_calibration_file_whatever_else_names_it(tmp_path, mo
     assert H.chip("local").origin == str(tmp_path / "cache" / "local.toml")
     (tmp_path / "cache" / "local.toml").unlink()  # no calibration: the ROOFLENS_CHIPS file's 'local' is the one
     assert H.chip("local").peak_flops_per_s["fp32"] == 1.0
+    monkeypatch.delenv("ROOFLENS_CHIPS")
+    with pytest.raises(ChipError, match="no calibrated chip 'local' yet"):
+        H.chip("local")
+    assert H.chip("H100-SXM").name == "h100-sxm" and H.chip("NVIDIA H100 80GB HBM3").name == "h100-sxm"
 
 
 @pytest.mark.parametrize("rate_flops, sizes", [
