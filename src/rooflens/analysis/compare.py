@@ -518,7 +518,7 @@ def representative_timeline(profile: Profile, limit: int = MAX_TIMELINE_OPS) -> 
         num, s0, s1 = spans_ns[durations.index(statistics.median_low(durations))]
         note = f"step {num} (the median step)"
     else:
-        s0, s1 = float(t.start_ns.min()), float(t.end_ns.max())
+        s0, s1 = t.extent_ns
         note = "the whole capture (no step annotations)"
     start = t.start_ns
     if is_sorted(start):  # the table's own order: the step's events are one slice of it
@@ -536,7 +536,7 @@ def representative_timeline(profile: Profile, limit: int = MAX_TIMELINE_OPS) -> 
         op_cat.append((name, oi.category if oi else "unknown"))
     cats = {op_cat[k][1] for k in set(op_of.tolist())}
     ops = [TimelineOp(ln, s, du, *op_cat[k]) for ln, s, du, k in zip(
-        lane_of.tolist(), ((start[sel] - s0) * 1e-9).tolist(), (t.dur_ns[sel] * 1e-9).tolist(), op_of.tolist())]
+        lane_of.tolist(), ((start[sel] - s0) * 1e-9).tolist(), (t.dur_ps[sel] * 1e-3 * 1e-9).tolist(), op_of.tolist())]
     keys = [tuple(k) for k in lane_keys.tolist()]
     if len(sel) == limit:
         note += f"; first {limit:,} events"

@@ -79,6 +79,18 @@ class EventTable:
         return (self.start_ps + self.dur_ps) * 1e-3
 
     @cached_property
+    def extent_ns(self) -> tuple[float, float]:
+        """The first event's start and the last event's end (ns from the origin, as ``start_ns.min()`` and
+        ``end_ns.max()`` give them; (0, 0) without events), without making a column of end times: a pass in
+        blocks (a 6 M-event table's end times took 0.1 s to make, for their maximum alone)."""
+        n = len(self)
+        if not n:
+            return 0.0, 0.0
+        block = 1 << 20
+        last = max(int((self.start_ps[i:i + block] + self.dur_ps[i:i + block]).max()) for i in range(0, n, block))
+        return float(np.float64(self.start_ps.min()) * 1e-3), float(np.float64(last) * 1e-3)
+
+    @cached_property
     def program_busy_ns(self) -> np.ndarray:
         """Each program code's summed op time (ns, every device; read-only): the step model and the memory view ask
         for it several times, each a pass over the events; a large table's is remembered (:mod:`.memo`)."""

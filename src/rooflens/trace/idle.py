@@ -91,8 +91,7 @@ def idle_units(profile: Profile, devices: list[DeviceTime], hosts: list[DeviceTi
     time-sliced on shared cores, so one waits while another runs); ``devices`` and ``hosts``: the op
     stats' device and host times."""
     t = profile.table
-    t0 = float(t.start_ns.min()) if len(t) else 0.0
-    return judge_units(unit_runs(profile, devices, hosts), _left_out_ns(profile), t0)
+    return judge_units(unit_runs(profile, devices, hosts), _left_out_ns(profile), t.extent_ns[0])
 
 
 def unit_runs(profile: Profile, devices: list[DeviceTime], hosts: list[DeviceTime], pod_devices: int = 0
@@ -140,7 +139,7 @@ def judge_units(units: list[UnitRuns], excluded: np.ndarray, t0: float) -> list[
 def _left_out_ns(profile: Profile) -> np.ndarray:
     t = profile.table
     warmup = np.asarray(steady_info(profile.metadata).get("intervals_ns") or [], dtype=float).reshape(-1, 2)
-    return left_out_ns(warmup, profile.steps, float(t.start_ns.min()), float(t.end_ns.max()))
+    return left_out_ns(warmup, profile.steps, *t.extent_ns)
 
 
 def left_out_ns(warmup_ns: np.ndarray, steps, t0: float, t1: float) -> np.ndarray:

@@ -109,7 +109,7 @@ def remembered(kind: str, key_parts: tuple, n_events: int, compute: Callable[[],
     in this process, the same object handed to every caller (so only for values no caller changes, such as
     read-only arrays). On disk from ``disk_min`` (default :data:`DISK_MIN_EVENTS`) events, or whatever ``n_events``
     counts, on."""
-    key = hashlib.sha1(repr((code_digest(), kind, key_parts)).encode()).hexdigest()[:32]
+    key = _key(kind, key_parts)
     if in_memory and key in _memory:
         _memory.move_to_end(key)
         return _memory[key]
@@ -129,6 +129,15 @@ def remembered(kind: str, key_parts: tuple, n_events: int, compute: Callable[[],
         while len(_memory) > MEMORY_ENTRIES:
             _memory.popitem(last=False)
     return value
+
+
+def held(kind: str, key_parts: tuple):
+    """What :func:`remembered` keeps in this process's memory for ``kind`` and ``key_parts`` (None: nothing)."""
+    return _memory.get(_key(kind, key_parts))
+
+
+def _key(kind: str, key_parts: tuple) -> str:
+    return hashlib.sha1(repr((code_digest(), kind, key_parts)).encode()).hexdigest()[:32]
 
 
 def memo_dir() -> Path:

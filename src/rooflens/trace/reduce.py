@@ -221,7 +221,7 @@ def reduce_profile(profile: Profile, sample_events: int, pod_hosts: int = 1) -> 
     sampled = nums_judged[len(nums_judged) // 2] if nums_judged else None
     rows = np.flatnonzero(t.step == sampled) if sampled is not None else np.arange(len(t))
     return HostPart(
-        host=profile.hosts[0], origin_ns=t.origin_ns, t0_ns=float(t.start_ns.min()), ops=ops,
+        host=profile.hosts[0], origin_ns=t.origin_ns, t0_ns=t.extent_ns[0], ops=ops,
         count=cnt.astype(np.int64), total_ps=total.astype(np.int64), self_ps=selft.astype(np.int64),
         min_ps=ranked[first] if m else ranked, max_ps=ranked[first + cnt - 1] if m else ranked,
         op_devices=[tuple(d) for d in op_devices], sketch=sketch, runs=runs.astype(np.int64),
@@ -235,7 +235,7 @@ def reduce_profile(profile: Profile, sample_events: int, pod_hosts: int = 1) -> 
         steps=np.asarray(profile.steps, np.float64).reshape(-1, 3),
         # a CPU pod of several hosts is judged host by host, as when its events are merged (its devices share cores)
         units=unit_runs(profile, devices, hosts, pod_devices=len(devices) * pod_hosts),
-        t1_ns=float(t.end_ns.max()), executions=executions,
+        t1_ns=t.extent_ns[1], executions=executions,
         warmup_ns=np.asarray(steady_info(profile.metadata).get("intervals_ns") or [], float).reshape(-1, 2),
         sample=_used_words(t.select(rows[:sample_events])),
         sampled_step=sampled, notes=[n for n in profile.notes if not n.startswith("no HLO for ") and n != NO_STEPS],

@@ -181,12 +181,12 @@ def execution_spans(t: EventTable, exec_idx: np.ndarray | None = None) -> tuple[
     if exec_idx is not None:
         return _frozen(_execution_spans(t, exec_idx))
 
-    def compute() -> tuple[np.ndarray, ...]:  # the index was remembered without them (read from the disk)
-        return _frozen(_execution_spans(t, execution_index(t)))
-
     key = (memo.table_digest(t, steps=False),)
-    if len(t):
-        execution_index(t)  # makes them beside it when it is computed now
+
+    def compute() -> tuple[np.ndarray, ...]:  # neither in memory nor on the disk: from the index
+        idx = execution_index(t)  # computed now, it made them beside it; read from the disk, it did not
+        return memo.held("execution_spans", key) or _frozen(_execution_spans(t, idx))
+
     return memo.remembered("execution_spans", key, len(t), compute, in_memory=True)
 
 
