@@ -16,11 +16,9 @@ The driver then merges the hosts (:func:`rooflens.trace.loading.load`). :func:`m
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 
 from rooflens.errors import RooflensError
@@ -106,6 +104,9 @@ def _map_hosts(files, task: Task, workers, engine, ray_address, progress, overla
         for i, f in enumerate(files):
             yield i, task.one(f, *task.args, progress=progress(i) if progress else None)
         return
+    import multiprocessing  # a process pool: only for several hosts (one host's report imports neither)
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() and not _jax_running() else "spawn"
     if method == "fork":
         from rooflens.trace.formats.xspace.decode import warm_up
