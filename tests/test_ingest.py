@@ -315,19 +315,34 @@ def test_a_read_only_trace_directory_gets_no_cache_files(tmp_path):
         shared.chmod(0o755)
 
 
-@pytest.mark.parametrize("damage", ["truncate", "flip", "junk", "other-key"])
-def test_a_damaged_cache_is_never_trusted(cpu_trace, tmp_path, damage):
-    """Whatever happened to the cache file, the op columns are the trace's own: decoded again, and replaced."""
+@pytest.mark.parametrize("damage", ["truncate", "flip", "flip, checked on two threads", "junk", "other-key"])
+def test_a_damaged_cache_is_never_trusted(cpu_trace, tmp_path, damage, monkeypatch):
+    """Whatever happened to the cache file, the op columns are the trace's own: decoded again, and replaced
+    (a large entry's columns are checked on two threads: this one, written on one, is read as if it were large)."""
     trace = tmp_path / cpu_trace.name
     trace.write_bytes(cpu_trace.read_bytes())
     fresh = read_cached(trace, use_cache=False)
     read_cached(trace)
     background.flush()
+    if "threads" in damage:
+        from rooflens.trace import cache
+
+        monkeypatch.setattr(cache, "PARALLEL_CRC_BYTES", 0)
+    from types import SimpleNamespace
+
+    from rooflens.trace import formats
+
+    def no_decoding(*args, **kwargs):
+        raise AssertionError("decoded: the entry as written was not trusted")
+
+    with monkeypatch.context() as m:  # the entry as written is read back, not decoded again
+        m.setattr(formats, "reader_for", lambda *a, **k: SimpleNamespace(read=no_decoding))
+        assert read_cached(trace).steps == fresh.steps
     loc = location(identity(trace))
     data = bytearray(loc.read_bytes())
     if damage == "truncate":
         data = data[: len(data) // 2]
-    elif damage == "flip":  # inside the column data, past the schema: Arrow itself would not notice
+    elif damage.startswith("flip"):  # inside the column data, past the schema: Arrow itself would not notice
         data[len(data) // 2] ^= 0xFF
     elif damage == "junk":
         data = bytearray(b"not an arrow file" * 10)
