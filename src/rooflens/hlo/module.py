@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -68,18 +69,18 @@ def _one_scope(op_name: str) -> str:
     parts = [p for p in op_name.split("/") if p]
     if len(parts) <= 1:
         return ""
-    scope = []
-    for p in parts[:-1]:
-        if _JIT_RE.match(p):
-            continue
-        while True:
-            m = _WRAP_RE.match(p)
-            if not m:
-                break
-            p = m.group(1)
-        if p and not _JIT_RE.match(p):
-            scope.append(p)
-    return "/".join(scope)
+    return "/".join(s for s in map(_scope_part, parts[:-1]) if s)
+
+
+@functools.lru_cache(maxsize=4096)
+def _scope_part(part: str) -> str:
+    """One component of an ``op_name`` as a scope: unwrapped of autodiff wrappers; "" for a jit wrapper (a
+    program's thousands of ops share a few dozen components: each is looked at once)."""
+    if _JIT_RE.match(part):
+        return ""
+    while m := _WRAP_RE.match(part):
+        part = m.group(1)
+    return "" if _JIT_RE.match(part) else part
 
 
 @dataclass(slots=True, eq=False)
