@@ -69,3 +69,25 @@ def test_a_rule_that_emits_an_undeclared_id_is_caught(gemm_report):
     with pytest.raises(RuntimeError, match="slow-op"):
         wrong(gemm_report)
     assert rules.RULES[2].fn is rule_slow_ops and rules.RULES[2](gemm_report)
+
+
+def test_a_units_gaps_are_kept_as_columns_and_read_as_the_rules_read_them():
+    """A trace of no programs leaves a gap per kernel (the PyTorch H100 export), kept as two
+    columns (224 on one GPU here): the longest gaps come longest first (of equal ones, the earlier first) and a start is found to the
+    microsecond, as a sort and a set of the gaps one by one give them."""
+    from rooflens.trace.idle import IdleGap
+
+    rep = rl.analyze(rl.load(str(fixture_path("gpu_nvidia", "nsys_sqlite", "nsysai_pytorch_h100x2_1s.sqlite"))),
+                     chip="h100-sxm")
+    units = [u for u in rep.steady.idle if u.gaps is not None]
+    assert units and max(len(u.gaps) for u in units) > 200
+    for u in units:
+        one_by_one = [IdleGap(s, d) for s, d in zip(u.gaps.start_s.tolist(), u.gaps.duration_s.tolist())]
+        longest = sorted(one_by_one, key=lambda g: -g.duration_s)
+        for n, at_least in ((3, 0.0), (3, 1e-4), (50, 0.0), (10**6, 1e-5)):
+            assert u.gaps.largest(n, at_least) == [g for g in longest if g.duration_s >= at_least][:n]
+        starts = {round(g.start_s, 6) for g in one_by_one}
+        for g in one_by_one[::97] + [IdleGap(s + d, 0.0) for s, d in zip(u.gaps.start_s[:50].tolist(),
+                                                                          u.gaps.duration_s[:50].tolist())]:
+            for probe in (g.start_s, g.start_s + 4e-7, g.start_s - 6e-7, g.start_s + 2e-6):
+                assert u.gaps.starts_at(probe) == (round(probe, 6) in starts), probe

@@ -160,8 +160,7 @@ def outside_kernels(report: Report, leave_out: frozenset[int] = frozenset()) -> 
             continue
         within += max(d.idle_s - u.idle_s - u.warmup_s, 0.0)
         # the stats' largest gaps that are not a gap between executions (those start where one ends)
-        ends = {round(g.start_s, 6) for g in u.gaps}
-        inside += [g for g in d.largest_gaps if round(g.start_s, 6) not in ends and g.duration_s > 0]
+        inside += [g for g in d.largest_gaps if not u.gaps.starts_at(g.start_s) and g.duration_s > 0]
     inside.sort(key=lambda g: -g.duration_s)
     return OutsideKernels(within, between, counted, window, n, tuple(inside[:3]))
 

@@ -46,7 +46,7 @@ def _where(unit: IdleUnit) -> tuple[list, list[str]]:
         return gaps, [f"gap of {_ms(g.duration_s)} at {_ms(g.start_s)} between {g.before} and {g.after}"
                       + (f"; the host was in {g.host}" if g.host else "") for g in gaps[:3]]
     # gaps left once warm-up is taken out; the stats' own gap names where one matches
-    big = [g for g in sorted(unit.gaps, key=lambda g: -g.duration_s) if g.duration_s >= MIN_GAP_S][:3]
+    big = unit.gaps.largest(3, MIN_GAP_S)
     named = {round(g.start_s, 6): g for g in d.largest_gaps}
     where = []
     for gap in big:
