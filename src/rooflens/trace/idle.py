@@ -137,8 +137,11 @@ def unit_runs(profile: Profile, devices: list[DeviceTime], hosts: list[DeviceTim
         spans = []
         for name, device in wanted:
             host = t.hosts.index(name) if name in t.hosts else -1
-            sel = np.flatnonzero(t.host == host if device < 0 else (t.host == host) & (t.device == device))
-            spans.append(_executions(t, runs, sel) if len(sel) else None)
+            mine = t.host == host if device < 0 else (t.host == host) & (t.device == device)
+            n = int(np.count_nonzero(mine))
+            # every event (a CPU's host as one unit): the columns themselves, not 50 MB copies of each at 6 M events
+            sel = slice(None) if n == len(t) else np.flatnonzero(mine)
+            spans.append(_executions(t, runs, sel, n) if n else None)
         return spans
 
     # remembered for the same table and units (a second report of a large trace reads them back)
@@ -176,12 +179,12 @@ def left_out_ns(warmup_ns: np.ndarray, steps, t0: float, t1: float) -> np.ndarra
     return np.concatenate([warmup_ns, [[min(t0, first), first], [last, max(t1, last)]]])
 
 
-def _executions(t, runs: np.ndarray, sel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Start and end (ns) of every program execution among the events ``sel``."""
+def _executions(t, runs: np.ndarray, sel: np.ndarray | slice, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end (ns) of every program execution among the ``n`` events ``sel`` (indices, or every event)."""
     cols = (t.device[sel], t.program[sel], runs[sel])  # one group per (device, program, run)
     key, n_keys = row_key(*cols)
     # the key itself groups them, in the groups' own order (16 B of extents per possible key: a small floor)
-    if key is not None and dense(n_keys, len(sel), floor=1024):
+    if key is not None and dense(n_keys, n, floor=1024):
         s0, e0 = group_extent(key, n_keys, t.start_ns[sel], t.end_ns[sel])
         ran = np.isfinite(s0)
         return s0[ran], e0[ran]

@@ -93,6 +93,12 @@ class XSpaceColumns:
         """Let go of every event column but ``cols`` (indices into :attr:`cols`; the others become None)."""
         self.cols = [c if k in cols else None for k, c in enumerate(self.cols)]
 
+    def let_go(self, *names: str) -> None:
+        """Let go of the stat columns ``names`` (they become None): what no later step reads need not wait for the
+        event table to be made."""
+        for name in names:
+            self.cols[W.STAT_BASE + W.STAT_NAMES.index(name)] = None
+
     def close(self) -> None:
         """Let go of the mapped file and the event columns (the small tables stay)."""
         self._buf = None
