@@ -144,12 +144,24 @@ def test_weights_all_gathered_every_step(tmp_path):
     assert "slow-collective" in names  # and on CPU the gather is far slower than a memory copy
 
 
+def _until(capture, tmp, rule: str, tries: int = 3):
+    """What fires on ``capture(logdir)``, captured again, up to ``tries`` times in all, until ``rule`` fires: eight
+    forced CPU devices time their all-reduces against their matmuls on 2 shared cores, and with another test file
+    running on one of them the collectives' share of a step fell below the rule's threshold once in CI. A rule
+    that never fires on the workload built for it fails every capture; noise does not come three times."""
+    for k in range(tries):
+        names, rep = fired(capture(tmp / f"try{k}"))
+        if rule in names:
+            break
+    return names, rep
+
+
 def test_activation_all_reduces_take_the_step(tmp_path):
     mesh = make_mesh("model=8")
     x = jax.device_put(jnp.ones((256, 4096)), NamedSharding(mesh, P(None, "model")))
     w = jax.device_put(jnp.ones((4096, 256)), NamedSharding(mesh, P("model", None)))
-    names, rep = fired(cap(jax.jit(lambda x, w: x @ w, out_shardings=NamedSharding(mesh, P())), x, w,
-                           tmp=tmp_path))
+    step = jax.jit(lambda x, w: x @ w, out_shardings=NamedSharding(mesh, P()))
+    names, rep = _until(lambda logdir: cap(step, x, w, tmp=logdir), tmp_path, "communication-share")
     assert "communication-share" in names and "weights-all-gathered" not in names
     assert rep.steps.communication_s > 0.25 * rep.steps.step_time_s
 

@@ -137,14 +137,14 @@ def test_local_is_the_users_calibration_file_whatever_else_names_it(tmp_path, mo
     'local', that file's where there is no calibration, and the 'no calibrated chip' error where neither is."""
     import rooflens.hardware as H
 
-    assert all("local" not in (c.name.lower(), *(k.lower() for k in c.device_kinds)) for c in catalog().values())
-
-    shipped = (Path(H.__file__).parent / "data" / "h100-sxm.toml").read_text()
     (tmp_path / "cache").mkdir()
+    monkeypatch.setenv("ROOFLENS_CACHE_DIR", str(tmp_path / "cache"))  # no calibration yet: the shipped chips alone
+    monkeypatch.delenv("ROOFLENS_CHIPS", raising=False)
+    assert all("local" not in (c.name.lower(), *(k.lower() for k in c.device_kinds)) for c in catalog().values())
+    shipped = (Path(H.__file__).parent / "data" / "h100-sxm.toml").read_text()
     (tmp_path / "cache" / "local.toml").write_text(shipped.replace("chip.h100-sxm", "chip.local"))
     (tmp_path / "mine.toml").write_text(shipped.replace("chip.h100-sxm", "chip.local").replace(
         "value = 6.7e13", "value = 1.0"))
-    monkeypatch.setenv("ROOFLENS_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("ROOFLENS_CHIPS", str(tmp_path / "mine.toml"))
     assert H.chip("local") == catalog()["local"] and H.chip("local").peak_flops_per_s["fp32"] == 6.7e13
     assert H.chip("local").origin == str(tmp_path / "cache" / "local.toml")
