@@ -17,13 +17,22 @@ import rooflens as rl
 from rooflens import cli
 from rooflens.analysis.diff import match_ops, shape_pattern
 from rooflens.lowering import make_mesh
-from tests.dp_runs import report, runs
+from tests.dp_runs import report, runs, two_device_reports_again
 
 
 def test_collective_share_falls_from_the_small_to_the_large_batch():
     # on two CPU devices (tests/dp_runs.py): 0.36 → 0.07, 0.32 → 0.08, 0.31 → 0.07 on a quiet machine, 0.19 → 0.12
-    # in a CI run (an all-reduce on CPU threads also waits for the other device's compute)
-    two = rl.diff(report("dp64_2dev"), report("dp4096_2dev"))
+    # in a CI run (an all-reduce on CPU threads also waits for the other device's compute), and once 0.16 → 0.14
+    # while another test file ran on the other core: the pair is then captured again, up to twice more (a share
+    # that does not fall on the workload built for it fails every time; noise does not come three times)
+    pairs = [(report("dp64_2dev"), report("dp4096_2dev"))]
+    for _ in range(2):
+        two = rl.diff(*pairs[-1])
+        coll = two.category("collective")
+        if coll is not None and coll.share_b < 0.8 * coll.share_a:
+            break
+        pairs.append(two_device_reports_again())
+    two = rl.diff(*pairs[-1])
     coll = two.category("collective")
     assert coll is not None and coll.share_b < 0.8 * coll.share_a, (coll.share_a, coll.share_b)
     for c in two.categories:  # a share is the category's time over its side's step time
