@@ -83,11 +83,9 @@ class EventTable:
         """The first event's start and the last event's end (ns from the origin, as ``start_ns.min()`` and
         ``end_ns.max()`` give them; (0, 0) without events), without making a column of end times: a pass in
         blocks (a 6 M-event table's end times took 0.1 s to make, for their maximum alone)."""
-        n = len(self)
-        if not n:
+        if not len(self):
             return 0.0, 0.0
-        block = 1 << 20
-        last = max(int((self.start_ps[i:i + block] + self.dur_ps[i:i + block]).max()) for i in range(0, n, block))
+        last = last_end_ps(self.start_ps, self.dur_ps)
         return float(np.float64(self.start_ps.min()) * 1e-3), float(np.float64(last) * 1e-3)
 
     @cached_property
@@ -125,6 +123,14 @@ class EventTable:
 
         key = unique_values(self.program.astype(np.int64) * (len(self.names) + 1) + self.name)
         return np.stack([key // (len(self.names) + 1), key % (len(self.names) + 1)], axis=1)
+
+
+def last_end_ps(start_ps: np.ndarray, dur_ps: np.ndarray) -> int:
+    """The latest ``start + dur`` of the events (0 without events), a million at a time: no event-sized temporary
+    while the columns are held."""
+    block = 1 << 20
+    return max((int((start_ps[k:k + block] + dur_ps[k:k + block]).max()) for k in range(0, len(start_ps), block)),
+               default=0)
 
 
 def unique_rows(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -332,9 +332,7 @@ def _dispatches(x, ev: _Events) -> dict[str, np.ndarray]:
 def _end_ps(x) -> int:
     """Where the trace ends (ps from its origin): its last kept event's end, or the profiler's stop time (the
     ``Task Environment`` plane's ``profile_stop_time``) when that is later."""
-    start, dur = x.start_ps, x.dur_ps
-    step = 1 << 20  # a slice at a time: no event-sized temporary while every decoded column is held
-    end = max((int((start[k:k + step] + dur[k:k + step]).max()) for k in range(0, len(x), step)), default=0)
+    end = E.last_end_ps(x.start_ps, x.dur_ps)
     for p in x.planes:
         start, stop = p.stats.get("profile_start_time"), p.stats.get("profile_stop_time")
         if p.name == "Task Environment" and isinstance(start, int) and isinstance(stop, int) and stop > start:
