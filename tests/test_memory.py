@@ -113,6 +113,21 @@ def test_snapshot_names_the_allocating_function():
         parse_snapshot(b"\x00\x01garbage\xff", "junk")
 
 
+def test_the_captures_drain_byte_is_left_out_wherever_rooflens_was_installed(monkeypatch):
+    """The H100 whole-run capture's end snapshot holds the script's two 1 MiB arrays and its scalar loss, and the
+    capture's own one-byte drain buffer (allocated in rooflens/capture/common.py of the rooflens that captured it).
+    That byte is not the program's memory, and the arrays are the script's (its module made them, through jax's
+    frames in the GPU machine's site-packages), whichever path this rooflens runs from (a clone elsewhere counted
+    the byte, and named jax's ``__call__`` as the site)."""
+    from rooflens.memory import pprof
+
+    data = fixture_path("gpu_nvidia", "h100_jax0112", "annotated_whole_run", "memory", "end.pb.gz").read_bytes()
+    here = parse_snapshot(data, "end")
+    monkeypatch.setattr(pprof, "DRAIN_FILE", "/elsewhere/site-packages/rooflens/capture/common.py")
+    elsewhere = parse_snapshot(data, "end")
+    assert here.total_bytes == elsewhere.total_bytes == 2 * 1024 * 1024 + 4  # and the scalar loss
+    assert here.by_site == elsewhere.by_site and here.by_site["<module>"] == 2 * 1024 * 1024 + 4
+
 def test_tpu_dump_padding_waste():
     dump = fixture_path("tpu", "hlo", "tpu_megacore_xla_dump")
     r = run("memory", str(dump), "--json")

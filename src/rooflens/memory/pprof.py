@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -81,15 +82,37 @@ class MemorySnapshot:
 #: ``rl.capture`` imports and ``rooflens run``'s launcher loads by path
 DRAIN_FILE = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "capture",
                                            "common.py"))
+#: the drain's file as any rooflens names it (a snapshot captured by a rooflens installed elsewhere: another
+#: checkout, another machine's)
+DRAIN_TAIL = "/rooflens/capture/common.py"
+#: this rooflens's package directory: a recorded frame whose path ends in ``rooflens/<a file of it>`` is rooflens's
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: a recorded frame in an installed package or a Python's standard library, on whichever machine it was taken
+_RECORDED_LIBRARY = re.compile(r"/(site|dist)-packages/|/lib/python3\.\d+/")
+
+
+@lru_cache(maxsize=4096)
+def _library_frame(filename: str) -> bool:
+    """Whether a snapshot's frame is library code (jax's, rooflens's own, an installed package's, the standard
+    library's), judged here and by the path it was recorded with: a snapshot captured by a rooflens installed
+    elsewhere names that installation's files, which this one's paths do not hold."""
+    if is_library(filename):
+        return True
+    path = filename.replace("\\", "/")
+    if _RECORDED_LIBRARY.search(path):
+        return True
+    _, found, tail = path.rpartition("/rooflens/")
+    return bool(found) and os.path.isfile(os.path.join(PACKAGE_DIR, *tail.split("/")))
 
 
 def _is_drain(frames: list[tuple[str, str]]) -> bool:
     """Whether an allocation was made by the drain barrier: its innermost frame outside jax and rooflens's
-    libraries' internals is the drain's file (a snapshot taken as the trace stops holds that byte)."""
+    libraries' internals is the drain's file (a snapshot taken as the trace stops holds that byte), wherever
+    the rooflens that captured it was installed."""
     for _, filename in frames:
-        if filename and real_path(filename) == DRAIN_FILE:
+        if filename and (filename.replace("\\", "/").endswith(DRAIN_TAIL) or real_path(filename) == DRAIN_FILE):
             return True
-        if not is_library(filename) or os.sep + "rooflens" + os.sep in filename:
+        if not _library_frame(filename) or "/rooflens/" in filename.replace("\\", "/"):
             return False
     return False
 
@@ -123,7 +146,7 @@ def parse_snapshot(data: bytes, label: str = "") -> MemorySnapshot:
         snap.by_device[dev] = snap.by_device.get(dev, 0.0) + nbytes
         kind = str(labels.get("kind", "?"))
         snap.by_kind[kind] = snap.by_kind.get(kind, 0.0) + nbytes
-        user = [f for f in frames if not is_library(f[1])]
+        user = [f for f in frames if not _library_frame(f[1])]
         site = (user or frames or [("?", "")])[0][0]
         snap.by_site[site] = snap.by_site.get(site, 0.0) + nbytes
     for d in (snap.by_device, snap.by_kind, snap.by_site):
