@@ -233,11 +233,11 @@ def test_self_times_twin_matches_the_compiled_walk():
     # inclusion rule); the nesting itself is walked both ways on a CPU capture in test_twins.py
     t = load(fixture_path("tpu", "vllm_tpu_qwen3_2026_01_11_21_26_41.trace.json.gz")).table
     group = line_groups(t)
-    start, end = t.start_ps, t.start_ps + t.dur_ps
-    order = np.lexsort((-(end - start), start, group))
+    start, dur = t.start_ps, t.dur_ps
+    order = np.lexsort((-dur, start, group))
     compiled.compile_kernels()
-    got = _self_times_plain(start, end, group, order)
-    np.testing.assert_array_equal(got, _self_times_sorted(start, end, group, order))
+    got = _self_times_plain(start, dur, group, order)
+    np.testing.assert_array_equal(got, _self_times_sorted(start, dur, group, order))
     assert (got == t.dur_ps).all()  # no op wholly inside another on its line: each keeps its whole time
 
 

@@ -142,35 +142,39 @@ def line_groups(t) -> np.ndarray:
     return key if key is not None else (t.host.astype(np.int64) << 40) + (t.device.astype(np.int64) + 1 << 20) + t.line
 
 
-def self_times_ps(t, group: np.ndarray) -> np.ndarray:
+def self_times_ps(t, group: np.ndarray | None = None) -> np.ndarray:
     """Each event's duration minus its direct children's (XProf's self time), in ps: children are the
-    events nested in it on the same timeline (``group``), wholly inside its span as XProf's
-    ``Timespan::Includes`` asks: an event that starts before another ends and ends after it (a Chrome
-    trace's µs rounding makes such 1-µs overlaps) is its neighbour, not its child."""
+    events nested in it on the same timeline (``group``; default :func:`line_groups`), wholly inside its
+    span as XProf's ``Timespan::Includes`` asks: an event that starts before another ends and ends after it
+    (a Chrome trace's µs rounding makes such 1-µs overlaps) is its neighbour, not its child."""
     start, dur = t.start_ps, t.dur_ps
-    end = start + dur
-    codes, inv = unique_inverse(group)
+    codes, inv = unique_inverse(line_groups(t) if group is None else group)
+    del group  # the walk below compares timelines by their dense numbers: one event-sized key less at the peak
     if is_sorted(start):  # the table's own order (by start): grouped in O(n)
         order = timeline_order(inv, len(codes), start, dur)
     else:
         order = np.lexsort((-dur, start, inv))
-    return _self_times_sorted(start, end, group, order)
+    return _self_times_sorted(start, dur, inv, order)
 
 
 @njit(cache=True, nogil=True)
-def _self_times_sorted(start, end, group, order):
+def _self_times_sorted(start, dur, group, order):
     # one event-sized array made here, the result (an 18 M-event trace's peak is in these stats): the stack of
-    # open events grows as deep as they nest, durations are taken as they are needed, the clamp is in place
-    self_t = end - start
+    # open events grows as deep as they nest, ends are summed as they are needed, the clamp is in place
+    self_t = dur.copy()
     stack = np.empty(max(1, min(len(order), 1024)), np.int64)
     depth = 0
     for k in range(len(order)):
         i = order[k]
-        while depth and (group[stack[depth - 1]] != group[i] or end[stack[depth - 1]] <= start[i]
-                         or end[stack[depth - 1]] < end[i]):
+        end_i = start[i] + dur[i]
+        while depth:
+            top = stack[depth - 1]
+            end_top = start[top] + dur[top]
+            if group[top] == group[i] and end_top > start[i] and end_top >= end_i:
+                break
             depth -= 1
         if depth:
-            self_t[stack[depth - 1]] -= end[i] - start[i]
+            self_t[stack[depth - 1]] -= dur[i]
         if depth == len(stack):
             deeper = np.empty(2 * len(stack), np.int64)
             deeper[:depth] = stack
@@ -184,9 +188,10 @@ def _self_times_sorted(start, end, group, order):
 
 
 @plain_twin(_self_times_sorted, 200_000)  # a small trace's events: walked before numba would have started
-def _self_times_plain(start, end, group, order):
-    s, e, g = start.tolist(), end.tolist(), group.tolist()
-    self_t = [b - a for a, b in zip(s, e)]
+def _self_times_plain(start, dur, group, order):
+    s, d, g = start.tolist(), dur.tolist(), group.tolist()
+    e = [a + b for a, b in zip(s, d)]
+    self_t = list(d)
     stack: list[int] = []
     for i in order.tolist():
         while stack and (g[stack[-1]] != g[i] or e[stack[-1]] <= s[i] or e[stack[-1]] < e[i]):
@@ -290,7 +295,7 @@ def op_self_ps(profile: Profile) -> np.ndarray:
     """Every event's self time (ps): XProf's rule (:func:`self_times_ps`, nesting on its line), and for control
     ops their span less their body's time on the device (:func:`control_self_ps`)."""
     t = profile.table
-    out = self_times_ps(t, line_groups(t))
+    out = self_times_ps(t)
     rows = control_rows(t, profile.op_info)
     if len(rows):
         out = out.copy()
@@ -568,7 +573,7 @@ def device_times(profile: Profile, gaps_per_device: int) -> tuple[list[DeviceTim
 def _op_stats(profile: Profile, gaps_per_device: int) -> OpStats:
     t = profile.table
     dur = t.dur_ns
-    self_ps = self_times_ps(t, line_groups(t))
+    self_ps = self_times_ps(t)
 
     # per (program, op)
     # (each event-sized array let go once used: an 18 M-event trace's are 50-150 MB each, and the peak is their sum)

@@ -71,6 +71,11 @@ def read_xspace(path: Path, progress: Progress = None, device_time: bool = True)
 
     x = decode(path, progress)
     ev = _classify(x, device_time)
+    # the sparse columns are read now and let go (a 1 GB CPU trace's peak is the op rows' sort below; its step
+    # and device-id columns, a value in one event of a thousand, held 100 MB there)
+    steps = _steps(x, ev)
+    executions = _executions(x, ev)
+    x.let_go("step_num", "step_id", "group_id", "global_device_id")
     device_kind, platform, plane_stats = _device(x, ev.kinds)
     vocab = E.Vocab()  # op names and programs, coded together
     hlo_text: dict[tuple[str, str], str] = {}
@@ -97,16 +102,13 @@ def read_xspace(path: Path, progress: Progress = None, device_time: bool = True)
         platform = "gpu"
         parts.append(other[:3] + (np.full(len(other[0]), vocab.code(""), np.int64),))
         notes.append(other[3] if framework == "JAX" or not framework else foreign_note(framework))
-    if not parts and (cpu := _cpu_ops(x, ev, vocab)) is not None:
+    if not parts and (cpu := _cpu_ops(x, ev, vocab, executions)) is not None:
         platform, device_kind = "cpu", "cpu"
         parts.append(cpu)
     rows = _joined([p[0] for p in parts])
     # the ops are found: the columns no step below reads go now (a 1 GB CPU trace's peak was at the dispatches,
-    # with 200 MB of device, program and module columns still held), then the steps' once they are read
-    x.let_go("hlo_module", "program_id", "device_ordinal", "global_device_id", "correlation_id", "device_offset_ps",
-             "device_duration_ps")
-    steps = _steps(x, ev)
-    x.let_go("step_num", "step_id", "group_id")
+    # with 200 MB of device, program and module columns still held)
+    x.let_go("hlo_module", "program_id", "device_ordinal", "correlation_id", "device_offset_ps", "device_duration_ps")
     host_events, protos, origin_ns = _host_events(x, ev), _hlo_protos(x), _absolute_origin(x)
     dispatches, end_ps = _dispatches(x, ev), _end_ps(x)
     # the decoded columns go as soon as they are used, before the table's are made: a 1 GB trace's
@@ -275,9 +277,16 @@ def _kernels_without_op(x, ev: _Events, vocab, tuning: np.ndarray):
     return rows, ev.dev[rows], codes[inv], note
 
 
-def _cpu_ops(x, ev: _Events, vocab):
+def _executions(x, ev: _Events) -> tuple[np.ndarray, np.ndarray]:
+    """The host events that carry a ``global_device_id`` (an ``Execute`` event of older jaxlibs): (rows, ids)."""
+    gdev = x.col("global_device_id")
+    rows = np.flatnonzero((ev.kind == 3) & (gdev != W.NONE))
+    return rows, gdev[rows]
+
+
+def _cpu_ops(x, ev: _Events, vocab, executions: tuple[np.ndarray, np.ndarray]):
     """XLA:CPU ops on host threads; the device from ``device_ordinal``, or (older jaxlibs) the
-    enclosing ``Execute`` event's ``global_device_id``."""
+    enclosing ``Execute`` event's ``global_device_id`` (``executions``: :func:`_executions`)."""
     none = W.NONE
     cpu_ops = np.flatnonzero((ev.kind == 3) & (x.col("hlo_op") != none))
     if not len(cpu_ops):
@@ -287,14 +296,15 @@ def _cpu_ops(x, ev: _Events, vocab):
     dev = x.col("device_ordinal")[cpu_ops]
     unknown = np.flatnonzero(dev == none)
     if len(unknown):
-        gdev, line = x.col("global_device_id"), x.line
-        execs = np.flatnonzero((ev.kind == 3) & (gdev != none))
+        execs, gdev = executions
+        line = x.line
         rows = cpu_ops[unknown]
         found = np.full(len(rows), -1, np.int64)
         for ln in unique_values(line[rows]):
-            mine = execs[line[execs] == ln]
+            on_line = line[execs] == ln
+            mine = execs[on_line]
             at = np.flatnonzero(line[rows] == ln)
-            found[at] = containing(ev.start[mine], ev.start[mine] + ev.dur[mine], gdev[mine], ev.start[rows[at]])
+            found[at] = containing(ev.start[mine], ev.start[mine] + ev.dur[mine], gdev[on_line], ev.start[rows[at]])
         dev[unknown] = found
     return cpu_ops, dev, *_string_codes(x, cpu_ops, vocab.code)
 
