@@ -245,6 +245,17 @@ def _layout(g: OpGraph) -> None:
         def __init__(self, w: float, h: float):
             self.w, self.h, self.xy = w, h, (0.0, 0.0)
 
+    class NumberedEdge(Edge):
+        """An edge hashed by its number: grandalf gathers a component's edges in a set, whose order (by object
+        address, for a plain edge) orders the layout; by number, the same graph is laid out the same every run."""
+
+        def __init__(self, number: int, *args):
+            super().__init__(*args)
+            self.number = number
+
+        def __hash__(self) -> int:
+            return self.number
+
     class EdgeView:
         def __init__(self):
             self.path: list = []
@@ -260,7 +271,7 @@ def _layout(g: OpGraph) -> None:
     pairs: dict[tuple[str, str], Edge] = {}
     for e in g.edges:
         if (e.source, e.target) not in pairs:
-            ge = Edge(verts[e.source], verts[e.target])
+            ge = NumberedEdge(len(pairs), verts[e.source], verts[e.target])
             ge.view = EdgeView()
             pairs[(e.source, e.target)] = ge
     graph = Graph(list(verts.values()), list(pairs.values()))
