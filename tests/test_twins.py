@@ -30,6 +30,7 @@ CHECKED = {
     "rooflens.trace.warmup.execution_rows": "test_execution_kernels_and_their_twins_agree",
     "rooflens.trace.stats._covered_after": "test_control_op_coverage_and_its_twin_agree",
     "rooflens.trace.stats._self_times_sorted": "test_grouping_kernels_and_their_twins_agree",
+    "rooflens.trace.groupby.dense_inverse": "test_grouping_kernels_and_their_twins_agree",
     "rooflens.trace.groupby.grouped_order": "test_grouping_kernels_and_their_twins_agree",
     "rooflens.trace.groupby.grouped_sorted": "test_grouping_kernels_and_their_twins_agree",
     "rooflens.trace.groupby.group_extent": "test_grouping_kernels_and_their_twins_agree",
@@ -115,9 +116,13 @@ def test_execution_kernels_and_their_twins_agree(table):
 
 def test_grouping_kernels_and_their_twins_agree(table):
     t = table
-    codes, inv = unique_inverse(t.host.astype(np.int64) << 40 | (t.device.astype(np.int64) + 1) << 20 | t.line)
+    key = t.host.astype(np.int64) << 40 | (t.device.astype(np.int64) + 1) << 20 | t.line
+    codes, inv = unique_inverse(key)
     m = len(codes)
-    for name, args in (("grouped_order", (inv, m)), ("grouped_sorted", (inv, m, t.start_ps.copy())),
+    lo = int(t.line.min())
+    for name, args in (("dense_inverse", (t.line, lo, int(t.line.max()) - lo + 1)),
+                       ("dense_inverse", (t.device.astype(np.int64) * 7 - 3, -3, int(t.device.max()) * 7 + 1)),
+                       ("grouped_order", (inv, m)), ("grouped_sorted", (inv, m, t.start_ps.copy())),
                        ("group_extent", (inv, m, t.start_ns, t.end_ns)),
                        ("timeline_order", (inv, m, t.start_ps, t.dur_ps))):
         fast, plain = _pair(f"rooflens.trace.groupby.{name}")

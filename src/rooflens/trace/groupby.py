@@ -46,13 +46,44 @@ def unique_inverse(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             return _hashed(key.astype(np.int64, copy=False))
         u, inv = np.unique(key, return_inverse=True)
         return u, inv.ravel().astype(np.int64, copy=False)
+    if key.dtype.kind == "u":  # (a compiled walk would mix unsigned and signed arithmetic)
+        values, inv = _dense_inverse_np(key, lo, span)
+    else:
+        values, inv = dense_inverse(key, lo, span)
+    return values.astype(key.dtype, copy=False), inv
+
+
+@njit(cache=True, nogil=True)
+def dense_inverse(key, lo, span):
+    """:func:`unique_inverse` of signed keys in ``[lo, lo + span)``: their distinct values (int64, sorted) and each
+    key's rank among them, in two passes over the keys and a table as long as their range (int32: the ranks)."""
+    present = np.zeros(span, np.bool_)
+    for i in range(len(key)):
+        present[key[i] - lo] = True
+    rank = np.empty(span, np.int32)
+    m = 0
+    for v in range(span):
+        rank[v] = m
+        if present[v]:
+            m += 1
+    values = np.empty(m, np.int64)
+    for v in range(span):
+        if present[v]:
+            values[rank[v]] = v + lo
+    inv = np.empty(len(key), np.int64)
+    for i in range(len(key)):
+        inv[i] = rank[key[i] - lo]
+    return values, inv
+
+
+@plain_twin(dense_inverse, NUMPY_TWIN)
+def _dense_inverse_np(key, lo, span):
     shifted = key - lo if lo else key
     present = np.zeros(span, np.bool_)
     present[shifted] = True
-    values = np.flatnonzero(present)
+    values = np.flatnonzero(present) + lo
     rank = np.cumsum(present, dtype=np.int64) - 1
-    inv = rank[shifted]
-    return (values + lo).astype(key.dtype, copy=False), inv
+    return values, rank[shifted]
 
 
 def unique_values(key: np.ndarray) -> np.ndarray:

@@ -639,12 +639,20 @@ def without_compilations(profile, steps: list, function: str) -> tuple[list, str
 
 # -- several hosts: the host × step table -------------------------------------------------------------------------
 
-def groups_of(key: np.ndarray) -> list[np.ndarray]:
-    """Event indices per distinct key, in key order, each in time order (the table is sorted by start)."""
+def groups_of(key: np.ndarray, dense: bool = False) -> list[np.ndarray]:
+    """Event indices per distinct key, in key order, each in time order (the table is sorted by start).
+    ``dense``: the caller's own key (a :func:`~rooflens.trace.events.row_key`, whose range is the product of its
+    columns' ranges), grouped in place by its offset from its minimum, with no inverse made."""
     if not len(key):
         return []
-    if key.min() == key.max():  # one group (a one-host trace's hosts): every event, no grouping made
+    lo, hi = int(key.min()), int(key.max())
+    if lo == hi:  # one group (a one-host trace's hosts): every event, no grouping made
         return [np.arange(len(key))]
+    if dense and key.dtype == np.int64 and hi - lo < len(key):
+        key -= lo
+        counts = np.bincount(key, minlength=hi - lo + 1)
+        order = grouped_order(key, hi - lo + 1)
+        return [g for g in np.split(order, np.cumsum(counts)[:-1]) if len(g)]
     codes, inv = unique_inverse(key)
     order = grouped_order(inv, len(codes))
     return np.split(order, np.cumsum(np.bincount(inv, minlength=len(codes)))[:-1])
