@@ -186,16 +186,22 @@ def group_medians(inv: np.ndarray, m: int, values: np.ndarray) -> tuple[np.ndarr
 @njit(cache=True, nogil=True)
 def grouped_sorted(inv, m, values):
     """``values`` sorted by (group, value): ``values[np.lexsort((values, inv))]``, by a counting sort on
-    the group and a sort of each group's values alone."""
-    order = grouped_order(inv, m)
-    out = values[order]
-    counts = np.bincount(inv, minlength=m)
-    lo = 0
+    the group (each value placed at once: no order of the rows is made) and an in-place sort of each group's
+    values alone."""
+    bounds = np.zeros(m + 1, np.int64)
+    for i in range(len(inv)):
+        bounds[inv[i] + 1] += 1
     for g in range(m):
-        hi = lo + counts[g]
-        if hi - lo > 1:
-            out[lo:hi] = np.sort(out[lo:hi])
-        lo = hi
+        bounds[g + 1] += bounds[g]
+    nxt = bounds[:m].copy()
+    out = np.empty(len(values), values.dtype)
+    for i in range(len(inv)):
+        g = inv[i]
+        out[nxt[g]] = values[i]
+        nxt[g] += 1
+    for g in range(m):
+        if bounds[g + 1] - bounds[g] > 1:
+            out[bounds[g]:bounds[g + 1]].sort()
     return out
 
 
