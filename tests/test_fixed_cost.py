@@ -241,6 +241,41 @@ def test_self_times_twin_matches_the_compiled_walk():
     assert (got == t.dur_ps).all()  # no op wholly inside another on its line: each keeps its whole time
 
 
+def test_a_twin_declared_once_numba_is_loaded_still_belongs_to_its_kernel(monkeypatch):
+    """A module imported after numba has loaded (a test, a plugin) has each kernel's name bound to its dispatcher as
+    soon as a later kernel is declared; its ``plain_twin`` still registers the twin on the kernel (it was lost: the
+    reader's pair codes had no twin when the reader was first imported late)."""
+    import textwrap
+    import types
+
+    compiled.compile_kernels()
+    monkeypatch.setattr(compiled, "_KERNELS", list(compiled._KERNELS))
+    late = types.ModuleType("late_kernels")
+    exec(textwrap.dedent("""
+        from rooflens.trace.formats.compiled import njit, plain_twin
+
+        @njit(cache=False)
+        def total(xs):
+            s = 0
+            for x in xs:
+                s += x
+            return s
+
+        @njit(cache=False)
+        def twice(xs):
+            return 2 * total(xs)
+
+        @plain_twin(total, 4)
+        def total_plain(xs):
+            return int(sum(xs))
+    """), late.__dict__)
+    k = compiled.kernels()["late_kernels.total"]
+    assert k.plain is late.total_plain and k.dispatcher is late.total
+    assert late.twice(np.arange(4)) == 12 == 2 * k.plain(np.arange(4))
+    with pytest.raises(TypeError, match="no kernel"):
+        compiled.plain_twin(len, 4)(lambda xs: 0)
+
+
 def test_a_kernel_runs_its_twin_for_small_inputs_until_numba_is_loaded(monkeypatch):
     monkeypatch.setattr(compiled, "_KERNELS", [])
     monkeypatch.setattr(compiled, "_compiled", False)

@@ -160,11 +160,31 @@ def self_times_ps(t, group: np.ndarray | None = None) -> np.ndarray:
 @njit(cache=True, nogil=True)
 def _self_times_sorted(start, dur, group, order):
     # one event-sized array made here, the result (an 18 M-event trace's peak is in these stats): the stack of
-    # open events grows as deep as they nest, ends are summed as they are needed, the clamp is in place
+    # open events grows as deep as they nest (here, between walks: an array bound anew inside the walk's loop made
+    # numba count references on every event), ends are summed as they are needed, the clamp is in place
     self_t = dur.copy()
     stack = np.empty(max(1, min(len(order), 1024)), np.int64)
-    depth = 0
-    for k in range(len(order)):
+    k, depth = 0, 0
+    while True:
+        k, depth = _nest_until_full(start, dur, group, order, self_t, stack, k, depth)
+        if k >= len(order):
+            break
+        deeper = np.empty(2 * len(stack), np.int64)
+        deeper[:depth] = stack[:depth]
+        stack = deeper
+    for k in range(len(self_t)):
+        if self_t[k] < 0:
+            self_t[k] = 0
+    return self_t
+
+
+@njit(cache=True, nogil=True)
+def _nest_until_full(start, dur, group, order, self_t, stack, k, depth):
+    """:func:`_self_times_sorted`'s walk from ``order[k]`` (``depth`` events open on ``stack``) until the events end
+    or the stack is full; returns where it stopped and the depth."""
+    while k < len(order):
+        if depth == len(stack):
+            return k, depth
         i = order[k]
         end_i = start[i] + dur[i]
         while depth:
@@ -175,16 +195,10 @@ def _self_times_sorted(start, dur, group, order):
             depth -= 1
         if depth:
             self_t[stack[depth - 1]] -= dur[i]
-        if depth == len(stack):
-            deeper = np.empty(2 * len(stack), np.int64)
-            deeper[:depth] = stack
-            stack = deeper
         stack[depth] = i
         depth += 1
-    for k in range(len(self_t)):
-        if self_t[k] < 0:
-            self_t[k] = 0
-    return self_t
+        k += 1
+    return k, depth
 
 
 @plain_twin(_self_times_sorted, 200_000)  # a small trace's events: walked before numba would have started

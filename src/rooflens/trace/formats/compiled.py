@@ -68,7 +68,12 @@ def plain_twin(kernel: Kernel, max_items: int) -> Callable[[Callable], Callable]
     """Declare the decorated function the plain-Python twin of ``kernel`` (same arguments, same results),
     run instead of it for first arguments of at most ``max_items`` items while numba is not loaded."""
     def register(fn: Callable) -> Callable:
-        kernel.plain, kernel.plain_max = fn, max_items
+        # a module imported once numba is loaded finds its kernel's name already bound to the dispatcher: the
+        # twin still belongs to the kernel that dispatcher is
+        k = kernel if isinstance(kernel, Kernel) else next((d for d in _KERNELS if d.dispatcher is kernel), None)
+        if k is None:
+            raise TypeError(f"{fn.__name__} is declared the twin of {kernel!r}, which is no kernel")
+        k.plain, k.plain_max = fn, max_items
         return fn
 
     return register

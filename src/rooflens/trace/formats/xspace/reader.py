@@ -406,33 +406,47 @@ def pair_slot(slots, first_mod, first_pid, a, b):
 def pair_codes(rows, op, mod, pid, present):
     """One pass over ``rows``: marks each row's op string in ``present``, and numbers its (module, program
     id) pair in first-seen order; returns the numbers (int32) and the distinct pairs. Consecutive rows
-    mostly share a pair (the ops of one execution), so the last pair is checked before the table."""
+    mostly share a pair (the ops of one execution), so the last pair is checked before the table. The table
+    grows here, between passes of :func:`_pairs_until_full` (an array bound anew inside the per-row loop made
+    numba count references on every row: 50 ns a row, not 3)."""
     out = np.empty(len(rows), np.int32)
-    slots = np.full(64, -1, np.int64)  # at most half full
-    first_mod = np.empty(32, np.int64)
-    first_pid = np.empty(32, np.int64)
-    m = 0
-    last = -1
-    for i in range(len(rows)):
+    room = 32
+    slots = np.full(2 * room, -1, np.int64)  # at most half full
+    first_mod = np.empty(room, np.int64)
+    first_pid = np.empty(room, np.int64)
+    i, m, last = 0, 0, -1
+    while True:
+        i, m, last = _pairs_until_full(rows, op, mod, pid, present, out, slots, first_mod, first_pid, i, m, last)
+        if i >= len(rows):
+            return out, first_mod[:m].copy(), first_pid[:m].copy()
+        room *= 2  # full: twice the room, every pair placed again
+        first_mod = np.concatenate((first_mod, np.empty(m, np.int64)))
+        first_pid = np.concatenate((first_pid, np.empty(m, np.int64)))
+        slots = np.full(2 * room, -1, np.int64)
+        for c in range(m):
+            slots[pair_slot(slots, first_mod, first_pid, first_mod[c], first_pid[c])] = c
+
+
+@njit(cache=True, nogil=True)
+def _pairs_until_full(rows, op, mod, pid, present, out, slots, first_mod, first_pid, i, m, last):
+    """:func:`pair_codes` from row ``i`` (``m`` pairs numbered, ``last`` the previous row's) until the rows end or a
+    new pair finds the table full; returns where it stopped, the pairs numbered and the last one."""
+    while i < len(rows):
         r = rows[i]
         present[op[r]] = True
         a, b = mod[r], pid[r]
         if last < 0 or first_mod[last] != a or first_pid[last] != b:
             s = pair_slot(slots, first_mod, first_pid, a, b)
             if slots[s] < 0:  # a new pair
-                if m == len(first_mod):  # half full: twice the room, every pair placed again
-                    first_mod = np.concatenate((first_mod, np.empty(m, np.int64)))
-                    first_pid = np.concatenate((first_pid, np.empty(m, np.int64)))
-                    slots = np.full(4 * m, -1, np.int64)
-                    for c in range(m):
-                        slots[pair_slot(slots, first_mod, first_pid, first_mod[c], first_pid[c])] = c
-                    s = pair_slot(slots, first_mod, first_pid, a, b)
+                if m == len(first_mod):
+                    return i, m, last
                 slots[s] = m
                 first_mod[m], first_pid[m] = a, b
                 m += 1
             last = slots[s]
         out[i] = last
-    return out, first_mod[:m].copy(), first_pid[:m].copy()
+        i += 1
+    return i, m, last
 
 
 @plain_twin(pair_codes, NUMPY_TWIN)
