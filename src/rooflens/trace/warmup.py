@@ -129,24 +129,34 @@ def executions_of(order, bounds, name, n_names, start):
     count = np.zeros(n_names, np.int64)
     seen = np.zeros(n_names, np.int64)
     for g in range(len(bounds) - 1):
-        idx = order[bounds[g]:bounds[g + 1]]
-        for i in idx:
-            count[name[i]] += 1
-        runs = min(count[name[idx[0]]], count[name[idx[-1]]])
-        if runs > 1:
-            starts = np.full(runs, np.inf)
-            for i in idx:
-                k = seen[name[i]]
-                seen[name[i]] += 1
-                if count[name[i]] == runs and start[i] < starts[k]:
-                    starts[k] = start[i]
-            starts = np.sort(starts)
-            for i in idx:
-                out[i] = max(np.searchsorted(starts, start[i], side="right") - 1, 0)
-        for i in idx:
-            count[name[i]] = 0
-            seen[name[i]] = 0
+        _group_executions(order[bounds[g]:bounds[g + 1]], name, start, count, seen, out)
     return out
+
+
+@njit(cache=True, nogil=True)
+def _group_executions(idx, name, start, count, seen, out):
+    """:func:`executions_of` for one group's events ``idx`` (in time order): each one's execution into ``out``
+    (``count``/``seen``: zeros of every name, left as zeros). The events are met in time order, so each one's
+    execution is found by walking on from the last one's, not by a search."""
+    for i in idx:
+        count[name[i]] += 1
+    runs = min(count[name[idx[0]]], count[name[idx[-1]]])
+    if runs > 1:
+        starts = np.full(runs, np.inf)
+        for i in idx:
+            k = seen[name[i]]
+            seen[name[i]] += 1
+            if count[name[i]] == runs and start[i] < starts[k]:
+                starts[k] = start[i]
+        starts.sort()
+        j = 0  # the last execution whose start is at or before this event's (the first one's, for earlier events)
+        for i in idx:
+            while j + 1 < runs and starts[j + 1] <= start[i]:
+                j += 1
+            out[i] = j
+    for i in idx:
+        count[name[i]] = 0
+        seen[name[i]] = 0
 
 
 @plain_twin(executions_of, NUMPY_TWIN)
