@@ -31,6 +31,7 @@ CHECKED = {
     "rooflens.trace.stats._covered_after": "test_control_op_coverage_and_its_twin_agree",
     "rooflens.trace.stats._self_times_sorted": "test_grouping_kernels_and_their_twins_agree",
     "rooflens.trace.groupby.dense_inverse": "test_grouping_kernels_and_their_twins_agree",
+    "rooflens.trace.groupby.radix_step": "test_grouping_kernels_and_their_twins_agree",
     "rooflens.trace.groupby.grouped_order": "test_grouping_kernels_and_their_twins_agree",
     "rooflens.trace.groupby.grouped_sorted": "test_grouping_kernels_and_their_twins_agree",
     "rooflens.trace.groupby.group_extent": "test_grouping_kernels_and_their_twins_agree",
@@ -122,11 +123,21 @@ def test_grouping_kernels_and_their_twins_agree(table):
     lo = int(t.line.min())
     for name, args in (("dense_inverse", (t.line, lo, int(t.line.max()) - lo + 1)),
                        ("dense_inverse", (t.device.astype(np.int64) * 7 - 3, -3, int(t.device.max()) * 7 + 1)),
-                       ("grouped_order", (inv, m)), ("grouped_sorted", (inv, m, t.start_ps.copy())),
+                       ("grouped_order", (inv, m)),
+                       ("radix_step", (np.arange(len(t), dtype=np.int64) % 5, t.line, int(t.line.max()) + 2, -1)), ("grouped_sorted", (inv, m, t.start_ps.copy())),
                        ("group_extent", (inv, m, t.start_ns, t.end_ns)),
                        ("timeline_order", (inv, m, t.start_ps, t.dur_ps))):
         fast, plain = _pair(f"rooflens.trace.groupby.{name}")
         _same(fast(*args), plain(*args), name)
+    # a row key's digit, in place: the same key either way, and the key row_key's tables are grouped by
+    fast, plain = _pair("rooflens.trace.groupby.radix_step")
+    keys = [np.arange(len(t), dtype=np.int64) % 5 for _ in range(2)]
+    for step, key in zip((fast, plain), keys):
+        step(key, t.line, int(t.line.max()) + 2, -1)
+        step(key, t.device, int(t.device.max()) + 1, 0)
+    _same(keys[0], keys[1], "radix_step")
+    want = ((np.arange(len(t)) % 5) * (int(t.line.max()) + 2) + t.line + 1) * (int(t.device.max()) + 1) + t.device
+    np.testing.assert_array_equal(keys[0], want)
     # self times: events on their lines in time order, the longest first of those starting together
     start, dur = t.start_ps, t.dur_ps
     order = np.lexsort((-dur, start, inv))

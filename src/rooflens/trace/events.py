@@ -189,12 +189,13 @@ def _radix(cols: tuple) -> tuple[np.ndarray, list[tuple[int, int]]] | None:
         total *= span
     if total >= 1 << 62:
         return None
+    from rooflens.trace.groupby import radix_step
+
     key = np.zeros(len(cols[0]), np.int64)
     for c, (lo, span) in zip(cols, spans):
-        key *= span
-        key += c
-        if lo:
-            key -= lo
+        if c.dtype.kind == "u":  # (the compiled step would mix unsigned and signed arithmetic)
+            c = c.astype(np.int64)
+        radix_step(key, c, span, lo)
     return key, spans
 
 

@@ -54,6 +54,22 @@ def unique_inverse(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 @njit(cache=True, nogil=True)
+def radix_step(key, col, span, lo):
+    """``key = key * span + (col - lo)`` in place, in one pass (a row key's next digit:
+    :func:`rooflens.trace.events.row_key`)."""
+    for i in range(len(key)):
+        key[i] = key[i] * span + (col[i] - lo)
+
+
+@plain_twin(radix_step, NUMPY_TWIN)
+def _radix_step_np(key, col, span, lo):
+    key *= span
+    key += col
+    if lo:
+        key -= lo
+
+
+@njit(cache=True, nogil=True)
 def dense_inverse(key, lo, span):
     """:func:`unique_inverse` of signed keys in ``[lo, lo + span)``: their distinct values (int64, sorted) and each
     key's rank among them, in two passes over the keys and a table as long as their range (int32: the ranks)."""
