@@ -23,7 +23,25 @@ def load_report(paths: str | list[str], hlo_dir: str | None = None, chip: str | 
                 include_warmup=include_warmup, step_fn=step_fn)
     if before_analysis is not None:
         before_analysis(prof)
-    return analyze_profile(prof, chip=chip, memory=read_run_memory(prof), require_roofline=False)
+    return analyze_profile(prof, chip=chip, memory=_memory_beside(prof), require_roofline=False)
+
+
+def _memory_beside(profile: Profile):
+    """The run's memory files read (and the HLO parsed, which they need) on a thread of their own while the analysis
+    groups the events (compiled loops and numpy, which let go of the GIL): a Future of ``read_run_memory``."""
+    from concurrent.futures import Future
+    from threading import Thread
+
+    done: Future = Future()
+
+    def read() -> None:
+        try:
+            done.set_result(read_run_memory(profile))
+        except BaseException as e:  # noqa: BLE001 - raised in the analysis's thread, where the memory is used
+            done.set_exception(e)
+
+    Thread(target=read, name="rooflens-memory", daemon=True).start()
+    return done
 
 
 def saved_report(path: str):
@@ -55,7 +73,7 @@ def analyze(profile: Profile, chip: str | Chip | None = None, plan=None, plan_ba
     ``plan`` (a ``rl.plan.Transformer`` or a preset name) sets the model's first-principles plan against the
     run: ``rep.plan`` is a PlanCheck (tokens per step from ``plan_batch_tokens``, else inferred from the measured
     model FLOPs; ``plan_seq_len`` adds attention FLOPs)."""
-    rep = analyze_profile(profile, chip=chip, memory=read_run_memory(profile))
+    rep = analyze_profile(profile, chip=chip, memory=_memory_beside(profile))
     if plan is not None:
         rep.plan = plan_check(rep, plan, plan_batch_tokens, plan_seq_len)
     return rep

@@ -597,11 +597,12 @@ def executions_of(profile: Profile) -> dict:
 
 # -- the whole analysis ---------------------------------------------------------------------------
 
-def analyze(profile: Profile, chip: str | Chip | None = None, memory: MemorySummary | None = None, *,
+def analyze(profile: Profile, chip: str | Chip | None = None, memory: MemorySummary | Future | None = None, *,
             require_roofline: bool = True) -> Report:
     """Prediction × measurement for one profile → a :class:`Report` (pure: it reads no file).
 
-    ``memory``: what ``rooflens.memory.read_run_memory(profile)`` read (None: no memory section).
+    ``memory``: what ``rooflens.memory.read_run_memory(profile)`` read (None: no memory section), or a Future of
+    it (read beside the analysis: waited for where the report takes it).
     ``require_roofline=False``: when no chip can be had (a CPU with no calibration), the report
     still has its op stats, steps and every finding that needs no roofline; its ops are unpriced.
     """
@@ -623,7 +624,7 @@ def analyze(profile: Profile, chip: str | Chip | None = None, memory: MemorySumm
     return report
 
 
-def _analyze(profile: Profile, stats: OpStats, chip: str | Chip | None, memory: MemorySummary | None,
+def _analyze(profile: Profile, stats: OpStats, chip: str | Chip | None, memory: MemorySummary | Future | None,
              require_roofline: bool, steady: Future, concurrency: Future | None) -> Report:
     n_dev = max(len(stats.devices), 1)
     t = profile.table
@@ -655,10 +656,11 @@ def _analyze(profile: Profile, stats: OpStats, chip: str | Chip | None, memory: 
         notes = [n if n != NO_STEPS else "the trace marks no steps, so there are no per-step times" for n in notes]
     if c is None:
         notes.append(f"no expected-vs-observed comparison: {reason}")
+    memory_summary = memory.result() if isinstance(memory, Future) else memory
     report = Report(
         chip=c.name if c is not None else "", chip_reason=reason, platform=profile.platform,
         device_kind=profile.device_kind, num_devices=n_dev, op_stats=stats.op_stats, comparison=comparison,
-        steps=programs[0] if programs else None, stats=stats, memory=memory or None, notes=notes,
+        steps=programs[0] if programs else None, stats=stats, memory=memory_summary or None, notes=notes,
         programs=programs, roofs=roofs, timeline=representative_timeline(profile),
         graphs=op_graphs(comparison, modules),
         in_window=InWindow.from_manifest(profile.manifest), path=profile.path, sources=list(profile.sources),

@@ -73,13 +73,21 @@ class Profile:
 
     @cached_property
     def modules(self) -> dict[str, H.Module]:
-        out = {}
-        for name, text in self.hlo_texts.items():
-            try:
-                out[name] = H.parse(text)
-            except H.HloParseError:
-                self.notes.append(f"the HLO saved for {name} could not be read; its ops have no scope or category")
-        return out
+        """Each program's HLO, parsed once even when threads ask together (the memory files are read beside the
+        analysis, which parses the HLO on a thread of its own too)."""
+        with _MODULES_LOCK:
+            done = self.__dict__.get("modules")
+            if done is not None:  # parsed by another thread while this one waited
+                return done
+            out = {}
+            for name, text in self.hlo_texts.items():
+                try:
+                    out[name] = H.parse(text)
+                except H.HloParseError:
+                    self.notes.append(f"the HLO saved for {name} could not be read; its ops have no scope or "
+                                      "category")
+            self.__dict__["modules"] = out
+            return out
 
     def _hlo_name(self, program: str) -> str | None:
         """Under which name ``program`` (``jit_dot(49)``) has its HLO: its own, else its name without the id."""
@@ -116,6 +124,7 @@ class Profile:
 
 
 _OP_INFO_LOCK = threading.Lock()
+_MODULES_LOCK = threading.Lock()
 
 
 def _from_trace_category(hlo_category: str) -> str:
