@@ -132,6 +132,30 @@ def test_a_concatenated_xspace_merges_its_repeated_planes(cpu_trace, tmp_path):
     assert s2 == {k: 2 * v for k, v in s1.items()}
 
 
+def test_a_planes_own_stats_are_read_only_where_a_report_uses_them(monkeypatch):
+    """XLA GPU (jax 0.11) writes a ``/host:__ScopeRangeCallStack__`` plane whose own stats are one per scope range:
+    156 in the H100 capture, 400,068 in a 100,000-step GPU loop (2.6 s of a 6 s report on two cores, read in Python
+    and never used). The reader reads the device plane's and the ``Task Environment``'s alone; asked for, the device
+    plane's are jax's ``ProfileData``'s, and the scope ranges' are all there."""
+    from jax.profiler import ProfileData
+
+    from rooflens.trace.formats.xspace import decode
+
+    path = fixture_path("gpu_nvidia", "h100_jax0112", "annotated_whole_run", "vm.xplane.pb")
+    asked = []
+    stats = decode.Plane.stats.func
+    monkeypatch.setattr(decode.Plane, "stats", property(lambda plane: asked.append(plane.name) or stats(plane)))
+    raw = read_xspace(path)
+    assert raw.device_kind == "Nvidia" and raw.plane_stats["device_vendor"] == "Nvidia"
+    assert set(asked) == {"/device:GPU:0", "Task Environment"}, asked
+    x = decode.decode(path)
+    assert {p.name: len(p.stat_spans) for p in x.planes}["/host:__ScopeRangeCallStack__"] == 156
+    reference = {p.name: dict(p.stats) for p in ProfileData.from_file(str(path)).planes}
+    mine = {p.name: p.stats for p in x.planes}
+    assert mine["/device:GPU:0"] == reference["/device:GPU:0"] and len(mine["/device:GPU:0"]) == 9
+    assert len(mine["/host:__ScopeRangeCallStack__"]) == 156  # (ProfileData keeps one per stat name: 3)
+
+
 def test_every_fixture_still_reads():
     for parts, platform, min_ops in ((V6E, "tpu", 6000),
                                      (("tpu", "vllm_tpu_qwen3_2026_01_11_21_26_41.trace.json.gz"), "tpu", 1000),

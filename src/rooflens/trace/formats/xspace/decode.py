@@ -18,6 +18,7 @@ import mmap
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -35,11 +36,28 @@ class Plane:
     index: int  # position in the file (a name may appear more than once: concatenated XSpaces)
     id: int
     name: str
-    stats: dict  # plane stats: name → number or string
     meta_ids: np.ndarray  # event metadata ids, sorted
     meta_rows: np.ndarray  # rows of wire.metadata_entries, in meta_ids order
     stat_names: dict[int, str]  # stat metadata id → name
     stat_rows: np.ndarray = field(repr=False, default=None)  # rows of wire.metadata_entries of the stat metadata
+    stat_spans: np.ndarray = field(repr=False, default=None)  # (start, end) in the file of each of its own stats
+    buf: np.ndarray = field(repr=False, default=None)  # the file's bytes, for the stats when they are read
+    path: str = ""
+
+    @cached_property
+    def stats(self) -> dict:
+        """The plane's own stats, name → number or string, read when first asked for. A plane can hold 400,000 of
+        them (XLA GPU's ``/host:__ScopeRangeCallStack__``, one per scope range: 2.6 s to read in Python, nearly half
+        of a 190 MB trace's report), and a report reads only the device planes' and the ``Task Environment``'s."""
+        out = {}
+        for s, e in (self.stat_spans if self.stat_spans is not None else ()):
+            try:
+                k, v = _stat_value(bytes(self.buf[s:e]), self.stat_names)
+            except (ValueError, IndexError):
+                raise RooflensError(f"{self.path} is a damaged XSpace profile: a stat of plane {self.name!r} is "
+                                    "malformed.") from None
+            out[k] = v
+        return out
 
 
 @dataclass
@@ -227,15 +245,9 @@ def planes_of(buf: np.ndarray, path: Path) -> tuple[list[Plane], np.ndarray, np.
                       for i, s, e in sm_rows[:, 1:4].tolist()}
         em_rows = _entries(buf, rows[(rows[:, 0] == 4) & (rows[:, 1] == 2)][:, 2:4], path, where)
         order = np.argsort(em_rows[:, 1], kind="stable")
-        stats = {}
-        for r in rows[(rows[:, 0] == 6) & (rows[:, 1] == 2)]:
-            try:
-                k, v = _stat_value(bytes(buf[r[2]:r[3]]), stat_names)
-                stats[k] = v
-            except (ValueError, IndexError):
-                raise RooflensError(f"{path} is a damaged XSpace profile: a stat of {where} is malformed.") from None
-        planes.append(Plane(pi, int(pid_rows[0, 2]) if len(pid_rows) else 0, name, stats, em_rows[order, 1].copy(),
-                            em_rows[order], stat_names, sm_rows))
+        planes.append(Plane(pi, int(pid_rows[0, 2]) if len(pid_rows) else 0, name, em_rows[order, 1].copy(),
+                            em_rows[order], stat_names, sm_rows,
+                            rows[(rows[:, 0] == 6) & (rows[:, 1] == 2)][:, 2:4].copy(), buf, str(path)))
         for r in rows[(rows[:, 0] == 3) & (rows[:, 1] == 2)]:
             line_spans.append((r[2], r[3]))
             line_plane.append(pi)

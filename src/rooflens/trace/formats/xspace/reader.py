@@ -344,8 +344,10 @@ def _end_ps(x) -> int:
     ``Task Environment`` plane's ``profile_stop_time``) when that is later."""
     end = E.last_end_ps(x.start_ps, x.dur_ps)
     for p in x.planes:
+        if p.name != "Task Environment":  # (another plane's stats are not read: one plane can hold 400,000)
+            continue
         start, stop = p.stats.get("profile_start_time"), p.stats.get("profile_stop_time")
-        if p.name == "Task Environment" and isinstance(start, int) and isinstance(stop, int) and stop > start:
+        if isinstance(start, int) and isinstance(stop, int) and stop > start:
             end = max(end, (stop - start - x.origin_ns) * 1000)
     return end
 
