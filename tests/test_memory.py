@@ -113,20 +113,53 @@ def test_snapshot_names_the_allocating_function():
         parse_snapshot(b"\x00\x01garbage\xff", "junk")
 
 
-def test_the_captures_drain_byte_is_left_out_wherever_rooflens_was_installed(monkeypatch):
+def test_the_captures_drain_byte_is_left_out_wherever_rooflens_was_installed(monkeypatch, tmp_path):
     """The H100 whole-run capture's end snapshot holds the script's two 1 MiB arrays and its scalar loss, and the
     capture's own one-byte drain buffer (allocated in rooflens/capture/common.py of the rooflens that captured it).
     That byte is not the program's memory, and the arrays are the script's (its module made them, through jax's
     frames in the GPU machine's site-packages), whichever path this rooflens runs from (a clone elsewhere counted
-    the byte, and named jax's ``__call__`` as the site)."""
+    the byte, and named jax's ``__call__`` as the site), and wherever the user's project lives: jax in a venv of a
+    project folder named ``rooflens`` (the README's own quick start in a clone) is still jax, not rooflens, also where
+    the drain's byte is recorded under jax's dispatch frame (the old substring test then stopped at jax's frame and
+    counted the byte)."""
+    import gzip
+    import shutil
+
     from rooflens.memory import pprof
 
+    def parsed(data: bytes):
+        pprof._rooflens_file.cache_clear(), pprof._library_frame.cache_clear()
+        return parse_snapshot(data, "end")
+
     data = fixture_path("gpu_nvidia", "h100_jax0112", "annotated_whole_run", "memory", "end.pb.gz").read_bytes()
-    here = parse_snapshot(data, "end")
-    monkeypatch.setattr(pprof, "DRAIN_FILE", "/elsewhere/site-packages/rooflens/capture/common.py")
-    elsewhere = parse_snapshot(data, "end")
-    assert here.total_bytes == elsewhere.total_bytes == 2 * 1024 * 1024 + 4  # and the scalar loss
-    assert here.by_site == elsewhere.by_site and here.by_site["<module>"] == 2 * 1024 * 1024 + 4
+    here = parsed(data)
+    elsewhere_dir = tmp_path / "site-packages" / "rooflens"  # this rooflens, installed at another path
+    shutil.copytree(pprof.ROOFLENS_DIR, elsewhere_dir, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(pprof, "ROOFLENS_DIR", str(elsewhere_dir))
+    elsewhere = parsed(data)
+    monkeypatch.undo()
+    msg = pprof.profile_class()()
+    msg.ParseFromString(gzip.decompress(data))
+    venv = "/opt/torch/.venv/lib/python3.12/site-packages/"
+    assert any(venv in t for t in msg.string_table)
+    # the drain's byte as a jax that records its own Python frames would show it: jax's dispatch frame innermost
+    names = list(msg.string_table)
+    file_of = {f.id: names[f.filename] for f in msg.function}
+    files_at = {loc.id: [file_of[line.function_id] for line in loc.line] for loc in msg.location}
+    jax_call = next(k for k, fs in files_at.items() if fs and fs[0].endswith("jax/_src/interpreters/pxla.py"))
+    (drain,) = [smp for smp in msg.sample if files_at[smp.location_id[0]][0].endswith("rooflens/capture/common.py")
+                and smp.value[-1] == 1]
+    drain.location_id.insert(0, jax_call)
+    moved = [t.replace(venv, "/home/user/rooflens/.venv/lib/python3.12/site-packages/") for t in msg.string_table]
+    del msg.string_table[:]
+    msg.string_table.extend(moved)
+    in_a_folder_named_rooflens = parsed(msg.SerializeToString())
+    for snap in (here, elsewhere, in_a_folder_named_rooflens):
+        assert snap.total_bytes == 2 * 1024 * 1024 + 4  # and the scalar loss
+        assert snap.by_site == here.by_site and snap.by_site["<module>"] == 2 * 1024 * 1024 + 4
+    assert pprof._rooflens_file("/home/user/rooflens/train.py") is None
+    assert pprof._rooflens_file("/srv/x/site-packages/rooflens/capture/common.py") == pprof.DRAIN_FILE
+
 
 def test_tpu_dump_padding_waste():
     dump = fixture_path("tpu", "hlo", "tpu_megacore_xla_dump")

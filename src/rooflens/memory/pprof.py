@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from rooflens.capture.common import is_library, real_path
+from rooflens.capture.common import ROOFLENS_DIR, is_library, real_path, under
 from rooflens.errors import RooflensError
 
 # (message, [(field name, number, type, label, message type)])  — type/label names from FieldDescriptorProto
@@ -78,17 +78,24 @@ class MemorySnapshot:
     by_site: dict = field(default_factory=dict)  # innermost Python function that allocated it
 
 
-#: where the captures' drain barrier (``rooflens.capture.common.drain_devices``) allocates its one byte, the file
-#: ``rl.capture`` imports and ``rooflens run``'s launcher loads by path
-DRAIN_FILE = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "capture",
-                                           "common.py"))
-#: the drain's file as any rooflens names it (a snapshot captured by a rooflens installed elsewhere: another
-#: checkout, another machine's)
-DRAIN_TAIL = "/rooflens/capture/common.py"
-#: this rooflens's package directory: a recorded frame whose path ends in ``rooflens/<a file of it>`` is rooflens's
-PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: the file (relative to the rooflens package) where the captures' drain barrier
+#: (``rooflens.capture.common.drain_devices``) allocates its one byte
+DRAIN_FILE = "capture/common.py"
 #: a recorded frame in an installed package or a Python's standard library, on whichever machine it was taken
 _RECORDED_LIBRARY = re.compile(r"/(site|dist)-packages/|/lib/python3\.\d+/")
+
+
+@lru_cache(maxsize=4096)
+def _rooflens_file(filename: str) -> str | None:
+    """Which file of the rooflens package a snapshot's frame is in (``capture/common.py``), or None: by its real path
+    under this package's directory, or (recorded by a rooflens installed elsewhere: another checkout, another
+    machine's) by its path ending in ``rooflens/`` and the path of a file this package has. A user's own file in a
+    folder named ``rooflens`` (a clone's ``tests/…``, a project of that name) is none of them."""
+    path = real_path(filename)
+    if under(path, (ROOFLENS_DIR,)):
+        return os.path.relpath(path, ROOFLENS_DIR).replace(os.sep, "/")
+    _, found, tail = filename.replace("\\", "/").rpartition("/rooflens/")
+    return tail if found and os.path.isfile(os.path.join(ROOFLENS_DIR, *tail.split("/"))) else None
 
 
 @lru_cache(maxsize=4096)
@@ -96,23 +103,19 @@ def _library_frame(filename: str) -> bool:
     """Whether a snapshot's frame is library code (jax's, rooflens's own, an installed package's, the standard
     library's), judged here and by the path it was recorded with: a snapshot captured by a rooflens installed
     elsewhere names that installation's files, which this one's paths do not hold."""
-    if is_library(filename):
-        return True
-    path = filename.replace("\\", "/")
-    if _RECORDED_LIBRARY.search(path):
-        return True
-    _, found, tail = path.rpartition("/rooflens/")
-    return bool(found) and os.path.isfile(os.path.join(PACKAGE_DIR, *tail.split("/")))
+    return (is_library(filename) or bool(_RECORDED_LIBRARY.search(filename.replace("\\", "/")))
+            or _rooflens_file(filename) is not None)
 
 
 def _is_drain(frames: list[tuple[str, str]]) -> bool:
-    """Whether an allocation was made by the drain barrier: its innermost frame outside jax and rooflens's
-    libraries' internals is the drain's file (a snapshot taken as the trace stops holds that byte), wherever
-    the rooflens that captured it was installed."""
+    """Whether an allocation was made by the drain barrier: its innermost frame outside jax's internals is the
+    drain's file (a snapshot taken as the trace stops holds that byte), wherever the rooflens that captured it was
+    installed; another of rooflens's files, or the user's, before it: not the drain."""
     for _, filename in frames:
-        if filename and (filename.replace("\\", "/").endswith(DRAIN_TAIL) or real_path(filename) == DRAIN_FILE):
+        own = _rooflens_file(filename) if filename else None
+        if own == DRAIN_FILE:
             return True
-        if not _library_frame(filename) or "/rooflens/" in filename.replace("\\", "/"):
+        if own is not None or not _library_frame(filename):
             return False
     return False
 

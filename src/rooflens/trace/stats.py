@@ -566,8 +566,7 @@ def device_times(profile: Profile, gaps_per_device: int) -> tuple[list[DeviceTim
     # column of ends or keys is held
     start, dur = t.start_ns, t.dur_ns
     t0 = float(start.min()) if len(t) else 0.0
-    dev_keys = unique_rows(t.host, t.device)[0]
-    by_dev = groups_of(row_key(t.host, t.device)[0], dense=True)
+    by_dev = groups_of(row_key(t.host, t.device)[0], dense=True)  # in (host, device) order: each group's own
 
     spans: dict[int, tuple] = {}
 
@@ -581,7 +580,7 @@ def device_times(profile: Profile, gaps_per_device: int) -> tuple[list[DeviceTim
     counted = transfer & (t.step >= 0) if profile.steps else transfer
     devices = [_device_time(t, start, dur, sel, int(d), t0, gaps_per_device, frames(int(h)),
                             _transfer_times(t, start, dur, sel, transfer, counted) if counted.any() else ())
-               for (h, d), sel in zip(dev_keys, by_dev)]
+               for h, d, sel in ((t.host[g[0]], t.device[g[0]], g) for g in by_dev)]
     del by_dev
     hosts = [_device_time(t, start, dur, sel, -1, t0, gaps_per_device, frames(int(t.host[sel[0]])))
              for sel in groups_of(t.host)]
