@@ -255,6 +255,10 @@ def test_a_twin_declared_once_numba_is_loaded_still_belongs_to_its_kernel(monkey
         from rooflens.trace.formats.compiled import njit, plain_twin
 
         @njit(cache=False)
+        def first(xs):  # calls a kernel declared after it, the module's last
+            return last(xs) + 1
+
+        @njit(cache=False)
         def total(xs):
             s = 0
             for x in xs:
@@ -268,10 +272,17 @@ def test_a_twin_declared_once_numba_is_loaded_still_belongs_to_its_kernel(monkey
         @plain_twin(total, 4)
         def total_plain(xs):
             return int(sum(xs))
+
+        @njit(cache=False)
+        def last(xs):
+            return xs[0]
     """), late.__dict__)
     k = compiled.kernels()["late_kernels.total"]
     assert k.plain is late.total_plain and k.dispatcher is late.total
     assert late.twice(np.arange(4)) == 12 == 2 * k.plain(np.arange(4))
+    # the caller declared first finds its callee compiled (it met a Kernel object and numba failed to type it: the
+    # reader's executions_of, declared before _group_executions, made rl.capture of an 8-layer transformer fail)
+    assert late.first(np.arange(3) + 7) == 8
     with pytest.raises(TypeError, match="no kernel"):
         compiled.plain_twin(len, 4)(lambda xs: 0)
 

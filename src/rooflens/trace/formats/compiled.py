@@ -49,11 +49,12 @@ class Kernel:
 
 def njit(fn: Callable | None = None, **options):
     """``numba.njit`` declared now, compiled (or loaded from numba's cache) on first use: see :class:`Kernel`."""
-    def declare(f: Callable) -> Kernel:
+    def declare(f: Callable):
         k = Kernel(f, options)
         _KERNELS.append(k)
-        if _compiled:
-            compile_kernels()
+        if _compiled:  # numba is loaded: the module's name is bound to the dispatcher itself, so a kernel declared
+            compile_kernels()  # earlier that calls this one (by that name) finds a dispatcher when numba compiles it
+            return k.dispatcher
         return k
 
     return declare(fn) if fn is not None else declare
