@@ -1,6 +1,7 @@
 """How fast, and in how much memory, does rooflens read large traces? Against jax's ProfileData.
 
     python bench/ingest.py [--repeat 3] [--gb 1.0] [--no-gb] [--floor-on-gb] [--xprof-python PY] [--xprof-on-gb]
+                           [--no-compile]
 
 Inputs (made once, cached under bench/.cache/):
 
@@ -26,6 +27,11 @@ Each measurement runs in a fresh process (wall time and peak RSS are its own: se
   with xprof (never a dependency of rooflens: ``python -m venv /tmp/xp && /tmp/xp/bin/pip install
   xprof``); on the 1 GB file only with ``--xprof-on-gb`` (tensorboard#6132: 20–30 GB of RAM). A
   skipped row says why.
+
+rooflens's own modules are byte-compiled first (``compileall``, as ``bench/fixed_cost.py`` does; ``--no-compile``
+skips it), as a pip install does and as jax, the baseline, is installed: with ``PYTHONDONTWRITEBYTECODE=1`` and an
+editable checkout each report would otherwise compile ~100 modules from source (about 0.3 s on a 2-core machine, a
+fifth of the 0.5 M-event report).
 
 Prints seconds, events/s, peak RSS, and each row's time against the ProfileData walk's.
 """
@@ -245,10 +251,16 @@ def main() -> int:
     ap.add_argument("--floor-on-gb", action="store_true", help="also walk the large XSpace with ProfileData")
     ap.add_argument("--xprof-python", help="a Python that has xprof installed (e.g. a separate venv)")
     ap.add_argument("--xprof-on-gb", action="store_true", help="also run XProf on the large XSpace (20-30 GB of RAM)")
+    ap.add_argument("--no-compile", action="store_true", help="time rooflens's sources as they are (no bytecode "
+                    "written first)")
     args = ap.parse_args()
+    if not args.no_compile:
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "src" / "rooflens")], check=True,
+                       stdout=subprocess.DEVNULL)
     inputs = make_inputs(args)
     rooflens = [sys.executable, "-m", "rooflens.cli", "report"]
     nocache = {"ROOFLENS_NO_CACHE": "1"}
+    print(f"rooflens's modules: {'as found' if args.no_compile else 'byte-compiled first'}")
     print(f"{'input':26} {'reader':22} {'seconds':>8} {'events/s':>12} {'peak RSS':>9} {'vs base':>8}")
     for label, path in inputs.items():
         n = count_events(path)

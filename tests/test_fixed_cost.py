@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -88,6 +89,62 @@ def test_a_second_report_loads_neither_numba_nor_jaxlib_nor_numpy_ma(tmp_path):
     for _ in range(2):
         mods = _modules_after(_cli("report", str(run), "--json"), tmp_path, whole=True)
     assert not mods & {"numba", "llvmlite", "jax", "jaxlib", "numpy.ma"}, sorted(mods)
+
+
+def test_kernels_imported_after_numba_loaded_call_each_other_through_dispatchers(tmp_path):
+    """A large trace loads numba in its reader, before some analysis modules are imported (lazily). A kernel calling
+    one declared after it in its module must then find a dispatcher under that name: ``rl.capture`` of an 8-layer
+    transformer failed in a fresh process when ``warmup`` was imported last (numba met the ``Kernel`` object of
+    ``_group_executions``, the module's last kernel), while a test run, importing it earlier, never did. Each module
+    is imported in turn with numba loaded, and checked at once, before any later import could mend it."""
+    code = textwrap.dedent("""
+        import importlib, importlib.machinery, pkgutil, sys
+        import rooflens
+        from rooflens.trace.formats import compiled
+        compiled.compile_kernels()
+        bad, checked = set(), set()
+
+        def check(module):  # the module just ran its body: nothing imported after it has mended its names yet
+            checked.add(module.__name__)
+            for k in compiled.kernels().values():
+                if k.py_func.__module__ == module.__name__:
+                    g = k.py_func.__globals__
+                    bad.update(f"{module.__name__}.{k.__name__} -> {n}" for n in k.py_func.__code__.co_names
+                               if isinstance(g.get(n), compiled.Kernel))
+
+        class Checked(importlib.machinery.PathFinder):
+            @classmethod
+            def find_spec(cls, name, path=None, target=None):
+                spec = super().find_spec(name, path, target)
+                if spec is not None and name.startswith("rooflens.") and spec.loader is not None:
+                    run = spec.loader.exec_module
+                    def exec_module(module, run=run):
+                        run(module)
+                        check(module)
+                    spec.loader.exec_module = exec_module
+                return spec
+
+        sys.meta_path.insert(0, Checked)
+        names = sorted(m.name for m in pkgutil.walk_packages(rooflens.__path__, "rooflens.")
+                       if ".mcp" not in m.name and not m.name.endswith("__main__"))
+        for name in names:
+            importlib.import_module(name)
+        names = checked
+        print(len(names), sorted(bad))
+        from rooflens.trace import warmup
+        import numpy as np
+        order = np.arange(6, dtype=np.int64)
+        runs = warmup.executions_of(order, np.array([0, 6]), np.array([0, 1, 0, 1, 0, 1]), 2, np.arange(6) * 10.0)
+        print(runs.tolist())
+    """)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)]),
+           "ROOFLENS_CACHE_DIR": str(tmp_path / "cache")}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    count, bad, runs = r.stdout.strip().splitlines()[-2].split(" ", 1) + [r.stdout.strip().splitlines()[-1]]
+    assert int(count) > 100 and bad == "[]", bad
+    assert runs == "[0, 0, 1, 1, 2, 2]", runs
 
 
 def test_the_command_leaves_its_garbage_to_the_system_and_loses_nothing(tmp_path, capsys):
