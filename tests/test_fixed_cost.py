@@ -364,3 +364,17 @@ def test_a_kernel_runs_its_twin_for_small_inputs_until_numba_is_loaded(monkeypat
     assert total(np.arange(4)) == 6 and calls == [4] and total.dispatcher is None
     assert total(np.arange(5)) == 10 and calls == [4] and total.dispatcher is not None
     assert total(np.arange(3)) == 3 and calls == [4]  # once compiled, always compiled
+
+
+def test_the_walk_looks_up_a_planes_dispatch_metadata_in_a_table_unless_its_ids_are_sparse():
+    """The host lines' dispatch events are kept by (plane, metadata id): a table of flags by id per line, not a
+    search per event (a tenth of the 1 GB trace's walk); ids too sparse for a table fall back to the search."""
+    plane = 3
+    want = np.asarray(sorted([(2 << 40) | 5, (plane << 40) | 1, (plane << 40) | 7, (4 << 40) | 2]), np.int64)
+    table, search = W._wanted_of(want, plane)
+    assert not search and np.flatnonzero(table).tolist() == [1, 7]
+    table, search = W._wanted_of(want, -1)
+    assert not search and len(table) == 0
+    sparse = np.asarray([(plane << 40) | 1, (plane << 40) | (W.WANTED_TABLE_MAX + 5)], np.int64)
+    table, search = W._wanted_of(sparse, plane)
+    assert search and len(table) == 0

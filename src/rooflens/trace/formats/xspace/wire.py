@@ -52,6 +52,9 @@ KEEP_KEYED = 2  # events with an hlo_op, step_num/step_id or global_device_id st
 KEEP_LONG = 4  # events at least ``long_ps`` long (the Python tracer's frames)
 KEEP_META = 8  # events whose (plane, metadata id) is among the wanted ones (the host's dispatch events)
 
+#: the largest table of wanted metadata ids per plane (:func:`_wanted_of`): 4 MB of flags
+WANTED_TABLE_MAX = 1 << 22
+
 # decode status
 DONE, BUDGET, OUT_FULL, TABLE_FULL, FAILED = 0, 1, 2, 3, 4
 
@@ -59,6 +62,8 @@ DONE, BUDGET, OUT_FULL, TABLE_FULL, FAILED = 0, 1, 2, 3, 4
 @njit(cache=True)
 def _varint(buf, pos, end):
     """(value as int64, new position), or (0, -1) when the varint runs past ``end``."""
+    if pos < end and buf[pos] < 128:  # one byte: most tags, lengths and ids
+        return np.int64(buf[pos]), pos + 1
     result = np.int64(0)
     shift = 0
     while pos < end:
@@ -255,6 +260,22 @@ def _stat_slot(sm_ids, lo, hi, sid):
     return -1
 
 
+@njit(cache=True)
+def _wanted_of(want, plane):
+    """The metadata ids of ``plane`` among ``want`` (sorted keys ``plane << 40 | metadata id``) as a table of
+    flags by id, looked up once per event instead of searched (none for plane -1); and whether the ids are too
+    sparse for a table (then the table is empty and ``want`` is searched)."""
+    lo = np.searchsorted(want, np.int64(plane) << 40) if plane >= 0 else len(want)
+    hi = np.searchsorted(want, (np.int64(plane) + 1) << 40) if plane >= 0 else len(want)
+    size = (want[hi - 1] - (np.int64(plane) << 40) + 1) if hi > lo else 0
+    if size > WANTED_TABLE_MAX:  # ids too sparse for a table: the caller searches ``want`` instead
+        return np.zeros(0, np.bool_), True
+    out = np.zeros(size, np.bool_)
+    for k in range(lo, hi):
+        out[want[k] - (np.int64(plane) << 40)] = True
+    return out, False
+
+
 @njit(cache=True, nogil=True)  # pure array work: other threads run meanwhile
 def decode_events(buf, lines, state, budget_bytes, long_ps, sm_ids, sm_col, sm_name, plane_sm, want,
                   rows, tkeys, tcodes, strs, nstr, ref_code, err):
@@ -279,6 +300,7 @@ def decode_events(buf, lines, state, budget_bytes, long_ps, sm_ids, sm_col, sm_n
         start, end, plane, flags = lines[li, 0], lines[li, 1], lines[li, 2], lines[li, 3]
         base_ps = lines[li, 4]
         lo, hi = plane_sm[plane, 0], plane_sm[plane, 1]
+        wanted, search = _wanted_of(want, plane if (flags & KEEP_META) != 0 else -1)
         pos = state[1] if state[1] > 0 else start
         seg = pos
         while pos < end:
@@ -413,7 +435,9 @@ def decode_events(buf, lines, state, budget_bytes, long_ps, sm_ids, sm_col, sm_n
                         or vals[S_GLOBAL_DEVICE_ID] != NONE)
             if not keep and (flags & KEEP_LONG) != 0:
                 keep = dur >= long_ps
-            if not keep and (flags & KEEP_META) != 0 and len(want):
+            if not keep and 0 <= meta < len(wanted):
+                keep = wanted[meta]
+            elif not keep and search:
                 wk = (plane << 40) | meta
                 at_w = np.searchsorted(want, wk)
                 keep = at_w < len(want) and want[at_w] == wk
