@@ -19,7 +19,7 @@ import pytest
 from jax import lax
 
 import rooflens as rl
-from rooflens.trace.events import unique_rows
+from rooflens.trace.events import row_key, unique_rows
 from rooflens.trace.formats import compiled
 from rooflens.trace.groupby import is_sorted, unique_inverse
 from tests.conftest import fixture_path
@@ -48,6 +48,7 @@ CHECKED = {
     "rooflens.trace.formats.xspace.reader.apply_codes": "test_reader_code_kernels_and_their_twins_agree",
     "rooflens.trace.formats.nsys_sqlite.nest.links": "test_nvtx_nesting_kernel_and_its_twin_agree",
     "rooflens.trace.stats._busy_sums": "test_busy_time_together_and_its_twin_agree",
+    "rooflens.trace.stats.merged_of": "test_busy_intervals_of_a_device_and_their_twin_agree",
 }
 
 TRACES = [("tpu", "xprof_tpu_inference_2.v6e-4.xplane.pb"),
@@ -261,6 +262,28 @@ def test_busy_time_together_and_its_twin_agree(table):
 
     per = sum(union(np.flatnonzero(kept & (t.device == d))) for d in np.unique(t.device))
     assert (int(got[0]), int(got[1])) == (per, union(np.flatnonzero(kept))) and per >= int(got[1]) > 0
+
+
+def test_busy_intervals_of_a_device_and_their_twin_agree(table):
+    """Each device's events (and each host's, all together) merged into busy intervals: the compiled pass and its
+    numpy twin give the same first positions, starts and ends, value for value, and both the merge that
+    ``busy_union`` makes of the events' own starts and ends."""
+    from rooflens.trace.stats import busy_union
+    from rooflens.trace.steps import groups_of
+
+    t = table
+    fast, plain = _pair("rooflens.trace.stats.merged_of")
+    start, dur = t.start_ns, t.dur_ns
+    groups = list(groups_of(row_key(t.host, t.device)[0], dense=True)) + list(groups_of(t.host))
+    merged = 0
+    for sel in groups:
+        got = fast(start, dur, sel)
+        _same(got, plain(start, dur, sel), "merged intervals")
+        busy, ms, me = busy_union(start[sel], start[sel] + dur[sel])
+        _same(got[1:], (ms, me), "the union's intervals")
+        assert float((got[2] - got[1]).sum()) == busy and (got[0] == np.searchsorted(start[sel], ms)).all()
+        merged += len(ms)
+    assert merged > len(groups)  # idle gaps were found, not one interval per device
 
 
 def test_unique_values_and_median_are_numpys(table):

@@ -454,14 +454,48 @@ def _host_during(spans: tuple[list[str], np.ndarray, np.ndarray], g0: float, g1:
     return names[k].lstrip("$")
 
 
+@njit(cache=True, nogil=True)
+def merged_of(start, dur, sel):
+    """The events ``sel`` (sorted by start) merged into busy intervals: each interval's first position in ``sel``,
+    its start and its end (the largest ``start + dur`` so far), in one pass (no event-sized array of their starts,
+    ends or running ends: an 18 M-event trace's were a tenth of its report)."""
+    n = len(sel)
+    at = np.empty(n, np.int64)
+    ms = np.empty(n, start.dtype)
+    me = np.empty(n, start.dtype)
+    k = -1
+    run_end = start[0]
+    for i in range(n):
+        j = sel[i]
+        s = start[j]
+        e = s + dur[j]
+        if k < 0 or s > run_end:
+            k += 1
+            at[k], ms[k] = i, s
+            run_end = e
+        elif e > run_end:
+            run_end = e
+        me[k] = run_end
+    return at[:k + 1].copy(), ms[:k + 1].copy(), me[:k + 1].copy()
+
+
+@plain_twin(merged_of, NUMPY_TWIN)
+def _merged_of_np(start, dur, sel):
+    s = start[sel]
+    run_end = np.maximum.accumulate(s + dur[sel])
+    new = np.empty(len(s), dtype=bool)
+    new[0] = True
+    new[1:] = s[1:] > run_end[:-1]
+    at = np.flatnonzero(new)
+    return at, s[at], np.append(run_end[at[1:] - 1], run_end[-1])
+
+
 def _device_time(t, start, dur, sel: np.ndarray, dev: int, t0: float, n_gaps: int,
                  host_events: tuple | None = None, transfers: tuple[TransferTime, ...] = ()) -> DeviceTime:
     """Busy (union of op intervals), idle and the largest gaps of the events ``sel`` (sorted by start)."""
-    every = len(sel) == len(start)  # all events (one host's, of a one-host trace): no copies
-    s = start if every else start[sel]
-    e = s + (dur if every else dur[sel])
-    busy, ms, me = busy_union(s, e)
-    window = float(e.max() - s.min())
+    at, ms, me = merged_of(start, dur, sel) if len(sel) else (sel, start[:0], start[:0])
+    busy = float((me - ms).sum()) if len(ms) else 0.0
+    window = float(me[-1] - ms[0]) if len(ms) else 0.0  # the last running end is the largest end
     gaps = []
     frames = host_events or host_spans([])
     if len(ms) > 1:
@@ -469,13 +503,15 @@ def _device_time(t, start, dur, sel: np.ndarray, dev: int, t0: float, n_gaps: in
         for k in np.argsort(-g)[:n_gaps]:
             if g[k] <= 0:
                 break
-            # the op that ended the busy interval: the first whose end is its end (none before it can be)
-            lo, nxt = np.searchsorted(s, ms[k]), np.searchsorted(s, ms[k + 1])
-            before = sel[lo + int(np.argmax(e[lo:nxt] == me[k]))]
+            # the op that ended the busy interval: the first of it whose end is its end (none before it can be)
+            lo, nxt = int(at[k]), int(at[k + 1])
+            rows = sel[lo:nxt]
+            before = rows[int(np.argmax(start[rows] + dur[rows] == me[k]))]
             after = sel[nxt] if nxt < len(sel) else before
             gaps.append(Gap(dev, float(me[k] - t0) * 1e-9, float(g[k]) * 1e-9, t.names[t.name[before]],
                             t.names[t.name[after]], _host_during(frames, float(me[k]), float(ms[k + 1]))))
     host = t.hosts[int(t.host[sel[0]])] if len(sel) else ""
+    every = len(sel) == len(dur)  # all events (one host's, of a one-host trace): no copy
     return DeviceTime(dev, host, busy * 1e-9, window * 1e-9, (window - busy) * 1e-9,
                       float((dur if every else dur[sel]).sum()) * 1e-9,
                       len(sel), tuple(gaps), transfers)
