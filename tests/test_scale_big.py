@@ -62,6 +62,32 @@ def test_parallel_walk_equals_one_walk_on_a_real_cpu_capture(cpu_trace, monkeypa
         assert np.array_equal(getattr(a, c), getattr(b, c)), c
 
 
+@pytest.mark.parametrize("parts", [V6E, ("gpu_nvidia", "h100_jax0112", "annotated_whole_run", "vm.xplane.pb")])
+def test_a_long_lines_header_is_read_in_parts_and_its_pages_handed_back_as_it_goes(parts, monkeypatch):
+    """A long whole run's host thread is one line of hundreds of megabytes: the header pass reads such a line a part
+    at a time and hands each part's pages back (it held the whole line: a 365 MB GPU trace peaked at 524 MB there).
+    Real fixtures, with the part size made small enough that their lines count as long: the same headers as one
+    pass, and pages handed back from inside lines, each range within the line and in order."""
+    path = fixture_path(*parts)
+    mm, buf = D.map_file(path)
+    planes, spans, _ = D.planes_of(buf, path)
+    whole = walk.line_headers(buf, spans, 1)
+    sizes = spans[:, 1] - spans[:, 0]
+    piece = int(np.sort(sizes)[-3]) // 4  # the largest lines span several parts
+    monkeypatch.setattr(walk, "PIECE_BYTES", piece)
+    monkeypatch.setattr(walk, "LONG_LINE_BYTES", 2 * piece)
+    for threads in (1, 2):
+        released: list[tuple[int, int]] = []
+        got = walk.line_headers(buf, spans, threads, lambda s, e, out=released: out.append((s, e)))
+        np.testing.assert_array_equal(got, whole)
+        inside = [(s, e) for s, e in released if any(a == s and s < e < b for a, b in spans.tolist())]
+        long_lines = [(a, b) for a, b in spans.tolist() if b - a > 2 * piece]
+        assert long_lines and len(inside) >= sum((b - a) // piece for a, b in long_lines) - len(long_lines)
+        for a, b in long_lines:  # each long line's parts grow from its start, never past its end
+            ends = [e for s, e in released if s == a and e < b]
+            assert ends == sorted(ends) and len(ends) >= (b - a) // piece - 1
+
+
 def test_split_lines_balances_bytes_and_never_splits_a_line():
     sizes = np.array([10, 10, 10, 70, 10, 10, 10, 10], np.int64)
     ends = np.cumsum(sizes)

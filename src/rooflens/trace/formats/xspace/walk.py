@@ -34,6 +34,9 @@ CHUNK_BYTES = 64 << 20
 #: a piece (the unit a thread walks, then places) holds about this many bytes of lines: small enough that
 #: the scratch rows of the pieces in flight stay small, large enough that a thread seldom waits
 PIECE_BYTES = 16 << 20
+#: a line longer than this is read by the header pass in parts of PIECE_BYTES, each part's pages handed back to the
+#: kernel before the next (a long run's host thread can be one line of hundreds of megabytes)
+LONG_LINE_BYTES = 2 * PIECE_BYTES
 #: below this many bytes of events a file is walked on one thread (a thread costs more than it saves)
 PARALLEL_MIN_BYTES = 16 << 20
 
@@ -87,11 +90,15 @@ def line_headers(buf, spans: np.ndarray, n_threads: int,
 
     def run(i: int, lo: int, hi: int) -> None:
         for a, b in pieces_of(spans[lo:hi], 2 * PIECE_BYTES):
-            status[i] = W.line_headers(buf, spans[lo + a:lo + b], heads[lo + a:lo + b], errs[i])
+            a, b = lo + a, lo + b
+            if int((spans[a:b, 1] - spans[a:b, 0]).max()) <= LONG_LINE_BYTES:
+                status[i] = W.line_headers(buf, spans[a:b], heads[a:b], errs[i])
+            else:  # a line too long to be resident whole: this piece's lines one by one, a long one in parts
+                status[i] = _long_headers(buf, spans, heads, a, b, errs[i], release)
             if status[i] < 0:
                 return
             if release is not None:
-                release(int(spans[lo + a, 0]), int(spans[lo + b - 1, 1]))
+                release(int(spans[a, 0]), int(spans[b - 1, 1]))
 
     threads = [threading.Thread(target=run, args=(i, lo, hi), daemon=True) for i, (lo, hi) in enumerate(ranges[1:], 1)]
     for t in threads:
@@ -104,6 +111,27 @@ def line_headers(buf, spans: np.ndarray, n_threads: int,
         if st < 0:
             return None, err
     return heads
+
+
+def _long_headers(buf, spans: np.ndarray, heads: np.ndarray, a: int, b: int, err: np.ndarray,
+                  release: Callable[[int, int], None] | None) -> int:
+    """:func:`wire.line_headers` of lines ``a:b``, each line longer than LONG_LINE_BYTES read PIECE_BYTES at a time,
+    the bytes read handed to ``release`` after each part; -1 when a line is damaged."""
+    for k in range(a, b):
+        start, end = int(spans[k, 0]), int(spans[k, 1])
+        if end - start <= LONG_LINE_BYTES:
+            if W.line_headers(buf, spans[k:k + 1], heads[k:k + 1], err) < 0:
+                return -1
+            continue
+        W.start_header(heads[k])
+        pos = start
+        while pos < end:
+            pos = W.line_header_until(buf, pos, end, pos + PIECE_BYTES, heads[k], err)
+            if pos < 0:
+                return -1
+            if release is not None:
+                release(start, pos)
+    return b - a
 
 
 @dataclass

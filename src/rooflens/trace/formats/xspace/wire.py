@@ -199,44 +199,61 @@ def line_headers(buf, spans, out, err):
     """XLine messages (rows of ``spans``) → rows of (id, name start, name end, display name start,
     display name end, timestamp_ns, duration_ps, events): event bodies are skipped, not read."""
     for k in range(spans.shape[0]):
-        pos, end = spans[k, 0], spans[k, 1]
-        out[k, 0] = 0
-        out[k, 1] = out[k, 2] = out[k, 3] = out[k, 4] = -1
-        out[k, 5] = out[k, 6] = out[k, 7] = 0
-        while pos < end:
-            at = pos
-            tag, pos = _varint(buf, pos, end)
-            if pos < 0:
-                err[0], err[1] = TRUNCATED, at
-                return -1
-            wt = tag & 7
-            num = tag >> 3
-            if wt == 0:
-                v, pos = _varint(buf, pos, end)
-                if num == 1:
-                    out[k, 0] = v
-                elif num == 3:
-                    out[k, 5] = v
-                elif num == 9:
-                    out[k, 6] = v
-            elif wt == 2:
-                ln, pos = _varint(buf, pos, end)
-                if pos < 0 or ln < 0 or ln > end - pos:
-                    err[0], err[1] = BAD_LENGTH, at
-                    return -1
-                if num == 2:
-                    out[k, 1], out[k, 2] = pos, pos + ln
-                elif num == 11:
-                    out[k, 3], out[k, 4] = pos, pos + ln
-                elif num == 4:
-                    out[k, 7] += 1
-                pos += ln
-            else:
-                pos = _skip(buf, pos, end, wt)
-            if pos < 0:
-                err[0], err[1] = TRUNCATED if pos == -1 else BAD_WIRE_TYPE, at
-                return -1
+        start_header(out[k])
+        if line_header_until(buf, spans[k, 0], spans[k, 1], spans[k, 1], out[k], err) < 0:
+            return -1
     return spans.shape[0]
+
+
+@njit(cache=True)
+def start_header(row):
+    """A line header's row before its fields are read: no id, names, time or events."""
+    row[0] = 0
+    row[1] = row[2] = row[3] = row[4] = -1
+    row[5] = row[6] = row[7] = 0
+
+
+@njit(cache=True, nogil=True)
+def line_header_until(buf, pos, end, stop, row, err):
+    """One XLine's fields (the message ends at ``end``) from ``pos``, a field's first byte, into ``row`` (a row of
+    :func:`line_headers`, begun by :func:`start_header`), until the first field that starts at or after ``stop``:
+    a line of hundreds of megabytes (a long run's host thread) is read a part at a time, and each part's pages
+    handed back before the next. The position reached (``end`` when the line is done); -1 when it is damaged
+    (``err`` says where)."""
+    while pos < end and pos < stop:
+        at = pos
+        tag, pos = _varint(buf, pos, end)
+        if pos < 0:
+            err[0], err[1] = TRUNCATED, at
+            return -1
+        wt = tag & 7
+        num = tag >> 3
+        if wt == 0:
+            v, pos = _varint(buf, pos, end)
+            if num == 1:
+                row[0] = v
+            elif num == 3:
+                row[5] = v
+            elif num == 9:
+                row[6] = v
+        elif wt == 2:
+            ln, pos = _varint(buf, pos, end)
+            if pos < 0 or ln < 0 or ln > end - pos:
+                err[0], err[1] = BAD_LENGTH, at
+                return -1
+            if num == 2:
+                row[1], row[2] = pos, pos + ln
+            elif num == 11:
+                row[3], row[4] = pos, pos + ln
+            elif num == 4:
+                row[7] += 1
+            pos += ln
+        else:
+            pos = _skip(buf, pos, end, wt)
+        if pos < 0:
+            err[0], err[1] = TRUNCATED if pos == -1 else BAD_WIRE_TYPE, at
+            return -1
+    return pos
 
 
 @njit(cache=True)
