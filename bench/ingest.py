@@ -13,7 +13,11 @@ Inputs (made once, cached under bench/.cache/):
 * a ~2.3 M-event Nsight Systems SQLite export: the real PyTorch export of tests/fixtures (kernels, memcpy,
   memset, CUDA runtime calls, NVTX ranges) 80 times over, each copy later in time (its baseline: a bare
   ``sqlite3`` fetchall of the rows the reader needs, as bench/nsys_sqlite.py runs it);
-* a ≥ 1 GB XSpace, the same way (``--gb``; ``--no-gb`` skips it).
+* a ≥ 1 GB XSpace, the same way (``--gb``; ``--no-gb`` skips it);
+* a long GPU run's XSpace (~365 MB, 18 M events): the real H100 whole-run capture of tests/fixtures
+  (jax 0.11.2) with every line's events 250 times over, each copy later by the line's span, and its metadata
+  (HLO protos) once, as a long capture has. Its host thread is one line of hundreds of megabytes, which no
+  concatenated file has (``--no-gb`` skips it too).
 
 Each measurement runs in a fresh process (wall time and peak RSS are its own: see ``LAUNCH``):
 
@@ -21,11 +25,11 @@ Each measurement runs in a fresh process (wall time and peak RSS are its own: se
 * ``report, cached``: the same command again, reading the columnar cache the first one wrote;
 * ``decode``: the reader alone (events/s over every event in the file), imports excluded;
 * ``ProfileData walk``: a bare Python loop over jax's ``ProfileData`` events and stats, the floor of
-  any reader built on it (whole process, and the loop alone); skipped on the 1 GB file unless
-  ``--floor-on-gb`` (it needs ~11 bytes of RAM per byte of file);
+  any reader built on it (whole process, and the loop alone); skipped on files over 200 MB (the 1 GB file,
+  the long GPU run) unless ``--floor-on-gb`` (it needs ~11 bytes of RAM per byte of file, and minutes);
 * ``xprof hlo_stats``: XProf's own converter on the same file, when ``--xprof-python`` names a Python
   with xprof (never a dependency of rooflens: ``python -m venv /tmp/xp && /tmp/xp/bin/pip install
-  xprof``); on the 1 GB file only with ``--xprof-on-gb`` (tensorboard#6132: 20–30 GB of RAM). A
+  xprof``); on files over 200 MB only with ``--xprof-on-gb`` (tensorboard#6132: 20–30 GB of RAM). A
   skipped row says why.
 
 rooflens's own modules are byte-compiled first (``compileall``, as ``bench/fixed_cost.py`` does; ``--no-compile``
@@ -180,6 +184,13 @@ def make_inputs(args) -> dict[str, Path]:
         if not s80.exists():
             _repeat_sqlite(nsys, s80, 80)
         inputs["2.3M nsys sqlite (x80)"] = s80
+    h100 = ROOT / "tests" / "fixtures" / "gpu_nvidia" / "h100_jax0112" / "annotated_whole_run" / "vm.xplane.pb"
+    if not args.no_gb and h100.is_file():
+        long_gpu = big / "h100_whole_run_x250.xplane.pb"
+        if not long_gpu.exists():
+            print("making a long GPU run: the H100 whole-run capture's lines 250 times over …", flush=True)
+            _stretch_lines(h100, long_gpu, 250)
+        inputs[f"{long_gpu.stat().st_size / 1e6:.0f} MB GPU long run (x250)"] = long_gpu
     if not args.no_gb:
         n = max(1, int(args.gb * 1e9 / xplane.stat().st_size + 0.999))
         gb = big / f"x{n}.xplane.pb"
@@ -194,6 +205,64 @@ def _repeat_file(src: Path, dst: Path, n: int) -> None:
     with dst.open("wb") as fh:
         for _ in range(n):
             fh.write(data)
+
+
+def _varint_bytes(v: int) -> bytes:
+    out = bytearray()
+    v &= (1 << 64) - 1
+    while True:
+        low, v = v & 0x7F, v >> 7
+        out.append(low | (0x80 if v else 0))
+        if not v:
+            return bytes(out)
+
+
+def _field(num: int, wire_type: int, payload: bytes) -> bytes:
+    """One protobuf field: its key, then a varint's bytes (wire type 0) or a length and the bytes (wire type 2)."""
+    key = _varint_bytes(num << 3 | wire_type)
+    return key + (_varint_bytes(len(payload)) + payload if wire_type == 2 else payload)
+
+
+def _stretch_lines(src: Path, dst: Path, n: int) -> None:
+    """A run ``n`` times as long as a real one: each XLine's events (XLine field 4; XEvent offset_ps is field 2)
+    ``n`` times over, copy k later by k times the line's extent, the line's duration_ps (field 9) stretched alike;
+    the planes' metadata and stats once. Field numbers: tsl/profiler/protobuf/xplane.proto."""
+    from rooflens.trace.formats.protowire import field_spans
+
+    buf = src.read_bytes()
+    with dst.open("wb") as out:
+        for num, wt, s, v, e in field_spans(buf):
+            if (num, wt) != (1, 2):  # not a plane
+                out.write(buf[s:e])
+                continue
+            plane = bytearray()
+            for pn, pwt, ps, pv, pe in field_spans(buf, *v):
+                if (pn, pwt) != (3, 2):  # not a line
+                    plane += buf[ps:pe]
+                    continue
+                head, events, line_ps = bytearray(), [], 0
+                for ln, lwt, ls, lv, le in field_spans(buf, *pv):
+                    if (ln, lwt) == (4, 2):
+                        offset, rest = 0, bytearray()
+                        dur = 0
+                        for en, ewt, es, ev, ee in field_spans(buf, *lv):
+                            if (en, ewt) == (2, 0):
+                                offset = ev
+                            else:
+                                rest += buf[es:ee]
+                                dur = ev if (en, ewt) == (3, 0) else dur
+                        events.append((offset, dur, bytes(rest)))
+                    elif (ln, lwt) == (9, 0):
+                        line_ps = lv
+                    else:
+                        head += buf[ls:le]
+                span = max((o + d for o, d, _ in events), default=0) + 1000
+                line = bytearray(head) + _field(9, 0, _varint_bytes(max(line_ps, span) + span * (n - 1)))
+                for k in range(n):
+                    for o, _, rest in events:
+                        line += _field(4, 2, _field(2, 0, _varint_bytes(o + k * span)) + rest)
+                plane += _field(3, 2, bytes(line))
+            out.write(_field(1, 2, bytes(plane)))
 
 
 def _repeat_sqlite(src: Path, dst: Path, n: int) -> None:
@@ -264,7 +333,7 @@ def main() -> int:
     print(f"{'input':26} {'reader':22} {'seconds':>8} {'events/s':>12} {'peak RSS':>9} {'vs base':>8}")
     for label, path in inputs.items():
         n = count_events(path)
-        gb = path.stat().st_size > 5e8
+        gb = path.stat().st_size > 2e8  # the ProfileData walk needs ~11 bytes of RAM per byte, and minutes
         rows = {}
         rows["report --json"] = best([*rooflens, str(path), "--json", "--no-calibrate"], args.repeat, nocache)
 
