@@ -88,6 +88,28 @@ def test_a_long_lines_header_is_read_in_parts_and_its_pages_handed_back_as_it_go
             assert ends == sorted(ends) and len(ends) >= (b - a) // piece - 1
 
 
+def test_the_event_walk_hands_back_a_long_lines_pages_as_it_goes(monkeypatch):
+    """The event walk hands a line's pages back every CHUNK_BYTES, inside the line: a long GPU run's host thread (two
+    lines of 47 and 75 MB in the linen GPT capture 150 times over) kept up to two 64 MB chunks resident per thread.
+    On the real H100 GPT window, with a chunk small enough that its lines are long: the same columns, and pages handed
+    back from inside lines, each range growing in order."""
+    path = fixture_path("gpu_nvidia", "h100_jax0112", "linen_gpt_window_no_command_buffers", "vm.xplane.pb")
+    monkeypatch.setenv("ROOFLENS_DECODE_THREADS", "1")
+    whole = D.decode(path)
+    released: list[tuple[int, int]] = []
+    real = D._release
+    monkeypatch.setattr(D, "_release", lambda mm, s, e: (released.append((s, e)), real(mm, s, e)))
+    monkeypatch.setattr(walk, "CHUNK_BYTES", 1 << 16)
+    _same(whole, D.decode(path))
+    mm, buf = D.map_file(path)
+    _, spans, _ = D.planes_of(buf, path)
+    inside = [(s, e) for s, e in released if any(a < e < b and e - a > 1 << 16 for a, b in spans.tolist())]
+    assert len(inside) >= 10
+    for a, b in spans.tolist():  # within a line, each release reaches further than the last
+        ends = [e for s, e in released if a < e < b]
+        assert ends == sorted(ends)
+
+
 def test_split_lines_balances_bytes_and_never_splits_a_line():
     sizes = np.array([10, 10, 10, 70, 10, 10, 10, 10], np.int64)
     ends = np.cumsum(sizes)
