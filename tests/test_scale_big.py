@@ -88,6 +88,35 @@ def test_a_long_lines_header_is_read_in_parts_and_its_pages_handed_back_as_it_go
             assert ends == sorted(ends) and len(ends) >= (b - a) // piece - 1
 
 
+def test_a_damaged_long_line_is_named_at_the_same_byte_read_whole_or_in_parts(tmp_path, monkeypatch):
+    """A long line read in parts breaks where it breaks read whole: the real H100 whole-run capture with one event
+    tag in the middle of its largest line given an invalid wire type."""
+    from rooflens.errors import RooflensError
+    from rooflens.trace.formats.protowire import field_spans
+
+    path = fixture_path("gpu_nvidia", "h100_jax0112", "annotated_whole_run", "vm.xplane.pb")
+    data = bytearray(path.read_bytes())
+    _, buf = D.map_file(path)
+    _, spans, _ = D.planes_of(buf, path)
+    a, b = max(spans.tolist(), key=lambda ab: ab[1] - ab[0])
+    events = [at for num, wt, at, _, _ in field_spans(bytes(data), a, b) if (num, wt) == (4, 2)]
+    bad_at = events[len(events) // 2]
+    data[bad_at] = (4 << 3) | 7  # field 4 with wire type 7: no such type
+    bad = tmp_path / "bad.xplane.pb"
+    bad.write_bytes(bytes(data))
+    _, buf2 = D.map_file(bad)
+    _, spans2, _ = D.planes_of(buf2, bad)
+    whole = walk.line_headers(buf2, spans2, 1)
+    piece = (b - a) // 5
+    monkeypatch.setattr(walk, "PIECE_BYTES", piece)
+    monkeypatch.setattr(walk, "LONG_LINE_BYTES", 2 * piece)
+    parts = walk.line_headers(buf2, spans2, 2)
+    assert whole[0] is None and parts[0] is None and whole[1].tolist() == parts[1].tolist()
+    assert int(parts[1][1]) == bad_at
+    with pytest.raises(RooflensError, match=f"at byte {bad_at:,}"):
+        D.decode(bad)
+
+
 def test_the_event_walk_hands_back_a_long_lines_pages_as_it_goes(monkeypatch):
     """The event walk hands a line's pages back every CHUNK_BYTES, inside the line: a long GPU run's host thread (two
     lines of 47 and 75 MB in the linen GPT capture 150 times over) kept up to two 64 MB chunks resident per thread.
