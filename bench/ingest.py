@@ -207,62 +207,37 @@ def _repeat_file(src: Path, dst: Path, n: int) -> None:
             fh.write(data)
 
 
-def _varint_bytes(v: int) -> bytes:
-    out = bytearray()
-    v &= (1 << 64) - 1
-    while True:
-        low, v = v & 0x7F, v >> 7
-        out.append(low | (0x80 if v else 0))
-        if not v:
-            return bytes(out)
-
-
-def _field(num: int, wire_type: int, payload: bytes) -> bytes:
-    """One protobuf field: its key, then a varint's bytes (wire type 0) or a length and the bytes (wire type 2)."""
-    key = _varint_bytes(num << 3 | wire_type)
-    return key + (_varint_bytes(len(payload)) + payload if wire_type == 2 else payload)
-
-
 def _stretch_lines(src: Path, dst: Path, n: int) -> None:
     """A run ``n`` times as long as a real one: each XLine's events (XLine field 4; XEvent offset_ps is field 2)
     ``n`` times over, copy k later by k times the line's extent, the line's duration_ps (field 9) stretched alike;
     the planes' metadata and stats once. Field numbers: tsl/profiler/protobuf/xplane.proto."""
-    from rooflens.trace.formats.protowire import field_spans
+    from rooflens.trace.formats.protowire import bytes_field, field_spans, varint_field
 
     buf = src.read_bytes()
-    with dst.open("wb") as out:
-        for num, wt, s, v, e in field_spans(buf):
-            if (num, wt) != (1, 2):  # not a plane
-                out.write(buf[s:e])
-                continue
-            plane = bytearray()
-            for pn, pwt, ps, pv, pe in field_spans(buf, *v):
-                if (pn, pwt) != (3, 2):  # not a line
-                    plane += buf[ps:pe]
-                    continue
-                head, events, line_ps = bytearray(), [], 0
-                for ln, lwt, ls, lv, le in field_spans(buf, *pv):
-                    if (ln, lwt) == (4, 2):
-                        offset, rest = 0, bytearray()
-                        dur = 0
-                        for en, ewt, es, ev, ee in field_spans(buf, *lv):
-                            if (en, ewt) == (2, 0):
-                                offset = ev
-                            else:
-                                rest += buf[es:ee]
-                                dur = ev if (en, ewt) == (3, 0) else dur
-                        events.append((offset, dur, bytes(rest)))
-                    elif (ln, lwt) == (9, 0):
-                        line_ps = lv
-                    else:
-                        head += buf[ls:le]
-                span = max((o + d for o, d, _ in events), default=0) + 1000
-                line = bytearray(head) + _field(9, 0, _varint_bytes(max(line_ps, span) + span * (n - 1)))
-                for k in range(n):
-                    for o, _, rest in events:
-                        line += _field(4, 2, _field(2, 0, _varint_bytes(o + k * span)) + rest)
-                plane += _field(3, 2, bytes(line))
-            out.write(_field(1, 2, bytes(plane)))
+
+    def rewritten(span, num: int, rewrite) -> bytes:
+        """The message at ``span``, each of its fields ``num`` (a message) rewritten, the others as they are."""
+        return b"".join(bytes_field(f, rewrite(v)) if (f, wt) == (num, 2) else buf[s:e]
+                        for f, wt, s, v, e in field_spans(buf, *span))
+
+    def line(span) -> bytes:
+        head, events, line_ps = bytearray(), [], 0
+        for f, wt, s, v, e in field_spans(buf, *span):
+            if (f, wt) == (4, 2):  # an event: its offset, its duration and the rest of its fields
+                fields = list(field_spans(buf, *v))
+                at = {(g, gwt): gv for g, gwt, _, gv, _ in fields}
+                events.append((at.get((2, 0), 0), at.get((3, 0), 0),
+                               b"".join(buf[gs:ge] for g, gwt, gs, _, ge in fields if (g, gwt) != (2, 0))))
+            elif (f, wt) == (9, 0):
+                line_ps = v
+            else:
+                head += buf[s:e]
+        span_ps = max((o + d for o, d, _ in events), default=0) + 1000
+        return b"".join([bytes(head), varint_field(9, max(line_ps, span_ps) + span_ps * (n - 1)),
+                         *(bytes_field(4, varint_field(2, o + k * span_ps) + rest)
+                           for k in range(n) for o, _, rest in events)])
+
+    dst.write_bytes(rewritten((0, len(buf)), 1, lambda plane: rewritten(plane, 3, line)))
 
 
 def _repeat_sqlite(src: Path, dst: Path, n: int) -> None:

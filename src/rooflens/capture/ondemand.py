@@ -27,6 +27,7 @@ from pathlib import Path
 
 from rooflens.capture.window import wait_for_fresh_run_name
 from rooflens.errors import RooflensError
+from rooflens.trace.formats.protowire import bytes_field, varint, varint_field
 
 PROFILE_METHOD = "/tensorflow.ProfilerService/Profile"
 # ProfileOptions (profiler_options.proto): version 1 turns the levels below on; host TraceMe level 2
@@ -38,59 +39,31 @@ GRACE_S = 30.0  # beyond the capture's own duration, how long a host may take to
 STILL_SERVING_S = 1.0  # after a capture, how long a job is watched for having ended with it
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, n = n & 0x7F, n >> 7
-        out.append(byte | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
-def _field_int(number: int, value: int) -> bytes:
-    return _varint(number << 3) + _varint(value)
-
-
-def _field_bytes(number: int, value: bytes) -> bytes:
-    return _varint(number << 3 | 2) + _varint(len(value)) + value
-
-
 def profile_request(duration_ms: int, repository_root: str, session_id: str, host_name: str) -> bytes:
     """A serialized ``tensorflow.ProfileRequest`` (field numbers from profiler_service.proto)."""
-    opts = (_field_int(5, OPTIONS_VERSION) + _field_int(2, HOST_TRACER_LEVEL) + _field_int(3, DEVICE_TRACER_LEVEL)
-            + _field_int(4, PYTHON_TRACER_LEVEL) + _field_int(7, 1)  # enable_hlo_proto
-            + _field_int(9, duration_ms))  # the session's own duration_ms: the server traces this long
-    return (_field_int(1, duration_ms) + _field_bytes(4, opts) + _field_bytes(5, repository_root.encode())
-            + _field_bytes(6, session_id.encode()) + _field_bytes(7, host_name.encode()))
+    opts = (varint_field(5, OPTIONS_VERSION) + varint_field(2, HOST_TRACER_LEVEL) + varint_field(3, DEVICE_TRACER_LEVEL)
+            + varint_field(4, PYTHON_TRACER_LEVEL) + varint_field(7, 1)  # enable_hlo_proto
+            + varint_field(9, duration_ms))  # the session's own duration_ms: the server traces this long
+    return (varint_field(1, duration_ms) + bytes_field(4, opts) + bytes_field(5, repository_root.encode())
+            + bytes_field(6, session_id.encode()) + bytes_field(7, host_name.encode()))
 
 
 def empty_trace(response: bytes) -> bool:
     """``ProfileResponse.empty_trace`` (field 7, a bool) from the serialized response."""
     i = 0
     while i < len(response):
-        key, i = _read_varint(response, i)
+        key, i = varint(response, i)
         number, wire = key >> 3, key & 7
         if wire == 0:
-            value, i = _read_varint(response, i)
+            value, i = varint(response, i)
             if number == 7:
                 return bool(value)
         elif wire == 2:
-            size, i = _read_varint(response, i)
+            size, i = varint(response, i)
             i += size
         else:  # no other wire type in this message
             break
     return False
-
-
-def _read_varint(data: bytes, i: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = data[i]
-        i += 1
-        value |= (byte & 0x7F) << shift
-        shift += 7
-        if not byte & 0x80:
-            return value, i
 
 
 @dataclass(frozen=True)

@@ -19,22 +19,7 @@ InstructionSequence instruction_ids = 1.
 
 from __future__ import annotations
 
-from rooflens.trace.formats.protowire import field_spans, int_values
-
-_MASK64 = (1 << 64) - 1
-
-
-def _enc(n: int) -> bytes:
-    n &= _MASK64
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
+from rooflens.trace.formats.protowire import bytes_field, encode_varint, field_spans, int_values, varint_field
 
 
 def _ranks(ids) -> dict[int, int]:
@@ -45,16 +30,8 @@ def _ranks(ids) -> dict[int, int]:
     return out
 
 
-def _ld(num: int, body: bytes) -> bytes:
-    return _enc(num << 3 | 2) + _enc(len(body)) + body
-
-
-def _varint_field(num: int, value: int) -> bytes:
-    return _enc(num << 3) + _enc(value)
-
-
 def _packed(num: int, values, new: dict[int, int]) -> bytes:
-    return _ld(num, b"".join(_enc(new[x]) for x in values))
+    return bytes_field(num, b"".join(encode_varint(new[x]) for x in values))
 
 
 def compact_ids(module: bytes) -> bytes:
@@ -76,11 +53,11 @@ def compact_ids(module: bytes) -> bytes:
     out = []
     for num, wt, s, v, e in fields:
         if num == 6 and wt == 0:
-            out.append(_varint_field(6, comp_new[v]))
+            out.append(varint_field(6, comp_new[v]))
         elif num == 3 and wt == 2:
-            out.append(_ld(3, _computation(module, v, comp_new, ins_new)))
+            out.append(bytes_field(3, _computation(module, v, comp_new, ins_new)))
         elif num == 7 and wt == 2:
-            out.append(_ld(7, _schedule(module, v, comp_new, ins_new)))
+            out.append(bytes_field(7, _schedule(module, v, comp_new, ins_new)))
         else:
             out.append(module[s:e])
     return b"".join(out)
@@ -92,21 +69,21 @@ def _computation(buf: bytes, span, comp_new: dict, ins_new: dict) -> bytes:
     out = []
     for cn, cw, s, cv, e in field_spans(buf, *span):
         if cn == 5 and cw == 0:
-            out.append(_varint_field(5, comp_new[cv]))
+            out.append(varint_field(5, comp_new[cv]))
         elif cn == 6 and cw == 0:
-            out.append(_varint_field(6, local[cv]))
+            out.append(varint_field(6, local[cv]))
         elif cn == 2 and cw == 2:
             ins = []
             for i_n, iw, i_s, iv, i_e in field_spans(buf, *cv):
                 if i_n == 35 and iw == 0:
-                    ins.append(_varint_field(35, local[iv]))
+                    ins.append(varint_field(35, local[iv]))
                 elif i_n in (36, 37):
                     ins.append(_packed(i_n, int_values(buf, iw, iv), local))
                 elif i_n == 38:
                     ins.append(_packed(i_n, int_values(buf, iw, iv), comp_new))
                 else:
                     ins.append(buf[i_s:i_e])
-            out.append(_ld(2, b"".join(ins)))
+            out.append(bytes_field(2, b"".join(ins)))
         else:
             out.append(buf[s:e])
     return b"".join(out)
@@ -132,6 +109,6 @@ def _schedule(buf: bytes, span, comp_new: dict, ins_new: dict) -> bytes:
                 if sn == 1:
                     ids += int_values(buf, sw, sv)
         local = ins_new[key]
-        body = _varint_field(1, comp_new[key]) + _ld(2, _packed(1, ids, local) if ids else b"")
-        out.append(_ld(1, body))
+        body = varint_field(1, comp_new[key]) + bytes_field(2, _packed(1, ids, local) if ids else b"")
+        out.append(bytes_field(1, body))
     return b"".join(out)

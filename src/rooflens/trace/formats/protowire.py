@@ -1,5 +1,6 @@
 """The protobuf wire format in plain Python, for the few small messages read outside the compiled
-walks: plane and metadata stats, serialized HLO protos (their ids renumbered), pprof headers.
+walks: plane and metadata stats, serialized HLO protos (their ids renumbered), pprof headers; and
+written: a profiler request, renumbered HLO protos, a benchmark's stretched trace.
 Field numbers and wire types follow protobuf's encoding guide (protobuf.dev, "Encoding").
 """
 
@@ -73,3 +74,24 @@ def int_values(buf: bytes, wt: int, v) -> list[int]:
         x, pos = varint(buf, pos)
         out.append(x)
     return out
+
+
+def encode_varint(n: int) -> bytes:
+    """A varint's bytes (a negative int64 as its two's complement, ten bytes, as protobuf writes it)."""
+    n &= (1 << 64) - 1
+    out = bytearray()
+    while True:
+        low, n = n & 0x7F, n >> 7
+        out.append(low | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def varint_field(num: int, value: int) -> bytes:
+    """Field ``num`` holding an integer (wire type 0)."""
+    return encode_varint(num << 3) + encode_varint(value)
+
+
+def bytes_field(num: int, body: bytes) -> bytes:
+    """Field ``num`` holding bytes, a string or a message (wire type 2)."""
+    return encode_varint(num << 3 | 2) + encode_varint(len(body)) + body
