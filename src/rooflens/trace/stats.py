@@ -363,14 +363,19 @@ def busy_union(start: np.ndarray, end: np.ndarray) -> tuple[float, np.ndarray, n
     """Union length of intervals, and the merged intervals (starts, ends), for sorted starts."""
     if not len(start):
         return 0.0, start, end
+    _, m_start, m_end = _merged(start, end)
+    return float((m_end - m_start).sum()), m_start, m_end
+
+
+def _merged(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Intervals (sorted starts, at least one) merged where they overlap: each merged interval's first position, its
+    start and its end (the largest end so far)."""
     run_end = np.maximum.accumulate(end)
     new = np.empty(len(start), dtype=bool)
     new[0] = True
     new[1:] = start[1:] > run_end[:-1]
-    idx = np.flatnonzero(new)
-    m_start = start[idx]
-    m_end = np.append(run_end[idx[1:] - 1], run_end[-1])
-    return float((m_end - m_start).sum()), m_start, m_end
+    at = np.flatnonzero(new)
+    return at, start[at], np.append(run_end[at[1:] - 1], run_end[-1])
 
 
 def busy_together_ps(t, skip: np.ndarray | None) -> tuple[int, int]:
@@ -482,12 +487,7 @@ def merged_of(start, dur, sel):
 @plain_twin(merged_of, NUMPY_TWIN)
 def _merged_of_np(start, dur, sel):
     s = start[sel]
-    run_end = np.maximum.accumulate(s + dur[sel])
-    new = np.empty(len(s), dtype=bool)
-    new[0] = True
-    new[1:] = s[1:] > run_end[:-1]
-    at = np.flatnonzero(new)
-    return at, s[at], np.append(run_end[at[1:] - 1], run_end[-1])
+    return _merged(s, s + dur[sel])
 
 
 def _device_time(t, start, dur, sel: np.ndarray, dev: int, t0: float, n_gaps: int,
