@@ -29,6 +29,22 @@ if TYPE_CHECKING:
 
 
 
+def made_once(make):
+    """A ``cached_property`` made once even when threads ask together (from Python 3.12 ``cached_property`` no longer
+    serializes them): each property its own lock, as one may ask for another while it is made."""
+    lock = threading.Lock()
+    name = make.__name__
+
+    def get(self):
+        with lock:
+            if name not in self.__dict__:  # else made by another thread while this one waited
+                self.__dict__[name] = make(self)
+            return self.__dict__[name]
+
+    get.__name__, get.__doc__ = name, make.__doc__
+    return cached_property(get)
+
+
 @dataclass
 class OpInfo:
     category: str
@@ -71,23 +87,17 @@ class Profile:
     command_buffer_ops: frozenset = frozenset()
     marked_steps: list[tuple[int, float, float]] = field(default_factory=list)
 
-    @cached_property
+    @made_once
     def modules(self) -> dict[str, H.Module]:
         """Each program's HLO, parsed once even when threads ask together (the memory files are read beside the
         analysis, which parses the HLO on a thread of its own too)."""
-        with _MODULES_LOCK:
-            done = self.__dict__.get("modules")
-            if done is not None:  # parsed by another thread while this one waited
-                return done
-            out = {}
-            for name, text in self.hlo_texts.items():
-                try:
-                    out[name] = H.parse(text)
-                except H.HloParseError:
-                    self.notes.append(f"the HLO saved for {name} could not be read; its ops have no scope or "
-                                      "category")
-            self.__dict__["modules"] = out
-            return out
+        out = {}
+        for name, text in self.hlo_texts.items():
+            try:
+                out[name] = H.parse(text)
+            except H.HloParseError:
+                self.notes.append(f"the HLO saved for {name} could not be read; its ops have no scope or category")
+        return out
 
     def _hlo_name(self, program: str) -> str | None:
         """Under which name ``program`` (``jit_dot(49)``) has its HLO: its own, else its name without the id."""
@@ -103,28 +113,18 @@ class Profile:
         name = self._hlo_name(program)
         return self.hlo_texts.get(name) if name is not None else None
 
-    @cached_property
+    @made_once
     def op_info(self) -> dict[tuple[str, str], OpInfo]:
         """(program, op) → category and named scope, from the programs' HLO where known. Made once even
-        when threads ask together (the analysis parses the HLO on a thread of its own; from Python 3.12
-        ``cached_property`` no longer serializes them)."""
-        with _OP_INFO_LOCK:
-            done = self.__dict__.get("op_info")
-            if done is not None:  # made by another thread while this one waited
-                return done
-            t = self.table
-            out: dict[tuple[str, str], OpInfo] = {}
-            pairs = ([(t.programs[p], t.names[n]) for p, n in t.pairs().tolist()] if self.reduced is None
-                     else self.reduced.ops)
-            for program, name in pairs:
-                out[(program, name)] = _op_info(self.module_for(program), name, t.hlo_text.get((program, name)),
-                                                t.op_meta.get((program, name), {}))
-            self.__dict__["op_info"] = out
-            return out
-
-
-_OP_INFO_LOCK = threading.Lock()
-_MODULES_LOCK = threading.Lock()
+        when threads ask together (the analysis parses the HLO on a thread of its own)."""
+        t = self.table
+        out: dict[tuple[str, str], OpInfo] = {}
+        pairs = ([(t.programs[p], t.names[n]) for p, n in t.pairs().tolist()] if self.reduced is None
+                 else self.reduced.ops)
+        for program, name in pairs:
+            out[(program, name)] = _op_info(self.module_for(program), name, t.hlo_text.get((program, name)),
+                                            t.op_meta.get((program, name), {}))
+        return out
 
 
 def _from_trace_category(hlo_category: str) -> str:
