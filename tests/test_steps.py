@@ -214,6 +214,11 @@ def test_a_training_jitted_whole_is_one_execution_the_unit(env, runs):
     # every finding counts per execution of its unit, none per step (tiny-ops' title once said "per step per device")
     said = [t for f in doc["findings"] for t in (f["title"], *f["evidence"])]
     assert said and not [t for t in said if "per step" in t], said
+    # and no finding asks to jit the step or turn its loop into lax.scan: both are done; its loop is named instead
+    fixes = {f["rule"]: f["fix"] for f in doc["findings"]}
+    assert not [r for r, fix in fixes.items() if "jit the whole step" in fix or "into lax.scan" in fix], fixes
+    looped = [r for r in ("tiny-ops", "overheads") if r in fixes]
+    assert looped and all("loop runs 12 iterations" in fixes[r] for r in looped), fixes
     nothing_impossible(doc)
 
 

@@ -68,6 +68,18 @@ def in_terms_of(report: Report, jax: str, pytorch: str, other: str) -> str:
     return jax if is_jax(report) else pytorch if report.framework == "PyTorch" else other
 
 
+def looped_unit_advice(report: Report) -> str | None:
+    """For a step that is already one program looping over its iterations (a training jitted whole, a ``lax.scan``
+    of updates called once), the advice that fits it: "jit the whole step" or "turn Python loops into lax.scan" is
+    already done there. None for any other step."""
+    st = report.steps
+    if st is None or not st.trip_count or st.trip_count < 2 or not is_jax(report):
+        return None
+    return (f"the step is already one program whose loop runs {st.trip_count:,} iterations per execution: give each "
+            "iteration's ops more work (a larger batch, or independent runs vmapped together), or unroll the loop a "
+            "few iterations (lax.scan(..., unroll=k)) so XLA fuses across them")
+
+
 def per_execution(c: OpComparison) -> str:
     """An op's time per execution as every finding says it: the median (the report's statistic), with the mean
     beside it where the two are far apart: '3.02 ms median per execution (mean 12.5 ms)'."""

@@ -19,6 +19,7 @@ from rooflens.analysis.rules.common import (
     dot_of,
     excess_per_step,
     in_terms_of,
+    looped_unit_advice,
     outside_kernels,
     per_device_step,
     per_execution,
@@ -333,8 +334,10 @@ def rule_tiny_ops(report: Report) -> list[Finding]:
         (f"median op time {_ms(median)} < {_ms(TINY_OP_S)} (about the cost of launching one)",
          f"{per_step:,.0f} op executions {period} per device across {plural(programs, 'program')}",
          *filter(None, [profiled_launches(report)])),
-        "the work is split into kernels too small to amortise their launch and synchronisation (a Python loop "
-        "of small jitted calls, or ops XLA could not fuse)",
+        "the work is split into kernels too small to amortise their launch and synchronisation "
+        + ("(each iteration of the step's loop runs ops of little work)" if looped_unit_advice(report) else
+           "(a Python loop of small jitted calls, or ops XLA could not fuse)"),
+        looped_unit_advice(report) or
         in_terms_of(report, "jit the whole step (one program), turn Python loops into lax.scan / vmap, or give each "
                     "op more work (larger batch)",
                     "fuse the small kernels (torch.compile the step), capture the step as a CUDA graph, or give each "
@@ -446,6 +449,7 @@ def rule_overheads(report: Report) -> list[Finding]:
             "a CUDA graph, or give each kernel more work (larger batch)")
         if report.platform == "cpu":  # no command buffers or CUDA graphs: XLA:CPU runs each op as a thunk
             fix = "fewer, larger ops: jit the whole step so XLA fuses more, or give each op more work (larger batch)"
+        fix = looped_unit_advice(report) or fix
         buffered = profiled_launches(report)
         if buffered:
             evidence.append(buffered)
