@@ -49,6 +49,8 @@ CHECKED = {
     "rooflens.trace.formats.nsys_sqlite.nest.links": "test_nvtx_nesting_kernel_and_its_twin_agree",
     "rooflens.trace.stats._busy_sums": "test_busy_time_together_and_its_twin_agree",
     "rooflens.trace.stats.merged_of": "test_busy_intervals_of_a_device_and_their_twin_agree",
+    "rooflens.trace.stats._in_steps_sums": "test_time_inside_the_steps_and_its_twin_agree",
+    "rooflens.trace.groupby.weighted_sums": "test_weighted_sums_and_their_twin_agree",
 }
 
 TRACES = [("tpu", "xprof_tpu_inference_2.v6e-4.xplane.pb"),
@@ -261,6 +263,34 @@ def test_busy_time_together_and_its_twin_agree(table):
 
     per = sum(union(np.flatnonzero(kept & (t.device == d))) for d in np.unique(t.device))
     assert (int(got[0]), int(got[1])) == (per, union(np.flatnonzero(kept))) and per >= int(got[1]) > 0
+
+
+def test_time_inside_the_steps_and_its_twin_agree():
+    """Each op's time and events inside the steps, on the Pax pod's process (steps marked, some ops outside them):
+    the compiled pass and its numpy twin agree value for value, and both equal the sums made here op by op."""
+    t = rl.load(fixture_path("gpu_nvidia", "nsys_jax_pax_fsdp4_a100", "pax_fsdp4_4proc_proc0.zip")).table
+    inside = t.step >= 0
+    assert 0 < inside.sum() < len(t)  # both kinds of event: the pass must tell them apart
+    uniq, inv = unique_inverse(t.program.astype(np.int64) * (len(t.names) + 1) + t.name)
+    fast, plain = _pair("rooflens.trace.stats._in_steps_sums")
+    got = fast(t.step, inv, t.dur_ps, len(uniq))
+    _same(got, plain(t.step, inv, t.dur_ps, len(uniq)), "in steps")
+    for k in (0, len(uniq) // 2, len(uniq) - 1):
+        mine = inside & (inv == k)
+        assert got[1][k] == mine.sum() and got[0][k] == float(t.dur_ps[mine].astype(np.float64).sum())
+
+
+def test_weighted_sums_and_their_twin_agree(table):
+    """Each op's time, from its events' integer ps scaled to ns and from float ns: the compiled sums equal numpy's
+    bincount of the same weights bit for bit (the op stats' totals must not move by a rounding)."""
+    t = table
+    uniq, inv = unique_inverse(t.program.astype(np.int64) * (len(t.names) + 1) + t.name)
+    fast, plain = _pair("rooflens.trace.groupby.weighted_sums")
+    for weights, scale in ((t.dur_ps, 1e-3), (t.dur_ps, 1.0), (t.dur_ns, 1.0)):
+        got = fast(inv, weights, len(uniq), scale)
+        _same(got, plain(inv, weights, len(uniq), scale), f"{weights.dtype} × {scale}")
+        _same(got, np.bincount(inv, weights=weights * scale, minlength=len(uniq)), "bincount")
+    assert fast(inv, t.dur_ns, len(uniq), 1.0).sum() > 0
 
 
 def test_busy_intervals_of_a_device_and_their_twin_agree(table):

@@ -227,6 +227,22 @@ def _grouped_sorted_np(inv, m, values):
 
 
 @njit(cache=True, nogil=True)
+def weighted_sums(index, weights, m, scale):
+    """``np.bincount(index, weights=weights * scale, minlength=m)`` (``index`` below ``m``) without its
+    event-sized copies (the products, and integer weights made float): each weight made float64 and scaled,
+    then summed in the events' order, as bincount sums them, so the sums are the same to the last bit."""
+    out = np.zeros(m)
+    for i in range(len(index)):
+        out[index[i]] += np.float64(weights[i]) * scale
+    return out
+
+
+@plain_twin(weighted_sums, NUMPY_TWIN)
+def _weighted_sums_np(index, weights, m, scale):
+    return np.bincount(index, weights=weights * scale if scale != 1.0 else weights, minlength=m)
+
+
+@njit(cache=True, nogil=True)
 def group_extent(inv, m, start, end):
     """Per group, the smallest ``start`` and the largest ``end`` of its rows (+inf / -inf when empty)."""
     lo = np.full(m, np.inf)

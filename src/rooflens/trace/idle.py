@@ -185,11 +185,11 @@ def _executions(t, runs: np.ndarray, sel: np.ndarray | slice, n: int) -> tuple[n
     key, n_keys = row_key(*cols)
     # the key itself groups them, in the groups' own order (16 B of extents per possible key: a small floor)
     if key is not None and dense(n_keys, n, floor=1024):
-        s0, e0 = group_extent(key, n_keys, t.start_ns[sel], t.end_ns[sel])
+        s0, e0 = group_extent(key, n_keys, t.start_ns[sel], t.end_ns_at(sel))
         ran = np.isfinite(s0)
         return s0[ran], e0[ran]
     keys, inv = unique_rows(*cols)
-    return group_extent(inv, len(keys), t.start_ns[sel], t.end_ns[sel])
+    return group_extent(inv, len(keys), t.start_ns[sel], t.end_ns_at(sel))
 
 
 def _judge_unit(d: DeviceTime, s0: np.ndarray, e0: np.ndarray, left_out: np.ndarray, t0: float) -> IdleUnit:

@@ -23,6 +23,7 @@ from rooflens.trace.groupby import (
     timeline_order,
     unique_inverse,
     unique_values,
+    weighted_sums,
 )
 from rooflens.trace.profile import Profile
 from rooflens.trace.steps import (
@@ -334,16 +335,16 @@ def execution_sums(t, inv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     key, n_keys = row_key(*cols)
     if key is None:
         rows, kinv = unique_rows(*cols)
-        return rows[:, 0], np.bincount(kinv, weights=dur, minlength=len(rows))
+        return rows[:, 0], weighted_sums(kinv, dur, len(rows), 1.0)
     lo, width = int(cols[0].min()), int(cols[0].max()) - int(cols[0].min()) + 1
     below = n_keys // width  # the op is the key's leading digit: key // below, less its minimum
     if n_keys * SUMS_BY_KEY_EVENTS <= len(key):  # tables by key: no sort, no inverse
         count = np.bincount(key, minlength=n_keys)
         at = np.flatnonzero(count)
-        return lo + at // below, np.bincount(key, weights=dur, minlength=n_keys)[at]
+        return lo + at // below, weighted_sums(key, dur, n_keys, 1.0)[at]
     keys, kinv = unique_inverse(key)  # this key, not unique_rows' own of the same columns (an event-sized array)
     del key
-    return lo + keys // below, np.bincount(kinv, weights=dur, minlength=len(keys))
+    return lo + keys // below, weighted_sums(kinv, dur, len(keys), 1.0)
 
 
 def execution_extremes(op: np.ndarray, sums: np.ndarray, m: int) -> tuple[np.ndarray, ...]:
@@ -631,8 +632,8 @@ def _op_stats(profile: Profile, gaps_per_device: int) -> OpStats:
     # per (program, op)
     # (each event-sized array let go once used: an 18 M-event trace's are 50-150 MB each, and the peak is their sum)
     uniq, inv = unique_inverse(t.program.astype(np.int64) * (len(t.names) + 1) + t.name)
-    tot = np.bincount(inv, weights=dur)
-    selft = np.bincount(inv, weights=self_ps * 1e-3)
+    tot = weighted_sums(inv, dur, len(uniq), 1.0)
+    selft = weighted_sums(inv, self_ps, len(uniq), 1e-3)
     cnt = np.bincount(inv)
     ranked, medians = group_medians(inv, len(uniq), dur)  # grouped, each group sorted by duration
     first = np.concatenate([[0], np.cumsum(cnt)[:-1]])
@@ -674,8 +675,26 @@ def shares_cores(profile: Profile, devices: int) -> bool:
 
 def in_steps_sums(t, inv: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
     """Per op (``inv``: each event's op among ``m``): its events' time (ps) and number inside the steps."""
-    inside = t.step >= 0
-    return (np.bincount(inv[inside], weights=t.dur_ps[inside], minlength=m),
+    return _in_steps_sums(t.step, inv, t.dur_ps, m)
+
+
+@njit(cache=True, nogil=True)
+def _in_steps_sums(step, inv, dur_ps, m):
+    # one pass, no event-sized copy (the selections of ops and times inside the steps were a 1 GB CPU trace's peak);
+    # the times summed in float64 in event order, as bincount's weights are
+    total = np.zeros(m)
+    count = np.zeros(m, np.int64)
+    for i in range(len(step)):
+        if step[i] >= 0:
+            total[inv[i]] += np.float64(dur_ps[i])
+            count[inv[i]] += 1
+    return total, count
+
+
+@plain_twin(_in_steps_sums, NUMPY_TWIN)
+def _in_steps_sums_np(step, inv, dur_ps, m):
+    inside = step >= 0
+    return (np.bincount(inv[inside], weights=dur_ps[inside], minlength=m),
             np.bincount(inv[inside], minlength=m).astype(np.int64))
 
 

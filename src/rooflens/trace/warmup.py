@@ -236,7 +236,7 @@ def _spans_of(keys: np.ndarray, count: np.ndarray, start: np.ndarray, end: np.nd
         before = mine & (idx == k - 1)
         if not before.any():
             continue
-        ends = t.end_ns[before]
+        ends = t.end_ns_at(before)
         final = t.name[before][int(np.argmax(ends))]  # the op that ended the execution before it
         if not ((idx == k) & mine & (t.name == final)).any():
             cut[r] = True
@@ -403,7 +403,7 @@ def _warmup_programs(t: EventTable, exec_idx: np.ndarray, manifest: RunManifest,
         sel = (t.program == code) & (exec_idx == 0 if warm is None else warm)
         if not program or not sel.any():  # "": kernels of no program (a runtime's memsets), not a program to list
             continue
-        first_run_s = float((t.end_ns[sel].max() - t.start_ns[sel].min()) * 1e-9)
+        first_run_s = float((t.end_ns_at(sel).max() - t.start_ns[sel].min()) * 1e-9)
         runs = int(exec_idx[t.program == code].max()) + 1
         out.append({"program": program, "first_run_s": first_run_s, "executions": runs, "events": int(sel.sum())})
     by_name: dict[str, list[dict]] = {}
@@ -516,7 +516,7 @@ def judge(profile, step_fn: str | None = None):
             # host compilation and first runs, in table time: device idle inside them is warm-up
             "intervals_ns": merge_intervals(np.concatenate([
                 compile_intervals_ns(t, manifest),
-                np.stack([t.start_ns[warm], t.end_ns[warm]], axis=1) if warm.any() else np.zeros((0, 2))])).tolist()}
+                np.stack([t.start_ns[warm], t.end_ns_at(warm)], axis=1) if warm.any() else np.zeros((0, 2))])).tolist()}
     steps = list(profile.steps)
     choice = profile.step_choice
     kept = ~warm
@@ -524,7 +524,7 @@ def judge(profile, step_fn: str | None = None):
         info["excluded"] = False
     steady = _take(t, kept)
     if steps:  # marked steps holding a warm-up execution are warm-up steps
-        held = held_by(steps, t.start_ns[warm], t.end_ns[warm]).tolist()
+        held = held_by(steps, t.start_ns[warm], t.end_ns_at(warm)).tolist()
         if not all(held) and info["excluded"]:
             info["warmup_steps"] = [s[0] for s, h in zip(steps, held) if h]
             steps = [s for s, h in zip(steps, held) if not h]
@@ -545,7 +545,7 @@ def judge(profile, step_fn: str | None = None):
         if choice is not None:  # the steady state begins when the step function's first run ends
             first = warm & np.isin(t.program, codes)
             if first.any():
-                info["steady_start_ns"] = float(t.end_ns[first].max())
+                info["steady_start_ns"] = float(t.end_ns_at(first).max())
                 info.update(_host_steady_start(t, exec_idx, codes[0], manifest, info["offset_ns"],
                                                info["steady_start_ns"]))
         if steps and choice is not None and info["excluded"]:
@@ -553,7 +553,7 @@ def judge(profile, step_fn: str | None = None):
             # one-off: an optimizer update first called after the first micro-batches, an evaluation first run
             # at step 100) is warm-up; the step function's own end the steps before them (own_warmup_starts_ns)
             other = warm & ~np.isin(t.program, codes)
-            held = held_by(steps, t.start_ns[other], t.end_ns[other]).tolist()
+            held = held_by(steps, t.start_ns[other], t.end_ns_at(other)).tolist()
             if any(held) and not all(held):
                 info["warmup_steps"] = [s[0] for s, h in zip(steps, held) if h]
                 steps = [s for s, h in zip(steps, held) if not h]
