@@ -349,22 +349,29 @@ def test_many_small_pieces_give_the_same_columns(parts, monkeypatch):
     for threads in (1, 3):
         many = _decode(path, threads, monkeypatch)
         _same(one, many)
-        absent = [k for k, c in enumerate(many.cols) if (c == wire.NONE).all()]
+        absent = [k for k, c in enumerate(many.cols) if (c == wire.absent_in(c)).all()]
         assert absent and all(many.cols[k].strides == (0,) for k in absent)
-        assert all(c.strides == (8,) for k, c in enumerate(many.cols) if k not in absent)
+        assert all(c.strides == (c.itemsize,) for k, c in enumerate(many.cols) if k not in absent)
+        assert [k for k, c in enumerate(many.cols) if c.dtype == np.int32] == list(wire.NARROW)
+
+
+def _as_rows(x: D.XSpaceColumns, n: int) -> np.ndarray:
+    """The first ``n`` decoded events as the walk's scratch rows (int64, an absent stat as wire.NONE)."""
+    return np.ascontiguousarray(np.stack([np.where(np.asarray(c[:n]) == wire.absent_in(c), wire.NONE,
+                                                   np.asarray(c[:n], np.int64)) for c in x.cols], axis=1))
 
 
 def test_a_stat_column_first_met_in_a_later_piece_is_filled_before_it():
-    """Placing pieces: a stat column whose first value comes in the second piece gets NONE in every row
-    before it; a column with no value is never written; string codes go through the piece's table. The
-    compiled placement and its plain twin agree."""
+    """Placing pieces: a stat column whose first value comes in the second piece gets its absent value in every
+    row before it (NONE32 in a narrow column); a column with no value is never written; string codes go through
+    the piece's table. The compiled placement and its plain twin agree."""
     from rooflens.trace.formats import compiled
     from rooflens.trace.formats.xspace import plain
 
     x = D.decode(fixture_path(*V100))
-    real = [k for k, c in enumerate(x.cols) if k >= wire.STAT_BASE and not (c == wire.NONE).all()]
+    real = [k for k, c in enumerate(x.cols) if k >= wire.STAT_BASE and not (c == wire.absent_in(c)).all()]
     n = min(400, len(x) // 2)
-    rows = np.ascontiguousarray(np.stack([np.asarray(c[:2 * n]) for c in x.cols], axis=1))
+    rows = _as_rows(x, 2 * n)
     rows[:, wire.COL_LINE] = 0
     late = [k for k in real if (rows[n:, k] != wire.NONE).any()][-1]
     rows[:n, late] = wire.NONE  # the first piece has no value in this column
@@ -374,23 +381,73 @@ def test_a_stat_column_first_met_in_a_later_piece_is_filled_before_it():
     compiled.compile_kernels()
     got = []
     for place in (wire.place, plain.place):
-        cols = tuple(np.full(2 * n + 5, 12345, np.int64) for _ in range(wire.N_COLS))
+        cols, wide, thin, slot = walk.final_columns(2 * n + 5)
+        for c in cols:
+            c[:] = 12345
         flags = np.zeros(wire.N_COLS, np.int64)
         flags[:wire.STAT_BASE] = 1
-        place(rows[:n], n, cols, 0, lut, line_index, 0, flags)
-        place(rows[n:], n, cols, n, lut, line_index, 0, flags)
+        assert place(rows[:n], n, wide, thin, slot, 0, lut, line_index, 0, flags) == 0
+        assert place(rows[n:], n, wide, thin, slot, n, lut, line_index, 0, flags) == 0
         got.append((cols, flags))
     (a, fa), (b, fb) = got
     np.testing.assert_array_equal(fa, fb)
     for k in range(wire.N_COLS):
+        assert a[k].dtype == b[k].dtype
         np.testing.assert_array_equal(a[k], b[k], err_msg=f"column {k}")
-    assert fa[late] == 1 and (a[late][:n] == wire.NONE).all()
-    assert np.array_equal(a[late][n:2 * n], np.where(rows[n:, late] == wire.NONE, wire.NONE,
+    none = wire.absent_in(a[late])
+    assert fa[late] == 1 and (a[late][:n] == none).all()
+    assert np.array_equal(a[late][n:2 * n], np.where(rows[n:, late] == wire.NONE, none,
                                                      lut[np.clip(rows[n:, late], 0, None)])
-                          if late - wire.STAT_BASE in wire.STRING_STATS else rows[n:, late])
+                          if late - wire.STAT_BASE in wire.STRING_STATS else
+                          np.where(rows[n:, late] == wire.NONE, none, rows[n:, late]))
     assert (a[wire.COL_LINE][:2 * n] == 7).all() and (a[0][2 * n:] == 12345).all()
     never = [k for k in range(wire.STAT_BASE, wire.N_COLS) if (rows[:, k] == wire.NONE).all()]
     assert never and all(fa[k] == 0 and (a[k] == 12345).all() for k in never)
+
+
+def test_a_value_too_large_for_its_narrow_column_is_placed_nowhere_and_walked_again_wide(monkeypatch):
+    """A metadata id past 2**31 (or equal to the narrow absent value) does not fit int32: the placement says so,
+    compiled and plain alike; the walk then walks the file again with every column int64 and keeps the value
+    whole (here: the real V100 trace's walk, its first kept event's metadata id made too large as it is placed)."""
+    from rooflens.trace.formats import compiled
+    from rooflens.trace.formats.xspace import plain
+
+    x = D.decode(fixture_path(*V100))
+    k = wire.COL_META
+    assert k in wire.NARROW and len(x)
+    rows = _as_rows(x, len(x))
+    line_index = np.arange(len(x.line_names) + 1, dtype=np.int64)
+    compiled.compile_kernels()
+    for big in (1 << 40, wire.NONE32, wire.INT32_MAX + 1):
+        for place in (wire.place, plain.place):
+            r = rows.copy()
+            r[np.flatnonzero(r[:, k] != wire.NONE)[0], k] = big
+            _, wide, thin, slot = walk.final_columns(len(r))
+            flags = np.zeros(wire.N_COLS, np.int64)
+            flags[:wire.STAT_BASE] = 1
+            assert place(r, len(r), wide, thin, slot, 0, np.arange(len(x.strings), dtype=np.int64), line_index,
+                         0, flags) == 1, (place, big)
+
+    real_place = wire.place
+    placed = []
+
+    def one_too_large(rows, n, wide, narrow, slot, at, *rest):  # each walk's first metadata id: 2**40
+        hit = np.flatnonzero(rows[:n, k] != wire.NONE)
+        if at == 0 and len(hit):
+            rows = rows.copy()
+            rows[hit[0], k] = 1 << 40
+            placed.append(len(wide))
+        return real_place(rows, n, wide, narrow, slot, at, *rest)
+
+    monkeypatch.setattr(wire, "place", one_too_large)
+    wide = D.decode(fixture_path(*V100))
+    assert placed == [wire.N_COLS - len(wire.NARROW), wire.N_COLS]  # placed narrow, refused, walked again wide
+    assert all(c.dtype == np.int64 for c in wide.cols)
+    assert (wide.cols[k] == 1 << 40).sum() == 1
+    for j, (c, w) in enumerate(zip(x.cols, wide.cols)):
+        if j != k:
+            np.testing.assert_array_equal(np.where(c == wire.absent_in(c), wire.NONE, np.asarray(c, np.int64)), w,
+                                          err_msg=f"column {j}")
 
 
 def test_op_and_program_codes_compiled_equal_their_twin(cpu_trace):
@@ -405,7 +462,7 @@ def test_op_and_program_codes_compiled_equal_their_twin(cpu_trace):
     compiled.compile_kernels()
     kernel = {k.__name__: k for k in compiled._KERNELS}
     x = D.decode(cpu_trace)
-    rows = np.flatnonzero(x.col("hlo_op") != wire.NONE)
+    rows = np.flatnonzero(x.has("hlo_op"))
     rng = np.random.default_rng(11)
     n = 30_000
     mod = rng.integers(0, 400, n)

@@ -5,6 +5,8 @@ Every verb takes ``--json``; bad input is one sentence on stderr and exit status
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import gc
 import os
 import sys
@@ -51,11 +53,28 @@ def command() -> None:
     takes about 0.2 s of a 1.6 s report on a 2-core machine; the operating system frees that memory at once.
     Nothing is lost: files are closed by the verbs (``with``), the cache's writer thread is joined and
     ``atexit`` handlers run as before (``gc.freeze`` only keeps the collector away). A caller of :func:`main`
-    in its own process (a notebook, a test) keeps its collector."""
+    in its own process (a notebook, a test) keeps its collector (and its allocator: :func:`_large_frees_go_back`)."""
+    _large_frees_go_back()
     try:
         main()
     finally:
         gc.freeze()
+
+
+#: glibc's ``mallopt`` parameter: the size from which an allocation is pages of its own (malloc.h)
+_M_MMAP_THRESHOLD = -3
+#: event-sized columns and their temporaries: a 2 M-event trace's int64 columns are 16 MB
+_OWN_PAGES_BYTES = 16 << 20
+
+
+def _large_frees_go_back() -> None:
+    """In the ``rooflens`` process, allocations of 16 MB and more are pages of their own, handed back to the
+    system when freed. glibc otherwise raises that bound as large blocks are freed (up to 32 MB), after which a
+    large trace's 25 MB columns come from the heap and stay there, freed but held: the report of a 1 GB CPU trace
+    peaked 44 MiB higher (901 against 857 MiB, median of 6 side by side), with no change in its time, nor in a
+    2.5 M-event trace's (whose peak fell 14 MiB). Elsewhere than glibc, nothing changes."""
+    with contextlib.suppress(OSError, AttributeError):  # no C library to load, or one without mallopt (macOS)
+        ctypes.CDLL(None).mallopt(_M_MMAP_THRESHOLD, _OWN_PAGES_BYTES)
 
 
 def main(argv: list[str] | None = None) -> None:

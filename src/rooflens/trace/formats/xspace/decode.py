@@ -1,9 +1,9 @@
 """Our own XSpace decoder: a ``*.xplane.pb`` file → numpy columns, with no Python object per event.
 
 The file is mapped, not read: a compiled walk (:mod:`rooflens.trace.formats.xspace.wire`) indexes planes, lines
-and metadata, then decodes events line by line into int64 columns, keeping only the events an
-analysis uses (see :func:`line_flags`). Pages already decoded are handed back to the kernel as it
-goes, so memory is bounded by the kept columns, not by the file.
+and metadata, then decodes events line by line into columns (int64 times, int32 indices and codes), keeping
+only the events an analysis uses (see :func:`line_flags`). Pages already decoded are handed back to the kernel
+as it goes, so memory is bounded by the kept columns, not by the file.
 
 Times are picoseconds from the trace's origin (the earliest line ``timestamp_ns``): a line's event
 starts at ``(timestamp_ns - origin_ns) * 1000 + offset_ps``. The ``device_offset_ps`` and
@@ -68,7 +68,9 @@ class XSpaceColumns:
     planes: list[Plane]
     line_plane: np.ndarray  # line index → plane index
     line_names: list[str]
-    cols: list[np.ndarray]  # wire.N_COLS int64 columns: line, metadata id, start_ps, dur_ps, stats (wire.NONE: absent)
+    # wire.N_COLS columns: line, metadata id, start_ps, dur_ps, stats; int32 for wire.NARROW's, else int64 (a stat
+    # absent: wire.absent_in of its column)
+    cols: list[np.ndarray]
     strings: list[str]  # interned string stats (hlo_op, hlo_module values), by code
     origin_ns: int  # absolute time of start_ps == 0 (ns since the epoch where the trace's clock says so)
     events_total: int  # all events of the file, kept or not
@@ -79,6 +81,14 @@ class XSpaceColumns:
 
     def col(self, name: str) -> np.ndarray:
         return self.cols[W.STAT_BASE + W.STAT_NAMES.index(name)]
+
+    def absent(self, name: str) -> int:
+        """The value that marks stat ``name`` absent in its column (:func:`wire.absent_in`)."""
+        return W.absent_in(self.col(name))
+
+    def has(self, name: str) -> np.ndarray:
+        """Which kept events carry stat ``name``."""
+        return self.col(name) != self.absent(name)
 
     @property
     def line(self) -> np.ndarray:
@@ -312,8 +322,10 @@ def warm_up() -> None:
                     np.zeros(0, np.int64), np.zeros((0, 2), np.int64), np.zeros((0, 2), np.int64),
                     np.zeros(0, np.int64), rows, np.zeros(4, np.int64), np.zeros(4, np.int32),
                     np.empty((1, 2), np.int64), np.zeros(1, np.int64), np.zeros(0, np.int64), err)
-    W.place(rows, 0, tuple(np.empty(0, np.int64) for _ in range(W.N_COLS)), 0, np.zeros(0, np.int64),
-            np.zeros(0, np.int64), 0, np.zeros(W.N_COLS, np.int64))
+    wide = sum(k not in W.NARROW for k in range(W.N_COLS))
+    W.place(rows, 0, tuple(np.empty(0, np.int64) for _ in range(wide)),
+            tuple(np.empty(0, np.int32) for _ in range(W.N_COLS - wide)), np.zeros(W.N_COLS, np.int64), 0,
+            np.zeros(0, np.int64), np.zeros(0, np.int64), 0, np.zeros(W.N_COLS, np.int64))
 
 
 def _entries(buf, spans: np.ndarray, path, where: str) -> np.ndarray:

@@ -24,6 +24,7 @@ from rooflens.trace.formats.xspace import wire as W
 PLAIN_MAX_BYTES = 2 << 20
 
 _NONE = int(W.NONE)
+_NONE32 = int(W.NONE32)
 _TRUNCATED, _BAD_LENGTH, _BAD_WIRE_TYPE = W.TRUNCATED, W.BAD_LENGTH, W.BAD_WIRE_TYPE
 _last: tuple = (None, None)  # (weak reference to the last buffer, its tables): made once per file, not per call
 
@@ -428,21 +429,31 @@ def decode_events(buf, lines, state, budget_bytes, long_ps, sm_ids, sm_col, sm_n
 
 
 @compiled.plain_twin(W.place, 1 << 62)  # numpy's own loops: as fast for any piece a plain walk makes
-def place(rows, n, cols, at, lut, line_index, first_line, real):
+def place(rows, n, wide, narrow, slot, at, lut, line_index, first_line, real):
     block = rows[:n]
     end = at + n
-    cols[W.COL_LINE][at:end] = line_index[first_line + block[:, W.COL_LINE]]
-    for k in (W.COL_META, W.COL_START_PS, W.COL_DUR_PS):
-        cols[k][at:end] = block[:, k]
-    for j in range(_N_STATS):
-        k = W.STAT_BASE + j
+
+    def column(k: int) -> tuple[np.ndarray, int]:
+        return (wide[slot[k]], _NONE) if slot[k] >= 0 else (narrow[-1 - slot[k]], _NONE32)
+
+    for k in range(W.N_COLS):
         v = block[:, k]
-        present = v != _NONE
-        if not real[k]:
-            if not present.any():
-                continue
-            cols[k][:at] = _NONE
-            real[k] = 1
-        if j in _STRING_COLS and present.any():
-            v = np.where(present, lut[np.where(present, v, 0)], _NONE)
-        cols[k][at:end] = v
+        col, none = column(k)
+        if k == W.COL_LINE:
+            v = line_index[first_line + v]
+        elif k >= W.STAT_BASE:
+            present = v != _NONE
+            if not real[k]:
+                if not present.any():
+                    continue
+                col[:at] = none
+                real[k] = 1
+            if k - W.STAT_BASE in _STRING_COLS and present.any():
+                v = np.where(present, lut[np.where(present, v, 0)], _NONE)
+        if none == _NONE32:
+            absent = v == _NONE
+            if ((v[~absent] <= _NONE32) | (v[~absent] > W.INT32_MAX)).any():
+                return 1
+            v = np.where(absent, _NONE32, v)
+        col[at:end] = v
+    return 0

@@ -89,7 +89,7 @@ def read_xspace(path: Path, progress: Progress = None, device_time: bool = True)
     tuning, tuning_note = _autotuning(x, ev)
     if tuning_note:
         notes.append(tuning_note)
-    gpu_ops = np.flatnonzero((ev.kind == 2) & (x.col("hlo_op") != W.NONE) & ~tuning)
+    gpu_ops = np.flatnonzero((ev.kind == 2) & x.has("hlo_op") & ~tuning)
     if len(gpu_ops):  # GPU: kernels that name their HLO op
         platform = "gpu"
         names, programs = _string_codes(x, gpu_ops, vocab.code)
@@ -160,14 +160,14 @@ def _classify(x, device_time: bool) -> _Events:
 
 def _steps(x, ev: _Events) -> list[tuple[int, int, int]]:
     """Device ``Steps`` lines, and host step annotations (``jax.profiler.StepTraceAnnotation``)."""
-    none = W.NONE
     steps: list[tuple[int, int, int]] = []
     step_num, step_id, group_id = x.col("step_num"), x.col("step_id"), x.col("group_id")
+    none_a, none_b, none_c = x.absent("step_num"), x.absent("step_id"), x.absent("group_id")
     sel = np.flatnonzero(((ev.kind == 1) | (ev.kind == 2)) & (ev.role == 3))
-    host_step = np.flatnonzero((ev.kind == 3) & (step_num != none))
+    host_step = np.flatnonzero((ev.kind == 3) & (step_num != none_a))
     for idx in (sel, host_step):
         a, b, c = step_num[idx], step_id[idx], group_id[idx]
-        number = np.where(a != none, a, np.where(b != none, b, np.where(c != none, c, -1)))
+        number = np.where(a != none_a, a, np.where(b != none_b, b, np.where(c != none_c, c, -1)))
         steps += list(zip(number.tolist(), ev.start[idx].tolist(), (ev.start[idx] + ev.dur[idx]).tolist()))
     return steps
 
@@ -248,7 +248,8 @@ def _autotuning(x, ev: _Events) -> tuple[np.ndarray, str]:
         uk, inv = np.unique(_metadata_key(x, ev, rows), return_inverse=True)
         named = np.asarray([bool(AUTOTUNER_KERNEL.search(_metadata_of(x, k)[0] or "")) for k in uk.tolist()])
         helper[rows] = named[inv.ravel()]
-    return autotuning(kernel, helper, x.col("hlo_module"), W.NONE, x.col("hlo_op") != W.NONE, ev.dev, ev.start, ev.dur,
+    return autotuning(kernel, helper, x.col("hlo_module"), x.absent("hlo_module"), x.has("hlo_op"), ev.dev, ev.start,
+                      ev.dur,
                       lambda c: x.strings[c])
 
 
@@ -258,7 +259,7 @@ def _kernels_without_op(x, ev: _Events, vocab, tuning: np.ndarray):
     their count and time by name), or None. They run on the device and count in its busy time; their program is
     "" (no XLA program: no roofline, as Nsight's kernels of no XLA program). Not the autotuner's (``tuning``),
     nor the copies of a stream that runs both kernels and copies (``MemcpyH2D``: a copy, not a kernel)."""
-    rows = np.flatnonzero(_kernel_rows(x, ev) & (x.col("hlo_op") == W.NONE) & ~tuning)
+    rows = np.flatnonzero(_kernel_rows(x, ev) & ~x.has("hlo_op") & ~tuning)
     if not len(rows):
         return None
     uk, inv = np.unique(_metadata_key(x, ev, rows), return_inverse=True)
@@ -280,21 +281,20 @@ def _kernels_without_op(x, ev: _Events, vocab, tuning: np.ndarray):
 def _executions(x, ev: _Events) -> tuple[np.ndarray, np.ndarray]:
     """The host events that carry a ``global_device_id`` (an ``Execute`` event of older jaxlibs): (rows, ids)."""
     gdev = x.col("global_device_id")
-    rows = np.flatnonzero((ev.kind == 3) & (gdev != W.NONE))
+    rows = np.flatnonzero((ev.kind == 3) & x.has("global_device_id"))
     return rows, gdev[rows]
 
 
 def _cpu_ops(x, ev: _Events, vocab, executions: tuple[np.ndarray, np.ndarray]):
     """XLA:CPU ops on host threads; the device from ``device_ordinal``, or (older jaxlibs) the
     enclosing ``Execute`` event's ``global_device_id`` (``executions``: :func:`_executions`)."""
-    none = W.NONE
-    cpu_ops = np.flatnonzero((ev.kind == 3) & (x.col("hlo_op") != none))
+    cpu_ops = np.flatnonzero((ev.kind == 3) & x.has("hlo_op"))
     if not len(cpu_ops):
         return None
     # in time order (ties in file order), the event table's own: the table is built without a sort
     cpu_ops = cpu_ops[np.argsort(ev.start[cpu_ops], kind="stable")]
     dev = x.col("device_ordinal")[cpu_ops]
-    unknown = np.flatnonzero(dev == none)
+    unknown = np.flatnonzero(dev == x.absent("device_ordinal"))
     if len(unknown):
         execs, gdev = executions
         line = x.line
@@ -325,7 +325,7 @@ def _dispatches(x, ev: _Events) -> dict[str, np.ndarray]:
     """The host's dispatches of jitted functions: its outermost ``PjitFunction(<fn>)`` events that launched an
     execution (:func:`~rooflens.trace.formats.raw.top_level_dispatches`), both kept by the walk for the metadata
     :func:`~rooflens.trace.formats.xspace.decode.dispatch_metadata` names."""
-    host = np.flatnonzero((ev.kind == 3) & (x.col("hlo_op") == W.NONE))  # op events are never dispatches
+    host = np.flatnonzero((ev.kind == 3) & ~x.has("hlo_op"))  # op events are never dispatches
     if not len(host):
         return {}
     uk, inv = np.unique(_metadata_key(x, ev, host), return_inverse=True)
@@ -388,7 +388,8 @@ def _string_codes(x, rows: np.ndarray, code) -> tuple[np.ndarray, np.ndarray]:
     plut = np.zeros(max(len(pair_mod), 1), np.int32)
     for k in np.lexsort((pair_pid, pair_mod)).tolist():
         m, p = int(pair_mod[k]), int(pair_pid[k])
-        plut[k] = code(program_name(x.strings[m] if m != W.NONE else "", None if p == W.NONE else p))
+        plut[k] = code(program_name(x.strings[m] if m != x.absent("hlo_module") else "",
+                                    None if p == x.absent("program_id") else p))
     return apply_codes(rows, op, lut, pair, plut)
 
 

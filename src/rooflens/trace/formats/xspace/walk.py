@@ -165,18 +165,39 @@ def walk(buf, lines: np.ndarray, tables: tuple, line_index: np.ndarray, events: 
     called between chunks, one thread at a time."""
     pieces = pieces_of(lines) if len(lines) else []
     capacity = int(events.sum())
-    return _Walk(buf, lines, tables, line_index, events, pieces, capacity, on_chunk).run(n_threads)
+    try:
+        return _Walk(buf, lines, tables, line_index, events, pieces, capacity, on_chunk, W.NARROW).run(n_threads)
+    except _DoesNotFit:  # a value too large for its int32 column (a metadata id past 2**31): the walk again, in int64
+        return _Walk(buf, lines, tables, line_index, events, pieces, capacity, on_chunk, ()).run(n_threads)
+
+
+class _DoesNotFit(Exception):
+    """A kept value does not fit its narrow (int32) column."""
+
+
+def final_columns(capacity: int, narrow: tuple = W.NARROW) -> tuple[tuple, tuple, tuple, np.ndarray]:
+    """The walk's final columns of ``capacity`` rows, untouched until placed (int32 for the columns ``narrow``
+    names, int64 for the others), as :func:`wire.place` takes them: (every column, the int64 ones, the int32
+    ones, each column's slot among those)."""
+    cols = tuple(np.empty(capacity, np.int32 if k in narrow else np.int64) for k in range(W.N_COLS))
+    wide = tuple(c for c in cols if c.dtype == np.int64)
+    thin = tuple(c for c in cols if c.dtype == np.int32)
+    slot = np.empty(W.N_COLS, np.int64)
+    for k, c in enumerate(cols):
+        before = sum(d.dtype == c.dtype for d in cols[:k])
+        slot[k] = before if c.dtype == np.int64 else -1 - before
+    return cols, wide, thin or (np.empty(0, np.int32),), slot
 
 
 class _Walk:
     """The shared state of one walk: the pieces handed out in order, those walked and not yet placed, the
     final columns and how many rows they hold."""
 
-    def __init__(self, buf, lines, tables, line_index, events, pieces, capacity, on_chunk):
+    def __init__(self, buf, lines, tables, line_index, events, pieces, capacity, on_chunk, narrow: tuple):
         self.buf, self.lines, self.tables, self.pieces, self.on_chunk = buf, lines, tables, pieces, on_chunk
         self.line_index = np.ascontiguousarray(line_index, np.int64)
         self.piece_events = [int(events[lo:hi].sum()) for lo, hi in pieces]
-        self.cols = tuple(np.empty(capacity, np.int64) for _ in range(W.N_COLS))  # untouched until placed
+        self.cols, self.wide, self.narrow, self.slot = final_columns(capacity, narrow)
         self.real = np.zeros(W.N_COLS, np.int64)  # the columns a kept event has a value in
         self.real[:W.STAT_BASE] = 1
         self.placed = 0  # rows in the columns
@@ -205,7 +226,7 @@ class _Walk:
         if self.errors:
             raise self.errors[0]
         m = self.placed
-        cols = [c[:m] if self.real[k] else np.broadcast_to(np.int64(W.NONE), (m,))  # no memory
+        cols = [c[:m] if self.real[k] else np.broadcast_to(c.dtype.type(W.absent_in(c)), (m,))  # no memory
                 for k, c in enumerate(self.cols)]
         return Walked(cols, list(self.code_of), self.err)
 
@@ -261,7 +282,9 @@ class _Walk:
         lut = np.empty(len(piece.strs), np.int64)
         for k, (s, e) in enumerate(piece.strs.tolist()):
             lut[k] = self.code_of.setdefault(bytes(self.buf[s:e]), len(self.code_of))
-        W.place(piece.rows, piece.n, self.cols, self.placed, lut, self.line_index, piece.first_line, self.real)
+        if W.place(piece.rows, piece.n, self.wide, self.narrow, self.slot, self.placed, lut, self.line_index,
+                   piece.first_line, self.real):
+            raise _DoesNotFit
         self.placed += piece.n
 
     def scratch(self, rows: int) -> np.ndarray:

@@ -45,6 +45,19 @@ S_HLO_OP, S_HLO_MODULE, S_PROGRAM_ID, S_DEVICE_ORDINAL, S_GLOBAL_DEVICE_ID, S_ST
     S_CORRELATION_ID, S_DEVICE_OFFSET_PS, S_DEVICE_DURATION_PS, S_STEP_ID = range(len(STAT_NAMES))
 STRING_STATS = (S_HLO_OP, S_HLO_MODULE)
 NONE = np.iinfo(np.int64).min  # "stat absent"
+#: the final columns held as int32, what they hold being small (line and metadata indices, interned string codes,
+#: device, step and group numbers): 4 bytes a kept event each, not 8 (a 1 GB CPU trace's 6 M kept events held
+#: 500 MB of columns at its peak). Their "absent" is NONE32; a value that does not fit (NONE32 itself included)
+#: sends the walk back over the file with every column int64 (:func:`rooflens.trace.formats.xspace.walk.walk`)
+NARROW = (COL_LINE, COL_META, STAT_BASE + S_HLO_OP, STAT_BASE + S_HLO_MODULE, STAT_BASE + S_DEVICE_ORDINAL,
+          STAT_BASE + S_GLOBAL_DEVICE_ID, STAT_BASE + S_STEP_NUM, STAT_BASE + S_GROUP_ID, STAT_BASE + S_STEP_ID)
+NONE32 = np.iinfo(np.int32).min
+INT32_MAX = np.iinfo(np.int32).max
+
+
+def absent_in(col: np.ndarray) -> int:
+    """The value that marks a stat absent in the final column ``col`` (NONE, or NONE32 in a narrow column)."""
+    return NONE32 if col.dtype == np.int32 else NONE
 
 # line flags: which events of a line are kept
 KEEP_ALL = 1  # every event (TPU XLA Ops / XLA Modules, Steps lines)
@@ -476,31 +489,41 @@ def decode_events(buf, lines, state, budget_bytes, long_ps, sm_ids, sm_col, sm_n
 
 
 @njit(cache=True, nogil=True)  # the next piece is walked meanwhile
-def place(rows, n, cols, at, lut, line_index, first_line, real):
+def place(rows, n, wide, narrow, slot, at, lut, line_index, first_line, real):
     """The first ``n`` rows of a walked piece (``rows``: [capacity, N_COLS], from :func:`decode_events`)
-    into the final columns ``cols`` (a tuple of N_COLS int64 arrays) from row ``at``: line indices become
-    ``line_index[first_line + line]``, string codes ``lut[code]``. ``real[k]`` says whether column k is
-    written yet: a stat column is first written when a value comes (the rows before it then get NONE),
-    so a column no kept event has is never touched."""
+    into the final columns from row ``at``: column k is ``wide[slot[k]]`` (int64) or, for a negative slot,
+    ``narrow[-1 - slot[k]]`` (int32, absent as NONE32). Line indices become ``line_index[first_line + line]``,
+    string codes ``lut[code]``. ``real[k]`` says whether column k is written yet: a stat column is first
+    written when a value comes (the rows before it then get its absent value), so a column no kept event
+    has is never touched. Returns 0, or 1 when a value does not fit its narrow column (the columns are then
+    not to be used)."""
     for r in range(n):
         d = at + r
-        cols[COL_LINE][d] = line_index[first_line + rows[r, COL_LINE]]
-        cols[COL_META][d] = rows[r, COL_META]
-        cols[COL_START_PS][d] = rows[r, COL_START_PS]
-        cols[COL_DUR_PS][d] = rows[r, COL_DUR_PS]
-        for j in range(len(STAT_NAMES)):
-            k = STAT_BASE + j
+        for k in range(N_COLS):
             v = rows[r, k]
-            if real[k] == 0:
-                if v == NONE:
-                    continue
-                col = cols[k]
-                for q in range(d):
-                    col[q] = NONE
-                real[k] = 1
-            if v != NONE and (j in (S_HLO_OP, S_HLO_MODULE)):
-                v = lut[v]
-            cols[k][d] = v
+            if k == COL_LINE:
+                v = line_index[first_line + v]
+            elif k >= STAT_BASE:
+                if real[k] == 0:
+                    if v == NONE:
+                        continue
+                    if slot[k] >= 0:
+                        wide[slot[k]][:d] = NONE
+                    else:
+                        narrow[-1 - slot[k]][:d] = NONE32
+                    real[k] = 1
+                if v != NONE and (k - STAT_BASE in (S_HLO_OP, S_HLO_MODULE)):
+                    v = lut[v]
+            s = slot[k]
+            if s >= 0:
+                wide[s][d] = v
+            elif v == NONE:
+                narrow[-1 - s][d] = NONE32
+            elif v <= NONE32 or v > INT32_MAX:
+                return 1
+            else:
+                narrow[-1 - s][d] = v
+    return 0
 
 
 # the plain-Python twins of these walks, for small files (registered on the kernels above)
