@@ -448,6 +448,15 @@ def test_a_value_too_large_for_its_narrow_column_is_placed_nowhere_and_walked_ag
         if j != k:
             np.testing.assert_array_equal(np.where(c == wire.absent_in(c), wire.NONE, np.asarray(c, np.int64)), w,
                                           err_msg=f"column {j}")
+    # pieces of a few kilobytes on three threads: the piece that breaks stops the others, and the walk again
+    # gives the same columns
+    placed.clear()
+    monkeypatch.setattr(walk, "PIECE_BYTES", 1 << 12)
+    monkeypatch.setenv("ROOFLENS_DECODE_THREADS", "3")
+    assert len(walk.pieces_of(_kept_lines(fixture_path(*V100)))) > 20
+    again = D.decode(fixture_path(*V100))
+    assert placed[0] == wire.N_COLS - len(wire.NARROW) and placed[-1] == wire.N_COLS
+    _same(wide, again)
 
 
 def test_op_and_program_codes_compiled_equal_their_twin(cpu_trace):
