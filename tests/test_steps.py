@@ -337,3 +337,30 @@ def test_an_events_step_does_not_depend_on_the_tables_order():
     again = dataclasses.replace(t, step=np.full(len(t), -7, np.int32))
     assign_steps(again, steps)
     assert np.array_equal(again.step, t.step)
+
+
+def test_the_devices_busy_time_inside_the_steps_is_each_device_and_steps_union():
+    """The devices' busy time inside the steps, on the Pax pod's process (5 steps on its GPU, ops outside them):
+    the table in time order (grouped in one pass) and the same events in reverse (sorted) give one answer, and it
+    is the sum over (device, step) of the union of its events, merged here one by one."""
+    import rooflens as rl
+    from rooflens.trace.stats import steps_busy_ns
+    from tests.conftest import fixture_path
+
+    t = rl.load(fixture_path("gpu_nvidia", "nsys_jax_pax_fsdp4_a100", "pax_fsdp4_4proc_proc0.zip")).table
+    assert 0 < (t.step >= 0).sum() < len(t) and len(np.unique(t.step[t.step >= 0])) > 1
+    busy = steps_busy_ns(t)
+    assert busy == steps_busy_ns(t.select(np.arange(len(t))[::-1]))
+    want = 0.0
+    for key in {(h, d, s) for h, d, s in zip(t.host.tolist(), t.device.tolist(), t.step.tolist()) if s >= 0}:
+        rows = np.flatnonzero((t.host == key[0]) & (t.device == key[1]) & (t.step == key[2]))
+        spans = sorted(zip(t.start_ps[rows].tolist(), (t.start_ps + t.dur_ps)[rows].tolist()))
+        s0, e0 = spans[0]
+        for s, e in spans[1:]:
+            if s > e0:
+                want += e0 - s0
+                s0, e0 = s, e
+            else:
+                e0 = max(e0, e)
+        want += e0 - s0
+    assert busy == pytest.approx(want * 1e-3, rel=1e-9) and busy > 0

@@ -18,6 +18,7 @@ from rooflens.trace.groupby import (
     NUMPY_TWIN,
     dense,
     group_medians,
+    grouped_order,
     grouped_sorted,
     is_sorted,
     timeline_order,
@@ -716,9 +717,11 @@ def steps_busy_ns(t) -> float:
     sel = np.flatnonzero(t.step >= 0)
     if not len(sel):
         return 0.0
-    _, group = unique_rows(t.host[sel], t.device[sel], t.step[sel])
+    keys, group = unique_rows(t.host[sel], t.device[sel], t.step[sel])
     start = t.start_ns[sel].astype(np.float64)
-    order = np.lexsort((start, group))
+    # by group, then start: the table's own order is by start, so grouping it in O(n) keeps that order within each
+    # group (a lexsort of a 6 M-event table's took 1.2 s)
+    order = grouped_order(group, len(keys)) if is_sorted(t.start_ps) else np.lexsort((start, group))
     group, start = group[order], start[order]
     end = start + t.dur_ns[sel][order]
     first = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
