@@ -51,6 +51,7 @@ CHECKED = {
     "rooflens.trace.stats.merged_of": "test_busy_intervals_of_a_device_and_their_twin_agree",
     "rooflens.trace.stats._in_steps_sums": "test_time_inside_the_steps_and_its_twin_agree",
     "rooflens.trace.groupby.weighted_sums": "test_weighted_sums_and_their_twin_agree",
+    "rooflens.trace.groupby.group_medians": "test_grouping_kernels_and_their_twins_agree",
 }
 
 TRACES = [("tpu", "xprof_tpu_inference_2.v6e-4.xplane.pb"),
@@ -128,9 +129,15 @@ def test_grouping_kernels_and_their_twins_agree(table):
                        ("dense_inverse", (t.device.astype(np.int64) * 7 - 3, -3, int(t.device.max()) * 7 + 1)),
                        ("grouped_order", (inv, m)), ("grouped_sorted", (inv, m, t.start_ps.copy())),
                        ("group_extent", (inv, m, t.start_ns, t.end_ns)),
-                       ("timeline_order", (inv, m, t.start_ps, t.dur_ps))):
+                       ("timeline_order", (inv, m, t.start_ps, t.dur_ps)), ("group_medians", (inv, m, t.dur_ns)),
+                       ("group_medians", (inv[:3], m, t.dur_ns[:3]))):  # groups with no member: zeros
         fast, plain = _pair(f"rooflens.trace.groupby.{name}")
         _same(fast(*args), plain(*args), name)
+    # each timeline's median, smallest and largest duration, as numpy finds them group by group
+    medians, lo, hi = _pair("rooflens.trace.groupby.group_medians")[0](inv, m, t.dur_ns)
+    for g in range(m):
+        d = t.dur_ns[inv == g]
+        assert (medians[g], lo[g], hi[g]) == (np.median(d), d.min(), d.max()), g
     # a row key's digit, in place: the same key either way, and the key row_key's tables are grouped by
     fast, plain = _pair("rooflens.trace.groupby.radix_step")
     keys = [np.arange(len(t), dtype=np.int64) % 5 for _ in range(2)]

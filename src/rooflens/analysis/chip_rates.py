@@ -56,7 +56,7 @@ def _median_s(profile: Profile) -> dict[tuple[str, str], float]:
     if not len(t):
         return {}
     ops, inv = unique_rows(t.program, t.name)
-    _, medians = group_medians(inv, len(ops), t.dur_ps.astype(np.float64))
+    medians = group_medians(inv, len(ops), t.dur_ps.astype(np.float64))[0]
     return {(t.programs[p], t.names[n]): m * 1e-12 for (p, n), m in zip(ops.tolist(), medians.tolist())}
 
 

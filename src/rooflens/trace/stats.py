@@ -636,10 +636,7 @@ def _op_stats(profile: Profile, gaps_per_device: int) -> OpStats:
     tot = weighted_sums(inv, dur, len(uniq), 1.0)
     selft = weighted_sums(inv, self_ps, len(uniq), 1e-3)
     cnt = np.bincount(inv)
-    ranked, medians = group_medians(inv, len(uniq), dur)  # grouped, each group sorted by duration
-    first = np.concatenate([[0], np.cumsum(cnt)[:-1]])
-    mins, maxs = ranked[first], ranked[first + cnt - 1]
-    del ranked
+    medians, mins, maxs = group_medians(inv, len(uniq), dur)
     ndev = _devices_per_group(inv, len(uniq), t.device)
     run_op, run_sums = execution_sums(t, inv)
     runs, run_med, run_min, run_max = execution_extremes(run_op, run_sums, len(uniq))
