@@ -191,15 +191,23 @@ def median(values) -> float:
 
 
 @njit(cache=True, nogil=True)
-def group_medians(inv, m, values):
-    """Each of ``m`` groups' median (the mean of its two middle values), smallest and largest value (zeros for a
-    group with no member): its values gathered by a counting sort, and only its middle ones found (a selection, not
-    a sort: a 6 M-event table's op durations were sorted group by group for three numbers each)."""
+def group_bounds(inv, m):
+    """Where each of ``m`` groups begins once the rows are grouped by ``inv`` (and, last, the rows' number): the
+    running sum of the groups' sizes."""
     bounds = np.zeros(m + 1, np.int64)
     for i in range(len(inv)):
         bounds[inv[i] + 1] += 1
     for g in range(m):
         bounds[g + 1] += bounds[g]
+    return bounds
+
+
+@njit(cache=True, nogil=True)
+def group_medians(inv, m, values):
+    """Each of ``m`` groups' median (the mean of its two middle values), smallest and largest value (zeros for a
+    group with no member): its values gathered by a counting sort, and only its middle ones found (a selection, not
+    a sort: a 6 M-event table's op durations were sorted group by group for three numbers each)."""
+    bounds = group_bounds(inv, m)
     nxt = bounds[:m].copy()
     grouped = np.empty(len(values), values.dtype)
     lo = np.zeros(m, values.dtype)
@@ -245,11 +253,7 @@ def grouped_sorted(inv, m, values):
     """``values`` sorted by (group, value): ``values[np.lexsort((values, inv))]``, by a counting sort on
     the group (each value placed at once: no order of the rows is made) and an in-place sort of each group's
     values alone."""
-    bounds = np.zeros(m + 1, np.int64)
-    for i in range(len(inv)):
-        bounds[inv[i] + 1] += 1
-    for g in range(m):
-        bounds[g + 1] += bounds[g]
+    bounds = group_bounds(inv, m)
     nxt = bounds[:m].copy()
     out = np.empty(len(values), values.dtype)
     for i in range(len(inv)):
