@@ -52,6 +52,8 @@ CHECKED = {
     "rooflens.trace.stats._in_steps_sums": "test_time_inside_the_steps_and_its_twin_agree",
     "rooflens.trace.groupby.weighted_sums": "test_weighted_sums_and_their_twin_agree",
     "rooflens.trace.groupby.group_medians": "test_grouping_kernels_and_their_twins_agree",
+    "rooflens.trace.stats._sums_by_key": "test_sums_per_execution_and_their_twin_agree",
+    "rooflens.trace.stats._devices_seen": "test_sums_per_execution_and_their_twin_agree",
 }
 
 TRACES = [("tpu", "xprof_tpu_inference_2.v6e-4.xplane.pb"),
@@ -298,6 +300,41 @@ def test_weighted_sums_and_their_twin_agree(table):
         _same(got, plain(inv, weights, len(uniq), scale), f"{weights.dtype} × {scale}")
         _same(got, np.bincount(inv, weights=weights * scale, minlength=len(uniq)), "bincount")
     assert fast(inv, t.dur_ns, len(uniq), 1.0).sum() > 0
+
+
+def test_sums_per_execution_and_their_twin_agree(table, request):
+    """Each op's time in each (host, device, execution) it ran in, the trace whole and cut at 61 % of its events
+    (its last executions cut short, left out): the table of sums by key and its numpy twin agree, and both give the
+    sums grouped here key by key, in key order."""
+    from rooflens.trace.warmup import cut_executions, execution_index
+
+    fast, plain = _pair("rooflens.trace.stats._sums_by_key")
+    cut_any = False
+    for t in (table, table.select(np.arange(int(len(table) * 0.61)))):
+        _, inv = unique_inverse(t.program.astype(np.int64) * (len(t.names) + 1) + t.name)
+        idx, ran = execution_index(t), ~cut_executions(t)
+        cut_any |= not ran.all()
+        cols = (inv, t.host, t.device, idx)
+        lo = np.asarray([int(c.min()) for c in cols], np.int64)
+        span = np.asarray([int(c.max()) - int(c.min()) + 1 for c in cols], np.int64)
+        args = (*cols, ran, t.dur_ps, lo, span, int(np.prod(span)))
+        at, sums = fast(*args)
+        _same((at, sums), plain(*args), "sums by key")
+        want: dict[tuple, float] = {}
+        for row in np.flatnonzero(ran).tolist():
+            k = tuple(int(c[row]) for c in cols)
+            want[k] = want.get(k, 0.0) + float(t.dur_ps[row])
+        keys = sorted(want)
+        assert len(at) == len(keys) and sums.tolist() == [want[k] for k in keys]
+    if request.node.callspec.params["table"][-1].startswith(("xprof_tpu", "pax_")):  # executions of many ops
+        assert cut_any  # the cut trace leaves its last executions out
+    # and the devices each op ran on, as flags by (op, device): both ways, and as the events have them
+    fast, plain = _pair("rooflens.trace.stats._devices_seen")
+    _, inv = unique_inverse(table.program.astype(np.int64) * (len(table.names) + 1) + table.name)
+    lo, span, m = int(table.device.min()), int(table.device.max() - table.device.min()) + 1, int(inv.max()) + 1
+    seen = fast(inv, table.device, lo, span, m)
+    _same(seen, plain(inv, table.device, lo, span, m), "devices seen")
+    assert set(np.flatnonzero(seen).tolist()) == {int(g) * span + int(d) - lo for g, d in zip(inv, table.device)}
 
 
 def test_busy_intervals_of_a_device_and_their_twin_agree(table):

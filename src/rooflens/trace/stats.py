@@ -330,6 +330,14 @@ def execution_sums(t, inv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     from rooflens.trace.warmup import cut_executions, execution_index
 
     idx, ran = execution_index(t), ~cut_executions(t)
+    if len(t):  # few enough possible keys: a table of sums by key, made in one pass (no key, no inverse)
+        spans = [(int(c.min()), int(c.max()) - int(c.min()) + 1) for c in (inv, t.host, t.device, idx)]
+        n_keys = int(np.prod([span for _, span in spans], dtype=object))
+        if dense(n_keys, len(t)):
+            at, sums = _sums_by_key(inv, t.host, t.device, idx, ran, t.dur_ps,
+                                    np.asarray([lo for lo, _ in spans], np.int64),
+                                    np.asarray([span for _, span in spans], np.int64), n_keys)
+            return spans[0][0] + at // (n_keys // spans[0][1]), sums
     every = bool(ran.all())
     cols = (inv, t.host, t.device, idx) if every else (inv[ran], t.host[ran], t.device[ran], idx[ran])
     dur = t.dur_ps if every else t.dur_ps[ran]
@@ -346,6 +354,32 @@ def execution_sums(t, inv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     keys, kinv = unique_inverse(key)  # this key, not unique_rows' own of the same columns (an event-sized array)
     del key
     return lo + keys // below, weighted_sums(kinv, dur, len(keys), 1.0)
+
+
+@njit(cache=True, nogil=True)
+def _sums_by_key(op, host, device, run, ran, dur_ps, lo, span, n_keys):
+    """:func:`execution_sums` by a table: each event that ``ran`` adds its duration (made float64, in event order,
+    as the sums by inverse add them) to its (op, host, device, run) key's slot; the keys that have an event, in
+    order, and their sums. 9 bytes a possible key, where the key and its inverse were 16 bytes an event and the
+    grouping's table 8 a key (a 1 GB CPU trace's peak)."""
+    sums = np.zeros(n_keys)
+    seen = np.zeros(n_keys, np.bool_)
+    for i in range(len(op)):
+        if ran[i]:
+            k = (((np.int64(op[i]) - lo[0]) * span[1] + (np.int64(host[i]) - lo[1])) * span[2]
+                 + (np.int64(device[i]) - lo[2])) * span[3] + (np.int64(run[i]) - lo[3])
+            sums[k] += np.float64(dur_ps[i])
+            seen[k] = True
+    at = np.flatnonzero(seen)
+    return at, sums[at]
+
+
+@plain_twin(_sums_by_key, NUMPY_TWIN)
+def _sums_by_key_np(op, host, device, run, ran, dur_ps, lo, span, n_keys):
+    key = (((op[ran].astype(np.int64) - lo[0]) * span[1] + (host[ran] - lo[1])) * span[2]
+           + (device[ran] - lo[2])) * span[3] + (run[ran] - lo[3])
+    at = np.flatnonzero(np.bincount(key, minlength=n_keys))
+    return at, np.bincount(key, weights=dur_ps[ran], minlength=n_keys)[at]
 
 
 def execution_extremes(op: np.ndarray, sums: np.ndarray, m: int) -> tuple[np.ndarray, ...]:
@@ -791,9 +825,23 @@ def _devices_per_group(inv: np.ndarray, m: int, device: np.ndarray) -> np.ndarra
     span = (int(device.max()) - lo + 1) if len(device) else 1
     if not dense(m * span, len(inv)):  # too many (group, device) pairs for a table
         return np.bincount(unique_rows(inv, device)[0][:, 0], minlength=m)
+    return _devices_seen(inv, device, lo, span, m).reshape(m, span).sum(axis=1)
+
+
+@njit(cache=True, nogil=True)
+def _devices_seen(inv, device, lo, span, m):
+    """Which (group, device) pairs have a row, as a table of ``m * span`` flags: one pass, no event-sized key."""
+    seen = np.zeros(m * span, np.bool_)
+    for i in range(len(inv)):
+        seen[inv[i] * span + (device[i] - lo)] = True
+    return seen
+
+
+@plain_twin(_devices_seen, NUMPY_TWIN)
+def _devices_seen_np(inv, device, lo, span, m):
     seen = np.zeros(m * span, np.bool_)
     seen[inv * span + (device - lo)] = True
-    return seen.reshape(m, span).sum(axis=1)
+    return seen
 
 
 def step_summary(profile: Profile) -> StepSummary | None:
