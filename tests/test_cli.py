@@ -79,3 +79,23 @@ def test_a_dump_directory_points_at_its_modules():
 def test_corrupt_fixture_is_refused_cleanly():
     r = run("hlo", str(fixture_path("corrupt", "xprof_tpu_inference_2.HEAD_utf8_mangled.xplane.pb")))
     assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("fails", [OSError("no such library"), TypeError("no library by that name"), None])
+def test_the_allocator_setting_never_stops_the_command(monkeypatch, fails):
+    """The rooflens process asks glibc to hand large frees back; where there is no C library to load (Windows:
+    ``CDLL(None)`` is a TypeError), or one without ``mallopt`` (macOS), the command goes on as before."""
+    import ctypes
+
+    import rooflens.cli as cli
+
+    class NoMallopt:  # a C library without the call
+        pass
+
+    def load(name):
+        if fails is not None:
+            raise fails
+        return NoMallopt()
+
+    monkeypatch.setattr(ctypes, "CDLL", load)
+    cli._large_frees_go_back()  # raises nothing

@@ -73,7 +73,8 @@ def _large_frees_go_back() -> None:
     large trace's 25 MB columns come from the heap and stay there, freed but held: the report of a 1 GB CPU trace
     peaked 44 MiB higher (901 against 857 MiB, median of 6 side by side), with no change in its time, nor in a
     2.5 M-event trace's (whose peak fell 14 MiB). Elsewhere than glibc, nothing changes."""
-    with contextlib.suppress(OSError, AttributeError):  # no C library to load, or one without mallopt (macOS)
+    # no C library to load by that name (Windows), or one without mallopt (macOS): nothing to set
+    with contextlib.suppress(OSError, AttributeError, TypeError):
         ctypes.CDLL(None).mallopt(_M_MMAP_THRESHOLD, _OWN_PAGES_BYTES)
 
 
