@@ -160,17 +160,19 @@ def test_an_nvidia_op_with_eight_thunks_per_step_is_timed_by_their_sum():
 @pytest.mark.parametrize("parts", [("gpu_nvidia", "nsys_jax_pax_fsdp4_a100", "pax_fsdp4_4proc_proc0.zip"),
                                    ("tpu", "xprof_tpu_inference_2.v6e-4.xplane.pb")])
 def test_execution_sums_by_key_tables_equal_the_grouped_ones(parts, monkeypatch):
-    """The sums per (op, execution) made from tables indexed by their key (a trace with many events per key)
-    are the ones grouping every key gives."""
+    """The sums per (op, execution) made from a table indexed by their key (few enough possible keys) are the
+    ones grouping every key gives (the way of a trace with too many)."""
     from rooflens.trace import stats as S
     from rooflens.trace.groupby import unique_inverse
 
     t = rl.load(fixture_path(*parts)).table
     inv = unique_inverse(t.program.astype(np.int64) * (len(t.names) + 1) + t.name)[1]
-    monkeypatch.setattr(S, "SUMS_BY_KEY_EVENTS", 0)
+    table, tables = S._sums_by_key, []
+    monkeypatch.setattr(S, "_sums_by_key", lambda *a: tables.append(a[-1]) or table(*a))
     by_key = S.execution_sums(t, inv)
-    monkeypatch.setattr(S, "SUMS_BY_KEY_EVENTS", 1 << 40)
+    monkeypatch.setattr(S, "dense", lambda *a, **k: False)  # as if the possible keys were too many for a table
     grouped = S.execution_sums(t, inv)
+    assert len(tables) == 1  # the first by the table, the second grouped
     assert np.array_equal(by_key[0], grouped[0]) and np.array_equal(by_key[1], grouped[1])
     assert len(grouped[0]) <= len(t) and grouped[1].sum() == t.dur_ps.sum()
 

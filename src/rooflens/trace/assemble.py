@@ -13,7 +13,6 @@ import importlib.util
 import json
 import mmap
 import re
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -27,8 +26,6 @@ from rooflens.trace.manifest import RunManifest
 from rooflens.trace.profile import Profile, read_hlo_dir
 
 XSPACE = formats.by_name("xspace").suffixes[0]
-#: from this many events, the executions are found on a thread beside the HLO's printing (below it, both are quick)
-BESIDE_MIN_EVENTS = 1 << 18
 
 
 def _embedded_hlo(raws: list[RawTrace], files: list[str], table: EventTable, skip: set[str] = frozenset()
@@ -199,17 +196,10 @@ def assemble(paths: list[str], runs: list[str], raws: list[RawTrace], files: lis
     end_ns_of = {r.host: r.end_ps * 1e-3 + shift_ns[r.host] for r in raws if r.end_ps}
     manifest = run_manifest(runs, notes)
     saved = saved_hlo(runs, hlo_dir)
-    from rooflens.trace.warmup import execution_spans
-
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rooflens-assemble") as beside:
-        # the programs' executions are found (compiled loops and numpy, which let go of the GIL) while their HLO
-        # is printed (Python): remembered for this table, which the steps and the warm-up both ask them of
-        if len(table) >= BESIDE_MIN_EVENTS:
-            beside.submit(execution_spans, table)
-        # a program the trace names plainly (compiled once) is served by its saved text: its proto need not be
-        # printed; one compiled several times (jit_dot(5), jit_dot(49)) keeps its own module from the trace
-        hlo_texts = _embedded_hlo(raws, files, table, skip={k for k in saved if k in table.programs})
-        hlo_texts.update(saved)
+    # a program the trace names plainly (compiled once) is served by its saved text: its proto need not be
+    # printed; one compiled several times (jit_dot(5), jit_dot(49)) keeps its own module from the trace
+    hlo_texts = _embedded_hlo(raws, files, table, skip={k for k in saved if k in table.programs})
+    hlo_texts.update(saved)
     table, said, in_buffers = command_buffers.attribute(table, functools.cache(lambda p: parsed_hlo(hlo_texts, p)))
     notes += said
     steps_by_host, choice = marked_as_device_steps(table, raws, marked_by_host, dispatches_of, step_fn, manifest)
@@ -258,7 +248,7 @@ def assemble(paths: list[str], runs: list[str], raws: list[RawTrace], files: lis
     if missing:
         profile.notes.append(no_hlo_note(missing))
     from rooflens.trace.dispatch import unran_dispatches, unran_note
-    from rooflens.trace.warmup import judge  # a run traced from its start: warm-up apart
+    from rooflens.trace.warmup import execution_spans, judge  # a run traced from its start: warm-up apart
 
     if dispatches_of:  # before warm-up is judged: every execution in the trace ran a dispatch
         profile.unran = unran_dispatches(table, execution_spans(table), dispatches_of, end_ns_of)

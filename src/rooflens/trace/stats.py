@@ -319,10 +319,6 @@ def op_self_ps(profile: Profile) -> np.ndarray:
     return out
 
 
-#: events per possible (op, host, device, execution) key from which the sums are tables indexed by the key
-SUMS_BY_KEY_EVENTS = 4
-
-
 def execution_sums(t, inv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per (op, host, device, program execution) in which the op ran: its op (``inv``: each event's op group)
     and the sum of its events' durations there (ps, float), by op; executions the trace's end cut short left
@@ -338,6 +334,7 @@ def execution_sums(t, inv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
                                     np.asarray([lo for lo, _ in spans], np.int64),
                                     np.asarray([span for _, span in spans], np.int64), n_keys)
             return spans[0][0] + at // (n_keys // spans[0][1]), sums
+    # too many possible keys for a table: the keys of the executions that ran, grouped
     every = bool(ran.all())
     cols = (inv, t.host, t.device, idx) if every else (inv[ran], t.host[ran], t.device[ran], idx[ran])
     dur = t.dur_ps if every else t.dur_ps[ran]
@@ -347,10 +344,6 @@ def execution_sums(t, inv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return rows[:, 0], weighted_sums(kinv, dur, len(rows), 1.0)
     lo, width = int(cols[0].min()), int(cols[0].max()) - int(cols[0].min()) + 1
     below = n_keys // width  # the op is the key's leading digit: key // below, less its minimum
-    if n_keys * SUMS_BY_KEY_EVENTS <= len(key):  # tables by key: no sort, no inverse
-        count = np.bincount(key, minlength=n_keys)
-        at = np.flatnonzero(count)
-        return lo + at // below, weighted_sums(key, dur, n_keys, 1.0)[at]
     keys, kinv = unique_inverse(key)  # this key, not unique_rows' own of the same columns (an event-sized array)
     del key
     return lo + keys // below, weighted_sums(kinv, dur, len(keys), 1.0)

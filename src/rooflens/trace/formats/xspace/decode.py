@@ -322,10 +322,9 @@ def warm_up() -> None:
                     np.zeros(0, np.int64), np.zeros((0, 2), np.int64), np.zeros((0, 2), np.int64),
                     np.zeros(0, np.int64), rows, np.zeros(4, np.int64), np.zeros(4, np.int32),
                     np.empty((1, 2), np.int64), np.zeros(1, np.int64), np.zeros(0, np.int64), err)
-    wide = sum(k not in W.NARROW for k in range(W.N_COLS))
-    W.place(rows, 0, tuple(np.empty(0, np.int64) for _ in range(wide)),
-            tuple(np.empty(0, np.int32) for _ in range(W.N_COLS - wide)), np.zeros(W.N_COLS, np.int64), 0,
-            np.zeros(0, np.int64), np.zeros(0, np.int64), 0, np.zeros(W.N_COLS, np.int64))
+    _, wide, narrow, slot = walk.final_columns(0)
+    W.place(rows, 0, wide, narrow, slot, 0, np.zeros(0, np.int64), np.zeros(0, np.int64), 0,
+            np.zeros(W.N_COLS, np.int64))
 
 
 def _entries(buf, spans: np.ndarray, path, where: str) -> np.ndarray:

@@ -386,10 +386,10 @@ def _string_codes(x, rows: np.ndarray, code) -> tuple[np.ndarray, np.ndarray]:
     lut = np.zeros(len(x.strings), np.int32)
     lut[present] = [code(x.strings[int(c)]) for c in np.flatnonzero(present)]
     plut = np.zeros(max(len(pair_mod), 1), np.int32)
+    no_mod, no_pid = x.absent("hlo_module"), x.absent("program_id")
     for k in np.lexsort((pair_pid, pair_mod)).tolist():
         m, p = int(pair_mod[k]), int(pair_pid[k])
-        plut[k] = code(program_name(x.strings[m] if m != x.absent("hlo_module") else "",
-                                    None if p == x.absent("program_id") else p))
+        plut[k] = code(program_name(x.strings[m] if m != no_mod else "", None if p == no_pid else p))
     return apply_codes(rows, op, lut, pair, plut)
 
 
