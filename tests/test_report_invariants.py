@@ -99,12 +99,14 @@ def _run(env: dict, logdir: Path, script: Path, *args: str) -> None:
     assert r.returncode == 0, r.stderr[-3000:]
 
 
-@pytest.fixture(scope="module", params=["healthy_loop", "annotated_blocked", "annotated_unblocked"])
+@pytest.fixture(scope="module", params=["healthy_loop", "annotated_blocked", "annotated_unblocked", "sampler"])
 def script_report(request, cpu_env, tmp_path_factory):
     tmp = tmp_path_factory.mktemp(request.param)
     # the loop most users write (StepTraceAnnotation around each step), not blocked and blocked per step: the
-    # step scripts tests/test_steps.py times against the device's executions
-    script, args = ((REPO / "tests" / "run_scripts" / "healthy_loop.py", ()) if request.param == "healthy_loop" else
+    # step scripts tests/test_steps.py times against the device's executions; a sampler jitted whole (a
+    # fori_loop in one program: its step's parts, sums of thousands of op times, left "at once: 0.0000035 ps")
+    script, args = ((REPO / "tests" / "run_scripts" / f"{request.param}.py", ())
+                    if request.param in ("healthy_loop", "sampler") else
                     (REPO / "tests" / "step_scripts" / "annotated.py",
                      ("--block",) if request.param == "annotated_blocked" else ()))
     _run(cpu_env, tmp / "logs", script, *args)
@@ -170,6 +172,11 @@ def test_the_checker_catches_each_kind_of_impossible_number(sharded_cpu_trace, t
     assert any("sum to" in v for v in broken(lambda d: d["steps"]["breakdown"].update(
         compute_s=b["compute_s"] + at_once)))
     assert any("at once" in v for v in broken(lambda d: d["steps"]["breakdown"].update(concurrent_s=2 * step + 1)))
+    # what float sums of many op times leave (the annotated loop's 8.7e-19 s, printed "at once: 0.00000087 ps") is
+    # no measurement; a nanosecond of a 10 ms step is one
+    assert any("rounding" in v for v in broken(lambda d: d["steps"]["breakdown"].update(concurrent_s=8.7e-19)))
+    assert not broken(lambda d: d["steps"]["breakdown"].update(concurrent_s=step * 1e-7, compute_s=b["compute_s"]
+                                                               + step * 1e-7))
     # the device runs no op for no longer than the step's measured idle time
     assert b["basis"] == "steps"
     assert any("breakdown measures" in v for v in broken(lambda d: d["findings"].append(
@@ -202,6 +209,9 @@ def test_the_checker_catches_each_kind_of_impossible_number(sharded_cpu_trace, t
               "compute), so the parts exceed the step by it\n\nMemory: idle 9 s\n")
     assert not text_violations(beside)
     assert any("sum to" in v for v in text_violations(beside.replace("at once: 543 µs", "at once: 5 µs")))
+    rounding = beside.replace("at once: 543 µs", "at once: 0.0000278 ps").replace("idle 1.98 ms", "idle 1.43 ms")
+    assert [v for v in text_violations(rounding) if "rounding" in v] and not [
+        v for v in text_violations(rounding) if "sum to" in v]
     assert any("sum to" in v for v in text_violations(beside.replace("step: 1.73 ms", "step: 3.73 ms")))
     assert any("unnamed ±" in v for v in text_violations("steps: 10, mean 127 ms ± 41 ms (min 94 ms, max 246 ms)"))
     assert not text_violations("steps: 10, mean 127 ms, standard deviation 41 ms; f32 matmul (± IQR/2 4%)")

@@ -113,6 +113,13 @@ def test_pathology_raises_its_finding(env, healthy, tmp_path, script, rule):
     if script == "churn":
         f = next(f for f in data["findings"] if f["rule"] == "recompilation")
         assert f["severity"] == "high" and any("now f32[" in e for e in f["evidence"])
+        # the host's compile time spread over the steps, uncapped and no share of a step (capped at the step it
+        # read "would save 28.4 ms of a 28.4 ms step (100.0%)": a fix does not make the step take no time)
+        total_s = sum(c["duration_s"] for c in data["in_window"]["compilations"])
+        b = data["steps"]["breakdown"]  # no steps marked: per execution of the step program
+        assert f["step_s"] == 0 and f["recoverable_s"] == pytest.approx(total_s / b["periods"], rel=1e-6)
+        assert f["recoverable_s"] > b["step_time_s"] and f["per"] == (
+            f"execution of {b['program']} on average (the host's time compiling, not the device's)")
     if script == "host_stall":  # the sleeps, not the compilations, make the device wait
         assert data["steps"]["count"] >= 7
 

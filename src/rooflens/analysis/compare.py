@@ -60,6 +60,9 @@ from rooflens.trace.warmup import execution_index, program_executions
 MAX_HLO_EXPLAINED = 150  # ops (by total time) whose instruction is explained in the report
 MAX_GRAPHS = 30  # ops (by total time) whose HLO graph the report holds (each ~40 nodes laid out)
 MAX_TIMELINE_OPS = 20000
+#: op time at once below this share of the step is the rounding of float sums of many op times (a step's parts
+#: are sums of picosecond counts in seconds: 1e-16 of them), not ops that ran together
+ROUNDING_REL = 1e-9
 
 
 # -- the chip -------------------------------------------------------------------------------------
@@ -461,6 +464,8 @@ def step_breakdown(stats: OpStats, comparison: list[OpComparison], roofs: Roofs 
     if stepped and stats.in_steps_busy_s is not None:  # no op runs: the step less the device's busy union in it
         idle = max(step_time - stats.in_steps_busy_s / per_step, 0.0)
         concurrent = max(busy + others_s + idle - step_time, 0.0)  # measured: the op time beyond the union
+        if concurrent <= ROUNDING_REL * step_time:  # the rounding of sums of many op times, not ops at once
+            concurrent = 0.0
     else:
         idle = max(step_time - busy - others_s, 0.0)
     peak = roofs.mfu_peak_flops_per_s if roofs else 0.0

@@ -14,6 +14,8 @@ rule, naming the figure and where it is, and an empty list for a sound report:
   within the step it is part of;
 - the step's breakdown sums to the step (busy parts + other programs + idle − op time at once = step time,
   within rounding), and the time it says the device runs no op bounds the overheads finding;
+- a rounding is not a measurement: op time "at once" is zero, or more than a billionth of the step (below
+  that it is what float sums of many op times leave: "at once: 0.0000278 ps");
 - a statistic has its name (no bare "±") and its order: min ≤ median/mean ≤ max, a count that matches its values.
 
 Pure functions over data (no file read, no printing): the tests run them over every fixture's report
@@ -25,6 +27,7 @@ from __future__ import annotations
 import math
 import re
 
+from rooflens.analysis.compare import ROUNDING_REL
 from rooflens.analysis.trust import WITHHELD
 
 #: a fraction measured above 1 by timer rounding alone (rooflens.analysis.trust.MAX_FRACTION holds none)
@@ -183,6 +186,9 @@ def _breakdown(b: dict, where: str) -> list[str]:
     concurrent = b.get("concurrent_s") or 0.0  # op time that ran alongside other ops: in the parts, once too many
     if concurrent < -1e-12 or _over(concurrent, busy + others, 1e-6, SUM_ABS_S):
         out.append(f"{where}: {concurrent:.6g} s of op time at once, of {busy + others:.6g} s of op time")
+    elif 0 < concurrent <= ROUNDING_REL * step:
+        out.append(f"{where}: {concurrent:.3g} s of op time at once, a rounding of the sums (a billionth of the "
+                   f"{step:.6g} s step or less) given as a measurement")
     total = busy + others + (b.get("idle_s") or 0.0) - concurrent
     if abs(total - step) > SUM_REL * step + SUM_ABS_S:
         out.append(f"{where}: its parts sum to {total:.6g} s, not to the step {step:.6g} s "
@@ -225,8 +231,8 @@ def _memory(m: dict) -> list[str]:
 
 # -- the terminal's text --------------------------------------------------------------------------
 
-_UNIT_S = {"ns": 1e-9, "µs": 1e-6, "us": 1e-6, "ms": 1e-3, "s": 1.0, "min": 60.0, "h": 3600.0}
-_TIME = r"(\d+(?:\.\d+)?(?:e[+-]?\d+)?)\s?(ns|µs|us|ms|s|min|h)\b"
+_UNIT_S = {"ps": 1e-12, "ns": 1e-9, "µs": 1e-6, "us": 1e-6, "ms": 1e-3, "s": 1.0, "min": 60.0, "h": 3600.0}
+_TIME = r"(\d+(?:\.\d+)?(?:e[+-]?\d+)?)\s?(ps|ns|µs|us|ms|s|min|h)\b"
 _PCT = re.compile(r"(\d+(?:\.\d+)?(?:e[+-]?\d+)?)\s?%")
 #: words before or after a percentage that make it a change or a spread, not a share of a whole
 _NOT_A_SHARE = re.compile(r"\b(more|less|slower|faster|longer|shorter|larger|smaller|higher|lower|above|over|"
@@ -335,6 +341,9 @@ def _step_lines(lines: list[str]) -> list[str]:
                 out.append(f"Step line: {name} {v:.4g} s is longer than the step {step:.4g} s")
         total = (sum(v for name, v in parts.items() if name != "unpriced")
                  + extra.get("other programs in the step", 0.0) - extra.get("at once", 0.0))
+        at_once = extra.get("at once", 0.0)
+        if 0 < at_once <= ROUNDING_REL * step:
+            out.append(f"Step line: {at_once:.3g} s at once, a rounding of sums given as a measurement")
         if abs(total - step) > SUM_REL * step + slack:
             out.append(f"Step line: the parts sum to {total:.4g} s, not to the step {step:.4g} s ({text[:200]!r})")
         busy = sum(v for name, v in parts.items() if name not in ("unpriced", "idle"))  # the op time, at once or not
