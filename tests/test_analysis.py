@@ -19,6 +19,7 @@ import rooflens as rl
 from rooflens.analysis import rules
 from rooflens.hardware import calibrate
 from rooflens.lowering import make_mesh
+from rooflens.units import fmt_bytes
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -225,6 +226,10 @@ def test_a_pmap_fed_one_devices_arrays_every_step_is_named_a_reshard(tmp_path):
     (f,) = [f for f in rep.findings if f.rule == "host-transfers"]
     assert "device-to-device" in f.title and "host↔device" not in f.title, f.title
     assert f.evidence[0] == "16 per step"  # x and w, each split over 8 devices
+    # JAX writes a line per device, each with the whole array's type: a line moves its device's eighth (1 MiB of x
+    # and 2 MiB of w per step in all, not 8 times that)
+    steps = len(rep.in_window.transfers) / 16
+    assert f.evidence[1].startswith(f"{fmt_bytes(steps * 3 * 2**20)} in all"), f.evidence[1]
     assert "sharding" in f.fix and "NumPy" not in f.cause
     xs, ws = jax.pmap(lambda a: a)(x), jax.pmap(lambda a: a)(w)  # already split, device by device
     names, _ = fired(session(tmp_path / "split", lambda i: step(xs, ws)))

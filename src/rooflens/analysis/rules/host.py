@@ -134,16 +134,62 @@ _AVAL = re.compile(r"([a-z][a-z0-9_]*)\[([0-9, ]*)\]")
 
 
 def transfer_bytes(line: str) -> float | None:
-    """Bytes of one transfer-guard line's array (``aval=ShapedArray(float32[512,512])``), None when it says
-    none (a repeat: JAX details only the first of repeated transfers)."""
-    head = line.split("dst_sharding")[0]
+    """Bytes one transfer-guard line moves, None when it says none (a repeat: JAX details only the first of
+    repeated transfers). JAX writes a line per destination device, each with the whole array's type
+    (``aval=ShapedArray(float32[1024,256])``) and the destination's sharding: a line moves that device's shard
+    (an array split 8 ways over 8 devices is 8 lines of an eighth each; replicated, 8 whole copies)."""
+    head, _, sharding = line.partition("dst_sharding")
     m = _AVAL.search(head[head.find("aval="):] if "aval=" in head else head)
     if m is None or (size := element_bytes(m.group(1))) is None:
         return None
+    dims = [int(d) if d else 1 for d in m.group(2).replace(" ", "").split(",")] if m.group(2).strip() else []
     n = 1
-    for d in m.group(2).replace(" ", "").split(","):
-        n *= int(d) if d else 1
+    for d, parts in zip(dims, shard_splits(sharding, len(dims))):
+        n *= -(-d // parts)  # the largest shard (an uneven split pads the last)
     return n * size
+
+
+def shard_splits(sharding: str, rank: int) -> list[int]:
+    """Into how many parts a sharding's text splits each of an array's ``rank`` dimensions: JAX's
+    ``NamedSharding(mesh=Mesh('data': 4, 'model': 2, …), spec=P('data', None))`` (each dimension by the mesh axes
+    its entry names), ``GSPMDSharding({devices=[8,1]<=[8]})`` (the tile shape; a trailing replicated tile
+    dimension splits nothing), ``PmapSharding(…Unstacked(8)…)``; 1 for each dimension of anything else
+    (replicated, one device, a form not known)."""
+    splits = [1] * rank
+    if (at := sharding.find("spec=")) >= 0 and "Mesh(" in sharding:
+        sizes = {a: int(n) for a, n in re.findall(r"'([^']+)':\s*(\d+)", sharding[:at])}
+        for k, entry in enumerate(_spec_entries(sharding[at:])[:rank]):
+            for axis in re.findall(r"'([^']+)'", entry):
+                splits[k] *= sizes.get(axis, 1)
+    elif (m := re.search(r"devices=\[([\d,\s]+)\]", sharding)) is not None:
+        tiles = [int(t) for t in m.group(1).replace(" ", "").split(",") if t]
+        splits[:min(rank, len(tiles))] = tiles[:rank]
+    elif "Unstacked(" in sharding or "Chunked(" in sharding:
+        for k, m in enumerate(re.finditer(r"(Unstacked|Chunked|NoSharding)\(\[?(\d*)", sharding)):
+            if k < rank and m.group(2):
+                splits[k] = int(m.group(2))
+    return [max(s, 1) for s in splits]
+
+
+def _spec_entries(text: str) -> list[str]:
+    """The entries of the first ``P(…)`` / ``PartitionSpec(…)`` in ``text``, split at its top-level commas."""
+    start = text.find("(")
+    entries, depth, cur = [], 0, ""
+    for ch in text[start + 1:] if start >= 0 else "":
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            if depth == 0:
+                break
+            depth -= 1
+        if ch == "," and depth == 0:
+            entries.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    if cur.strip():
+        entries.append(cur.strip())
+    return entries
 
 
 def _host_link(report: Report) -> tuple[float, str]:
