@@ -143,6 +143,32 @@ def test_matching_rules_on_rows():
     assert shape_pattern("(f32[8,128]{1,0}, bf16[4])") == "f32[_,_],bf16[_]"
 
 
+def test_a_renamed_op_pairs_within_its_program_and_category():
+    """XLA renames fusions between compilations: the second pass pairs an op with one of its own program where both
+    sides run that program, and of its own category (a shard_map step with an evaluation: the evaluation's matmul
+    went to the step's, and a slice of jit__multi_slice to the evaluation's matmul, both "fusion" of f32[_,_])."""
+    from rooflens.analysis.diff import OpRow
+
+    def row(name, program, category, shape, t):
+        return OpRow(name, program, category, "fusion", "", shape, t, t)
+
+    a = (row("fusion.3", "jit_step", "matmul", "f32[128,512]{1,0}", 5.0),
+         row("fusion.7", "jit_evaluate", "matmul", "f32[1024,512]{1,0}", 4.0),
+         row("wrapped_slice.1", "jit__multi_slice(46)", "data movement", "f32[128,256]{1,0}", 3.0))
+    b = (row("ynn_fusion.1", "jit_evaluate", "matmul", "f32[1024,512]{1,0}", 9.0),
+         row("ynn_fusion.2", "jit_step(50)", "matmul", "f32[128,512]{1,0}", 6.0),
+         row("wrapped_slice.6", "jit__multi_slice(46)", "data movement", "f32[128,256]{1,0}", 1.0))
+    pairs, left_a, left_b = match_ops(a, b)
+    assert sorted((x.name, y.name) for x, y, _ in pairs) == [
+        ("fusion.3", "ynn_fusion.2"), ("fusion.7", "ynn_fusion.1"), ("wrapped_slice.1", "wrapped_slice.6")]
+    # a program one side alone runs pairs with one the other side alone runs (a renamed function) ...
+    renamed = (row("fusion.3", "jit_train", "matmul", "f32[128,512]{1,0}", 5.0),)
+    assert [(x.name, y.name) for x, y, _ in match_ops(renamed, b[1:2])[0]] == [("fusion.3", "ynn_fusion.2")]
+    # ... but not with one of a program both run, nor across categories
+    assert not match_ops(renamed, b[1:2] + (row("f", "jit_train", "fusion", "f32[1,1]", 1.0),))[0]
+    assert not match_ops(a[2:], b[:1])[0]
+
+
 def test_a_prediction_against_a_measurement():
     rep = report("dp4096")
     mesh = make_mesh("data=8")

@@ -262,17 +262,27 @@ def match_ops(a: tuple[OpRow, ...], b: tuple[OpRow, ...]) -> tuple[list[tuple[Op
             rest_a.append(r)
     rest_b = [r for r in b if id(r) not in used_b]
 
-    def key(r: OpRow) -> tuple[str, str, str]:
-        return r.named_scope, r.kind, shape_pattern(r.shape)
+    def key(r: OpRow) -> tuple[str, str, str, str]:
+        return r.named_scope, r.kind, shape_pattern(r.shape), r.category
 
-    groups: dict[tuple[str, str, str], list[OpRow]] = {}
+    programs_a = {program_key(r.program) for r in a}
+    programs_b = {program_key(r.program) for r in b}
+    groups: dict[tuple[str, str, str, str], list[OpRow]] = {}
     for r in sorted(rest_b, key=lambda r: -r.time_s):
         groups.setdefault(key(r), []).append(r)
     left_a = []
     for r in sorted(rest_a, key=lambda r: -r.time_s):
-        candidates = groups.get(key(r))
-        if candidates and (r.named_scope or r.shape):  # no scope and no shape: nothing to match on
-            pairs.append((r, candidates.pop(0), "scope+opcode+shape"))
+        candidates = groups.get(key(r)) or []
+        program = program_key(r.program)
+        # an op pairs within its program where both sides run that program (an evaluation's matmul is not the step's,
+        # nor a slice a matmul: each side's own category); a program one side alone runs (renamed, or a prediction's
+        # against a run's) pairs with another such
+        pick = next((c for c in candidates if program_key(c.program) == program), None)
+        if pick is None and program not in programs_b:
+            pick = next((c for c in candidates if program_key(c.program) not in programs_a), None)
+        if pick is not None and (r.named_scope or r.shape):  # no scope and no shape: nothing to match on
+            candidates.remove(pick)
+            pairs.append((r, pick, "scope+opcode+shape"))
         else:
             left_a.append(r)
     left_b = [r for rows in groups.values() for r in rows]

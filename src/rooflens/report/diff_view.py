@@ -49,14 +49,16 @@ def render_diff(console: Console, d, top: int = 20) -> None:
         table.add_row(e(c.category), ms(c.time_a_s), ms(c.time_b_s), _delta(c.time_a_s, c.time_b_s),
                       fmt_percent(c.share_a), fmt_percent(c.share_b), _share_delta(c.share_a, c.share_b))
     console.print(table)
-    cols = [Col("op (A → B)", "left", name=True), Col("category", "left", 3), Col("scope", "left", 4), Col("A"),
+    cols = [Col("op (A → B)", "left", name=True), Col("program", "left", 4), Col("category", "left", 3),
+            Col("scope", "left", 4), Col("A"),
             Col("B"), Col("B/A"), Col("share A", drop=5), Col("share B", drop=5), Col("median ÷ roofline", drop=2),
             Col("matched by", "left", 6)]
     rows = []
     for o in d.ops[:top]:
         name = o.name_a if o.name_a == o.name_b else f"{o.name_a} → {o.name_b}"
         ratios = " → ".join(fmt_ratio(r) for r in (o.ratio_a, o.ratio_b))
-        rows.append((e(name), o.category, e(o.named_scope), ms(o.time_a_s), ms(o.time_b_s),
+        program = o.program_a if o.program_a == o.program_b else f"{o.program_a} → {o.program_b}"
+        rows.append((e(name), e(program), o.category, e(o.named_scope), ms(o.time_a_s), ms(o.time_b_s),
                      _delta(o.time_a_s, o.time_b_s), fmt_percent(o.share_a), fmt_percent(o.share_b), ratios,
                      o.matched_by))
     print_fitted(console, cols, rows, f"Top {min(top, len(d.ops))} of {len(d.ops)} matched ops")
@@ -69,10 +71,11 @@ def render_diff(console: Console, d, top: int = 20) -> None:
                               f"{fmt_percent(r.share)} of the step")
     if d.unmatched:
         console.print(f"\n[bold]Not matched[/bold] ({len(d.unmatched)}: the other side runs ops of the same kind, but "
-                      "none with this scope and shape pattern)")
+                      "none of this program with this category, scope and shape pattern)")
         for side, r in d.unmatched[:top]:
             scope = f", {e(r.named_scope)}" if r.named_scope else ""
-            console.print(f"  {side.upper()}: {e(r.name)} ({e(r.kind)}{scope}, {e(r.shape)}): {ms(r.time_s)} per step")
+            console.print(f"  {side.upper()}: {e(r.program)}/{e(r.name)} ({e(r.kind)}, {r.category}{scope}, "
+                          f"{e(r.shape)}): {ms(r.time_s)} per step")
     for n in d.notes:
         console.print(f"[dim]note: {e(n)}[/dim]")
 
