@@ -171,6 +171,17 @@ def test_exit_status_message_and_traceback_are_the_scripts(env, tmp_path):
     assert len(list((logs / "plugins" / "profile").iterdir())) == 3  # one run directory each
 
 
+def test_a_run_that_failed_before_its_devices_ran_anything_is_reported_as_such(env, tmp_path):
+    """A script that raises once JAX is up and before any program ran: its trace holds no op, and the report says
+    in one sentence that the run stopped at that exception (not "was anything running on the devices?")."""
+    r = rooflens(env, "run", "--logdir", "logs", str(SCRIPTS / "exits.py"), "early", cwd=tmp_path)
+    assert r.returncode == 1 and "RuntimeError: the config has no model section" in r.stderr
+    rep = rooflens(env, "report", "logs", cwd=tmp_path)
+    assert rep.returncode == 2 and not rep.stdout and len(rep.stderr.strip().splitlines()) == 1, rep.stderr
+    assert "stopped at an exception before anything ran on a device (RuntimeError: the config has no model " \
+           "section)" in rep.stderr
+
+
 def test_ctrl_c_exits_130_and_keeps_the_profile(env, tmp_path):
     p = subprocess.Popen(interruptible([sys.executable, "-m", "rooflens.cli", "run", "--logdir", str(tmp_path / "logs"),
                                         str(SCRIPTS / "exits.py"), "sleep"]), stdin=subprocess.PIPE, stdout=subprocess.PIPE,

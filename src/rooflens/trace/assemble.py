@@ -213,7 +213,10 @@ def assemble(paths: list[str], runs: list[str], raws: list[RawTrace], files: lis
         none = (np.zeros((0, 4), np.int64), np.zeros(0, np.int64), np.zeros(0), np.zeros(0), np.zeros(0, bool))
         queued = [u for u in unran_dispatches(table, none, dispatches_of, end_ns_of) if u.queued]
         made = next((r.framework for r in raws if r.framework), "")
+        ended = manifest.exit or {}  # rooflens run: how the script ended
         why = (("; " + unran_note(queued[0], stats=False) + ".") if queued
+               else f": the run stopped at an exception before anything ran on a device ({ended['message'][:300]})"
+               if ended.get("kind") == "exception" and ended.get("message")
                else f": a {made} trace with no kernel on any device" + (" either." if made == "JAX" else ".")
                if made else ": was anything running on the devices while it was traced?")
         raise RooflensError(f"{', '.join(paths)} has no device op events (no XLA ops or GPU kernels on any device "
