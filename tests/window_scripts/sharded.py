@@ -3,9 +3,11 @@ written one of two ways, and eager sharded set-up (primitives dispatched on 8 de
 
 * ``shard_map``: per-device loss and grads, ``jax.lax.pmean`` over the data axis, a
   ``jax.lax.scan`` over the layers with ``jax.checkpoint`` (remat) around the body, under ``jax.jit``;
-* ``pjit``: the same step through ``jax.experimental.pjit.pjit`` with explicit in/out shardings.
+* ``pjit``: the same step through ``jax.experimental.pjit.pjit`` with explicit in/out shardings;
+* ``pmap``: the per-device step through ``jax.pmap`` (which jax ≥ 0.8 runs as a jit of a shard_map of a function
+  of its own, ``_fun``: every pmapped function's program is ``jit__fun``), the batch split by its leading axis.
 
-    python sharded.py STEPS shard_map|pjit [annotate]
+    python sharded.py STEPS shard_map|pjit|pmap [annotate]
 
 ``annotate``: each step in a ``jax.profiler.StepTraceAnnotation`` (with an eager op inside it too).
 """
@@ -47,6 +49,8 @@ def local_step(ws, x, y):
 if mode == "shard_map":
     train_step = jax.jit(jax.shard_map(local_step, mesh=mesh, in_specs=(P(), P("data"), P("data")),
                                        out_specs=(P(), P())))
+elif mode == "pmap":
+    train_step = jax.pmap(local_step, axis_name="data", in_axes=(None, 0, 0), out_axes=(None, None))
 else:
     def global_step(ws, x, y):
         loss, g = jax.value_and_grad(loss_fn)(ws, x, y)
@@ -60,6 +64,8 @@ ws = ws * jnp.float32(1.0) + jnp.zeros_like(ws)  # eager set-up on the 8 devices
 for i in range(steps):
     x = jax.device_put(rng.normal(size=(BATCH, D)).astype(np.float32), data)
     y = jax.device_put(rng.normal(size=(BATCH, D)).astype(np.float32), data)
+    if mode == "pmap":  # split by the leading axis, one slice per device
+        x, y = x.reshape(8, BATCH // 8, D), y.reshape(8, BATCH // 8, D)
     if annotate:
         with jax.profiler.StepTraceAnnotation("train", step_num=i):
             ws, loss = train_step(ws, x, y)

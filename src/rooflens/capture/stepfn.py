@@ -143,15 +143,56 @@ def where(site: tuple[str, int, str] | None) -> str:
     return f"{site[0]}:{site[1]} ({site[2]})" if site else ""
 
 
-def own_code_of(fun) -> str:
-    """The file of the Python code a jitted function runs, its wrappers peeled off ("" if unknown)."""
+def peeled(fun):
+    """The Python function a jitted function runs, its wrappers peeled off: ``functools.partial``, ``__wrapped__``
+    (``functools.wraps``: shard_map, vmap, grad, Flax's and Equinox's jit wrappers) and ``jax.pmap``'s own function
+    (:func:`pmapped_function`)."""
     for _ in range(_UNWRAP_LIMIT):
         if isinstance(fun, functools.partial):
             fun = fun.func
         elif getattr(fun, "__wrapped__", None) is not None:
             fun = fun.__wrapped__
+        elif (inner := pmapped_function(fun)) is not None:
+            fun = inner
         else:
             break
+    return fun
+
+
+def pmapped_function(fun):
+    """The user's function inside ``jax.pmap``'s own, or None: since jax 0.8 a pmap runs as a jit of a shard_map of
+    a function of jax's named ``_fun`` (so every pmapped function's program is ``jit__fun``), which holds the
+    user's function as ``fun.f`` (a ``linear_util.WrappedFun``) in its closure."""
+    code = getattr(fun, "__code__", None)
+    if code is None or code.co_name != "_fun" or "fun" not in code.co_freevars or not getattr(fun, "__closure__", None):
+        return None
+    try:
+        wrapped = fun.__closure__[code.co_freevars.index("fun")].cell_contents
+    except (ValueError, IndexError):  # an empty cell
+        return None
+    inner = getattr(wrapped, "f", None)
+    return inner if callable(inner) else None
+
+
+def user_name(fun) -> str | None:
+    """The name of the user's function a jitted function of jax's own runs (``train_step`` in ``jax.pmap``'s
+    ``_fun``); None when the jitted function is not such a wrapper."""
+    inner = None
+    for _ in range(_UNWRAP_LIMIT):
+        if getattr(fun, "__wrapped__", None) is not None:
+            fun = fun.__wrapped__
+        else:
+            inner = pmapped_function(fun)
+            break
+    if inner is None:
+        return None
+    name = getattr(peeled(inner), "__name__", "")
+    return name if name and name != "<lambda>" else None
+
+
+def own_code_of(fun) -> str:
+    """The file of the Python code a jitted function runs, its wrappers peeled off ("" if unknown)."""
+    fun = peeled(fun)
     code = getattr(fun, "__code__", None)
     if code is None:  # a callable object: its class's __call__
         call = next((vars(k)["__call__"] for k in type(fun).__mro__ if "__call__" in vars(k)), None)

@@ -62,8 +62,8 @@ BASES = {
     "time": "the trace has step markers but no dispatch events: each marked step is one execution of the step "
             "program, in order (XProf's grouping by time), from its start to the next one's",
     "markers": "the step markers' own spans, which hold the device's work",
-    "executions": "no step markers: the steps are the executions of the step program, each from its start to the "
-                  "next one's",
+    "executions": "the steps are the executions of the step program (no step markers, or none that hold the steps), "
+                  "each from its start to the next one's",
     "execution": "one execution holds most of the device time: it is the unit, reported per execution",
     "per execution": "no step markers: the step program is judged per execution of its own",
 }
@@ -568,12 +568,14 @@ def named(profile, step_fn: str | None = None):
     return dataclasses.replace(profile, notes=with_choice_note(notes, choice, len(profile.steps)), step_choice=choice)
 
 
-def judge_window(profile, step_fn: str | None = None):
+def judge_window(profile, step_fn: str | None = None, markers_cut: bool = False):
     """A window of a run (``rooflens run --steps/--delay``, ``rooflens capture``): no warm-up inside,
     and, without step annotations, the steps are the step function's executions in the window.
 
     A window of steps holds exactly those executions (numbered from the window's first step); a
-    window of time cuts the executions at its two edges, so the first and the last are left out."""
+    window of time cuts the executions at its two edges, so the first and the last are left out.
+    ``markers_cut``: the script annotates its steps, but the window was opened on the calls of the function
+    --step-fn named, which cut the annotations at its edges: they are not the steps."""
     from rooflens.trace.formats.raw import assign_steps
 
     window = profile.metadata["window"]
@@ -592,7 +594,9 @@ def judge_window(profile, step_fn: str | None = None):
     assign_steps(profile.table, steps)
     notes = [n for n in profile.notes if "no step annotations" not in n]
     edges = "" if "steps" in window or len(steps) < 2 else ", the executions cut by the window's edges left out"
-    notes.append(f"no step annotations: the {len(steps)} steps are the executions of {choice.function} in the "
+    notes.append(f"the window was opened on the calls of {choice.function} (--step-fn): the {len(steps)} steps are "
+                 "its executions in it, not the script's step annotations, which the window's edges cut" if markers_cut
+                 else f"no step annotations: the {len(steps)} steps are the executions of {choice.function} in the "
                  f"window{edges}")
     if cut:
         notes.append(cut_note(main))

@@ -486,8 +486,15 @@ def judge(profile, step_fn: str | None = None):
     from rooflens.trace.steps import warmup_executions
 
     manifest = profile.manifest
-    if manifest.extra.get("window") and not manifest.warmup_in_window and not profile.steps:
-        return judge_window(profile, step_fn)
+    window = manifest.extra.get("window")
+    taken = manifest.step_program
+    # a window of --steps opened on the calls of the function --step-fn named: its steps are those calls, and the
+    # script's own annotations are cut at both edges (the one entered before the trace opened, and the one it
+    # closed inside, are not recorded): 5 of a 7-step window's
+    by_calls = bool(window) and "steps" in window and taken is not None and taken.chosen_by == "--step-fn"
+    if window and not manifest.warmup_in_window and (not profile.steps or by_calls):
+        return judge_window(dataclasses.replace(profile, steps=[]) if profile.steps else profile, step_fn,
+                            markers_cut=bool(profile.steps))
     if not manifest.warmup_in_window or getattr(profile, _FULL, None) is not None:
         judged = named(profile, step_fn)
         choice = judged.step_choice
