@@ -44,6 +44,7 @@ REFUSED = {
 CHIP_FROM_SOURCES = {
     "gpu_amd/tracelens_mi300x_jax08_gemm.DERIVED.trace.json.gz": "mi300x",  # MI300X, 304 CUs
     "gpu_amd/tracelens_mi300x_jax_conv_minimal_legacy.DERIVED.trace.json.gz": "mi300x",
+    "gpu_amd/tracelens_mi355x_te_fused_attn.DERIVED.trace.json.gz": "mi355x",  # MI355X, 256 CUs, 288 GiB
     "gpu_nvidia/nsys_sqlite/nsysai_pytorch_h100x2_1s.sqlite": "h100-sxm",  # 2 × H100 (SXM, as test_findings reads)
     "gpu_nvidia/nsys_sqlite/nsysai_pytorch_h100x2_mfu_before.sqlite": "h100-sxm",
     "gpu_nvidia/h100_jax0112/window_command_buffers/vm.trace.json.gz": "h100-sxm",  # the XSpace beside it: H100 80GB

@@ -76,6 +76,29 @@ def test_te_fused_attention_forward_and_backward():
     assert kernel_cost(m2, bwd_ins).flops == pytest.approx(2.5 * fwd.flops)
 
 
+def test_transformer_engine_attention_on_an_mi355x_is_the_steps_compute():
+    """TraceLens's MI355X trace of a JAX loss with TransformerEngine's fused attention: its 4 custom calls are
+    attention (compute in the step, not "other"; 1.35 ms of its 2.48 ms execution), priced, their FLOPs in the
+    MFU; each backward call is 5 kernels per execution and each forward 2; the MI355X from the plane's
+    properties; the plane ``/device:CUSTOM:Megascale Trace`` no device."""
+    path = fixture_path("gpu_amd", "tracelens_mi355x_te_fused_attn.xplane.pb")
+    prof = rl.load(path)
+    assert prof.events_total == 1992 and len(prof.table) == 150 and set(prof.table.device.tolist()) == {0}
+    rep = analyze(prof, require_roofline=False)
+    assert rep.chip == "mi355x" and rep.num_devices == 1
+    te = {c.name: c for c in rep.comparison if c.name.startswith("te_fused_attn")}
+    assert sorted(te) == ["te_fused_attn_backward_ffi.12", "te_fused_attn_backward_ffi.18",
+                          "te_fused_attn_forward_ffi.10", "te_fused_attn_forward_ffi.15"]
+    for name, c in te.items():
+        assert c.category == "attention" and c.priced and c.model_flops > 0, name
+        assert (c.occurrences, c.runs) == ((25, 5) if "backward" in name else (10, 5)), name
+    st = rep.steps
+    assert st.basis == "executions" and st.program == "jit_loss_fn" and st.other_s == 0
+    per_execution = sum(c.total_time_s for c in te.values()) / 5
+    assert st.compute_s >= per_execution > 0.5 * st.step_time_s
+    assert st.model_flops >= sum(c.model_flops for c in te.values())
+
+
 def _vllm_trace():
     return fixture_path("tpu", "vllm_tpu_qwen3_2026_01_11_21_26_41.trace.json.gz")
 

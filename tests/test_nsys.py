@@ -329,6 +329,30 @@ def test_one_process_four_gpus_through_the_cli(one_process):
     assert total > 0 and control <= 0.05 * total
 
 
+def test_the_real_maxtext_archive_of_one_process_driving_four_h100s():
+    """JAX-Toolbox's real MaxText FSDP=4 archive, one process driving 4 × H100 (what the derived archive above
+    stands for): every Thunk range is an op event, 4 GPUs from the threads that run programs together (no
+    XlaLauncher names), 5 steps of jit_train_step, the H100 from the dumped GpuTargetConfig, its collectives
+    (async all-gather, reduce-scatter, all-reduce, all-to-all), and a gap the GPUs wait in together said once."""
+    path = fixture_path("gpu_nvidia", "maxtext_fsdp4_h100.nsys-jax.zip")
+    with zipfile.ZipFile(path) as z:
+        names = pq.read_table(io.BytesIO(z.read(TRACE)), columns=["Name"]).column("Name").to_pylist()
+    prof = rl.load(path)
+    assert len(prof.table) == sum(1 for n in names if n and n.startswith("TSL:Thunk:")) == 20733
+    assert sorted(set(prof.table.device.tolist())) == [0, 1, 2, 3]
+    assert prof.device_kind == "NVIDIA H100 80GB HBM3" and prof.platform == "gpu"
+    assert any("gpu_target_config" in n and "no device-metadata.parquet" in n for n in prof.notes)
+    assert any("names no thread that launches work" in n and "4 threads" in n for n in prof.notes)
+    rep = rl.analyze(prof)
+    assert rep.chip == "h100-sxm" and rep.num_devices == 4
+    assert rep.steps.program == "jit_train_step" and rep.stats.steps.count == 5
+    kinds = {c.opcode.removesuffix("-start") for c in rep.comparison if c.category == "collective"}
+    assert {"all-gather", "reduce-scatter", "all-reduce", "all-to-all"} <= kinds
+    (over,) = [f for f in rep.findings if f.rule == "overheads"]
+    assert len(over.evidence) == len(set(over.evidence))  # the same gap on 3 GPUs: one line naming them
+    assert any(e.startswith("gap inside an execution on devices 0, 2, 3: 2.32 s") for e in over.evidence)
+
+
 def test_gpu_target_config_of_xla_names_the_chip():
     """XLA's own H100 spec (a GpuTargetConfigProto in text format) gives the H100, by name and, without
     it, by its properties; the A100 archive's dumped config says what its device-metadata says."""

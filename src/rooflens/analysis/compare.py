@@ -206,8 +206,8 @@ def _cost_from_trace(profile: Profile, program: str, name: str, counts: TraceCou
     return OpCost(
         name=name, opcode=info.opcode if info else "", category=category, computation="", count=1.0, flops=flops,
         transcendentals=0.0, read_bytes=nbytes, written_bytes=0.0, dtype="bf16", precision="default",
-        is_matmul=category in ("matmul", "convolution"), named_scope=info.named_scope if info else "",
-        model_flops=flops if category in ("matmul", "convolution") else 0.0,
+        is_matmul=category in ("matmul", "attention", "convolution"), named_scope=info.named_scope if info else "",
+        model_flops=flops if category in ("matmul", "attention", "convolution") else 0.0,
         flops_formula=f"{flops:.4g} (XLA's model_flops, from the trace)",
         bytes_formula=f"{nbytes:.4g} B ({where})")
 

@@ -55,10 +55,13 @@ COLLECTIVE_KINDS = {
 
 # Category names, in the order summaries show them.
 CATEGORIES = (
-    "matmul", "convolution", "fusion", "collective", "copy/transpose", "elementwise",
+    "matmul", "attention", "convolution", "fusion", "collective", "copy/transpose", "elementwise",
     "reduction", "data movement", "custom-call", "host transfer", "control", "other", "unknown",
 )
 
+#: fused attention kernels XLA calls (cuDNN's ``__cudnn$fmha…``, TransformerEngine's ``te_fused_attn_…_ffi``, flash
+#: attention libraries): before the GEMM targets, as cuDNN's fMHA target names no GEMM but others could
+_ATTENTION_TARGETS = ("fmha", "fused_attn", "flash_attn", "flash_attention", "splash_attention")
 _GEMM_TARGETS = ("gemm", "matmul", "cublas", "dot")
 _CONV_TARGETS = ("conv",)
 
@@ -85,6 +88,8 @@ def opcode_category(opcode: str, custom_call_target: str | None = None) -> str:
         return "host transfer"
     if opcode == "custom-call":
         t = (custom_call_target or "").lower()
+        if any(k in t for k in _ATTENTION_TARGETS):
+            return "attention"
         if any(k in t for k in _GEMM_TARGETS):
             return "matmul"
         if any(k in t for k in _CONV_TARGETS):

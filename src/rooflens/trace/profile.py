@@ -195,7 +195,7 @@ def _guess_from_name(name: str) -> tuple[str, str, str]:
     # custom call (cuDNN)
     # (not Eigen's TensorConversionOp: "conv" of a convolution, not of a conversion; ROCm's runtime copy kernel)
     for key, cat in (("gemm", "matmul"), ("cublas", "matmul"), ("nvjet", "matmul"), (r"conv(?!er)", "convolution"),
-                     ("elementwise", "elementwise"), ("flash", "custom-call"), ("fmha", "custom-call"),
+                     ("elementwise", "elementwise"), ("flash", "attention"), ("fmha", "attention"),
                      ("copybuffer", "copy/transpose")):
         if re.search(key, low):
             return cat, "", "custom-call"

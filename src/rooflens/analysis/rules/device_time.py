@@ -390,6 +390,24 @@ def rule_variance(report: Report) -> list[Finding]:
     return out
 
 
+def _largest_gaps(gaps, several: bool, most: int = 2) -> list[str]:
+    """The ``most`` largest gaps inside executions, one line each: the same gap on several devices (a collective
+    they all wait in) is one line naming them, not a line repeated per device."""
+    lines: dict[str, list[int]] = {}
+    for g in gaps:
+        text = (f"{_ms(g.duration_s)} at {_ms(g.start_s)} between {g.before} and {g.after}"
+                + (f"; the host was in {g.host}" if g.host else ""))
+        if text not in lines and len(lines) == most:
+            break
+        lines.setdefault(text, []).append(g.device)
+    out = []
+    for text, devices in lines.items():
+        on = "" if not several else (f" on device {devices[0]}" if len(devices) == 1 else
+                                     f" on devices {', '.join(map(str, sorted(set(devices))))}")
+        out.append(f"gap inside an execution{on}: {text}")
+    return out
+
+
 def rule_overheads(report: Report) -> list[Finding]:
     """Device time outside kernels within the step, from the measured gaps between op events: gaps inside
     program executions (launch and dispatch latency between ops, in-program waits) and, where a step
@@ -433,8 +451,7 @@ def rule_overheads(report: Report) -> list[Finding]:
                 + (f", ≈ {_ms(per_gap)} per op boundary ({n_ops:.0f} ops per {unit})" if n_ops else "")]
     if between:
         evidence.append(f"between program executions: {_ms(between)} of that window, in all (host round-trips)")
-    evidence += [f"gap inside an execution: {_ms(g.duration_s)} at {_ms(g.start_s)} between {g.before} and {g.after}"
-                 + (f"; the host was in {g.host}" if g.host else "") for g in gaps.gaps[:2]]
+    evidence += _largest_gaps(gaps.gaps, report.num_devices > 1)
     evidence += _profiler_cost(report, st.step_time_s)
     if within_share >= 0.5 and per_gap and per_gap < LAUNCH_GAP_S:
         cause = ("launch and dispatch latency between ops: each of the step's many short kernels waits a few "
