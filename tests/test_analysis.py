@@ -211,6 +211,31 @@ def test_a_new_shape_every_step_recompiles(tmp_path):
     assert any("test_analysis.py" in e for e in f.evidence) and any("before" in e for e in f.evidence)
 
 
+def test_a_debug_print_in_the_step_is_a_host_callback(tmp_path):
+    """jax.debug.print inside the jitted step: a custom call into Python on the host, no kernel. It has no roofline
+    and no share of one (it read "memory-bound, <0.01 % of HBM B/s": its 4 bytes), and its own finding names it
+    with its time per step and the fix."""
+    @jax.jit
+    def step(x, w):  # (jaxlib 0.10.2's XLA:CPU fails to compile a print of tanh(x @ w).mean(): not this one)
+        y = x @ w
+        loss = jnp.mean(y * y)
+        jax.debug.print("loss {loss}", loss=loss)
+        return w - 1e-9 * (x.T @ y), loss
+
+    names, rep = fired(cap(step, X, W, tmp=tmp_path))
+    (c,) = [c for c in rep.comparison if c.host_callback]
+    assert c.opcode == "custom-call" and c.name.startswith("debug_print")
+    assert c.bound == "unpriced" and c.predicted_s is None and c.ratio is None
+    assert c.flops_fraction_of_peak is None and c.bytes_fraction_of_peak is None and "host callback" in c.unpriced_reason
+    assert "host-callback" in names
+    (f,) = [f for f in rep.findings if f.rule == "host-callback"]
+    assert [(o.program, o.name) for o in f.ops] == [(c.program, c.name)]
+    assert f.recoverable_s == pytest.approx(c.total_time_s / rep.steps.periods, rel=1e-6) and f.step_s > 0
+    assert "outside the jitted function" in f.fix
+    # a matmul step without one has none
+    assert not [c for c in rl.analyze(cap(MATMUL, X, W, tmp=tmp_path / "plain")).comparison if c.host_callback]
+
+
 def test_numpy_inputs_every_step_are_host_transfers(tmp_path):
     names, _ = fired(cap(MATMUL, X, W, tmp=tmp_path, feed=lambda out, args: (np.ones((1024, 1024), np.float32), W)))
     assert "host-transfers" in names
@@ -341,7 +366,7 @@ def test_every_rule_is_exercised():
 
     sources = "".join(inspect.getsource(inspect.getmodule(r.fn)) for r in rules.RULES)
     emitted = set(re.findall(r'Finding\(\s*"([a-z-]+)"', sources))
-    assert emitted == set(rules.FINDING_IDS) and len(emitted) == 19 and len(rules.RULES) == 15
+    assert emitted == set(rules.FINDING_IDS) and len(emitted) == 20 and len(rules.RULES) == 16
     tests = "".join(p.read_text() for p in Path(__file__).parent.glob("test_*.py"))
     for name in emitted:
         # an assertion that it fired (`assert …`, or `next(f … if f.rule == "…")`, which raises when none did), not a

@@ -38,6 +38,7 @@ from rooflens.analysis.trust import (
     trace_hbm_bytes,
 )
 from rooflens.cost.cache import from_l2, l2_capacity_bytes, l2_resident_reads
+from rooflens.cost.kernels import is_host_callback
 from rooflens.cost.model import OpCost, OpPrediction, costs, price, trip_count
 from rooflens.errors import RooflensError
 from rooflens.hardware import LOCAL_CHIP, Chip, ChipError, read_catalog_text, shared_by
@@ -289,7 +290,14 @@ def runs_in_execution(module: Module) -> dict[str, float | None]:
     return out
 
 
-def _unpriced_reason(pred: OpPrediction | None, opcode: str, category: str) -> str:
+#: why a host callback has no roofline
+HOST_CALLBACK = ("a host callback (jax.debug.print, io_callback, pure_callback): the device hands values to Python on "
+                 "the host and waits for it, no kernel to price")
+
+
+def _unpriced_reason(pred: OpPrediction | None, opcode: str, category: str, callback: bool = False) -> str:
+    if callback:
+        return HOST_CALLBACK
     if pred is None:
         return "no HLO for this op"
     if category in ("custom-call", "unknown", "other") and not pred.flops:
@@ -324,7 +332,9 @@ def join(profile: Profile, stats: OpStats, pricing: Pricing, roofs: Roofs | None
         per = s.median_execution_s if s.executions else s.median_time_s
         mean = s.mean_execution_s if s.executions else s.avg_time_s
         p = per_execution(pricing.preds.get(key), k, s.program)
-        why = no_roofline or _unpriced_reason(p, opcode, s.category)
+        module = pricing.modules.get(s.program)
+        callback = opcode == "custom-call" and module is not None and is_host_callback(module.find(s.name))
+        why = no_roofline or _unpriced_reason(p, opcode, s.category, callback)
         if key in pricing.async_done and (s.program, pricing.async_done[key]) in measured:
             # (a GPU trace whose start carries the NCCL kernel and has no done op: compared on the start)
             why = f"an async start: its pair is priced on {pricing.async_done[key]}, where the trace shows the wait"
@@ -336,15 +346,18 @@ def join(profile: Profile, stats: OpStats, pricing: Pricing, roofs: Roofs | None
         out.append(OpComparison(
             name=s.name, program=s.program, category=s.category, named_scope=s.named_scope, opcode=opcode,
             occurrences=s.occurrences, total_time_s=s.total_time_s, measured_s=per, predicted_s=predicted,
-            ratio=(per / predicted) if predicted else None, bound=p.bound if p else "unpriced",
+            ratio=(per / predicted) if predicted else None,
+            bound=p.bound if p is not None and not callback else "unpriced",
             flops=flops, bytes=nbytes, comm_bytes=p.comm_bytes if p else 0.0,
             achieved_flops_per_s=flops / per if per else 0.0, achieved_bytes_per_s=nbytes / per if per else 0.0,
-            flops_fraction_of_peak=((mflops or flops) / per / peak) if per and peak and flops else None,
-            bytes_fraction_of_peak=(nbytes / per / hbm) if per and nbytes and hbm else None,
+            # no fraction of a roof for a host callback (its 4 bytes read "memory-bound, <0.01 % of HBM B/s")
+            flops_fraction_of_peak=((mflops or flops) / per / peak) if per and peak and flops and not callback
+            else None,
+            bytes_fraction_of_peak=(nbytes / per / hbm) if per and nbytes and hbm and not callback else None,
             unpriced_reason=why, explanation=p.explanation if p else (), model_flops=mflops,
             shape=_shape_of(pricing.modules.get(s.program), s.name), executions=s.executions,
             runs_per_execution=float(k), self_time_s=s.self_time_s, mean_s=mean, in_steps_s=s.in_steps_s,
-            in_steps_occurrences=s.in_steps_occurrences,
+            in_steps_occurrences=s.in_steps_occurrences, host_callback=callback,
         ))
         out[-1] = check_roofline(out[-1], pricing.kernels.get(key),
                                  cached=None if why else per_execution(pricing.cached.get(key), k, s.program),

@@ -150,6 +150,7 @@ class OpComparison:
     # beats its calibrated roof (a CPU's ``local``) by no more than the calibration's own spread: withheld as any
     # figure above a roof, but no evidence that the calibration is wrong
     within_calibration_spread: bool = False
+    host_callback: bool = False  # a custom call into Python on the host (jax.debug.print, io_callback): no kernel
 
     @property
     def mean_apart(self) -> bool:

@@ -414,6 +414,14 @@ REGISTRY: tuple[tuple[str, Callable[[Instruction], bool], Callable[[Module, Inst
 )
 
 
+def is_host_callback(ins: Instruction | None) -> bool:
+    """Whether a custom call hands values to Python on the host and waits for it: ``jax.debug.print``,
+    ``jax.debug.callback``, ``io_callback`` and ``pure_callback`` lower to ``xla_python_cpu_callback`` /
+    ``xla_ffi_python_cpu_callback`` (GPU: ``…_gpu_callback``). No kernel: the device stops for the host."""
+    t = _target(ins) if ins is not None and ins.opcode == "custom-call" else ""
+    return "python" in t and "callback" in t
+
+
 def kernel_cost(module: Module, ins: Instruction) -> KernelCost | None:
     """The cost of one custom call, when it is a kernel this module knows (None otherwise)."""
     if ins.opcode != "custom-call":

@@ -61,6 +61,8 @@ RULES: tuple[Rule, ...] = (
     Rule("in-window", ("recompilation", "host-transfers"), "compilations and host↔device transfers inside the "
          "window: the transfer time the trace measures, and the implicit transfers the capture recorded",
          host.rule_in_window),
+    Rule("host-callback", ("host-callback",), "host callbacks (jax.debug.print, io_callback) inside the step: the "
+         "device stops for Python on the host", host.rule_host_callbacks),
     Rule("variance", ("step-variance", "device-straggler"), "uneven step times, or one device busy far longer than "
          "another", device_time.rule_variance),
     Rule("other-programs", ("other-programs",), "other programs (evaluation, metrics, callbacks) take more device "

@@ -18,6 +18,7 @@ from rooflens.analysis.rules.common import (
     ref,
     runs_per_step,
     severity_of,
+    step_time_of,
     with_saving,
 )
 from rooflens.hlo.shape import HOST_MEMORY_SPACE, element_bytes
@@ -212,6 +213,32 @@ def _transfer_rate(report: Report) -> tuple[float, str]:
         bw = report.roofs.hbm_bytes_per_s if report.roofs else 0.0
         return bw, "the CPU's memory bandwidth"
     return _host_link(report)[0], "the chip's PCIe bandwidth"
+
+
+def rule_host_callbacks(report: Report) -> list[Finding]:
+    """Host callbacks in the step (``jax.debug.print``, ``jax.debug.callback``, ``io_callback``, ``pure_callback``):
+    the device stops at each, hands its values to Python on the host and waits. What a fix gives back is their time
+    per step as the trace measures it (the host's round trips around them are the overheads finding's gaps)."""
+    st = report.steps
+    calls = [c for c in report.comparison if c.host_callback
+             and (st is None or st.basis != "executions" or c.program == st.program)]
+    main = st.program if st else None
+    per = per_step_of(report, sum(step_time_of(report, c) for c in calls), main)
+    if per <= 0:
+        return []
+    calls.sort(key=lambda c: -c.total_time_s)
+    unit = per_what(st)
+    verb = "take" if len(calls) > 1 else "takes"
+    f = Finding(
+        "host-callback", "low", f"{plural(len(calls), 'host callback')} in the {unit} {verb} {_ms(per)} of it",
+        tuple(ref(c) for c in calls[:6]), per,
+        tuple(f"{c.program}/{c.name}: {_ms(c.measured_s)} median per execution of its program (mean "
+              f"{_ms(c.mean_s)}), {fmt_number(runs_per_step(report, c))} per {unit} on each device" for c in calls[:4]),
+        "jax.debug.print, jax.debug.callback, io_callback or pure_callback inside the jitted step: at each the "
+        "device stops, copies the values to the host and waits for Python to run",
+        "take the callback out of the step (return the values and print or log them outside the jitted function, "
+        "every N steps), or keep it for debugging runs only")
+    return [with_saving(report, f, per, main)]
 
 
 def rule_in_window(report: Report) -> list[Finding]:
