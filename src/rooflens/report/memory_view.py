@@ -33,7 +33,7 @@ def render_memory(console: Console, mem, source: str) -> None:
     shown, _, small = ranked_programs(mem.programs, mem.main_program)
     for p in shown:
         console.print(f"{e(p.program)}: arguments {gb(p.argument_bytes)}, outputs {gb(p.output_bytes)}, "
-                      f"aliased {gb(p.alias_bytes)}, temporaries {gb(p.temp_bytes)} → peak {gb(p.peak_bytes)}"
+                      f"aliased {gb(p.alias_bytes)}, XLA's temp buffer {gb(p.temp_bytes)} → peak {gb(p.peak_bytes)}"
                       + (f"; tiling padding wastes {gb(p.padding_waste_bytes)}" if p.padding_waste_bytes else ""))
         if p.peak_buffers:
             cols = [Col("value", "left", name=True), Col("shape", "left", 2), Col("bytes"), Col("padded", drop=3),

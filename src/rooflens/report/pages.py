@@ -74,7 +74,7 @@ def memory_fragment(mem: MemorySummary) -> str:
         parts.append(f'<div style="font-weight:600">{text(memory_line(mem))}</div>')
     for p in mem.programs:
         parts.append(f"<div>{text(p.program)}: arguments {fmt_bytes(p.argument_bytes)}, outputs "
-                     f"{fmt_bytes(p.output_bytes)}, aliased {fmt_bytes(p.alias_bytes)}, temporaries "
+                     f"{fmt_bytes(p.output_bytes)}, aliased {fmt_bytes(p.alias_bytes)}, XLA's temp buffer "
                      f"{fmt_bytes(p.temp_bytes)} → peak {fmt_bytes(p.peak_bytes)}"
                      + (f"; tiling padding wastes {fmt_bytes(p.padding_waste_bytes)}" if p.padding_waste_bytes
                         else "") + "</div>")

@@ -47,7 +47,7 @@ def rule_memory_peak(report: Report) -> list[Finding]:
                 if b.opcode != "parameter" and not _is_parameter(main, b.name))[:4]  # ops, not arguments
     gb = 1e9
     evidence = [f"{main.program}: peak {main.peak_bytes / gb:.3g} GB vs {main.state_bytes / gb:.3g} GB "
-                f"of inputs and outputs ({ratio or 0:.1f}×); temporaries {main.temp_bytes / gb:.3g} GB"]
+                f"of inputs and outputs ({ratio or 0:.1f}×); XLA's temp buffer {main.temp_bytes / gb:.3g} GB"]
     if share is not None:
         evidence.append(f"the peak is {share:.1%} of one device's {mem.device_bytes / gb:.3g} GB")
     if mem.growing:
