@@ -13,6 +13,7 @@ import pytest
 
 import rooflens as rl
 from rooflens.hlo import parse
+from rooflens.trace.stats import own_frames
 from tests.conftest import fixture_path
 
 H100 = ("gpu_nvidia", "h100_jax0112")
@@ -153,3 +154,17 @@ def test_tuple_element_operands_are_read(windows):
         assert all(s is not None and s.is_array and s.dims == (4096, 4096) for s in shapes), (g.name, shapes)
     matmuls = [c for c in _step_ops(windows["window_command_buffers"]).values() if c.category == "matmul"]
     assert all(c.flops == 2 * 4096**3 for c in matmuls), [(c.name, c.flops) for c in matmuls]
+
+
+def test_gaps_name_the_programs_python_frame_not_the_captures(windows):
+    """The H100 window was traced by an interpreter the profiler names ``python3``: JAX's Python tracer frames are
+    on that line (they were dropped as no "python" line's, so no gap named what the host was doing). The host's
+    frame in a gap is the program's (its ``time.sleep``, a value read back in ``array.py``), never one of
+    rooflens's own in the program (``stepwindow.py`` counting a jitted call, ``common.py`` draining the devices)."""
+    prof = rl.load(fixture_path(*H100, "window_command_buffers"))
+    assert "python3" in prof.table.lines and prof.host_events
+    hosts = [g.host for d in windows["window_command_buffers"].stats.devices for g in d.largest_gaps]
+    assert "time sleep" in hosts and "array.py:629 _value" in hosts
+    assert not [h for h in hosts if h.split(":")[0] in ("stepwindow.py", "common.py", "launch.py", "pyrun.py")]
+    for name in ("stepwindow.py:211 call", "common.py:199 _wait", "pyrun.py:10 run_path"):
+        assert name.split(":")[0] in {f for f, _ in own_frames()}

@@ -317,3 +317,11 @@ def test_several_hosts_in_one_run_directory(captured, tmp_path):
     one = {(s.program, s.name): s for s in op_stats(prof).op_stats}
     for s in stats.op_stats:
         assert s.occurrences == 2 * one[(s.program, s.name)].occurrences
+
+
+def test_the_python_tracers_line_is_named_after_the_interpreter():
+    """The profiler names the Python thread's line after the process: the interpreter's executable as started."""
+    from rooflens.trace.formats.raw import is_python_line
+
+    assert all(is_python_line(n) for n in ("python", "python3", "python3.11", "python3.13t"))
+    assert not any(is_python_line(n) for n in ("pythonista", "XLA Ops", "tf_XLAEigen/123", "rooflens", ""))

@@ -6,6 +6,7 @@ grouped by integer codes with ``np.unique``/``np.bincount``, never one Python ca
 
 from __future__ import annotations
 
+import functools
 import zlib
 from dataclasses import asdict, dataclass, field
 
@@ -472,20 +473,56 @@ def host_spans(host_events: list[tuple[str, float, float]]) -> tuple[list[str], 
             np.asarray([e for _, _, e in host_events], np.float64))
 
 
+#: rooflens's own modules that run inside a profiled program: the capture package (``rooflens run``'s launcher and
+#: what it loads beside it, ``rl.capture`` and ``Session``) and the launcher's other siblings (launch.py's
+#: ``_sibling`` loads: trace/manifest.py, units.py)
+IN_PROGRAM = ("capture/*.py", "trace/manifest.py", "units.py")
+
+
+@functools.cache
+def own_frames() -> frozenset[tuple[str, str]]:
+    """(file name, function) of every function of :data:`IN_PROGRAM`, as JAX's Python tracer names a frame
+    (``$stepwindow.py:211 call``: the file's base name, the line it is defined at, the function): a frame of the
+    capture's own, not the program's. Read from rooflens's own sources, once, when a gap asks."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out: set[tuple[str, str]] = set()
+    for pattern in IN_PROGRAM:
+        for path in sorted(root.glob(pattern)):
+            try:
+                tree = ast.parse(path.read_text(encoding="utf-8"))
+            except (OSError, SyntaxError, ValueError):
+                continue
+            out |= {(path.name, n.name) for n in ast.walk(tree)
+                    if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
+    return frozenset(out)
+
+
+def _own(frame: str) -> bool:
+    """Whether a Python tracer frame (``stepwindow.py:211 call``) is rooflens's own (:func:`own_frames`)."""
+    where, _, function = frame.partition(" ")
+    return ".py:" in where and (where.split(":", 1)[0], function) in own_frames()
+
+
 def _host_during(spans: tuple[list[str], np.ndarray, np.ndarray], g0: float, g1: float) -> str:
     """The innermost Python frame that covers most of [g0, g1] (e.g. ``$time sleep``): of the frames before the
-    first that starts after g1, the shortest (the first of equals) overlapping at least half of it."""
+    first that starts after g1, the shortest (the first of equals) overlapping at least half of it, the capture's
+    own frames passed over (``rooflens run`` counts each jitted call in a frame of its own: the program's frame
+    is the one around it)."""
     names, s, e = spans
     if not len(s):
         return ""
     late = s > g1
     stop = int(np.argmax(late)) if late.any() else len(s)
     s, e = s[:stop], e[:stop]
-    fits = (np.minimum(e, g1) - np.maximum(s, g0)) >= 0.5 * (g1 - g0)
-    if not fits.any():
-        return ""
-    k = int(np.flatnonzero(fits)[np.argmin((e - s)[fits])])
-    return names[k].lstrip("$")
+    fits = np.flatnonzero((np.minimum(e, g1) - np.maximum(s, g0)) >= 0.5 * (g1 - g0))
+    for k in fits[np.argsort((e - s)[fits], kind="stable")].tolist():
+        frame = names[k].lstrip("$")
+        if not _own(frame):
+            return frame
+    return ""
 
 
 @njit(cache=True, nogil=True)

@@ -64,6 +64,15 @@ class RawTrace:
 #: a host event that dispatches a jitted function: ``PjitFunction(train_step)`` (jaxlib's C++ dispatch path, on
 #: the thread that called it; jax 0.4 to 0.10 on CPU, GPU and TPU), ``PmapFunction(f)`` for pmap
 DISPATCH = re.compile(r"^(?:PjitFunction|PmapFunction)\((.*)\)$")
+#: the host line JAX's Python tracer records its frames on: the thread running Python, which the profiler names
+#: after the process, the interpreter's executable as it was started (``python``; ``python3`` under the
+#: ``rooflens`` command, whose shebang names it; ``python3.12``; a free-threaded ``python3.13t``)
+PYTHON_LINE = re.compile(r"python[0-9.]*t?")
+
+
+def is_python_line(name: str) -> bool:
+    """Whether a host line is the Python tracer's (:data:`PYTHON_LINE`)."""
+    return PYTHON_LINE.fullmatch(name) is not None
 DISPATCH_PREFIXES = ("PjitFunction(", "PmapFunction(")
 #: a host event of the runtime launching a compiled program, on the thread that asked for it (an event whose name
 #: starts with one of these): XLA:CPU's ``CommonPjRtLoadedExecutable::ExecuteHelperOnSingleDevice`` (jax 0.10, a

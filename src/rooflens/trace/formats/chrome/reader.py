@@ -25,6 +25,7 @@ from rooflens.trace.formats.raw import (
     device_span,
     foreign_note,
     framework_of,
+    is_python_line,
     kernels_note,
     op_name,
     top_level_dispatches,
@@ -73,8 +74,9 @@ def read_chrome(path: Path, progress: Progress = None) -> RawTrace:
     pid, tid = c["pid"], c["tid"]
     line_key, line_inv = E.unique_rows(pid, tid)
     line_names = [ev.threads.get((int(p), int(t)), words[t] if t >= 0 else "") for p, t in line_key]
-    role = {"XLA Ops": 1, "XLA Modules": 2, "python": 4}
-    ev_role = np.asarray([role.get(x, 0) for x in line_names] + [0], np.int64)[line_inv] if n else line_inv
+    role = {"XLA Ops": 1, "XLA Modules": 2}  # 4: the Python tracer's line (raw.is_python_line)
+    ev_role = np.asarray([role.get(x, 4 if is_python_line(x) else 0) for x in line_names] + [0],
+                         np.int64)[line_inv] if n else line_inv
     kind, dev = dev_kind[pid], dev_num[pid]
     event_start, event_dur = start, dur
     start, dur = device_span(start, dur, c["device_offset_ps"], c["device_duration_ps"], kind > 0,

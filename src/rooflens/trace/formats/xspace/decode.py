@@ -26,6 +26,7 @@ import numpy as np
 from rooflens.errors import RooflensError
 from rooflens.trace.formats import protowire
 from rooflens.trace.formats.compiled import compile_kernels
+from rooflens.trace.formats.raw import is_python_line
 from rooflens.trace.formats.xspace import walk
 from rooflens.trace.formats.xspace import wire as W
 from rooflens.trace.groupby import unique_values
@@ -202,7 +203,7 @@ def line_flags(plane_name: str, line_name: str) -> int:
     if plane_name.startswith("/host:"):
         if plane_name == "/host:metadata":
             return 0
-        return W.KEEP_KEYED | W.KEEP_META | (W.KEEP_LONG if line_name == "python" else 0)
+        return W.KEEP_KEYED | W.KEEP_META | (W.KEEP_LONG if is_python_line(line_name) else 0)
     return 0
 
 

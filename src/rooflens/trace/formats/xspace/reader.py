@@ -29,6 +29,7 @@ from rooflens.trace.formats.raw import (
     foreign_note,
     framework_of,
     hlo_module_of,
+    is_python_line,
     kernels_note,
     op_name,
     program_name,
@@ -56,7 +57,7 @@ class _Events:
 
 
 _KIND = {"TPU": 1, "GPU": 2, "host": 3}
-_ROLE = {"XLA Ops": 1, "XLA Modules": 2, "Steps": 3, "python": 4}
+_ROLE = {"XLA Ops": 1, "XLA Modules": 2, "Steps": 3}  # 4: the Python tracer's line (raw.is_python_line)
 
 
 def read_xspace(path: Path, progress: Progress = None, device_time: bool = True) -> RawTrace:
@@ -148,7 +149,7 @@ def _classify(x, device_time: bool) -> _Events:
     plane_kind = np.asarray([_KIND.get(k, 0) for k, _ in kinds] or [0], np.int8)
     plane_dev = np.asarray([d for _, d in kinds] or [-1], np.int32)
     ev_plane = x.line_plane.astype(np.int32)[x.line] if len(x) else np.zeros(0, np.int32)
-    line_role = np.asarray([_ROLE.get(n, 0) for n in x.line_names] + [0], np.int8)
+    line_role = np.asarray([_ROLE.get(n, 4 if is_python_line(n) else 0) for n in x.line_names] + [0], np.int8)
     kind = plane_kind[ev_plane]
     start, dur = x.start_ps, x.dur_ps
     if device_time:
