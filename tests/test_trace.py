@@ -325,3 +325,21 @@ def test_the_python_tracers_line_is_named_after_the_interpreter():
 
     assert all(is_python_line(n) for n in ("python", "python3", "python3.11", "python3.13t"))
     assert not any(is_python_line(n) for n in ("pythonista", "XLA Ops", "tf_XLAEigen/123", "rooflens", ""))
+
+
+def test_a_logdir_of_several_runs_is_read_at_its_newest_and_says_so(tmp_path):
+    """A logdir the user profiled into twice: the newest run is read, and the report names it and the other."""
+    import shutil
+    from pathlib import Path
+
+    src = fixture_path("tpu", "xprof_tpu_inference_2.v6e-4.xplane.pb")
+    for run in ("2026_01_01_10_00_00", "2026_01_02_10_00_00"):
+        d = tmp_path / "logs" / "plugins" / "profile" / run
+        d.mkdir(parents=True)
+        shutil.copy(src, d / "host0.xplane.pb")
+    prof = rl.load(tmp_path / "logs")
+    assert [Path(s).parent.name for s in prof.sources] == ["2026_01_02_10_00_00"]
+    assert ("the logdir holds 2 runs: this is the newest, 2026_01_02_10_00_00; give a run directory to read another "
+            "(2026_01_01_10_00_00)") in prof.notes
+    assert not [n for n in rl.load(tmp_path / "logs" / "plugins" / "profile" / "2026_01_01_10_00_00").notes
+                if "runs:" in n]

@@ -55,12 +55,21 @@ def _run_files(entries: list[str]) -> dict[str, str]:
 
 def find(paths: list[str]) -> tuple[list[str], list[HostFile]]:
     """(run directories, host files) for the paths a user gave."""
+    runs, files, _ = find_runs(paths)
+    return runs, files
+
+
+def find_runs(paths: list[str]) -> tuple[list[str], list[HostFile], list[str]]:
+    """(run directories, host files, the older runs passed over) for the paths a user gave: a logdir that holds
+    several runs is read at its newest, and the others are named (the report says which was read)."""
     runs: list[str] = []
     files: list[HostFile] = []
+    older: list[str] = []
     for p in paths:
-        r, f = _find_one(str(p))
+        r, f, o = _find_one(str(p))
         runs += r
         files += f
+        older += o
     seen: dict[str, int] = {}
     for f in files:
         seen[f.host] = seen.get(f.host, 0) + 1
@@ -69,7 +78,7 @@ def find(paths: list[str]) -> tuple[list[str], list[HostFile]]:
     uniq: dict[str, HostFile] = {}
     for f in files:
         uniq.setdefault(f.path, f)
-    return list(dict.fromkeys(runs)), list(uniq.values())
+    return list(dict.fromkeys(runs)), list(uniq.values()), older
 
 
 def _parent_name(path: str) -> str:
@@ -77,35 +86,35 @@ def _parent_name(path: str) -> str:
     return parts[-2] if len(parts) >= 2 else ""
 
 
-def _find_one(path: str) -> tuple[list[str], list[HostFile]]:
+def _find_one(path: str) -> tuple[list[str], list[HostFile], list[str]]:
     kind = fs.kind(path)
     if kind is None:
         raise RooflensError(f"{path} does not exist.")
     if kind == "dir" and formats.format_of(path, is_dir=True):  # an extracted archive is one host's profile
-        return [fs.parent(path)], [HostFile(path, host_of(path.rstrip("/").rsplit("/", 1)[-1]))]
+        return [fs.parent(path)], [HostFile(path, host_of(path.rstrip("/").rsplit("/", 1)[-1]))], []
     if kind == "file":
         if formats.is_trace_name(path.rstrip("/").rsplit("/", 1)[-1], named=True):
-            return [fs.parent(path)], [HostFile(path, host_of(path.rstrip("/").rsplit("/", 1)[-1]))]
+            return [fs.parent(path)], [HostFile(path, host_of(path.rstrip("/").rsplit("/", 1)[-1]))], []
         raise RooflensError(f"{path} is not a profile: give a logdir, a run directory, a *.xplane.pb, a "
                             "*.trace.json.gz, an nsys-jax archive or an Nsight Systems *.sqlite or *.nsys-rep.")
     here = _run_files(fs.listdir(path))
     if here:
-        return [path], [HostFile(f, h) for h, f in here.items()]
+        return [path], [HostFile(f, h) for h, f in here.items()], []
     plugin = fs.join(path, "plugins", "profile")
     if fs.kind(plugin) == "dir":
         runs = sorted(d for d in fs.listdir(plugin, dirs_only=True) if _run_files(fs.listdir(d)))
         if runs:
             newest = runs[-1]  # run directories are named by time
-            return [newest], [HostFile(f, h) for h, f in _run_files(fs.listdir(newest)).items()]
+            return [newest], [HostFile(f, h) for h, f in _run_files(fs.listdir(newest)).items()], runs[:-1]
     found = _walk(path)
     if not found:
         raise RooflensError(f"{path} holds no profile (no *.xplane.pb, *.trace.json.gz or Nsight file under it, "
                             f"{MAX_DEPTH} levels deep).")
     hosts = [h for files in found.values() for h in files]
     if len(hosts) == len(set(hosts)):  # one job: each directory holds other hosts
-        return sorted(found), [HostFile(f, h) for d in sorted(found) for h, f in found[d].items()]
+        return sorted(found), [HostFile(f, h) for d in sorted(found) for h, f in found[d].items()], []
     newest = sorted(found)[-1]  # the same hosts again: several runs; the newest
-    return [newest], [HostFile(f, h) for h, f in found[newest].items()]
+    return [newest], [HostFile(f, h) for h, f in found[newest].items()], sorted(found)[:-1]
 
 
 def _walk(root: str) -> dict[str, dict[str, str]]:

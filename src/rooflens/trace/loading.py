@@ -52,7 +52,7 @@ def load(path: str | Path | list[str | Path], hlo_dir: str | Path | None = None,
     paths = [str(p) for p in path] if isinstance(path, list | tuple) else [str(path)]
     if not paths:
         raise RooflensError("no profile given.")
-    runs, host_files = discover.find(paths)
+    runs, host_files, older = discover.find_runs(paths)
     if merge == "auto":
         merge = "aggregates" if len(host_files) > 1 and _bytes_of(host_files) > AGGREGATE_ABOVE_BYTES else "events"
     if merge == "aggregates":
@@ -69,11 +69,25 @@ def load(path: str | Path | list[str | Path], hlo_dir: str | Path | None = None,
                           meanwhile=None if any(has_saved_hlo(r) for r in runs) or all(
                               not fs.is_url(f) and cache.has_entry(Path(f)) for f in files) else _import_hlo_printer)
     profile = assemble(paths, runs, raws, files, hlo_dir, step_fn=step_fn)
+    if older:
+        profile.notes.append(older_runs_note(runs, older))
     if include_warmup:
         from rooflens.trace.warmup import with_warmup
 
         profile = with_warmup(profile)
     return profile
+
+
+def older_runs_note(read: list[str], older: list[str]) -> str:
+    """What was read of a logdir that holds several runs, and how to read another."""
+    def name(d: str) -> str:
+        return d.rstrip("/").rsplit("/", 1)[-1]
+
+    others = ", ".join(name(d) for d in reversed(older[-3:]))
+    if len(older) > 3:
+        others += f" and {len(older) - 3} more"
+    return (f"the logdir holds {len(older) + len(read)} runs: this is the newest, {', '.join(name(d) for d in read)}; "
+            f"give a run directory to read another ({others})")
 
 
 def _bytes_of(files) -> int:
