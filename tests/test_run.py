@@ -9,6 +9,7 @@ a multi-process jax.distributed job keep their profiles.
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -174,6 +175,16 @@ def test_exit_status_message_and_traceback_are_the_scripts(env, tmp_path):
         if how == "raise":
             assert mine[0] == "Traceback (most recent call last):" and str(script) in r.stderr
     assert len(list((logs / "plugins" / "profile").iterdir())) == 3  # one run directory each
+
+
+def test_two_pmapped_functions_are_two_programs_and_the_train_step_is_the_step(env, tmp_path):
+    """A pmapped train step and a pmapped evaluation: jax names both programs jit__fun; under rooflens run each is
+    named after its function, so the steps are the train step's executions and the evaluation is another program."""
+    _, data, _ = profile(env, tmp_path, "pmap_eval")
+    functions = {re.sub(r"\(\d+\)$", "", p) for p in data["by_program_s"]}  # jit_train_step(22): a compilation of it
+    assert {"jit_train_step", "jit_evaluate"} <= functions and "jit__fun" not in functions
+    assert data["steps"]["program"].startswith("jit_train_step") and 24 <= data["steps"]["count"] <= 29
+    assert all(p.startswith("jit_train_step") for p in data["steps"]["breakdown"]["programs"])
 
 
 def test_a_run_that_failed_before_its_devices_ran_anything_is_reported_as_such(env, tmp_path):

@@ -254,23 +254,27 @@ def test_shard_map_and_pjit_steps_on_8_devices(env, tmp_path, mode, function):
 
 
 def test_a_pmap_step_is_counted_by_its_own_functions_name(env, tmp_path):
-    """jax.pmap's step (jax ≥ 0.8: a jit of a shard_map of jax's own ``_fun``) is the user's function: the window
-    opens on its calls, it is named and taken by --step-fn by its own name, and its program is ``jit__fun``."""
+    """jax.pmap's step (jax ≥ 0.8: a jit of a shard_map of jax's own ``_fun``, every pmapped function's program
+    ``jit__fun``) is the user's function: the window opens on its calls, it is taken by --step-fn by its own name,
+    and its program is named after it (``jit_local_step``: a pmapped evaluation is another program)."""
     meta, run = window_run(env, tmp_path, "sharded.py", "3:5", "8", "pmap")
     taken = meta["step_program"]
-    assert taken["chosen_by"] == "call site" and taken["function"] == "local_step" and taken["program"] == "jit__fun"
+    assert taken["chosen_by"] == "call site" and taken["function"] == "local_step"
+    assert taken["program"] == "jit_local_step"
     assert taken["call_site"].endswith(f"sharded.py:{step_line('sharded.py')} (<module>)")
     table = rl.load(run).table
-    assert runs_of(table, "jit__fun") == 2 and len(np.unique(table.device)) == 8
+    assert "jit__fun" not in table.programs
+    assert runs_of(table, "jit_local_step") == 2 and len(np.unique(table.device)) == 8
     assert [n for n, _, _ in rl.load(run).steps] == [3, 4]
+    assert (run / "hlo").is_dir() and any("local_step" in p.name for p in (run / "hlo").iterdir())
     # named by --step-fn over a script that annotates its steps: its 5 calls are the steps (the annotations, cut at
     # the window's edges, held 3 of them)
     meta, run = window_run(env, tmp_path / "named", "sharded.py", "3:8", "8", "pmap", "annotate",
                            options=("--step-fn", "local_step"))
-    assert meta["step_program"]["function"] == "local_step" and meta["step_program"]["program"] == "jit__fun"
+    assert meta["step_program"]["function"] == "local_step" and meta["step_program"]["program"] == "jit_local_step"
     prof = rl.load(run)
     assert [n for n, _, _ in prof.steps] == [3, 4, 5, 6, 7] and meta["window"]["traced_steps"] == 5
-    assert any("opened on the calls of jit__fun (--step-fn)" in n for n in prof.notes), prof.notes
+    assert any("opened on the calls of jit_local_step (--step-fn)" in n for n in prof.notes), prof.notes
 
 
 def test_step_annotations_take_precedence_over_calls(env, tmp_path):

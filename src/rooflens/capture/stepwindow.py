@@ -605,16 +605,31 @@ def hook_pjit(pjit, window: Window | None, made: set[str] | None = None) -> None
             pass
 
     def _cpp_pjit(fun, *args, **kwargs):
+        alias = user_name(fun)
+        if alias:  # jax.pmap's own _fun: its program named after the user's function (jit_train_step, not jit__fun)
+            _rename(fun, alias)
         fn = original(fun, *args, **kwargs)
         kind = kind_of(fun)
         if kind == "jax":
             return fn
         if kind == "function":
             made.add(getattr(fn, "__name__", ""))
-        return Counted(fn, window, kind, user_name(fun)) if window is not None else fn
+        return Counted(fn, window, kind, alias) if window is not None else fn
 
     _cpp_pjit.__wrapped__ = original
     pjit._cpp_pjit = _cpp_pjit
+
+
+def _rename(fun, name: str) -> None:
+    """Name a function of JAX's own that runs the user's ``name`` after it, before ``jax.jit`` reads its name: JAX
+    names a jitted function's program and dispatch events after ``__name__``, so every ``jax.pmap`` (since jax 0.8 a
+    jit of a shard_map of jax's ``_fun``) would otherwise be ``jit__fun``, one name for a train and an eval step.
+    The function's behaviour is untouched (JAX's caches key on the function, not its name)."""
+    for attr in ("__name__", "__qualname__"):
+        try:
+            setattr(fun, attr, name)
+        except (AttributeError, TypeError):  # not a plain function: its name stays
+            return
 
 
 def hook_step_annotation(profiler, window: Window) -> None:
