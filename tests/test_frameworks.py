@@ -130,6 +130,14 @@ def test_a_pytorch_kineto_trace_is_read_as_pytorch():
         assert not any(w in f["fix"] for w in JAX_API), f["fix"]
     text = CliRunner().invoke(cli.cli, ["report", str(path)]).stdout
     assert "PyTorch trace" in text.splitlines()[0] and "kernels by self time" in text and "HLO ops" not in text
+    # its kernels belong to no XLA program: the unit is the capture, said so ("the execution of " named nothing), and
+    # a demangled C++ kernel name (2,800 characters) is cut in sentences and cells, whole in the JSON
+    assert "of  " not in text and "execution of (" not in text and "the unit is the whole capture" in text
+    assert "Step (the capture)" in text and max(len(k["name"]) for k in kernels) > 2000
+    (over,) = [f for f in doc["findings"] if f["rule"] == "overheads"]
+    assert over["per"] == "capture" and all(len(e) < 400 for e in over["evidence"]), over["evidence"]
+    assert max(len(s["name"]) for s in doc["op_stats"]) > 200  # the JSON's names whole
+    assert max(len(line) for line in text.splitlines() if line.startswith("    evidence: gap")) < 400
 
 
 def test_a_pytorch_nsight_export_gets_no_jax_advice():

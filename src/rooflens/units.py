@@ -152,6 +152,17 @@ def fmt_ratio_range(lo: float, hi: float, digits: int = 3) -> str:
     return a if a == b else f"{a[:-1]}–{b}"
 
 
+#: names (a PyTorch kernel's demangled C++ signature runs to thousands of characters) are cut to this in sentences
+#: and terminal tables; the JSON keeps them whole
+NAME_CHARS = 96
+
+
+def fmt_name(name: str, limit: int = NAME_CHARS) -> str:
+    """``name`` as a sentence or a table cell shows it: whole up to ``limit`` characters, else its start and "…"
+    (``void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl<…``)."""
+    return name if len(name) <= limit else name[:limit - 1].rstrip() + "…"
+
+
 def fmt_percent(x: float | None, missing: str = MISSING) -> str:
     """A share (a fraction of 1) as a percentage that never shows a non-zero share as ``0%``:
     ``0.346`` → ``34.6%``, ``0.0004`` → ``0.04%``, ``1e-6`` → ``<0.01%``, ``0`` → ``0%``."""

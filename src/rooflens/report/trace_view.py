@@ -6,8 +6,8 @@ from rich.console import Console
 
 from rooflens.report.tables import Col, print_fitted
 from rooflens.report.text import e, memory_line, mfu_text, saving_line
+from rooflens.units import fmt_name, fmt_ratio, plural
 from rooflens.units import fmt_percent as pct
-from rooflens.units import fmt_ratio, plural
 from rooflens.units import fmt_seconds as ms
 
 
@@ -25,7 +25,7 @@ def render_op_stats(console: Console, report, source: str, top: int = 20) -> Non
             Col("category", "left", 3), Col("scope", "left", 4), Col("occurrences", drop=7),
             Col("executions", drop=6), Col("total", drop=2), Col("self"), Col("median per execution", drop=1),
             Col("% device")]
-    rows = [(e(s.name), e(s.program), s.category, e(s.named_scope), f"{s.occurrences:,}", f"{s.executions:,}",
+    rows = [(e(fmt_name(s.name)), e(s.program), s.category, e(s.named_scope), f"{s.occurrences:,}", f"{s.executions:,}",
              ms(s.total_time_s), ms(s.self_time_s), ms(s.median_execution_s) if s.executions else "—",
              pct(s.pct_device_time / 100)) for s in stats.op_stats[:top]]
     print_fitted(console, cols, rows, f"Top {min(top, len(stats.op_stats))} of {len(stats.op_stats)} {what} by "
@@ -48,7 +48,8 @@ def render_op_stats(console: Console, report, source: str, top: int = 20) -> Non
     for d in stats.devices:
         g = d.largest_gaps[0] if d.largest_gaps else None
         drows.append((str(d.device), e(d.host), f"{d.events:,}", ms(d.busy_s), ms(d.idle_s), ms(d.window_s),
-                      ms(g.duration_s) if g else "", e(f"{g.before} → {g.after} at {ms(g.start_s)}") if g else ""))
+                      ms(g.duration_s) if g else "",
+                      e(f"{fmt_name(g.before)} → {fmt_name(g.after)} at {ms(g.start_s)}") if g else ""))
     print_fitted(console, dcols, drows, "Devices")
     w = report.in_window
     if w.compilations:
@@ -134,7 +135,8 @@ def _render_step_memory_findings(console: Console, report) -> None:
         mfu = ", " + e(mfu_text(s, report.roofs))
         roof = (f", roofline sum {ms(s.predicted_s)}" if report.roofs is not None and s.predicted_s
                 else ", roofline sum unknown" + ("" if report.roofs is None else " (no op of the step is priced)"))
-        unit = {"executions": "per execution", "window": "the capture window"}.get(s.basis, "per device")
+        unit = {"executions": "per execution" if s.program else "the capture", "window": "the capture window"}.get(
+            s.basis, "per device")
         of = f"{e(s.program)}, " if s.program else ""  # "": kernels of no XLA program (an Nsight trace of PyTorch)
         console.print(f"\n[bold]Step[/bold] ({of}{unit}): measured {ms(s.step_time_s)}{roof}{mfu}")
         console.print(f"  compute {ms(s.compute_s)} · communication {ms(s.communication_s)} · copies/layout "

@@ -89,7 +89,8 @@ class StepChoice:
         """One sentence: what the steps are, of which program, why, and how to choose another."""
         progs = f" ({', '.join(self.programs)})" if len(self.programs) > 1 else ""
         if self.basis == "execution":
-            what = f"the unit is the one execution of {self.program} ({self.reason}): it is reported per execution"
+            what = (f"the unit is the one execution of {self.program} ({self.reason}): it is reported per execution"
+                    if self.program else "the unit is the whole capture (its kernels belong to no XLA program)")
         elif self.basis == "per execution":
             what = (f"there are none; the step program is {self.function}{progs} ({self.reason}), judged per "
                     "execution of its own")

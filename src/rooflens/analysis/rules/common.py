@@ -52,7 +52,9 @@ def periods_of(report: Report, program: str | None = None) -> float:
 
 def per_what(st: StepBreakdown | None) -> str:
     """The period a finding's per-step numbers are per: "execution of <program>" or "step"."""
-    return f"execution of {st.program}" if st is not None and st.basis == "executions" else "step"
+    if st is None or st.basis != "executions":
+        return "step"
+    return f"execution of {st.program}" if st.program else "capture"  # kernels of no XLA program: the capture
 
 
 def is_jax(report: Report) -> bool:

@@ -36,7 +36,7 @@ from rooflens.analysis.rules.host import idle_flagged
 from rooflens.analysis.rules.kernels import launched_one_by_one, tiny_programs
 from rooflens.analysis.trust import is_async
 from rooflens.cost.kernels import instruction_module
-from rooflens.units import fmt_number, fmt_percent, fmt_ratio, plural
+from rooflens.units import fmt_name, fmt_number, fmt_percent, fmt_ratio, plural
 from rooflens.units import fmt_seconds as _ms
 
 SLOW_RATIO = 2.0  # an op this many times slower than its roofline is worth a look (seed 000's red flag)
@@ -395,7 +395,7 @@ def _largest_gaps(gaps, several: bool, most: int = 2) -> list[str]:
     they all wait in) is one line naming them, not a line repeated per device."""
     lines: dict[str, list[int]] = {}
     for g in gaps:
-        text = (f"{_ms(g.duration_s)} at {_ms(g.start_s)} between {g.before} and {g.after}"
+        text = (f"{_ms(g.duration_s)} at {_ms(g.start_s)} between {fmt_name(g.before)} and {fmt_name(g.after)}"
                 + (f"; the host was in {g.host}" if g.host else ""))
         if text not in lines and len(lines) == most:
             break

@@ -23,7 +23,7 @@ from rooflens.analysis.rules.common import (
 )
 from rooflens.hlo.shape import HOST_MEMORY_SPACE, element_bytes
 from rooflens.trace.idle import IdleUnit
-from rooflens.units import fmt_bytes, fmt_number, fmt_percent, fmt_rate, plural
+from rooflens.units import fmt_bytes, fmt_name, fmt_number, fmt_percent, fmt_rate, plural
 from rooflens.units import fmt_seconds as _ms
 
 IDLE_SHARE = 0.40
@@ -44,7 +44,8 @@ def _where(unit: IdleUnit) -> tuple[list, list[str]]:
     d = unit.unit
     if unit.gaps is None:
         gaps = [g for g in d.largest_gaps if g.duration_s >= MIN_GAP_S]
-        return gaps, [f"gap of {_ms(g.duration_s)} at {_ms(g.start_s)} between {g.before} and {g.after}"
+        return gaps, [f"gap of {_ms(g.duration_s)} at {_ms(g.start_s)} between {fmt_name(g.before)} and "
+                      f"{fmt_name(g.after)}"
                       + (f"; the host was in {g.host}" if g.host else "") for g in gaps[:3]]
     # gaps left once warm-up is taken out; the stats' own gap names where one matches
     big = unit.gaps.largest(3, MIN_GAP_S)
@@ -53,7 +54,8 @@ def _where(unit: IdleUnit) -> tuple[list, list[str]]:
     for gap in big:
         g = named.get(round(gap.start_s, 6))
         where.append(f"gap of {_ms(gap.duration_s)} at {_ms(gap.start_s)}"
-                     + (f" between {g.before} and {g.after}" + (f"; the host was in {g.host}" if g.host else "")
+                     + (f" between {fmt_name(g.before)} and {fmt_name(g.after)}"
+                        + (f"; the host was in {g.host}" if g.host else "")
                         if g else ""))
     return big, where
 
