@@ -138,6 +138,12 @@ def test_a_pytorch_kineto_trace_is_read_as_pytorch():
     assert over["per"] == "capture" and all(len(e) < 400 for e in over["evidence"]), over["evidence"]
     assert max(len(s["name"]) for s in doc["op_stats"]) > 200  # the JSON's names whole
     assert max(len(line) for line in text.splitlines() if line.startswith("    evidence: gap")) < 400
+    from rooflens.api import load_report
+    from rooflens.report.html import page_data
+
+    page = page_data(load_report(str(path)))  # the HTML page: titled by what the trace is, its table of kernels
+    assert page["header"]["title"] == "rooflens: PyTorch trace" and page["ops_label"] == "Kernels"
+    assert page["per_step_label"] == "per device, over the capture"
 
 
 def test_a_pytorch_nsight_export_gets_no_jax_advice():

@@ -330,7 +330,7 @@ class Report:
         if st is None:
             return "per device, over the whole trace"
         if st.basis == "executions":
-            return f"per device per execution of {st.program}"
+            return f"per device per execution of {st.program}" if st.program else "per device, over the capture"
         if st.basis == "window":
             return "per device, over the capture window"
         return "per device per step"

@@ -95,16 +95,19 @@ def page_data(report, prediction=None, title: str = "") -> dict:
                            f"({prediction.source})",
                 "ops": [{"name": o.name, "category": o.category, "t": o.total_s, "bound": o.bound}
                         for o in prediction.top(15)]}
+    # the step program, else what the trace is (another framework's kernels belong to no program)
+    subject = st.program if st and st.program else f"{report.framework} trace" if report.framework else "profile"
     tl = report.timeline
     timeline = {"devices": list(tl.lanes) if tl else [], "duration": tl.duration_s if tl else 0.0,
                 "events": [[o.lane, o.start_s, o.duration_s, o.name, o.category] for o in tl.ops] if tl else [],
                 "categories": list(tl.categories) if tl else [], "note": tl.note if tl else ""}
     return {
-        "header": {"title": title or f"rooflens: {st.program if st else 'profile'}",
+        "header": {"title": title or f"rooflens: {subject}",
                    "subtitle": ", ".join(report.sources), "cards": cards},
         # per device and per step, as the cards and the step say (the Report's figures; the sums over
         # devices and steps are in the op table's "total")
         "per_step_label": report.per_step_label,
+        "ops_label": "HLO ops" if any(c.program for c in report.comparison) else "Kernels",
         "categories": [[k, v] for k, v in list(report.by_category_per_step_s.items())[:12]],
         "scopes": [[k, v] for k, v in list(report.by_scope_per_step_s.items())[:14]],
         "ops": ops, "roofline": {"points": points, "peak": peak, "bandwidth": bw, "ridge": ridge or 1.0,
