@@ -158,6 +158,9 @@ def test_a_pytorch_nsight_export_gets_no_jax_advice():
     assert doc["findings"]
     for f in doc["findings"]:
         assert not any(w in f["fix"] for w in JAX_API), f["fix"]
+    # its kernels belong to no program: named alone, not "/flash_fwd_kernel"
+    text = CliRunner().invoke(cli.cli, ["report", str(path), "--chip", "h100-sxm"], env={"COLUMNS": "200"}).stdout
+    assert "unpriced (" in text and " /" not in text.split("unpriced (", 1)[1].splitlines()[0], text
 
 
 def test_a_jax_capture_is_named_jax(sharded_cpu_trace):

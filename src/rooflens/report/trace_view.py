@@ -103,7 +103,7 @@ def _render_comparison(console: Console, report, top: int) -> None:
             achieved = f"{pct(c.flops_fraction_of_peak)} of peak FLOP/s"
         elif c.bytes_fraction_of_peak is not None:
             achieved = f"{pct(c.bytes_fraction_of_peak)} of HBM B/s"
-        rows.append((e(c.name), e(c.program), c.category, e(c.named_scope), f"{c.occurrences:,}",
+        rows.append((e(fmt_name(c.name)), e(c.program), c.category, e(c.named_scope), f"{c.occurrences:,}",
                      f"{c.executions:,}", ms(c.measured_s) + (f" (mean {ms(c.mean_s)})" if c.mean_apart else ""),
                      ms(c.predicted_s), f"[{_ratio_style(c.ratio)}]{ratio}[/]", c.bound, achieved))
     print_fitted(console, cols, rows)
@@ -111,7 +111,8 @@ def _render_comparison(console: Console, report, top: int) -> None:
     if unpriced:
         console.print(f"unpriced ({plural(len(unpriced), 'op')}, {ms(sum(c.self_time_s for c in unpriced))} of self "
                       "time): "
-                      + ", ".join(f"{e(c.program)}/{e(c.name)} ({e(c.unpriced_reason)})" for c in unpriced[:5])
+                      + ", ".join(f"{e(fmt_name(f'{c.program}/{c.name}' if c.program else c.name))} "
+                                  f"({e(c.unpriced_reason)})" for c in unpriced[:5])
                       + _share_of_device(report, unpriced))
     kernels = [c for c in report.comparison if c.priced and c.opcode == "custom-call"]
     if kernels:

@@ -275,7 +275,7 @@ def rule_copies(report: Report) -> list[Finding]:
     f = Finding(
         "copies", "low", f"Copies and transposes take {fmt_percent(share)} of device time",
         tuple(ref(c) for c in copies[:6]), per_step_of(report, sum(step_time_of(report, c) for c in copies), main),
-        tuple(f"{c.program}/{c.name}: {_ms(c.total_time_s)} in all" for c in copies[:4]),
+        tuple(f"{fmt_name(str(ref(c)))}: {_ms(c.total_time_s)} in all" for c in copies[:4]),
         "arrays are retiled between ops whose preferred layouts differ (a transpose or layout change that XLA "
         "could not fold into its neighbours)",
         "use AUTO layouts for jitted inputs, avoid explicit transposes of large arrays between matmuls, or "

@@ -234,7 +234,7 @@ def rule_host_callbacks(report: Report) -> list[Finding]:
     f = Finding(
         "host-callback", "low", f"{plural(len(calls), 'host callback')} in the {unit} {verb} {_ms(per)} of it",
         tuple(ref(c) for c in calls[:6]), per,
-        tuple(f"{c.program}/{c.name}: {_ms(c.measured_s)} median per execution of its program (mean "
+        tuple(f"{fmt_name(str(ref(c)))}: {_ms(c.measured_s)} median per execution of its program (mean "
               f"{_ms(c.mean_s)}), {fmt_number(runs_per_step(report, c))} per {unit} on each device" for c in calls[:4]),
         "jax.debug.print, jax.debug.callback, io_callback or pure_callback inside the jitted step: at each the "
         "device stops, copies the values to the host and waits for Python to run",
