@@ -244,6 +244,13 @@ def test_report_page_is_per_step_with_legends_and_stays_inside_the_window(report
     bars = p["#expected .bar-measured"] + p["#expected .bar-roofline"]
     assert p["#expected .ratio-label"] and bars
     assert not [(lab["text"], bar) for lab in p["#expected .ratio-label"] for bar in bars if overlap(lab, bar)]
+    # an op whose ratio is withheld (faster than its roofline) is "unreliable", as in the op table, not "unpriced"
+    ordered = sorted(rep.comparison, key=lambda c: -c.total_time_s)[:15]
+    labels = [lab["text"] for lab in p["#expected .ratio-label"]]
+    assert len(labels) == len(ordered)
+    for c, label in zip(ordered, labels):
+        if c.ratio is None:
+            assert label == ("unreliable" if not c.roofline_reliable else "unpriced"), (c.name, label)
     # the roofline: at least four labelled ticks per axis, and every point above the roof ringed and counted
     assert len(p["#roofline .x-tick"]) >= 4 and len(p["#roofline .y-tick"]) >= 4
     assert all("e" not in t["text"].replace("FLOP", "") for t in p["#roofline .y-tick"])  # 1 GFLOP/s, not 1e9

@@ -79,7 +79,8 @@ def page_data(report, prediction=None, title: str = "") -> dict:
              f"{fmt_number(ridge)} FLOP/B" if peak and ridge else "")
     several = len({c.program for c in ordered[:15]}) > 1  # the same name may be an op of two programs
     expected = [{"name": f"{c.program}/{c.name}" if several else c.name, "key": f"{c.program}/{c.name}",
-                 "program": c.program, "measured": c.measured_s, "predicted": c.predicted_s, "ratio": c.ratio}
+                 "program": c.program, "measured": c.measured_s, "predicted": c.predicted_s, "ratio": c.ratio,
+                 "reliable": c.roofline_reliable}
                 for c in ordered[:15]]
     findings = [{**f.to_dict(), "saving": saving_line(f)} for f in report.findings]
     memory = None
