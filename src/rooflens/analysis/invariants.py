@@ -10,7 +10,8 @@ rule, naming the figure and where it is, and an empty list for a sound report:
   its reason is given: then no fraction is printed at all);
 - a part is never larger than its whole: a device is busy no longer than its window, an op's self time
   is within its total, a step's parts (compute, communication, layout, host, other, idle; unpriced and
-  the time beyond lower bounds inside its busy time) each within the step, and a finding's saving
+  the time beyond lower bounds inside its busy time) each within the step (an op-time part past it by no more
+  than the op time the breakdown says ran at once), and a finding's saving
   within the step it is part of;
 - the step's breakdown sums to the step (busy parts + other programs + idle − op time at once = step time,
   within rounding), and the time it says the device runs no op bounds the overheads finding;
@@ -171,13 +172,16 @@ def _breakdown(b: dict, where: str) -> list[str]:
         out.append(f"{where}: MFU {100 * mfu:.4g} % (above 100 % or below 0)")
     if step is None or step < 0 or not math.isfinite(step):
         return [*out, f"{where}: step time {step!r} is not a time"]
+    # ops that ran at once (XLA:CPU's threads, several streams) make the op-time parts exceed the step by the op time
+    # at once, which the breakdown names (concurrent_s): a part may be longer than the step by that, not more
+    at_once = max(b.get("concurrent_s") or 0.0, 0.0)
     for key in (*PARTS, "unpriced_s", "bound_excess_s"):
         v = b.get(key)
         if v is None:
             continue
         if v < -1e-12:
             out.append(f"{where}: {key.removesuffix('_s')} {v:.6g} s is negative")
-        elif _over(v, step, 1e-6, SUM_ABS_S):
+        elif _over(v, step + (at_once if key != "idle_s" else 0.0), 1e-6, SUM_ABS_S):
             out.append(f"{where}: {key.removesuffix('_s')} {v:.6g} s is longer than the step {step:.6g} s "
                        f"({v / step:.0%} of the step)" if step else
                        f"{where}: {key.removesuffix('_s')} {v:.6g} s in a step of no time")
@@ -336,8 +340,8 @@ def _step_lines(lines: list[str]) -> list[str]:
         extra = {p.group(1): seconds(p.group(2), p.group(3)) for p in _BESIDE.finditer(text)}
         # three significant digits each: every printed figure is within 0.5 % of its value
         slack = 0.005 * (step + sum(parts.values()) + sum(extra.values())) + 1e-9
-        for name, v in parts.items():
-            if v > step + slack:
+        for name, v in parts.items():  # (op time at once, named under the parts, may take a part past the step)
+            if v > step + (extra.get("at once", 0.0) if name != "idle" else 0.0) + slack:
                 out.append(f"Step line: {name} {v:.4g} s is longer than the step {step:.4g} s")
         total = (sum(v for name, v in parts.items() if name != "unpriced")
                  + extra.get("other programs in the step", 0.0) - extra.get("at once", 0.0))
