@@ -515,3 +515,24 @@ def test_a_step_holding_another_functions_first_compilation_in_the_window_is_war
     data = report(env, run)
     assert data["steps"]["count"] == 10 and not [n for n in data["notes"] if "warm-up inside" in n], \
         (data["steps"], data["notes"])
+
+
+def test_eager_preprocessing_inside_the_steps_is_judged_in_the_step(env, tmp_path):
+    """Eager jnp programs between the step's calls run inside the annotated steps: their ops are judged against
+    that step (a preprocessing op's 46 µs over its roofline read "44.6 % of the step", HIGH, against its own
+    104 µs); the NumPy batch put on the device each step is an implicit transfer whose size JAX recorded only for
+    the first, before the window: said so, not "0 B in all"."""
+    from rooflens.analysis.rules.common import step_of
+    from rooflens.api import load_report
+
+    _, run = window_run(env, tmp_path, "eager_prep.py", "10:16", "24")
+    rep = load_report(str(run))  # (this test's environment has no calibration: no roofline, every other finding)
+    st = rep.steps
+    side = [p for p, _ in st.other_programs]
+    assert st.basis == "steps" and st.program == "jit_step" and side
+    assert all(step_of(rep, p) is st for p in side)
+    for f in rep.findings:
+        if f.ops and all(o.program in side for o in f.ops):
+            assert f.step_s == st.step_time_s, f
+    (t,) = [f for f in rep.findings if f.rule == "host-transfers"]
+    assert any("sizes are not recorded" in e for e in t.evidence) and not any("0 B in all" in e for e in t.evidence)

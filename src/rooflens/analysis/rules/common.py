@@ -34,8 +34,12 @@ def ref(c) -> OpRef:
 
 
 def step_of(report: Report, program: str | None = None) -> StepBreakdown | None:
-    """The step a program's ops are judged in: its own breakdown (an execution of it when the trace has
-    no steps), else the main program's."""
+    """The step a program's ops are judged in: the main step where the program runs inside it (an evaluation, a
+    preprocessing program between the step's calls: its time is part of that step), else its own breakdown (an
+    execution of it when the trace has no steps), else the main program's."""
+    main = report.steps
+    if program is not None and main is not None and any(p == program for p, _ in main.other_programs):
+        return main  # (judged in its own 104 µs a preprocessing op's 46 µs read "44.6 % of the step", HIGH)
     if program is not None:
         for p in report.programs:
             if p.program == program:

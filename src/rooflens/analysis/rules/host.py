@@ -298,6 +298,7 @@ class Implicit:
     lines: tuple[str, ...]
     nbytes: float
     steps: int
+    unsized: int = 0  # repeats whose detailed line came before the window: their size is not recorded
 
 
 def _implicit_transfers(report: Report) -> Implicit | None:
@@ -324,7 +325,8 @@ def _implicit_transfers(report: Report) -> Implicit | None:
     kept = [(x, b) for x, b, d in zip(w.transfers, sizes, data) if d]
     if not kept:
         return None
-    return Implicit(tuple(x for x, _ in kept), sum(b or 0.0 for _, b in kept), steps)
+    return Implicit(tuple(x for x, _ in kept), sum(b or 0.0 for _, b in kept), steps,
+                    sum(1 for _, b in kept if b is None))
 
 
 def _implicit_finding(report: Report, implicit: Implicit, measured: MeasuredTransfers | None) -> Finding:
@@ -333,11 +335,17 @@ def _implicit_finding(report: Report, implicit: Implicit, measured: MeasuredTran
     transfers, nbytes, steps = list(implicit.lines), implicit.nbytes, implicit.steps
     rate, what = _transfer_rate(report)
     per = nbytes / rate / steps if rate else 0.0
-    priced = (f"{fmt_bytes(nbytes)} in all, {_ms(per)} per step at {what} ({fmt_rate(rate)}); the trace "
+    unsized = implicit.unsized
+    # JAX details the first of repeated transfers only: one made before the window leaves its repeats in it sizeless
+    least = f"at least {fmt_bytes(nbytes)} ({unsized:,} of unrecorded size)" if unsized else fmt_bytes(nbytes)
+    priced = (f"{least} in all, {_ms(per)} per step at {what} ({fmt_rate(rate)}); the trace "
               "does not time implicit transfers, so this is their roofline" if rate else
-              f"{fmt_bytes(nbytes)} in all; no bandwidth is known for them on this chip, so their time is not "
-              "priced")
-    evidence = [f"{fmt_number(len(transfers) / steps)} per step", priced] + transfers[:2]
+              f"{least} in all; no bandwidth is known for them on this chip, so their time is not priced")
+    if unsized == len(transfers):
+        priced = ("their sizes are not recorded (JAX details only the first of repeated transfers, and it came "
+                  "before the window), so their time is not priced")
+    detailed = [x for x in transfers if "(a repeat" not in x]
+    evidence = [f"{fmt_number(len(transfers) / steps)} per step", priced] + (detailed or transfers)[:2]
     if measured is not None:  # the trace times the transfers (these among them): what it measures is what they cost
         per = measured.exposed_s
         evidence.insert(2, f"the trace measures {_ms(measured.time_s)} per {per_what(report.steps)} in host↔device "
