@@ -222,6 +222,21 @@ def test_a_training_jitted_whole_is_one_execution_the_unit(env, runs):
     nothing_impossible(doc)
 
 
+def test_a_step_whose_cond_takes_a_heavy_branch_every_fifth_call_keeps_every_step(env, runs):
+    """Its last op on the device is in a lax.cond branch, the light one four times in five: the executions were
+    counted by that op (24 of 30), the heavy ones merged into the one before, and the trace read as "24 of 30
+    dispatches of jit_step have no execution", 4 steps. The cond op itself runs once an execution: 29 steps (the
+    first is warm-up), the heavy ones about 8 times the light."""
+    logs = runs("cond_heavy")
+    doc = report(env, logs)
+    assert doc["steps"]["count"] == 29 and doc["steps"]["program"] == "jit_step"
+    assert not [n for n in doc["notes"] if "have no execution" in n], doc["notes"]
+    assert len(executions(logs, "jit_step")) == 30
+    times = sorted(doc["steps"]["times_s"])
+    assert times[-1] > 3 * times[0]  # six heavy steps, the slowest, against the light ones
+    nothing_impossible(doc)
+
+
 def test_pallas_kernels_run_once_are_analysed(env, runs):
     logs = runs("pallas_once")
     doc = report(env, logs)

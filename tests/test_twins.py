@@ -114,7 +114,9 @@ def test_execution_kernels_and_their_twins_agree(table):
              else np.lexsort((start, inv)))
     bounds = np.concatenate([[0], np.cumsum(np.bincount(inv, minlength=len(keys)))])
     fast, plain = _pair("rooflens.trace.warmup.executions_of")
-    args = (order, bounds, t.name.astype(np.int64), max(len(t.names), 1), start)
+    from rooflens.trace.warmup import control_names
+
+    args = (order, bounds, t.name.astype(np.int64), max(len(t.names), 1), start, control_names(t.names))
     idx = fast(*args)
     _same(idx, plain(*args), "executions_of")
     fast, plain = _pair("rooflens.trace.warmup.execution_rows")

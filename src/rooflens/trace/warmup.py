@@ -71,7 +71,7 @@ def _execution_index(t: EventTable) -> tuple[np.ndarray, tuple[np.ndarray, ...]]
     else:
         order = np.lexsort((start, inv))
     bounds = np.concatenate([[0], np.cumsum(np.bincount(inv, minlength=len(keys)))])
-    idx = executions_of(order, bounds, t.name.astype(np.int64), max(len(t.names), 1), start)
+    idx = executions_of(order, bounds, t.name.astype(np.int64), max(len(t.names), 1), start, control_names(t.names))
     group, execution, count, first, last = execution_rows(order, bounds, idx, start, t.end_ns)
     return idx, _spans_of(np.column_stack([keys[group], execution]), count, first, last, t, idx)
 
@@ -120,27 +120,48 @@ def _execution_rows_np(order, bounds, idx, start, end):
             np.maximum.reduceat(end[order], at))
 
 
+#: control ops, by their name's base (``while.24``, ``cond.5.clone``, ``conditional.3``, ``call``): a top-level one
+#: runs once per execution of its program
+CONTROL_NAMES = ("while", "cond", "conditional", "call")
+
+
+def control_names(names: list[str]) -> np.ndarray:
+    """Per name code, whether the op is a control op (:data:`CONTROL_NAMES`)."""
+    return np.asarray([n.split(".", 1)[0] in CONTROL_NAMES for n in names] or [False], np.bool_)
+
+
 @njit(cache=True, nogil=True)
-def executions_of(order, bounds, name, n_names, start):
+def executions_of(order, bounds, name, n_names, start, control):
     """:func:`execution_index` over groups: ``order[bounds[g]:bounds[g + 1]]`` are group g's events in
-    time order. An op with as many events as the group's first and last op (the fewer of the two) runs
-    once per execution: the i-th execution starts at the earliest i-th event of those ops."""
+    time order. An op with as many events as the group's first and last op (the fewer of the two: a last op in a
+    loop's body runs many times an execution) runs once per execution; where the two differ and a control op
+    (``control``: per name) has the events of one of them, the earliest such, the outermost (a last op in a
+    conditional's branch runs in some executions only: a step whose lax.cond took its heavy branch every fifth
+    execution was merged into the one before). The i-th execution starts at the earliest i-th event of those
+    ops."""
     out = np.zeros(len(order), np.int32)
     count = np.zeros(n_names, np.int64)
     seen = np.zeros(n_names, np.int64)
     for g in range(len(bounds) - 1):
-        _group_executions(order[bounds[g]:bounds[g + 1]], name, start, count, seen, out)
+        _group_executions(order[bounds[g]:bounds[g + 1]], name, start, count, seen, out, control)
     return out
 
 
 @njit(cache=True, nogil=True)
-def _group_executions(idx, name, start, count, seen, out):
+def _group_executions(idx, name, start, count, seen, out, control):
     """:func:`executions_of` for one group's events ``idx`` (in time order): each one's execution into ``out``
     (``count``/``seen``: zeros of every name, left as zeros). The events are met in time order, so each one's
     execution is found by walking on from the last one's, not by a search."""
     for i in idx:
         count[name[i]] += 1
-    runs = min(count[name[idx[0]]], count[name[idx[-1]]])
+    first, last = count[name[idx[0]]], count[name[idx[-1]]]
+    runs = min(first, last)
+    if first != last:  # the earliest control op with one of the two counts: the outermost (a loop holds others)
+        for i in idx:
+            c = count[name[i]]
+            if control[name[i]] and (c - first) * (c - last) == 0:
+                runs = c
+                break
     if runs > 1:
         starts = np.full(runs, np.inf)
         for i in idx:
@@ -160,12 +181,16 @@ def _group_executions(idx, name, start, count, seen, out):
 
 
 @plain_twin(executions_of, NUMPY_TWIN)
-def _executions_of_np(order, bounds, name, n_names, start):
+def _executions_of_np(order, bounds, name, n_names, start, control):
     out = np.zeros(len(order), dtype=np.int32)
     for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
         idx = order[lo:hi]
         uniq, ninv, counts = np.unique(name[idx], return_inverse=True, return_counts=True)
-        runs = int(min(counts[ninv[0]], counts[ninv[-1]]))
+        first, last = int(counts[ninv[0]]), int(counts[ninv[-1]])
+        runs = min(first, last)
+        if first != last:
+            held = np.flatnonzero(control[name[idx]] & np.isin(counts[ninv], (first, last)))
+            runs = int(counts[ninv[held[0]]]) if len(held) else runs
         if runs <= 1:
             continue  # one execution: every event is execution 0
         once = counts[ninv] == runs
