@@ -139,7 +139,8 @@ def test_kernels_imported_after_numba_loaded_call_each_other_through_dispatchers
         keys, inv = rl.trace.events.unique_rows(t.host, t.device, t.program)
         order = np.lexsort((t.start_ns, inv))
         bounds = np.concatenate([[0], np.cumsum(np.bincount(inv, minlength=len(keys)))])
-        args = (order, bounds, t.name.astype(np.int64), max(len(t.names), 1), t.start_ns)
+        args = (order, bounds, t.name.astype(np.int64), max(len(t.names), 1), t.start_ns,
+                warmup.control_names(t.names))
         runs = warmup.executions_of(*args)
         twin = compiled.kernels()["rooflens.trace.warmup.executions_of"].plain(*args)
         print(int(runs.max()) + 1, bool((runs == twin).all()))

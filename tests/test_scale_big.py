@@ -292,7 +292,7 @@ def test_a_memo_entry_rebuilds_nothing_but_stats_and_arrays(tmp_path, monkeypatc
 def test_compiled_group_kernels_equal_their_numpy_twins(cpu_trace):
     """Each group-by kernel (run compiled once numba is loaded, as numpy before) gives its twin's result,
     on random codes with ties and on a real capture's table; the O(n) orders equal numpy's sorts."""
-    from rooflens.trace import stats
+    from rooflens.trace import stats, warmup
     from rooflens.trace.events import unique_rows
     from rooflens.trace.formats import compiled
 
@@ -320,7 +320,7 @@ def test_compiled_group_kernels_equal_their_numpy_twins(cpu_trace):
     keys, ginv = unique_rows(t.host, t.device, t.program)
     order = np.lexsort((t.start_ns, ginv))
     bounds = np.concatenate([[0], np.cumsum(np.bincount(ginv, minlength=len(keys)))])
-    args = (order, bounds, t.name.astype(np.int64), len(t.names), t.start_ns)
+    args = (order, bounds, t.name.astype(np.int64), len(t.names), t.start_ns, warmup.control_names(t.names))
     runs = kernel["executions_of"].dispatcher(*args)
     assert np.array_equal(runs, kernel["executions_of"].plain(*args)) and runs.max() >= 2
 
