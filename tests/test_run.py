@@ -205,6 +205,16 @@ def test_a_window_holding_an_evaluations_first_compilation_says_no_idle_past_its
             assert f["time_s"] <= step * (1 + 1e-6) and f["recoverable_s"] <= step * (1 + 1e-6), f
 
 
+def test_a_static_argument_that_changes_is_named_as_the_recompilations_cause(env, tmp_path):
+    """A schedule's learning rate passed as a static argument recompiles the step at each new value: JAX's reason
+    names the static value, and the fix says to pass it as an array (shape churn's fix does not)."""
+    _, data, _ = profile(env, tmp_path, "static_lr")
+    (f,) = [f for f in data["findings"] if f["rule"] == "recompilation"]
+    assert any("Static(" in e for e in f["evidence"]) and "static_argnums" in f["fix"]
+    _, churn, _ = profile(env, tmp_path, "churn")
+    assert "static_argnums" not in next(f for f in churn["findings"] if f["rule"] == "recompilation")["fix"]
+
+
 def test_a_run_that_failed_before_its_devices_ran_anything_is_reported_as_such(env, tmp_path):
     """A script that raises once JAX is up and before any program ran: its trace holds no op, and the report says
     in one sentence that the run stopped at that exception (not "was anything running on the devices?")."""

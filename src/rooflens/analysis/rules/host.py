@@ -275,7 +275,10 @@ def rule_in_window(report: Report) -> list[Finding]:
             "a jitted function sees new shapes or dtypes (or a new Python function object) during the steady "
             "state, so XLA compiles again",
             "keep shapes static (pad batches to fixed sizes, bucket sequence lengths), keep dtypes stable, and "
-            "jit once outside the loop")
+            "jit once outside the loop"
+            # JAX's reason names a static argument whose value changed (a learning rate from a schedule)
+            + ("; pass a value that changes between calls as an array argument, not a static one (static_argnums "
+               "compiles once per value)" if any("Static(" in r for r in reasons) else ""))
         # churn is judged by its count (one recompilation is a second warm-up); what it costs is its time. That time
         # is the host's, compiling between the steps: spread over them it may exceed a step, and it is no share of
         # the step's device time (capped at the step, it read "would save 28 ms of a 28 ms step (100 %)")
