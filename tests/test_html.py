@@ -329,3 +329,15 @@ def test_op_detail_source_stack_is_the_users_code(report_html):
     assert not [f for f in frames if re.search(r"/src/rooflens/|-packages/(rooflens|click|_pytest|pluggy)/", f)]
     assert any(re.fullmatch(r"\(\d+ frames of rooflens, click, runpy or a test runner left out\)", line)
                for line in lines)
+
+
+def test_a_gpu_report_with_long_op_names_stays_inside_the_window(tmp_path):
+    """The MaxText archive's findings name ops such as loop_dynamic_update_slice_fusion.2.double_buffer_clone, one
+    unbreakable link after another: they wrap inside the finding, the page no wider than the window."""
+    from rooflens.api import load_report
+    from tests.conftest import fixture_path
+
+    rep = load_report(str(fixture_path("gpu_nvidia", "maxtext_fsdp4_h100.nsys-jax.zip")))
+    assert any(len(str(o)) > 60 for f in rep.findings for o in f.ops)
+    got = probe_page(render_html(rep), tmp_path, ["#findings"])
+    assert got["scrollWidth"] <= got["clientWidth"] and not got["past"], got["past"][:10]
