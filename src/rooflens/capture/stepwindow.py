@@ -106,12 +106,9 @@ def _block(value) -> None:
 
 
 class Counted:
-    """A jitted function with a call counter; attributes, ``.lower`` and method binding pass through. ``alias``:
-    the user's function it runs where JAX names the jitted function after one of its own (``jax.pmap``'s
-    ``_fun``): the window counts and names it by ``alias``, and ``_jitted`` keeps the name its program is made
-    from (``jit__fun``)."""
+    """A jitted function with a call counter; attributes, ``.lower`` and method binding pass through."""
 
-    def __init__(self, fn, window: Window, kind: str = "function", alias: str | None = None) -> None:
+    def __init__(self, fn, window: Window, kind: str = "function") -> None:
         object.__setattr__(self, "__wrapped__", fn)
         object.__setattr__(self, "_window", window)
         object.__setattr__(self, "_primitive", kind == "primitive")
@@ -120,10 +117,6 @@ class Counted:
                 object.__setattr__(self, k, getattr(fn, k))
             except AttributeError:
                 continue
-        object.__setattr__(self, "_jitted", getattr(fn, "__name__", ""))
-        if alias:
-            object.__setattr__(self, "__name__", alias)
-            window.programs[alias] = program_name(self._jitted)
 
     def __call__(self, *args, **kwargs):
         w = self._window
@@ -183,8 +176,6 @@ class Window:
         self.eager: dict[str, int] = {}  # eager primitive dispatches before the window, by primitive
         self.unsited = 0  # dispatches before the window from no frame of the script's own (a library's thread)
         self.names: set[str] = set()
-        #: function → its program where JAX does not name it jit_<function> (jax.pmap's: jit__fun)
-        self.programs: dict[str, str] = {}
         self.made: set[str] = set()  # the names of the step program candidates the script made (its programs)
         self.lock = threading.RLock()
         self.timers: list[threading.Timer] = []
@@ -194,15 +185,6 @@ class Window:
         self.ended = threading.Event()  # set once closed
 
     # ---- what each program costs ----
-
-    def program_of(self, function: str) -> str:
-        """The program JAX compiles ``function`` to: ``jit_<function>``, or what :attr:`programs` says."""
-        return self.programs.get(function) or program_name(function)
-
-    def named(self, function: str) -> bool:
-        """Whether --step-fn names ``function``: its own name or its program's."""
-        return self.step_fn is not None and (names_function(self.step_fn, function)
-                                             or self.step_fn == self.program_of(function))
 
     def dispatching(self):
         """The jitted function this thread is dispatching before the window (its compilations are its
@@ -232,7 +214,7 @@ class Window:
             self.close()
             return fn.__wrapped__(*args, **kwargs)
         if self.tracing:
-            self.names.add(fn._jitted)
+            self.names.add(fn.__name__)
             key = self.step_key
             clean = not fn._primitive and self.clean()
             if clean and self.steps is not None:
@@ -278,7 +260,7 @@ class Window:
         self.by_name[name] = n + 1
         a = self.steps[0]
         if self.step_fn is not None:  # named: its calls from anywhere, the window at call START
-            if n == a and self.named(name):
+            if n == a and names_function(self.step_fn, name):
                 self.step_key, self.counted, self.taken = (name, None), name, c
                 self._snapshot()
                 if self.open():
@@ -404,15 +386,14 @@ class Window:
         others = self.candidates(exclude=c)
         rest = "; ".join(self._says(o) for o in others[:5]) + ("; …" if len(others) > 5 else "")
         if self.step_fn is not None:
-            reason = (f"{name} ({self.program_of(name)}), named by --step-fn {self.step_fn}: each of its dispatches "
-                      f"from the script's own code is a step (the window opened at its call {a}, from "
-                      f"{self._short(c)})")
+            reason = (f"{name} ({program_name(name)}), named by --step-fn {self.step_fn}: each of its dispatches from "
+                      f"the script's own code is a step (the window opened at its call {a}, from {self._short(c)})")
         elif a:
-            reason = (f"{name} ({self.program_of(name)}), called from {self._short(c)} inside {self._loops(c)}: of the "
+            reason = (f"{name} ({program_name(name)}), called from {self._short(c)} inside {self._loops(c)}: of the "
                       f"jitted functions the script's own code had called when the window opened at its call {a}, "
                       f"the one of the shallowest loop with the most work per call ({self._cost(c)})")
         else:
-            reason = (f"{name} ({self.program_of(name)}), the first jitted function that the script's own code called "
+            reason = (f"{name} ({program_name(name)}), the first jitted function that the script's own code called "
                       f"(at {self._short(c)}; with START 0 nothing else was known yet)")
         if rest:
             reason += f"; the other candidates: {rest}"
@@ -431,7 +412,7 @@ class Window:
         reason += f"; {how}"
         cost = self.cost_of(c)
         return {"chosen_by": "--step-fn" if self.step_fn is not None else "call site", "function": name,
-                "program": self.program_of(name), "call_site": where(c.site), "calls_before_window": a,
+                "program": program_name(name), "call_site": where(c.site), "calls_before_window": a,
                 "reason": reason, "loop_depth": c.loops,
                 "calls_in_run": self.run_calls.get(name, 0),
                 "flops_per_call": cost[0] if cost else None, "bytes_per_call": cost[1] if cost else None,
@@ -455,14 +436,14 @@ class Window:
             return None
         name = c.function
         others = self.candidates(exclude=c)
-        reason = (f"{name} ({self.program_of(name)}), named by --step-fn {self.step_fn}: called "
+        reason = (f"{name} ({program_name(name)}), named by --step-fn {self.step_fn}: called "
                   f"{self.run_calls.get(name, 0)} times in the run, first from {self._short(c)}")
         if others:
             reason += "; the other jitted functions: " + "; ".join(self._says(o) for o in others[:5]) + \
                 ("; …" if len(others) > 5 else "")
         cost = self.cost_of(c)
-        return {"chosen_by": "--step-fn", "function": name, "program": self.program_of(name),
-                "call_site": where(c.site), "calls_before_window": None, "reason": reason, "loop_depth": c.loops,
+        return {"chosen_by": "--step-fn", "function": name, "program": program_name(name), "call_site": where(c.site),
+                "calls_before_window": None, "reason": reason, "loop_depth": c.loops,
                 "calls_in_run": self.run_calls.get(name, 0),
                 "flops_per_call": cost[0] if cost else None, "bytes_per_call": cost[1] if cost else None,
                 "candidates": [self._candidate(o) for o in others]}
@@ -485,7 +466,7 @@ class Window:
 
     def _candidate(self, c: Candidate) -> dict:
         cost = self.cost_of(c)
-        return {"function": c.function, "program": self.program_of(c.function), "call_site": where(c.site),
+        return {"function": c.function, "program": program_name(c.function), "call_site": where(c.site),
                 "loop_depth": c.loops, "calls_before_window": c.calls, "calls_at_choice": c.calls_at_choice,
                 "calls_in_run": self.run_calls.get(c.function, 0),
                 "flops_per_call": cost[0] if cost else None, "bytes_per_call": cost[1] if cost else None}
@@ -515,7 +496,7 @@ class Window:
         if self.eager:
             top = sorted(self.eager.items(), key=lambda kv: -kv[1])[:3]
             parts.append(f"{sum(self.eager.values())} eager primitive dispatches ("
-                         + ", ".join(f"{self.program_of(n)} ×{c}" for n, c in top)
+                         + ", ".join(f"{program_name(n)} ×{c}" for n, c in top)
                          + (", …" if len(self.eager) > 3 else "") + ")")
         if self.unsited:
             parts.append(f"{self.unsited} calls from library threads")
@@ -542,7 +523,7 @@ class Window:
     def _would_take(self) -> Candidate | None:
         """The step function the window was waiting for (the run ended first), or None."""
         if self.step_fn is not None:
-            named = [c for c in [*self.cands.values(), *self.late.values()] if self.named(c.function)]
+            named = [c for c in [*self.cands.values(), *self.late.values()] if names_function(self.step_fn, c.function)]
             return max(named, key=lambda c: self.run_calls.get(c.function, 0)) if named else None
         return choose(list(self.cands.values()), self.steps[0], self.cost_of)
 
@@ -614,7 +595,7 @@ def hook_pjit(pjit, window: Window | None, made: set[str] | None = None) -> None
             return fn
         if kind == "function":
             made.add(getattr(fn, "__name__", ""))
-        return Counted(fn, window, kind, alias) if window is not None else fn
+        return Counted(fn, window, kind) if window is not None else fn
 
     _cpp_pjit.__wrapped__ = original
     pjit._cpp_pjit = _cpp_pjit

@@ -28,6 +28,7 @@ from rooflens.trace.events import EventTable, unique_rows
 from rooflens.trace.formats.compiled import njit, plain_twin
 from rooflens.trace.groupby import NUMPY_TWIN, group_extent, grouped_order, is_sorted
 from rooflens.trace.manifest import RunManifest
+from rooflens.trace.stats import CONTROL_OPCODES
 from rooflens.trace.steps import (
     base_name,
     codes_of,
@@ -120,9 +121,9 @@ def _execution_rows_np(order, bounds, idx, start, end):
             np.maximum.reduceat(end[order], at))
 
 
-#: control ops, by their name's base (``while.24``, ``cond.5.clone``, ``conditional.3``, ``call``): a top-level one
-#: runs once per execution of its program
-CONTROL_NAMES = ("while", "cond", "conditional", "call")
+#: control ops, by their name's base (``while.24``, ``conditional.3``, ``call``, and ``cond.5.clone``: jax names
+#: lax.cond's ``cond``): a top-level one runs once per execution of its program
+CONTROL_NAMES = CONTROL_OPCODES | {"cond"}
 
 
 def control_names(names: list[str]) -> np.ndarray:

@@ -83,23 +83,22 @@ def rule_idle(report: Report) -> list[Finding]:
         share = idle_s / d.window_s
         gaps, where = _where(unit)
         who = f"The CPU ({report.num_devices} devices together)" if d.device < 0 else f"Device {d.device}"
-        per = idle_s / periods_of(report)  # this unit's idle per step (per execution of the main program)
         st = report.steps
-        if st is not None and st.basis != "executions" and st.step_time_s > 0:
-            # the steps hold their gaps: idle per step is the idle share of the steady window in a step. Divided by
-            # the steps it counted 6.6 ms in a 1.86 ms step where the window held more than the steps (a step with a
-            # compilation in it left out of them, its gaps not)
-            per = share * st.step_time_s
+        by_steps = st is not None and st.basis != "executions"
+        stepped = by_steps and st.step_time_s > 0
+        # with steps, they hold their gaps: idle per step is the idle share of the steady window in a step (divided
+        # by the steps it counted 6.6 ms in a 1.86 ms step where the window held more than the steps: a step with a
+        # compilation in it left out of them, its gaps not); per execution of the main program, the idle over them
+        per = share * st.step_time_s if stepped else idle_s / periods_of(report)
         evidence = [f"idle {_ms(idle_s)} of {_ms(d.window_s)}: {_ms(per)} per "
-                    f"{'step' if st is None or st.basis != 'executions' else 'execution'}"]
+                    f"{'step' if st is None or by_steps else 'execution'}"]
         evidence += where
         if warm_s > 0:
             evidence.append(f"not counted: {_ms(warm_s)} of idle time while the host compiled or around first runs "
                             "(warm-up)")
         f = Finding(
             "idle", severity_of(share), f"{who} is idle {fmt_percent(share)} of the time", (),
-            per if st is not None and st.basis != "executions" else
-            per_device_step(report, idle_s) * max(report.num_devices, 1), tuple(evidence),
+            per if by_steps else per_device_step(report, idle_s) * max(report.num_devices, 1), tuple(evidence),
             "the host does not feed the device fast enough: Python or data loading between steps, a "
             "synchronisation (print, device_get, block_until_ready) or a host-side stall",
             "prefetch the next batch while the device runs (async data loading), move host work off the critical "
