@@ -612,7 +612,7 @@ def without_compilations(profile, steps: list, function: str) -> tuple[list, str
     """A window's steps less those in which the host's compilation of another function ends (an evaluation first
     called inside the window: its compilation and first run are warm-up, as a whole run's are), and what was left
     out in a few words ("" when nothing; every step left in when all would go)."""
-    from rooflens.trace.warmup import compile_spans_unix_s, table_offset_ns
+    from rooflens.trace.warmup import compilations_unix_s, table_offset_ns
 
     want = letters(function)
     offset_ns = table_offset_ns(profile.table, profile.manifest)
@@ -620,7 +620,7 @@ def without_compilations(profile, steps: list, function: str) -> tuple[list, str
     # (on a GPU its compilation ended inside the last two of six steps, and took them out)
     own = {want, letters(DRAIN_FUNCTION)}
     spans = [(a * 1e9 + offset_ns, b * 1e9 + offset_ns, name) for a, b, name in
-             compile_spans_unix_s(profile.manifest) if name and letters(name) not in own]
+             compilations_unix_s(profile.manifest) if name and letters(name) not in own]
     # the step a compilation ends in is the one the device waits in (one that starts while the last step runs, on
     # the host's clock, is not that step's); one name per function (its compilations are recorded as f, jit(f), jit_f)
     step_start = np.asarray([s for _, s, _ in steps], float)

@@ -336,6 +336,38 @@ def compile_spans_unix_s(manifest: RunManifest) -> list[tuple[float, float, str]
     return sorted(spans)
 
 
+#: jax's compile events in the order one compilation runs them (monitoring's event names); a new compilation
+#: of a function starts where a stage does not come after its last one.
+COMPILE_STAGES = ("jaxpr_trace_duration", "jaxpr_to_mlir_module_duration", "backend_compile_duration")
+
+
+def compilations_unix_s(manifest: RunManifest) -> list[tuple[float, float, str]]:
+    """(start, end, function) of each compilation the run recorded (wall clock): a function's tracing, lowering
+    and XLA compilation as one, ending when the program is ready to run. Its stages' own ends are not when the
+    host is done (an evaluation's tracing ended at the start of the step before it, whose device start came late
+    under load, and that step was judged to hold the compilation)."""
+    w = manifest.window
+    rows = [(s["start_unix_s"], s["end_unix_s"], s.get("fun_name", ""), s.get("event", "")) for s in
+            w.compile_spans or []]
+    rows += [(c.start_unix_s, c.end_unix_s, c.module or "", "") for c in w.every_compilation
+             if c.start_unix_s is not None]
+    out: list[list] = []
+    last: dict[str, tuple[int, int]] = {}  # function → (its open compilation's index in out, its stage)
+    for start, end, name, event in sorted(rows):
+        key = letters(name)
+        stage = COMPILE_STAGES.index(event) if event in COMPILE_STAGES else len(COMPILE_STAGES) - 1
+        open_ = last.get(key)
+        # a stage after the open one's, or the run's record of the XLA compilation it already holds (no stage)
+        if open_ is not None and (stage > open_[1] or (not event and start <= out[open_[0]][1])):
+            row = out[open_[0]]
+            row[1] = max(row[1], end)
+            last[key] = (open_[0], max(stage, open_[1]))
+            continue
+        last[key] = (len(out), stage)
+        out.append([start, end, name])
+    return [tuple(r) for r in out]
+
+
 def table_offset_ns(t: EventTable, manifest: RunManifest, exec_idx: np.ndarray | None = None) -> float:
     """``table time = unix time (ns) + offset``: each program's first op runs just after its
     compilation ends, so the smallest (first op − compilation end) over programs is the offset
