@@ -178,6 +178,29 @@ def test_slow_dot_against_its_roofline(tmp_path):
     assert "slower than its roofline" in f.title and f.ops
 
 
+def test_a_spectral_layers_ffts_are_compute_and_not_told_to_fill_matrix_units(tmp_path):
+    """A Fourier layer (rfft, a spectral multiply, irfft, four times): its FFTs are category "fft" and compute in
+    the step's breakdown (they were "other", the largest category of an FNO's step, and the step's "other" part).
+    XLA:CPU runs them at 1-6× their rooflines; the time beyond them is in ops that are no matrix multiplication,
+    and the finding's cause and fix are theirs, not the matmuls' ("larger dims, multiples of the matrix unit's
+    tile")."""
+    def spectral(x, w):
+        for k in range(4):
+            x = jnp.fft.irfft(jnp.fft.rfft(x, axis=-1) * w[k], n=x.shape[-1], axis=-1) + x
+        return x
+
+    x = jax.random.normal(jax.random.PRNGKey(0), (64, 32, 1024))
+    w = jax.random.normal(jax.random.PRNGKey(1), (4, 513)).astype(jnp.complex64)
+    rep = rl.analyze(cap(jax.jit(spectral), x, w, tmp=tmp_path), chip="local")
+    ffts = [c for c in rep.comparison if c.opcode == "fft"]
+    assert len(ffts) == 8 and {c.category for c in ffts} == {"fft"} and all(c.priced for c in ffts)
+    st = rep.steps
+    assert st.other_s == 0 and st.compute_s > 0.5 * st.step_time_s, st
+    f = next(f for f in rep.findings if f.rule == "kernel-inefficiency")
+    assert any("no matrix multiplication (fft ×" in e for e in f.evidence), f.evidence
+    assert "vector units" in f.cause and "matrix unit's tile" not in f.fix and "FFT" in f.fix
+
+
 def test_transpose_feeding_a_dot_makes_copies(tmp_path):
     x = jnp.ones((512, 256, 64))
     w = jnp.ones((512 * 64, 16))
@@ -353,6 +376,7 @@ def test_unpriced_ops_are_listed_with_their_time(tmp_path):
     unpriced = [c for c in rep.comparison if not c.priced]
     assert [c.opcode for c in unpriced] == ["custom-call"]
     (eig,) = unpriced
+    assert eig.category == "linear algebra"  # LAPACK's syevd: dense linear algebra, not "custom-call"
     assert eig.total_time_s > 0 and "no formula" in eig.unpriced_reason and eig.predicted_s is None
     assert len(rep.comparison) == len(rep.op_stats)  # nothing dropped
     assert rep.steps.unpriced_s > 0

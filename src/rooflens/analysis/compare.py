@@ -22,6 +22,7 @@ import numpy as np
 
 from rooflens.analysis.chip_rates import op_rates
 from rooflens.analysis.report import (
+    MATRIX_CATEGORIES,
     InWindow,
     OpComparison,
     Report,
@@ -207,8 +208,8 @@ def _cost_from_trace(profile: Profile, program: str, name: str, counts: TraceCou
     return OpCost(
         name=name, opcode=info.opcode if info else "", category=category, computation="", count=1.0, flops=flops,
         transcendentals=0.0, read_bytes=nbytes, written_bytes=0.0, dtype="bf16", precision="default",
-        is_matmul=category in ("matmul", "attention", "convolution"), named_scope=info.named_scope if info else "",
-        model_flops=flops if category in ("matmul", "attention", "convolution") else 0.0,
+        is_matmul=category in MATRIX_CATEGORIES, named_scope=info.named_scope if info else "",
+        model_flops=flops if category in MATRIX_CATEGORIES else 0.0,
         flops_formula=f"{flops:.4g} (XLA's model_flops, from the trace)",
         bytes_formula=f"{nbytes:.4g} B ({where})")
 
@@ -300,7 +301,7 @@ def _unpriced_reason(pred: OpPrediction | None, opcode: str, category: str, call
         return HOST_CALLBACK
     if pred is None:
         return "no HLO for this op"
-    if category in ("custom-call", "unknown", "other") and not pred.flops:
+    if category in ("custom-call", "linear algebra", "unknown", "other") and not pred.flops:
         return f"{opcode}: the cost model has no formula for it"
     return ""
 

@@ -23,12 +23,16 @@ SCHEMA_VERSION = 2  # of Report.to_json(); see docs/report-schema.md (2: finding
 #: what limits an op on the roofline (the cost model's ``bound``), or why it has none
 Bound = Literal["compute", "memory", "communication", "latency", "host-transfer", "overhead", "none", "unpriced"]
 #: op categories (rooflens.hlo.opcodes.CATEGORIES)
-Category = Literal["matmul", "attention", "convolution", "fusion", "collective", "copy/transpose", "elementwise",
-                   "reduction", "data movement", "custom-call", "host transfer", "control", "other", "unknown"]
+Category = Literal["matmul", "attention", "convolution", "fft", "linear algebra", "fusion", "collective",
+                   "copy/transpose", "elementwise", "reduction", "data movement", "custom-call", "host transfer",
+                   "control", "other", "unknown"]
 #: the step's groups of categories (StepBreakdown's ``*_s`` fields)
 Group = Literal["compute", "communication", "layout", "host", "other"]
 
-COMPUTE: tuple[Category, ...] = ("matmul", "attention", "convolution", "fusion", "elementwise", "reduction")
+COMPUTE: tuple[Category, ...] = ("matmul", "attention", "convolution", "fft", "linear algebra", "fusion", "elementwise",
+                                  "reduction")
+#: the categories whose math runs on the matrix units (what MFU counts)
+MATRIX_CATEGORIES: tuple[Category, ...] = ("matmul", "attention", "convolution")
 LAYOUT: tuple[Category, ...] = ("copy/transpose", "data movement")
 
 

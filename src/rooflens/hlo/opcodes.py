@@ -32,14 +32,15 @@ constant after-all add-dependency domain opt-barrier partition-id replica-id bit
 get-dimension-size set-dimension-size scan
 """.split())
 HOST = frozenset(["infeed", "outfeed"])
+FFT = frozenset(["fft"])
+LINEAR_ALGEBRA = frozenset(["cholesky", "triangular-solve"])
 OTHER = frozenset("""
-fusion custom-call fft cholesky triangular-solve batch-norm-grad batch-norm-inference
-batch-norm-training
+fusion custom-call batch-norm-grad batch-norm-inference batch-norm-training
 """.split())
 
 KNOWN_OPCODES = (
     ELEMENTWISE | MATMUL | CONVOLUTION | REDUCTION | DATA_MOVEMENT | COPY | COLLECTIVE | CONTROL
-    | HOST | OTHER
+    | HOST | FFT | LINEAR_ALGEBRA | OTHER
 )
 
 # Collectives that move data between devices (the "-done" halves only wait).
@@ -55,8 +56,8 @@ COLLECTIVE_KINDS = {
 
 # Category names, in the order summaries show them.
 CATEGORIES = (
-    "matmul", "attention", "convolution", "fusion", "collective", "copy/transpose", "elementwise",
-    "reduction", "data movement", "custom-call", "host transfer", "control", "other", "unknown",
+    "matmul", "attention", "convolution", "fft", "linear algebra", "fusion", "collective", "copy/transpose",
+    "elementwise", "reduction", "data movement", "custom-call", "host transfer", "control", "other", "unknown",
 )
 
 #: fused attention kernels XLA calls (cuDNN's ``__cudnn$fmha…``, TransformerEngine's ``te_fused_attn_…_ffi``, flash
@@ -64,6 +65,9 @@ CATEGORIES = (
 _ATTENTION_TARGETS = ("fmha", "fused_attn", "flash_attn", "flash_attention", "splash_attention")
 _GEMM_TARGETS = ("gemm", "matmul", "cublas", "dot")
 _CONV_TARGETS = ("conv",)
+#: dense linear algebra the solvers' libraries run (LAPACK on a CPU, cuSOLVER/hipSOLVER on a GPU: jnp.linalg's
+#: Cholesky, LU, QR, eigen- and singular-value decompositions)
+_LINALG_TARGETS = ("lapack", "cusolver", "hipsolver", "potrf", "getrf", "geqrf", "syevd", "gesvd", "gesdd", "trsm")
 
 
 def opcode_category(opcode: str, custom_call_target: str | None = None) -> str:
@@ -72,6 +76,10 @@ def opcode_category(opcode: str, custom_call_target: str | None = None) -> str:
         return "matmul"
     if opcode in CONVOLUTION:
         return "convolution"
+    if opcode in FFT:
+        return "fft"
+    if opcode in LINEAR_ALGEBRA:
+        return "linear algebra"
     if opcode in COLLECTIVE:
         return "collective"
     if opcode in COPY:
@@ -94,6 +102,8 @@ def opcode_category(opcode: str, custom_call_target: str | None = None) -> str:
             return "matmul"
         if any(k in t for k in _CONV_TARGETS):
             return "convolution"
+        if any(k in t for k in _LINALG_TARGETS):
+            return "linear algebra"
         return "custom-call"
     if opcode == "fusion":
         return "fusion"

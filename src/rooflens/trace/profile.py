@@ -192,10 +192,10 @@ def _guess_from_name(name: str) -> tuple[str, str, str]:
     if low.startswith("nccl"):  # NCCL's kernels (ncclDevKernel_AllReduce_…, ncclKernel_SendRecv…): communication
         return "collective", "", "custom-call"
     # CUDA kernel names: nvjet_… are cuBLAS's GEMMs; flash_fwd_kernel / fmha_… fused attention, which XLA runs as a
-    # custom call (cuDNN)
+    # custom call (cuDNN); cuFFT's and rocFFT's kernels name their FFTs (regular_fft, vector_fft, fft_rtc_…)
     # (not Eigen's TensorConversionOp: "conv" of a convolution, not of a conversion; ROCm's runtime copy kernel)
     for key, cat in (("gemm", "matmul"), ("cublas", "matmul"), ("nvjet", "matmul"), (r"conv(?!er)", "convolution"),
-                     ("elementwise", "elementwise"), ("flash", "attention"), ("fmha", "attention"),
+                     ("elementwise", "elementwise"), ("flash", "attention"), ("fmha", "attention"), ("fft", "fft"),
                      ("copybuffer", "copy/transpose")):
         if re.search(key, low):
             return cat, "", "custom-call"

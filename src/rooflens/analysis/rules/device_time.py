@@ -9,9 +9,10 @@ step less the roofline sum.
 from __future__ import annotations
 
 import statistics
+from collections import Counter
 
 from rooflens.analysis.findings import Finding
-from rooflens.analysis.report import OpComparison, Report
+from rooflens.analysis.report import MATRIX_CATEGORIES, OpComparison, Report
 from rooflens.analysis.rules.common import (
     TINY_OP_S,
     TINY_OPS_PER_STEP,
@@ -252,10 +253,29 @@ def rule_kernel_inefficiency(report: Report) -> list[Finding]:
     else:
         if rate := achieved("compute", lambda c: c.flops_fraction_of_peak):
             evidence.append(f"the compute-bound ops reach {rate} of peak FLOP/s (time-weighted)")
-        cause = ("compute-bound kernels keep the matrix units below peak: shapes that fill the units' tiles "
-                 "partly, conversions or epilogues inside the fusions, or tile sizes the compiler chose for them")
-        fix = ("give the matmuls larger dims that are multiples of the matrix unit's tile (batch, fuse projections), "
-               "keep operands in the chip's fast dtype, and check the largest contributors with `rooflens hlo --op`")
+        # the compute-bound excess mostly in ops that are no matrix multiplication (FFTs, sorts, vector math): the
+        # matmuls' advice is not theirs
+        others = Counter(c.opcode for c, _ in ops if c.bound == "compute" and c.measured_s >= TINY_OP_S
+                         and c.category not in MATRIX_CATEGORIES)
+        not_matrix = part(lambda c: c.bound == "compute" and c.measured_s >= TINY_OP_S
+                          and c.category not in MATRIX_CATEGORIES)
+        if not_matrix > compute / 2:
+            kinds = ", ".join(f"{op} ×{n}" for op, n in others.most_common(4))
+            evidence.append(f"{_ms(not_matrix)} of the compute-bound part is in ops that are no matrix multiplication "
+                            f"({kinds})")
+            cause = ("compute-bound ops that are no matrix multiplication run their FLOPs on the vector units, well "
+                     "below the peak they are priced at (the chip's published peak for their dtype, or on a CPU its "
+                     "measured matmul rate), and an FFT or sort also passes over its data once per stage; their "
+                     "rooflines are a floor they do not approach")
+            fix = ("do fewer of them or smaller ones (an FFT over fewer points or modes, a power-of-two length, one "
+                   "batched transform instead of several; a top-k instead of a full sort), or move the work into "
+                   "matmuls where the algorithm allows; check the largest contributors with `rooflens hlo --op`")
+        else:
+            cause = ("compute-bound kernels keep the matrix units below peak: shapes that fill the units' tiles "
+                     "partly, conversions or epilogues inside the fusions, or tile sizes the compiler chose for them")
+            fix = ("give the matmuls larger dims that are multiples of the matrix unit's tile (batch, fuse "
+                   "projections), keep operands in the chip's fast dtype, and check the largest contributors with "
+                   "`rooflens hlo --op`")
     f = Finding("kernel-inefficiency", "low",
                 f"The step's ops together spend {_ms(total)} beyond their rooflines", tuple(ref(c) for c, _ in ops[:8]),
                 total, tuple(evidence), cause, fix)
