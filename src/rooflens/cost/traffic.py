@@ -10,8 +10,9 @@ what happens inside stays in registers/VMEM. Rules:
   bitcast, the ``-done`` half of an async pair, control flow (its bodies are priced op by op);
 * slicing reads only what it keeps: slice, dynamic-slice and gather read their output's size,
   and a fusion parameter that is only sliced inside the body is read only as much as the slices;
-* in-place updates write only the update: dynamic-update-slice (alone or as a fusion root) and
-  scatter read and write the update region, not the whole buffer.
+* in-place updates write only the update: dynamic-update-slice and scatter (alone or as a fusion
+  root) read and write the update region, not the whole buffer (a scatter also reads the region it
+  combines into).
 """
 
 from __future__ import annotations
@@ -68,19 +69,30 @@ def _fusion_param_reads(module: Module, ins: Instruction) -> list[float]:
         users = module.users(p)
         if users and all(u.opcode in SLICING and u.operands and u.operands[0].name == p.name for u in users):
             reads.append(min(full, sum(hbm_bytes(u.shape) for u in users)))
-        elif (root is not None and root.opcode == "dynamic-update-slice" and root.operands
+        elif (root is not None and root.opcode in IN_PLACE and len(root.operands) > 1
               and root.operands[0].name == p.name and users == [root]):
-            reads.append(0.0)  # the buffer updated in place is not read
+            # the buffer updated in place is not read, bar the region a scatter combines its updates into
+            reads.append(min(full, _update_bytes(module, root)) if root.opcode == "scatter" else 0.0)
         else:
             reads.append(full)
     return reads
 
 
+#: ops that update their first operand's buffer in place, writing only their update
+IN_PLACE = ("dynamic-update-slice", "scatter")
+
+
+def _update_bytes(module: Module, ins: Instruction) -> float:
+    """The bytes an in-place update writes: a dynamic-update-slice's update (its second operand), a scatter's
+    updates (its last)."""
+    return hbm_bytes(module.operand_shape(ins.operands[1 if ins.opcode == "dynamic-update-slice" else -1]))
+
+
 def _fusion_write(module: Module, ins: Instruction) -> float:
     comps = module.called(ins)
     root = comps[0].root if comps else None
-    if root is not None and root.opcode == "dynamic-update-slice" and len(root.operands) > 1:
-        return hbm_bytes(module.operand_shape(root.operands[1]))
+    if root is not None and root.opcode in IN_PLACE and len(root.operands) > (1 if root.opcode != "scatter" else 2):
+        return min(hbm_bytes(ins.shape), _update_bytes(module, root))
     return hbm_bytes(ins.shape)
 
 
@@ -99,10 +111,10 @@ def instruction_traffic(module: Module, ins: Instruction) -> Traffic:
         idx = sum(hbm_bytes(module.operand_shape(o)) for o in ins.operands[1:])
         return Traffic(out + idx, out, f"{fmt_bytes(out)} sliced out + {fmt_bytes(out)} written")
     if op == "dynamic-update-slice" and len(ins.operands) > 1:
-        upd = hbm_bytes(module.operand_shape(ins.operands[1]))
+        upd = _update_bytes(module, ins)
         return Traffic(upd, upd, f"{fmt_bytes(upd)} update read + written in place")
     if op == "scatter" and len(ins.operands) >= 3:
-        upd = hbm_bytes(module.operand_shape(ins.operands[-1]))
+        upd = _update_bytes(module, ins)
         idx = hbm_bytes(module.operand_shape(ins.operands[1]))
         return Traffic(2 * upd + idx, upd, f"{fmt_bytes(upd)} updates, read-modify-write in place")
     if op == "copy-start" and ins.operands and ins.shape.is_tuple and ins.shape.tuple_shapes:

@@ -8,6 +8,7 @@ step less the roofline sum.
 
 from __future__ import annotations
 
+import re
 import statistics
 from collections import Counter
 
@@ -37,7 +38,7 @@ from rooflens.analysis.rules.host import idle_flagged
 from rooflens.analysis.rules.kernels import launched_one_by_one, tiny_programs
 from rooflens.analysis.trust import is_async
 from rooflens.cost.kernels import instruction_module
-from rooflens.units import fmt_name, fmt_number, fmt_percent, fmt_ratio, plural
+from rooflens.units import fmt_bytes, fmt_name, fmt_number, fmt_percent, fmt_ratio, plural
 from rooflens.units import fmt_seconds as _ms
 
 SLOW_RATIO = 2.0  # an op this many times slower than its roofline is worth a look (seed 000's red flag)
@@ -282,6 +283,35 @@ def rule_kernel_inefficiency(report: Report) -> list[Finding]:
     return [with_saving(report, f, total, st.program)]
 
 
+#: ops that write into their first operand's buffer when XLA may reuse it (scatter, dynamic-update-slice)
+IN_PLACE_OPCODES = ("scatter", "dynamic-update-slice")
+
+
+def undonated_copy(report: Report, c: OpComparison) -> str:
+    """What ``c`` is, in a phrase, when it is XLA's copy of a program argument that the program then updates in
+    place (a scatter or dynamic-update-slice into it): made because the argument was not donated, so its buffer is
+    the caller's. "" for any other op."""
+    module = report.modules.get(c.program)
+    ins = module.find(c.name) if module is not None else None
+    if ins is None or ins.opcode != "copy" or module.entry is None:
+        return ""
+    src = module.operands_of(ins)
+    if len(src) != 1 or src[0].opcode != "parameter" or src[0].computation is not module.entry \
+            or src[0].shape.text != ins.shape.text:  # a copy to another layout is a relayout, not this
+        return ""
+    aliased = {int(n) for n in re.findall(r"\(\s*(\d+)\s*,", str(module.raw_attrs.get("input_output_alias", "")))}
+    if src[0].parameter_number in aliased:
+        return ""
+    updates = [u for u in module.users(ins) if u.opcode in IN_PLACE_OPCODES or (
+        u.opcode == "fusion" and any(b.opcode in IN_PLACE_OPCODES for b in module.fusion_body(u)))]
+    if not updates:
+        return ""
+    arg = src[0].metadata.get("op_name") or src[0].name
+    return (f"{ref(c)} copies the argument {arg} ({ins.shape.text.split('{')[0]}, "
+            f"{fmt_bytes(ins.shape.bytes)}) every execution so "
+            f"that {updates[0].name} can update it in place: the argument is not donated")
+
+
 def rule_copies(report: Report) -> list[Finding]:
     copies = [c for c in report.comparison if c.category == "copy/transpose"]
     busy = busy_total(report)
@@ -292,14 +322,25 @@ def rule_copies(report: Report) -> list[Finding]:
     copies.sort(key=lambda c: -c.total_time_s)
     main = report.steps.program if report.steps else None
     saved = sum(c.measured_s * runs_per_step(report, c) for c in copies if _in_step(report, c))
+    evidence = [f"{fmt_name(str(ref(c)))}: {_ms(c.total_time_s)} in all" for c in copies[:4]]
+    cause = ("arrays are retiled between ops whose preferred layouts differ (a transpose or layout change that XLA "
+             "could not fold into its neighbours)")
+    fix = ("use AUTO layouts for jitted inputs, avoid explicit transposes of large arrays between matmuls, or "
+           "change the einsum so the contraction order matches the stored layout")
+    undonated = [(c, what) for c in copies if (what := undonated_copy(report, c))]
+    if undonated:
+        evidence += [what for _, what in undonated[:3]]
+        if sum(c.total_time_s for c, _ in undonated) >= total / 2:  # then the copies are mostly these
+            cause = ("the program updates an argument in place (a scatter or dynamic-update-slice into it) but the "
+                     "argument's buffer is the caller's, as it was not donated: XLA copies the whole array first, "
+                     "every execution")
+            fix = ("donate the argument: jax.jit(step, donate_argnums=…) or donate_argnames=… (Equinox's "
+                   "filter_jit(donate=\"all\"), Flax NNX's nnx.jit(donate_argnums=…)), and use only the returned "
+                   "array after the call; the update then writes into the argument's own buffer, with no copy")
     f = Finding(
         "copies", "low", f"Copies and transposes take {fmt_percent(share)} of device time",
         tuple(ref(c) for c in copies[:6]), per_step_of(report, sum(step_time_of(report, c) for c in copies), main),
-        tuple(f"{fmt_name(str(ref(c)))}: {_ms(c.total_time_s)} in all" for c in copies[:4]),
-        "arrays are retiled between ops whose preferred layouts differ (a transpose or layout change that XLA "
-        "could not fold into its neighbours)",
-        "use AUTO layouts for jitted inputs, avoid explicit transposes of large arrays between matmuls, or "
-        "change the einsum so the contraction order matches the stored layout")
+        tuple(evidence), cause, fix)
     return [with_saving(report, f, saved, main)]
 
 
