@@ -399,6 +399,7 @@ def test_unpriced_ops_are_listed_with_their_time(tmp_path):
     (eig,) = unpriced
     assert eig.category == "linear algebra"  # LAPACK's syevd: dense linear algebra, not "custom-call"
     assert eig.total_time_s > 0 and "no formula" in eig.unpriced_reason and eig.predicted_s is None
+    assert eig.unpriced_reason.startswith("custom-call lapack_"), eig.unpriced_reason  # which call: its target
     assert len(rep.comparison) == len(rep.op_stats)  # nothing dropped
     assert rep.steps.unpriced_s > 0
 

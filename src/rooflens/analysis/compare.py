@@ -296,13 +296,14 @@ HOST_CALLBACK = ("a host callback (jax.debug.print, io_callback, pure_callback):
                  "the host and waits for it, no kernel to price")
 
 
-def _unpriced_reason(pred: OpPrediction | None, opcode: str, category: str, callback: bool = False) -> str:
+def _unpriced_reason(pred: OpPrediction | None, opcode: str, category: str, callback: bool = False,
+                     target: str = "") -> str:
     if callback:
         return HOST_CALLBACK
     if pred is None:
         return "no HLO for this op"
     if category in ("custom-call", "linear algebra", "unknown", "other") and not pred.flops:
-        return f"{opcode}: the cost model has no formula for it"
+        return f"{opcode}{' ' + target if target else ''}: the cost model has no formula for it"
     return ""
 
 
@@ -334,8 +335,10 @@ def join(profile: Profile, stats: OpStats, pricing: Pricing, roofs: Roofs | None
         mean = s.mean_execution_s if s.executions else s.avg_time_s
         p = per_execution(pricing.preds.get(key), k, s.program)
         module = pricing.modules.get(s.program)
-        callback = opcode == "custom-call" and module is not None and is_host_callback(module.find(s.name))
-        why = no_roofline or _unpriced_reason(p, opcode, s.category, callback)
+        ins = module.find(s.name) if module is not None and opcode == "custom-call" else None
+        callback = ins is not None and is_host_callback(ins)
+        why = no_roofline or _unpriced_reason(p, opcode, s.category, callback, ins.custom_call_target or ""
+                                              if ins is not None else "")
         if key in pricing.async_done and (s.program, pricing.async_done[key]) in measured:
             # (a GPU trace whose start carries the NCCL kernel and has no done op: compared on the start)
             why = f"an async start: its pair is priced on {pricing.async_done[key]}, where the trace shows the wait"
