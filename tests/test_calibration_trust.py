@@ -106,6 +106,39 @@ def test_a_calibration_20x_too_low_is_questioned_not_printed(low_run):
     assert {(o["program"], o["name"]) for o in trust["ops"]} <= {(c["program"], c["name"]) for c in beaten}
 
 
+def test_a_calibration_slow_at_a_matmuls_shape_alone_is_questioned_too(low_run):
+    """A calibration whose peaks are right but whose matmuls over (m·n, k) ran 20× slow (busy while that grid was
+    measured): a matmul is priced at the grid's rate at its shape, far below the peak, and beats its roofline at a
+    fraction of the peak. It read "0.346×", judged reliable (an ODE's matmuls under a busy calibration); it is a
+    roofline beaten, blamed on the calibration at that shape, and the MFU, against the right peak, is not said to
+    be overstated by it."""
+    env, logdir, true, low, cache = low_run
+    grid_low = replace(true, grid=slower(true, TOO_LOW).grid)
+    K.save(grid_low, cache / "local.toml")
+    try:
+        doc, text = report(env, str(logdir), "--chip", "local")
+    finally:
+        K.save(low, cache / "local.toml")
+    at_shape = [c for c in doc["comparison"] if c["model_flops"] and c["measured_s"]
+                and any("matmul rate at this shape" in line for line in c["explanation"])]
+    assert at_shape, [c["explanation"] for c in doc["comparison"] if c["model_flops"]]
+    for c in at_shape:
+        assert not c["roofline_reliable"] and c["ratio"] is None, (c["name"], c["ratio"])
+        assert "matmul rate the calibration measured at its shape" in c["roofline_note"] and \
+            "calibration is too low" in c["roofline_note"], c["roofline_note"]
+    assert not document_violations(doc) and not text_violations(text), (document_violations(doc),
+                                                                       text_violations(text))
+    # the MFU's note counts the matmuls beyond the peak it divides by (a quick calibration's peak can be beaten by
+    # a little), not those beyond their shape's rate alone
+    step = doc["steps"]["breakdown"]
+    peaks = doc["roofs"]["peak_flops_per_s"]
+    peak = max(peaks.get("bf16", 0.0), peaks.get("fp32", 0.0))
+    beyond = [c for c in doc["comparison"] if c["program"] in step["programs"] and c["model_flops"]
+              and not c["roofline_reliable"] and c["model_flops"] / c["measured_s"] > peak]
+    assert step["mfu"] is not None and (f"overstated: {len(beyond)} of its matmul ops" in step["mfu_note"]
+                                        if beyond else "overstated" not in step["mfu_note"]), step["mfu_note"]
+
+
 def test_live_memory_is_the_programs_not_the_captures(low_run):
     """The snapshot ``rooflens run`` takes as the trace stops holds what the script still holds (its two
     1024×1024 f32 arrays and a scalar loss: 2·4 MiB + 4 B, from the script's own shapes), not the capture's

@@ -156,6 +156,12 @@ def test_the_checker_catches_each_kind_of_impossible_number(sharded_cpu_trace, t
         roofline_reliable=False, ratio=None, flops_fraction_of_peak=None, bytes_fraction_of_peak=None,
         roofline_note="")))
     assert any("sum to" in v for v in broken(lambda d: d["steps"]["breakdown"].update(idle_s=b["idle_s"] + step)))
+    # an ODE's matmuls priced at the rate a stale calibration measured at their shape read "0.346×", judged
+    # reliable: faster than a floor
+    (judged,) = [c for c in doc["comparison"] if c.get("ratio") and c["roofline_reliable"]
+                 and c["bound"] in ("compute", "memory") and c["roofline_bound"] == "exact"][:1]
+    k = doc["comparison"].index(judged)
+    assert any("0.346, faster than its" in v for v in broken(lambda d: d["comparison"][k].update(ratio=0.346)))
     # another program's time inside the step (an evaluation) is a part of the step, not missing idle time
     eval_s = b["idle_s"] / 2
     assert not broken(lambda d: (d["steps"]["breakdown"].update(idle_s=b["idle_s"] - eval_s,
@@ -203,6 +209,11 @@ def test_the_checker_catches_each_kind_of_impossible_number(sharded_cpu_trace, t
     assert any("unpriced" in v for v in text_violations(
         "unpriced (3 ops, 2 ms of self time): a/while.1 (no HLO for this op), 121% of device time"))
     assert any("MFU" in v for v in text_violations("Step (jit_step, per device): measured 1 ms, MFU 362%"))
+    table = ("┃ op ┃ program ┃ measured (median) ┃ roofline ┃ ratio ┃ bound ┃ achieved ┃\n"
+             "│ ynn_fusion.3 │ jit_solve │ 10.9 ms │ 31.6 ms │ {} │ {} │ 81.7% of peak FLOP/s │\n")
+    assert any("0.346×" in v for v in text_violations(table.format("0.346×", "compute")))
+    assert not text_violations(table.format("1.2×", "compute")) and not text_violations(table.format("0.9×",
+                                                                                                      "overhead"))
     step_lines = ("Step (jit_step, per device): measured 20 µs, roofline sum 9 ms, MFU 30%\n"
                   "  compute 14 ms · communication 0 µs · copies/layout 0 µs · host transfers 0 µs · other 0 µs · "
                   "idle 0 µs\n")

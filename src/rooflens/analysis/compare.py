@@ -508,7 +508,9 @@ def mfu_or_why(mfu: float | None, ops: list[OpComparison], flops: float, peak: f
     peak but the share stays possible (then it is overstated)."""
     if mfu is None:
         return None, ""
-    beaten = [c for c in ops if c.model_flops and not c.roofline_reliable]
+    # (a matmul faster than the rate the calibration measured at its shape, below the peak, overstates nothing)
+    beaten = [c for c in ops if c.model_flops and not c.roofline_reliable and c.measured_s
+              and c.model_flops / c.measured_s > peak]
     chip = roofs.chip if roofs else "the chip"
     if mfu > 1.0:
         if beaten:

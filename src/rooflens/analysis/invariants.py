@@ -15,6 +15,8 @@ rule, naming the figure and where it is, and an empty list for a sound report:
   within the step it is part of;
 - the step's breakdown sums to the step (busy parts + other programs + idle − op time at once = step time,
   within rounding), and the time it says the device runs no op bounds the overheads finding;
+- an op is no faster than its compute or memory roofline (its ratio is at least 1) unless the roofline is
+  withheld as unreliable;
 - a rounding is not a measurement: op time "at once" is zero, or more than a billionth of the step (below
   that it is what float sums of many op times leave: "at once: 0.0000278 ps");
 - a statistic has its name (no bare "±") and its order: min ≤ median/mean ≤ max, a count that matches its values.
@@ -36,6 +38,10 @@ FRACTION_SLACK = 1e-6
 #: the step's parts sum to the step within this share of it (floating sums of many op times)
 SUM_REL = 0.01
 SUM_ABS_S = 1e-9
+#: an op's roofline under these bounds is a floor: measured below it, the roofline (the chip, its calibration or the
+#: cost model) is what is wrong, and the ratio is withheld (an overhead-bound op is priced at the chip's launch
+#: time, which a kernel's own time may undercut)
+ROOF_BOUNDS = ("compute", "memory")
 #: findings whose saving is time the device runs no op in the step: never more than the step's measured idle
 NO_OP_RULES = ("overheads",)
 #: findings whose time is the host's, not the device's (a recompilation may take longer than a step)
@@ -146,8 +152,13 @@ def _comparison(rows: list[dict]) -> list[str]:
                 out.append(f"{where}: its roofline is unreliable, yet a ratio or fraction of peak is given")
             if not (c.get("roofline_note") or "").strip():
                 out.append(f"{where}: its ratio is withheld with no reason given")
-        if c.get("ratio") is not None and c.get("ratio") < 0:
-            out.append(f"{where}: negative ratio {c['ratio']:.4g}")
+        r = c.get("ratio")
+        if r is not None and r < 0:
+            out.append(f"{where}: negative ratio {r:.4g}")
+        elif r is not None and r < 1 - FRACTION_SLACK and c.get("roofline_reliable", True) \
+                and c.get("bound") in ROOF_BOUNDS and c.get("roofline_bound", "exact") == "exact":
+            out.append(f"{where}: ratio {r:.3g}, faster than its {c['bound']} roofline, yet the roofline is judged "
+                       "reliable")
     return out
 
 
@@ -312,6 +323,10 @@ def _row(row: dict, line: str) -> list[str]:
     achieved = row.get("achieved") or ""
     if (m := _PCT.match(achieved)) and float(m.group(1)) > 100:
         out.append(f"comparison table: {achieved} for {row.get('op')} (above 100 % of a roof, not withheld)")
+    ratio = re.fullmatch(r"([0-9.]+)×", row.get("ratio") or "")
+    if ratio and float(ratio.group(1)) < 1 - FRACTION_SLACK and row.get("bound") in ROOF_BOUNDS:
+        out.append(f"comparison table: {row['ratio']} for {row.get('op')}, faster than its {row['bound']} roofline "
+                   "and not withheld")
     if "busy" in row and "window" in row:
         b, w = re.fullmatch(_TIME, row["busy"]), re.fullmatch(_TIME, row["window"])
         if b and w and seconds(*b.groups()) > seconds(*w.groups()) * 1.005 + 1e-9:

@@ -91,8 +91,11 @@ class Roofs:
 
     @property
     def mfu_peak_flops_per_s(self) -> float:
-        """The peak MFU divides by: bf16 where published, else the highest."""
-        return self.peak_flops_per_s.get("bf16") or self.peak_max_flops_per_s
+        """The peak MFU divides by: the higher of bf16's and fp32's where either is known (bf16 on accelerators;
+        fp32 on a CPU, whose bf16 matmuls are slower: an f32 ODE's MFU against its bf16 rate came out above
+        100 %), else the highest."""
+        return max(self.peak_flops_per_s.get("bf16", 0.0), self.peak_flops_per_s.get("fp32", 0.0)) \
+            or self.peak_max_flops_per_s
 
     @property
     def ridge_flops_per_byte(self) -> float | None:
