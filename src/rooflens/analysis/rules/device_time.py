@@ -182,7 +182,9 @@ def rule_slow_ops(report: Report) -> list[Finding]:
         evidence = [f"measured {per_execution(c)} vs roofline {_ms(c.predicted_s)} "
                     f"({fmt_ratio(c.ratio)}, {c.bound}-bound), {fmt_percent(share)} of device time",
                     f"runs {'once' if runs == 1 else f'{fmt_number(runs)} times'} per {per_what(st)}: "
-                    f"{_ms(saved)} beyond the roofline"] + notes
+                    f"{_ms(saved)} beyond the roofline" if runs > 0 else
+                    f"runs outside the steps ({plural(round(c.runs), 'run')} before, between or after them, set-up or "
+                    "evaluation): it takes no time from the steps"] + notes
         if c.roofline_bound != "exact":
             evidence.append(f"its roofline: {c.roofline_note}")
         if not causes:
