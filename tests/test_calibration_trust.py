@@ -135,8 +135,9 @@ def test_a_calibration_slow_at_a_matmuls_shape_alone_is_questioned_too(low_run):
     peak = max(peaks.get("bf16", 0.0), peaks.get("fp32", 0.0))
     beyond = [c for c in doc["comparison"] if c["program"] in step["programs"] and c["model_flops"]
               and not c["roofline_reliable"] and c["model_flops"] / c["measured_s"] > peak]
-    assert step["mfu"] is not None and (f"overstated: {len(beyond)} of its matmul ops" in step["mfu_note"]
-                                        if beyond else "overstated" not in step["mfu_note"]), step["mfu_note"]
+    # (overstated, or withheld where it passes 100 %)
+    assert (f"{len(beyond)} of its matmul ops run faster than local's peak" in step["mfu_note"] if beyond else
+            step["mfu"] is not None and "overstated" not in step["mfu_note"]), (len(beyond), step["mfu_note"])
 
 
 def test_live_memory_is_the_programs_not_the_captures(low_run):
