@@ -246,6 +246,25 @@ def test_a_loop_of_tiny_jitted_ops(tmp_path):
     assert "slow-op" not in names  # sub-launch ops are the tiny-ops rule's business
 
 
+def test_tiny_ops_inside_the_steps_own_scan_are_not_told_to_jit_the_step(tmp_path):
+    """A jitted step whose ops run inside its own lax.scan (a recurrence over 200 time steps, an LSTM's shape):
+    tiny ops, but the step is one program already and its loop is a scan. The advice was "jit the whole step (one
+    program), turn Python loops into lax.scan"; it names the loop and its iterations and says to give each more
+    work or unroll it."""
+    w = jax.random.normal(jax.random.PRNGKey(0), (32, 32)) * 0.1
+
+    def rnn(h0, xs):
+        def cell(h, x):
+            h = jnp.tanh(h @ w + x)
+            return h, h
+        return jax.lax.scan(cell, h0, xs)[1].sum()
+
+    names, rep = fired(cap(jax.jit(jax.grad(rnn)), jnp.zeros((8, 32)), jnp.ones((200, 8, 32)), tmp=tmp_path))
+    f = next(f for f in rep.findings if f.rule == "tiny-ops")
+    assert "inside a loop of it (~200 times per execution" in f.fix and "unroll" in f.fix, f.fix
+    assert "jit the whole step" not in f.fix and "each iteration of the step's loop" in f.cause
+
+
 def test_a_new_shape_every_step_recompiles(tmp_path):
     sizes = iter([64, 128, 192, 256, 320, 384])
     names, rep = fired(cap(jax.jit(lambda x: jnp.tanh(x @ x.T)), jnp.ones((64, 64)), tmp=tmp_path,

@@ -74,16 +74,49 @@ def in_terms_of(report: Report, jax: str, pytorch: str, other: str) -> str:
     return jax if is_jax(report) else pytorch if report.framework == "PyTorch" else other
 
 
+def step_loop_iterations(report: Report) -> float | None:
+    """How many times the step program's ops run per execution of it when most of their runs are inside a loop of
+    it (a ``lax.scan`` over a sequence inside a jitted step: an LSTM's 64 time steps; layers under ``nn.scan``): the
+    runs-weighted median of the looped ops' runs per execution, by the HLO's trip counts. None when most of its op
+    runs are once per execution, or the HLO does not say."""
+    from rooflens.analysis.compare import runs_in_execution
+
+    st = report.steps
+    module = report.modules.get(st.program) if st is not None and st.program else None
+    if module is None:
+        return None
+    # the loops' trip counts as the HLO gives them (not events per execution: a GPU op may launch several kernels)
+    runs_in = runs_in_execution(module)
+    ops = [(c, runs_in.get(c.name) or 1.0) for c in report.comparison if c.program == st.program and c.executions]
+    total = sum(c.executions * k for c, k in ops)
+    looped = sorted((k, c.executions * k) for c, k in ops if k >= 2)
+    inside = sum(r for _, r in looped)
+    if not total or inside < total / 2:
+        return None
+    acc = 0.0
+    for per, r in looped:
+        acc += r
+        if acc >= inside / 2:
+            return per
+    return None
+
+
 def looped_unit_advice(report: Report) -> str | None:
     """For a step that is already one program looping over its iterations (a training jitted whole, a ``lax.scan``
-    of updates called once), the advice that fits it: "jit the whole step" or "turn Python loops into lax.scan" is
-    already done there. None for any other step."""
+    of updates called once, a jitted step whose ops run mostly inside its own ``lax.scan``), the advice that fits
+    it: "jit the whole step" or "turn Python loops into lax.scan" is already done there. None for any other step."""
     st = report.steps
-    if st is None or not st.trip_count or st.trip_count < 2 or not is_jax(report):
+    if st is None or not is_jax(report):
         return None
-    return (f"the step is already one program whose loop runs {st.trip_count:,} iterations per execution: give each "
-            "iteration's ops more work (a larger batch, or independent runs vmapped together), or unroll the loop a "
-            "few iterations (lax.scan(..., unroll=k)) so XLA fuses across them")
+    if st.trip_count and st.trip_count >= 2:
+        loop = f"the step is already one program whose loop runs {st.trip_count:,} iterations per execution"
+    elif (n := step_loop_iterations(report)) is not None:
+        loop = (f"the step is already one program, and most of its ops run inside a loop of it (~{n:,.0f} times per "
+                "execution: a lax.scan, fori_loop or while_loop)")
+    else:
+        return None
+    return (f"{loop}: give each iteration's ops more work (a larger batch, or independent runs vmapped together), or "
+            "unroll the loop a few iterations (lax.scan(..., unroll=k)) so XLA fuses across them")
 
 
 def per_execution(c: OpComparison) -> str:

@@ -530,7 +530,9 @@ def rule_overheads(report: Report) -> list[Finding]:
             "a CUDA graph, or give each kernel more work (larger batch)")
         if report.platform == "cpu":  # no command buffers or CUDA graphs: XLA:CPU runs each op as a thunk
             fix = "fewer, larger ops: jit the whole step so XLA fuses more, or give each op more work (larger batch)"
-        fix = looped_unit_advice(report) or fix
+        if looped := looped_unit_advice(report):
+            fix = looped + ("; or let XLA capture the step as command buffers / CUDA graphs"
+                            if report.platform == "gpu" else "")
         buffered = profiled_launches(report)
         if buffered:
             evidence.append(buffered)
