@@ -129,6 +129,13 @@ def test_calibrate_writes_local_and_predict_uses_it(tmp_path):
     assert local.kind == "cpu" and local.peak_flops_per_s["fp32"] > 1e8 and local.hbm_bytes_per_s > 1e8
     assert "median of 3 runs" in local.source("peak_flops_per_s.fp32")
     assert local.matmul_rate("fp32", 2e9, 1024) > 1e8
+    # int8 × int8 → int32 matmuls are measured too: an int8 dot is priced at the CPU's own int8 rate (it was priced
+    # at bf16's, which the quantized decoder's dots beat, and the calibration was blamed as too low)
+    assert any(m["what"].startswith("s8 matmul") for m in rows)
+    assert local.peak_flops_per_s["int8"] > 1e8 and "s8 matmul" in local.source("peak_flops_per_s.int8")
+    from rooflens.cost.model import peak_for
+
+    assert peak_for(local, "s8", True, "default")[:2] == (local.peak_flops_per_s["int8"], "int8")
 
 
 def test_local_is_the_users_calibration_file_whatever_else_names_it(tmp_path, monkeypatch):

@@ -99,7 +99,9 @@ class Roofs:
 
     @property
     def ridge_flops_per_byte(self) -> float | None:
-        return self.peak_max_flops_per_s / self.hbm_bytes_per_s if self.hbm_bytes_per_s else None
+        """Where the roofline chart's roof bends: the dense peak MFU divides by over HBM bandwidth (not an fp8 or
+        int8 peak, which a bf16 or f32 program's ops never reach)."""
+        return self.mfu_peak_flops_per_s / self.hbm_bytes_per_s if self.hbm_bytes_per_s else None
 
 
 #: the statistic of every per-op time in a report (per execution: comparison, findings, diff, budgets)

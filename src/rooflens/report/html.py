@@ -68,7 +68,7 @@ def page_data(report, prediction=None, title: str = "") -> dict:
             "predicted": c.predicted_s, "ratio": c.ratio, "bound": c.bound, "unpriced": c.unpriced_reason,
             "reliable": c.roofline_reliable, "roofline_bound": c.roofline_bound, "roofline_note": c.roofline_note,
             "explanation": list(c.explanation), "hlo": list(c.hlo)} for c in ordered]
-    peak = roofs.peak_max_flops_per_s if roofs else 0.0
+    peak = roofs.mfu_peak_flops_per_s if roofs else 0.0
     bw = roofs.hbm_bytes_per_s if roofs else 0.0
     ridge = roofs.ridge_flops_per_byte if roofs else None
     points = [{"key": f"{c.program}/{c.name}", "name": f"{c.program}/{c.name}", "category": c.category,
