@@ -244,6 +244,24 @@ def test_a_loop_of_tiny_jitted_ops(tmp_path):
     names, rep = fired(session(tmp_path, body, steps=3))
     assert "tiny-ops" in names
     assert "slow-op" not in names  # sub-launch ops are the tiny-ops rule's business
+    f = next(f for f in rep.findings if f.rule == "tiny-ops")
+    assert "jit the whole step" in f.fix  # 150 calls a step: a Python loop of small jitted calls
+
+
+def test_tiny_ops_of_a_step_jitted_whole_are_not_told_to_jit_it(tmp_path):
+    """One jitted step a step, of 60 tiny layers (width 8): its ops are tiny, but the step is one program already
+    (an FSDP step on 8 CPU devices read "jit the whole step (one program), turn Python loops into lax.scan")."""
+    ws = [jnp.eye(8) * 0.5 for _ in range(60)]
+
+    def loss(ws, x):
+        for w in ws:
+            x = jnp.tanh(x @ w)
+        return x.sum()
+
+    names, rep = fired(cap(jax.jit(jax.grad(loss)), ws, jnp.ones((4, 8)), tmp=tmp_path))
+    f = next(f for f in rep.findings if f.rule == "tiny-ops")
+    assert f.fix.startswith("the step is one program already") and "jit the whole step" not in f.fix, f.fix
+    assert "inside the step's one program" in f.cause
 
 
 def test_tiny_ops_inside_the_steps_own_scan_are_not_told_to_jit_the_step(tmp_path):

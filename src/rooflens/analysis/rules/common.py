@@ -116,7 +116,8 @@ def looped_unit_advice(report: Report) -> str | None:
     else:
         return None
     return (f"{loop}: give each iteration's ops more work (a larger batch, or independent runs vmapped together), or "
-            "unroll the loop a few iterations (lax.scan(..., unroll=k)) so XLA fuses across them")
+            "unroll the loop a few iterations (lax.scan(..., unroll=k)) so XLA fuses across them"
+            + ("; or let XLA capture the step as command buffers / CUDA graphs" if report.platform == "gpu" else ""))
 
 
 def per_execution(c: OpComparison) -> str:

@@ -21,6 +21,7 @@ from rooflens.analysis.rules.common import (
     dot_of,
     excess_per_step,
     in_terms_of,
+    is_jax,
     looped_unit_advice,
     outside_kernels,
     per_device_step,
@@ -391,22 +392,31 @@ def rule_tiny_ops(report: Report) -> list[Finding]:
         if c is not None and _in_step(report, c):
             saved += (c.measured_s - min(c.predicted_s or 0.0, c.measured_s)) * runs_per_step(report, c)
     main = report.steps.program if report.steps else None
-    f = Finding(
-        "tiny-ops", "low", f"Many tiny ops: {per_step:,.0f} {period} per device, median {_ms(median)}",
-        tuple(ref(s) for s in sorted(tiny, key=lambda s: -s.occurrences)[:6]), per_device_step(report, total),
-        (f"median op time {_ms(median)} < {_ms(TINY_OP_S)} (about the cost of launching one)",
-         f"{per_step:,.0f} op executions {period} per device across {plural(programs, 'program')}",
-         *filter(None, [profiled_launches(report)])),
-        "the work is split into kernels too small to amortise their launch and synchronisation "
-        + ("(each iteration of the step's loop runs ops of little work)" if looped_unit_advice(report) else
-           "(a Python loop of small jitted calls, or ops XLA could not fuse)"),
-        looped_unit_advice(report) or
+    # the step already one jitted program holding every tiny op: "jit the whole step" is done; XLA left them apart
+    # (and run once per step: a step of 150 calls of one small jitted function is a Python loop, not this)
+    mains = [c for c in report.comparison if c.program == main and c.executions]
+    one_program = main is not None and is_jax(report) and {s.program for s in tiny} == {main} and bool(mains) \
+        and max(runs_per_step(report, c) / max(c.runs_per_execution, 1.0) for c in mains) <= 1.5
+    cause = "the work is split into kernels too small to amortise their launch and synchronisation " + (
+        "(each iteration of the step's loop runs ops of little work)" if looped_unit_advice(report) else
+        "(ops XLA left apart inside the step's one program: slices, small updates, the pieces around collectives)"
+        if one_program else "(a Python loop of small jitted calls, or ops XLA could not fuse)")
+    fix = looped_unit_advice(report) or (
+        "the step is one program already: give each op more work (a larger batch per device, or fewer devices for "
+        "a model this small), and see which ops they are with `rooflens hlo --op`" if one_program else
         in_terms_of(report, "jit the whole step (one program), turn Python loops into lax.scan / vmap, or give each "
                     "op more work (larger batch)",
                     "fuse the small kernels (torch.compile the step), capture the step as a CUDA graph, or give each "
                     "kernel more work (larger batch)",
                     "fuse the small kernels (compile the step), capture it as a CUDA graph, or give each kernel more "
                     "work (larger batch)"))
+    f = Finding(
+        "tiny-ops", "low", f"Many tiny ops: {per_step:,.0f} {period} per device, median {_ms(median)}",
+        tuple(ref(s) for s in sorted(tiny, key=lambda s: -s.occurrences)[:6]), per_device_step(report, total),
+        (f"median op time {_ms(median)} < {_ms(TINY_OP_S)} (about the cost of launching one)",
+         f"{per_step:,.0f} op executions {period} per device across {plural(programs, 'program')}",
+         *filter(None, [profiled_launches(report)])),
+        cause, fix)
     return [with_saving(report, f, saved, main)]
 
 
@@ -530,9 +540,7 @@ def rule_overheads(report: Report) -> list[Finding]:
             "a CUDA graph, or give each kernel more work (larger batch)")
         if report.platform == "cpu":  # no command buffers or CUDA graphs: XLA:CPU runs each op as a thunk
             fix = "fewer, larger ops: jit the whole step so XLA fuses more, or give each op more work (larger batch)"
-        if looped := looped_unit_advice(report):
-            fix = looped + ("; or let XLA capture the step as command buffers / CUDA graphs"
-                            if report.platform == "gpu" else "")
+        fix = looped_unit_advice(report) or fix
         buffered = profiled_launches(report)
         if buffered:
             evidence.append(buffered)
