@@ -4,6 +4,7 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -159,6 +160,30 @@ def test_the_captures_drain_byte_is_left_out_wherever_rooflens_was_installed(mon
         assert snap.by_site == here.by_site and snap.by_site["<module>"] == 2 * 1024 * 1024 + 4
     assert pprof._rooflens_file("/home/user/rooflens/train.py") is None
     assert pprof._rooflens_file("/srv/x/site-packages/rooflens/capture/common.py") == pprof.DRAIN_FILE
+
+
+def test_memory_files_are_read_with_the_compilation_they_are_of():
+    """jax.random.normal compiled twice under one name (a 200000×64 table, 4096×64 items): the run kept one buffer
+    assignment for the name, the larger compilation's, and both HLO modules. Read with the other module, the peak
+    table said "broadcast_add_fusion u32[4096,64] 51.2 MB, padded 1.05 MB" (a buffer larger than its shape); the
+    buffer assignment is read with the module whose shapes it has."""
+    from rooflens.analysis.invariants import document_violations
+    from rooflens.hlo import parse
+    from rooflens.memory.compiled import compiled_memory, matching_module
+
+    d = Path(__file__).parent / "fixtures" / "cpu_runs" / "two_normals"
+    table, items = (parse((d / f"module_{n}.jit__normal.txt").read_text()) for n in ("0006", "0010"))
+    assignment = (d / "jit__normal.buffer-assignment.txt").read_text()
+    assert matching_module(assignment, [items, table]) is table and matching_module(assignment, [table, items]) \
+        is table
+    cm = compiled_memory("jit__normal", {}, (d / "jit__normal.live-range.txt").read_text(), assignment, table)
+    fusion = next(b for b in cm.peak_buffers if b.name == "broadcast_add_fusion")
+    assert fusion.shape.startswith("u32[200000,64]") and fusion.bytes == fusion.padded_bytes == 51_200_000
+    # the other module's shapes: the invariant names the impossible buffer
+    wrong = compiled_memory("jit__normal", {}, (d / "jit__normal.live-range.txt").read_text(), assignment, items)
+    doc = {"memory": {"programs": [wrong.to_dict()]}}
+    assert any("broadcast_add_fusion" in v and "larger than its shape" in v for v in document_violations(doc))
+    assert not document_violations({"memory": {"programs": [cm.to_dict()]}})
 
 
 def test_tpu_dump_padding_waste():

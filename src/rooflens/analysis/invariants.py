@@ -19,6 +19,7 @@ rule, naming the figure and where it is, and an empty list for a sound report:
   withheld as unreliable;
 - a rounding is not a measurement: op time "at once" is zero, or more than a billionth of the step (below
   that it is what float sums of many op times leave: "at once: 0.0000278 ps");
+- a buffer at a program's memory peak is no larger than its shape in memory;
 - a statistic has its name (no bare "±") and its order: min ≤ median/mean ≤ max, a count that matches its values.
 
 Pure functions over data (no file read, no printing): the tests run them over every fixture's report
@@ -42,6 +43,8 @@ SUM_ABS_S = 1e-9
 #: cost model) is what is wrong, and the ratio is withheld (an overhead-bound op is priced at the chip's launch
 #: time, which a kernel's own time may undercut)
 ROOF_BOUNDS = ("compute", "memory")
+#: what XLA may round a buffer's allocation up to beyond its shape's bytes
+BUFFER_ALIGN_BYTES = 64
 #: findings whose saving is time the device runs no op in the step: never more than the step's measured idle
 NO_OP_RULES = ("overheads",)
 #: findings whose time is the host's, not the device's (a recompilation may take longer than a step)
@@ -241,6 +244,13 @@ def _memory(m: dict) -> list[str]:
         peak, state = p.get("peak_bytes"), p.get("state_bytes")
         if peak is not None and peak < 0 or state is not None and state < 0:
             out.append(f"memory of {p.get('program')}: a negative size")
+        # a buffer holds its value, no more than the value's shape in memory (padded by its layout's tiles; a few
+        # bytes of alignment): more is another compilation's buffer under the same name
+        for b in p.get("peak_buffers") or []:
+            size, padded = b.get("bytes"), b.get("padded_bytes")
+            if size and padded and size > padded * 1.01 + BUFFER_ALIGN_BYTES:
+                out.append(f"memory of {p.get('program')}: buffer {b.get('name')} of {size:.6g} B, larger than its "
+                           f"shape {b.get('shape')} ({padded:.6g} B)")
     return out
 
 

@@ -78,6 +78,21 @@ def parse_peak(text: str) -> list[tuple[str, float]]:
     return out
 
 
+def matching_module(buffer_assignment: str, modules: list) -> H.Module | None:
+    """Of several compilations of one program name (``jit__normal`` for a 200000×64 table and a 4096×64 one), the
+    module a buffer assignment is of: the one whose instructions have the shapes its values have (the other's
+    instruction of the same name gave a 1 MB buffer 51 MB of bytes). The first when none matches better."""
+    if len(modules) <= 1:
+        return modules[0] if modules else None
+    values = [(m.group(1), m.group(3).split("{")[0]) for line in buffer_assignment.splitlines()
+              if (m := _VALUE.search(line))]
+
+    def agree(module) -> int:
+        return sum(1 for name, shape in values if (ins := module.find(name)) is not None
+                   and ins.shape.text.split("{")[0] == shape)
+    return max(modules, key=agree)
+
+
 def value_sizes(buffer_assignment: str) -> tuple[float, float]:
     """(logical, padded) bytes over every value of a buffer assignment (shapes carry their layouts)."""
     logical = padded = 0.0

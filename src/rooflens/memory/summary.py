@@ -13,7 +13,7 @@ from pathlib import Path
 
 from rooflens import hlo as H
 from rooflens.errors import RooflensError
-from rooflens.memory.compiled import CompiledMemory, compiled_memory, parse_peak
+from rooflens.memory.compiled import CompiledMemory, compiled_memory, matching_module, parse_peak
 from rooflens.memory.pprof import parse_snapshot
 from rooflens.memory.timeline import compiled_sizes, place_snapshots
 
@@ -133,7 +133,15 @@ def read_run_memory(profile) -> MemorySummary | None:
     memory = profile.manifest.memory
     if not memory or not profile.sources:
         return None
-    return read_memory_dir(Path(profile.sources[0]).parent / "memory", memory, profile.module_for,
+    from rooflens.trace.steps import base_name
+
+    def modules_named(program: str) -> list:
+        """Every compilation of ``program`` the run kept (``jit__normal(6)``, ``jit__normal(10)``): its memory
+        files are one of them, which :func:`matching_module` tells apart."""
+        found = [m for k, m in profile.modules.items() if m is not None and base_name(k) == program]
+        return found or [m for m in [profile.module_for(program)] if m is not None]
+
+    return read_memory_dir(Path(profile.sources[0]).parent / "memory", memory, modules_named,
                            main_program=busiest_program(profile), device_bytes=device_capacity_bytes(profile.metadata))
 
 
@@ -171,8 +179,11 @@ def read_memory_dir(mem_dir: Path, stats_by_program: dict, module_for, main_prog
             p = mem_dir / f"{program}.{kind}.txt"
             return read_text_file(p) if p.is_file() else ""
 
-        programs.append(compiled_memory(program, stats, read("live-range"), read("buffer-assignment"),
-                                        module_for(program)))
+        assignment = read("buffer-assignment")
+        module = module_for(program)
+        if isinstance(module, list):  # several compilations of one name: the one these files are of
+            module = matching_module(assignment, module)
+        programs.append(compiled_memory(program, stats, read("live-range"), assignment, module))
     snapshots = []
     if mem_dir.is_dir():
         def order(p: Path):
