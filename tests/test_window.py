@@ -491,9 +491,10 @@ def test_a_step_holding_another_functions_first_compilation_in_the_window_is_war
     steps are judged alike."""
     meta, run = window_run(env, tmp_path / "a", "first_eval.py", "3:7", "12", "4")
     data = report(env, run)
-    assert data["steps"]["steps"] == [3, 5, 6], data["steps"]
     (said,) = [n for n in data["notes"] if n.startswith("warm-up inside the window")]
     assert "step 4 (evaluate)" in said, said
+    # step 3 too where the device idled in it while the host compiled (a loaded machine: the fixture's test below)
+    assert data["steps"]["steps"] == ([5, 6] if "step 3 (evaluate)" in said else [3, 5, 6]), (data["steps"], said)
     meta, run = window_run(env, tmp_path / "b", "first_eval.py", "3:7", "12", "20")
     data = report(env, run)
     assert data["steps"]["steps"] == [3, 4, 5, 6] and not [n for n in data["notes"] if "warm-up inside" in n]
@@ -502,8 +503,9 @@ def test_a_step_holding_another_functions_first_compilation_in_the_window_is_war
     # warm-up
     meta, run = window_run(env, tmp_path / "c", "first_eval.py", "3:7", "12", "4", "annotated")
     data = report(env, run)
-    assert data["steps"]["program"] == "jit_step" and data["steps"]["steps"] == [3, 5, 6], data["steps"]
-    assert any(n.startswith("warm-up inside the window") and "step 4 (evaluate)" in n for n in data["notes"])
+    (said,) = [n for n in data["notes"] if n.startswith("warm-up inside the window")]
+    assert data["steps"]["program"] == "jit_step" and "step 4 (evaluate)" in said, (data["steps"], said)
+    assert data["steps"]["steps"] == ([5, 6] if "step 3 (evaluate)" in said else [3, 5, 6]), (data["steps"], said)
     # an NNX evaluation compiled at step 4, long before the window opens, and run inside it (step 14): no step is
     # warm-up (its compilation was once placed inside the window, timed by programs compiled before the trace,
     # whose first op in it is not their first run)
@@ -513,20 +515,20 @@ def test_a_step_holding_another_functions_first_compilation_in_the_window_is_war
         (data["steps"], data["notes"])
 
 
-def test_a_compilation_is_judged_where_it_ends_not_where_its_tracing_ends():
-    """The same window run under load (a real run, tests/fixtures/cpu_runs): the device began step 4 only after the
-    host had traced the evaluation, so the tracing's end fell in step 3, and step 3 was left out as warm-up with
-    step 4 (steps [5, 6]; CI saw it). A compilation is its tracing, lowering and XLA compilation as one: it ends
-    when the program is ready, in step 4 alone."""
+def test_a_step_the_device_idles_in_while_the_host_compiles_is_warm_up():
+    """The same window run under load (a real run, tests/fixtures/cpu_runs): the host began tracing the evaluation
+    before the device had begun step 4, already dispatched: the device idled 3.7 ms of step 3's 4.6 ms, 2.5 ms of it
+    while the host compiled (a quiet machine traces it after step 4 has begun, and step 3 is clean). Step 3 holds the compilation as
+    step 4 does: both are warm-up, and the steps are 5 and 6 (step 3 kept made the mean step 1.87 ms, its clean
+    steps' 0.5 ms). A compilation is its tracing, lowering and XLA compilation as one: the evaluation's is one."""
     from rooflens.trace.warmup import compilations_unix_s
 
     (run,) = (FIXTURES / "cpu_runs" / "first_eval_loaded" / "plugins" / "profile").iterdir()
     prof = rl.load(run)
-    assert [n for n, _, _ in prof.steps] == [3, 5, 6]
+    assert [n for n, _, _ in prof.steps] == [5, 6]
+    assert all((e - s) * 1e-6 < 1.0 for _, s, e in prof.steps), prof.steps  # clean steps, under a millisecond
     (said,) = [n for n in prof.notes if n.startswith("warm-up inside the window")]
-    assert "step 4 (evaluate) holds" in said and "step 3" not in said, said
-    # one compilation per function: jit_step's and jit_evaluate's first ones, each from its tracing's start to its
-    # XLA compilation's end (the run's record of that compilation inside it)
+    assert "step 3 (evaluate), step 4 (evaluate) hold" in said, said
     ev = [(a, b) for a, b, name in compilations_unix_s(prof.manifest) if "evaluate" in name]
     assert len(ev) == 1 and ev[0][1] - ev[0][0] > 0.18, ev
 
