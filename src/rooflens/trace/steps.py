@@ -624,7 +624,7 @@ def without_compilations(profile, steps: list, function: str) -> tuple[list, str
     (the host compiled where it would have dispatched, or the device had not begun the step queued before). A
     compilation the device runs through (the host compiles the next program while the device runs a long step) is
     not held by that step."""
-    from rooflens.trace.warmup import compilations_unix_s, merge_intervals, table_offset_ns
+    from rooflens.trace.warmup import compilations_unix_s, held_by, merge_intervals, table_offset_ns
 
     want = letters(function)
     offset_ns = table_offset_ns(profile.table, profile.manifest)
@@ -647,8 +647,12 @@ def without_compilations(profile, steps: list, function: str) -> tuple[list, str
         t = profile.table
         starts, durs = t.start_ns, t.dur_ns
         longest = float(durs.max()) if len(durs) else 0.0
-        for i, (a, b) in enumerate(zip(step_start.tolist(), step_end.tolist())):
-            if b <= a:
+        touched = held_by(steps, np.asarray([a for a, _, _ in spans], float), np.asarray([b for _, b, _ in spans],
+                                                                                          float))
+        for i in np.flatnonzero(touched).tolist():  # the few steps a compilation overlaps (a long run has thousands)
+            a, b = step_start[i], step_end[i]
+            near = [(c0, c1, name) for c0, c1, name in spans if c0 < b and c1 > a]
+            if b <= a or not near:
                 continue
             lo, hi = np.searchsorted(starts, [a - longest, b])
             busy = merge_intervals(np.stack([np.maximum(starts[lo:hi], a),
@@ -656,7 +660,7 @@ def without_compilations(profile, steps: list, function: str) -> tuple[list, str
             busy = busy[busy[:, 1] > busy[:, 0]]
             idle = np.stack([np.r_[a, busy[:, 1]], np.r_[busy[:, 0], b]], axis=1) if len(busy) else np.asarray([[a, b]])
             idle = idle[idle[:, 1] > idle[:, 0]]
-            for c0, c1, name in spans:
+            for c0, c1, name in near:
                 waited = np.clip(np.minimum(idle[:, 1], c1) - np.maximum(idle[:, 0], c0), 0.0, None).sum()
                 if waited >= COMPILE_IDLE_SHARE * (b - a):
                     by_step[i].setdefault(letters(name), unwrapped(name))
