@@ -201,6 +201,26 @@ def test_a_spectral_layers_ffts_are_compute_and_not_told_to_fill_matrix_units(tm
     assert "vector units" in f.cause and "matrix unit's tile" not in f.fix and "FFT" in f.fix
 
 
+def test_a_conv_nets_time_beyond_its_rooflines_is_told_about_convolutions(tmp_path):
+    """A small conv net's training gradient (four 3×3 convolutions of 64 channels): XLA:CPU runs its convolutions at
+    a fraction of the matmul rate the roofline prices them at, and the time beyond the rooflines is mostly theirs.
+    The finding said "give the matmuls larger dims … (batch, fuse projections)"; it names the convolutions and
+    gives their own fix (channels, batch, the chip's fast dtype)."""
+    def loss(ks, x):
+        for k in ks:
+            x = jax.nn.relu(jax.lax.conv_general_dilated(x, k, (1, 1), "SAME",
+                                                         dimension_numbers=("NHWC", "HWIO", "NHWC")))
+        return jnp.mean(x ** 2)
+
+    ks = [jax.random.normal(jax.random.PRNGKey(i), (3, 3, 64, 64)) * 0.05 for i in range(4)]
+    x = jax.random.normal(jax.random.PRNGKey(9), (16, 32, 32, 64))
+    rep = rl.analyze(cap(jax.jit(jax.grad(loss)), ks, x, tmp=tmp_path), chip="local")
+    f = next(f for f in rep.findings if f.rule == "kernel-inefficiency")
+    assert any(e.endswith("of the compute-bound part is in convolutions") for e in f.evidence), f.evidence
+    assert "convolutions" in f.cause and f.fix.startswith("give the convolutions more channels") \
+        and "fuse projections" not in f.fix
+
+
 def test_transpose_feeding_a_dot_makes_copies(tmp_path):
     x = jnp.ones((512, 256, 64))
     w = jnp.ones((512 * 64, 16))

@@ -274,6 +274,14 @@ def rule_kernel_inefficiency(report: Report) -> list[Finding]:
             fix = ("do fewer of them or smaller ones (an FFT over fewer points or modes, a power-of-two length, one "
                    "batched transform instead of several; a top-k instead of a full sort), or move the work into "
                    "matmuls where the algorithm allows; check the largest contributors with `rooflens hlo --op`")
+        elif (convs := part(lambda c: c.bound == "compute" and c.measured_s >= TINY_OP_S
+                            and c.category == "convolution")) > compute / 2:
+            evidence.append(f"{_ms(convs)} of the compute-bound part is in convolutions")
+            cause = ("compute-bound convolutions keep the matrix units below peak: few channels or a small batch that "
+                     "fill the units' tiles partly, a layout change around them, or the tile sizes the compiler chose")
+            fix = ("give the convolutions more channels and a larger batch, in multiples of the matrix unit's tile, "
+                   "keep operands in the chip's fast dtype (bf16), and check the largest contributors with "
+                   "`rooflens hlo --op`")
         else:
             cause = ("compute-bound kernels keep the matrix units below peak: shapes that fill the units' tiles "
                      "partly, conversions or epilogues inside the fusions, or tile sizes the compiler chose for them")
