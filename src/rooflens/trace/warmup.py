@@ -326,14 +326,20 @@ def _take(t: EventTable, keep: np.ndarray) -> EventTable:
     return EventTable(**cols)
 
 
+def _compile_rows(manifest: RunManifest) -> list[tuple[float, float, str, str]]:
+    """(start, end, function, jax's event name or "") of every host-side compilation step the run recorded (wall
+    clock, in time order): jax's monitoring spans and the run's own record of each XLA compilation."""
+    w = manifest.window
+    rows = [(s["start_unix_s"], s["end_unix_s"], s.get("fun_name", ""), s.get("event", ""))
+            for s in w.compile_spans or []]
+    rows += [(c.start_unix_s, c.end_unix_s, c.module or "", "") for c in w.every_compilation
+             if c.start_unix_s is not None]
+    return sorted(rows)
+
+
 def compile_spans_unix_s(manifest: RunManifest) -> list[tuple[float, float, str]]:
     """(start, end, function) of every host-side compilation step the run recorded (wall clock)."""
-    w = manifest.window
-    spans = [(s["start_unix_s"], s["end_unix_s"], s.get("fun_name", "")) for s in w.compile_spans or []]
-    for c in w.every_compilation:
-        if c.start_unix_s is not None:
-            spans.append((c.start_unix_s, c.end_unix_s, c.module or ""))
-    return sorted(spans)
+    return [(a, b, name) for a, b, name, _ in _compile_rows(manifest)]
 
 
 #: jax's compile events in the order one compilation runs them (monitoring's event names); a new compilation
@@ -346,14 +352,9 @@ def compilations_unix_s(manifest: RunManifest) -> list[tuple[float, float, str]]
     and XLA compilation as one, ending when the program is ready to run. Its stages' own ends are not when the
     host is done (an evaluation's tracing ended at the start of the step before it, whose device start came late
     under load, and that step was judged to hold the compilation)."""
-    w = manifest.window
-    rows = [(s["start_unix_s"], s["end_unix_s"], s.get("fun_name", ""), s.get("event", "")) for s in
-            w.compile_spans or []]
-    rows += [(c.start_unix_s, c.end_unix_s, c.module or "", "") for c in w.every_compilation
-             if c.start_unix_s is not None]
     out: list[list] = []
     last: dict[str, tuple[int, int]] = {}  # function → (its open compilation's index in out, its stage)
-    for start, end, name, event in sorted(rows):
+    for start, end, name, event in _compile_rows(manifest):
         key = letters(name)
         stage = COMPILE_STAGES.index(event) if event in COMPILE_STAGES else len(COMPILE_STAGES) - 1
         open_ = last.get(key)

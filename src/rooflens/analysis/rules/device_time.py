@@ -39,6 +39,7 @@ from rooflens.analysis.rules.host import idle_flagged
 from rooflens.analysis.rules.kernels import launched_one_by_one, tiny_programs
 from rooflens.analysis.trust import is_async
 from rooflens.cost.kernels import instruction_module
+from rooflens.cost.traffic import IN_PLACE
 from rooflens.units import fmt_bytes, fmt_name, fmt_number, fmt_percent, fmt_ratio, plural
 from rooflens.units import fmt_seconds as _ms
 
@@ -257,13 +258,13 @@ def rule_kernel_inefficiency(report: Report) -> list[Finding]:
     else:
         if rate := achieved("compute", lambda c: c.flops_fraction_of_peak):
             evidence.append(f"the compute-bound ops reach {rate} of peak FLOP/s (time-weighted)")
-        # the compute-bound excess mostly in ops that are no matrix multiplication (FFTs, sorts, vector math): the
-        # matmuls' advice is not theirs
-        others = Counter(c.opcode for c, _ in ops if c.bound == "compute" and c.measured_s >= TINY_OP_S
-                         and c.category not in MATRIX_CATEGORIES)
-        not_matrix = part(lambda c: c.bound == "compute" and c.measured_s >= TINY_OP_S
-                          and c.category not in MATRIX_CATEGORIES)
+        # whose the compute-bound excess mostly is: ops that are no matrix multiplication (FFTs, sorts, vector
+        # math) or convolutions get their own advice, not the matmuls'
+        bound = [(c, x) for c, x in ops if c.bound == "compute" and c.measured_s >= TINY_OP_S]
+        not_matrix = sum(x for c, x in bound if c.category not in MATRIX_CATEGORIES)
+        convs = sum(x for c, x in bound if c.category == "convolution")
         if not_matrix > compute / 2:
+            others = Counter(c.opcode for c, _ in bound if c.category not in MATRIX_CATEGORIES)
             kinds = ", ".join(f"{op} ×{n}" for op, n in others.most_common(4))
             evidence.append(f"{_ms(not_matrix)} of the compute-bound part is in ops that are no matrix multiplication "
                             f"({kinds})")
@@ -274,8 +275,7 @@ def rule_kernel_inefficiency(report: Report) -> list[Finding]:
             fix = ("do fewer of them or smaller ones (an FFT over fewer points or modes, a power-of-two length, one "
                    "batched transform instead of several; a top-k instead of a full sort), or move the work into "
                    "matmuls where the algorithm allows; check the largest contributors with `rooflens hlo --op`")
-        elif (convs := part(lambda c: c.bound == "compute" and c.measured_s >= TINY_OP_S
-                            and c.category == "convolution")) > compute / 2:
+        elif convs > compute / 2:
             evidence.append(f"{_ms(convs)} of the compute-bound part is in convolutions")
             cause = ("compute-bound convolutions keep the matrix units below peak: few channels or a small batch that "
                      "fill the units' tiles partly, a layout change around them, or the tile sizes the compiler chose")
@@ -294,10 +294,6 @@ def rule_kernel_inefficiency(report: Report) -> list[Finding]:
     return [with_saving(report, f, total, st.program)]
 
 
-#: ops that write into their first operand's buffer when XLA may reuse it (scatter, dynamic-update-slice)
-IN_PLACE_OPCODES = ("scatter", "dynamic-update-slice")
-
-
 def undonated_copy(report: Report, c: OpComparison) -> str:
     """What ``c`` is, in a phrase, when it is XLA's copy of a program argument that the program then updates in
     place (a scatter or dynamic-update-slice into it): made because the argument was not donated, so its buffer is
@@ -313,8 +309,8 @@ def undonated_copy(report: Report, c: OpComparison) -> str:
     aliased = {int(n) for n in re.findall(r"\(\s*(\d+)\s*,", str(module.raw_attrs.get("input_output_alias", "")))}
     if src[0].parameter_number in aliased:
         return ""
-    updates = [u for u in module.users(ins) if u.opcode in IN_PLACE_OPCODES or (
-        u.opcode == "fusion" and any(b.opcode in IN_PLACE_OPCODES for b in module.fusion_body(u)))]
+    updates = [u for u in module.users(ins) if u.opcode in IN_PLACE or (
+        u.opcode == "fusion" and any(b.opcode in IN_PLACE for b in module.fusion_body(u)))]
     if not updates:
         return ""
     arg = src[0].metadata.get("op_name") or src[0].name
