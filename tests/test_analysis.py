@@ -301,6 +301,11 @@ def test_tiny_ops_inside_the_steps_own_scan_are_not_told_to_jit_the_step(tmp_pat
     f = next(f for f in rep.findings if f.rule == "tiny-ops")
     assert "inside a loop of it (~200 times per execution" in f.fix and "unroll" in f.fix, f.fix
     assert "jit the whole step" not in f.fix and "each iteration of the step's loop" in f.cause
+    # a slow op of the loop's body runs 200 times a step, not "once" (its program's executions)
+    body = {c.name for c in rep.comparison if c.runs_per_execution == 200}
+    slow = [f for f in rep.findings if f.rule == "slow-op" and f.ops[0].name in body]
+    assert slow and all(any(e.startswith("runs 200 times per step") for e in f.evidence) for f in slow), \
+        [f.evidence for f in rep.findings if f.rule == "slow-op"]
 
 
 def test_a_new_shape_every_step_recompiles(tmp_path):

@@ -218,7 +218,7 @@ def test_calibrate_names_its_spread_and_warns_when_busy(tmp_path):
 
     rows = data["measurements"]
     kept = [max((m for m in rows if m["what"].startswith(f"{dt} matmul")), key=lambda m: m["median"])
-            for dt in ("f32", "bf16")] + [[m for m in rows if "y + 1" in m["what"]][-1]]
+            for dt in ("f32", "bf16", "s8")] + [[m for m in rows if "y + 1" in m["what"]][-1]]
     spread = max(iqr_over_median(m) for m in kept)
     assert data["spread_iqr_over_median"] == pytest.approx(spread, rel=1e-9)
     assert data["busy"] == (spread > K.BUSY_SPREAD) and len(data["attempts_iqr_over_median"]) == 1

@@ -169,8 +169,10 @@ def test_capture_of_running_jobs_is_compared_with_the_roofline(env, tmp_path):
                                                                f"localhost.port{pa}.xplane.pb"]
     data = report(env, run)
     assert len(data["hosts"]) == 2 and data["steps"]["count"] >= 10
-    priced = [c for c in data["comparison"] if c["ratio"]]
-    assert priced and {c["category"] for c in priced} & {"matmul", "fusion"}  # the HLO came with the trace
+    # the HLO came with the trace: ops priced by it (a ratio may be withheld, where an op beats a calibration made
+    # on a busy machine: CI's once withheld every one)
+    priced = [c for c in data["comparison"] if c["predicted_s"]]
+    assert priced and {c["category"] for c in priced} & {"matmul", "fusion"}
 
 
 def test_capture_errors_are_one_sentence(env, tmp_path):

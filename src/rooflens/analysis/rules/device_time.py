@@ -179,11 +179,13 @@ def rule_slow_ops(report: Report) -> list[Finding]:
         share = c.total_time_s / busy
         causes, fixes, notes = _slow_op_causes(report, c)
         runs = runs_per_step(report, c)
+        n_runs = runs * c.runs_per_execution
         saved = excess_per_step(report, c)
         st = step_of(report, c.program)
         evidence = [f"measured {per_execution(c)} vs roofline {_ms(c.predicted_s)} "
                     f"({fmt_ratio(c.ratio)}, {c.bound}-bound), {fmt_percent(share)} of device time",
-                    f"runs {'once' if runs == 1 else f'{fmt_number(runs)} times'} per {per_what(st)}: "
+                    # (its runs inside each execution too: a loop body's dot ran 12 times an execution, "once")
+                    f"runs {'once' if n_runs == 1 else f'{fmt_number(n_runs)} times'} per {per_what(st)}: "
                     f"{_ms(saved)} beyond the roofline" if runs > 0 else
                     f"runs outside the steps ({plural(round(c.runs), 'run')} before, between or after them, set-up or "
                     "evaluation): it takes no time from the steps"] + notes
