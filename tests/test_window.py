@@ -535,6 +535,46 @@ def test_a_step_the_device_idles_in_while_the_host_compiles_is_warm_up():
     assert len(ev) == 1 and ev[0][1] - ev[0][0] > 0.18, ev
 
 
+def _host_wait(name: str):
+    """The idle or overhead finding of a real run in tests/fixtures/cpu_runs, and the run's report."""
+    from rooflens.analysis.invariants import document_violations
+    from rooflens.api import load_report
+
+    (run,) = (FIXTURES / "cpu_runs" / name / "plugins" / "profile").iterdir()
+    rep = load_report(str(run))
+    assert not document_violations(rep.to_json())
+    (f,) = [f for f in rep.findings if f.rule in ("idle", "overheads")]
+    return rep, f
+
+
+def test_an_input_bound_loop_names_the_host_function_the_device_waits_for():
+    """A loop of annotated async steps whose micro-batches are made on the host with numpy
+    (tests/window_scripts/input_bound.py ... host): the device runs no op a fifth of the step, and the Python tracer
+    saw the host in ``batch`` for over half of those gaps. The finding names it (file and line), as cause and fix:
+    not "launch latency" or "host callbacks", which it said before. The host's frames never cover more than the
+    device's idle time."""
+    rep, f = _host_wait("input_bound_host")
+    (line,) = [e for e in f.evidence if "the host's Python was in" in e]
+    assert line.split("was in: ")[1].startswith("batch (input_bound.py:36) "), line
+    assert "the host was in batch (input_bound.py:36)" in f.cause, f.cause
+    assert f.fix.startswith("take batch (input_bound.py:36) off the critical path"), f.fix
+    for d in rep.stats.hosts:
+        frames = dict(d.host_in_gaps)
+        assert sum(frames.values()) <= d.idle_s and frames["input_bound.py:36 batch"] >= 0.3 * sum(frames.values())
+    # (rooflens's own frames are no work of the program's: its poll's sleep and the jitted call it wraps are not named)
+    assert "time.sleep" not in line and "stepwindow" not in line, line
+
+
+def test_a_loop_reading_values_back_every_step_is_told_so():
+    """The same loop fed fixed batches, printing the loss and a gradient's sum every step
+    (tests/window_scripts/input_bound.py ... readback): most of the device's gaps are the host waiting in
+    ``jax.Array._value``, which drains the queue each step. The cause is the reading back, and no host function is
+    blamed."""
+    _, f = _host_wait("input_bound_readback")
+    assert f.cause.startswith("reading values back inside the steps"), f.cause
+    assert "every N steps" in f.fix and "batch" not in f.cause + f.fix
+
+
 def test_eager_preprocessing_inside_the_steps_is_judged_in_the_step(env, tmp_path):
     """Eager jnp programs between the step's calls run inside the annotated steps: their ops are judged against
     that step (a preprocessing op's 46 µs over its roofline read "44.6 % of the step", HIGH, against its own

@@ -110,6 +110,9 @@ class DeviceTime:
     events: int
     largest_gaps: tuple[Gap, ...]
     transfers: tuple[TransferTime, ...] = ()  # per program with any (a device's; not a host's devices together)
+    #: what the host's Python was doing while the device ran no op (:func:`host_in_gaps`): (frame, seconds of the
+    #: device's gaps it covers), most first, "" for gaps no frame covers; () where the trace has no Python frames
+    host_in_gaps: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass
@@ -506,23 +509,36 @@ def _own(frame: str) -> bool:
     return ".py:" in where and (where.split(":", 1)[0], function) in own_frames()
 
 
+def _covering(spans: tuple[list[str], np.ndarray, np.ndarray], g0: float, g1: float) -> list[str]:
+    """The Python frames overlapping at least half of [g0, g1], innermost (shortest; the first of equals) first."""
+    names, s, e = spans
+    if not len(s):
+        return []
+    late = s > g1
+    stop = int(np.argmax(late)) if late.any() else len(s)
+    s, e = s[:stop], e[:stop]
+    fits = np.flatnonzero((np.minimum(e, g1) - np.maximum(s, g0)) >= 0.5 * (g1 - g0))
+    return [names[k].lstrip("$") for k in fits[np.argsort((e - s)[fits], kind="stable")].tolist()]
+
+
 def _host_during(spans: tuple[list[str], np.ndarray, np.ndarray], g0: float, g1: float) -> str:
     """The innermost Python frame that covers most of [g0, g1] (e.g. ``$time sleep``): of the frames before the
     first that starts after g1, the shortest (the first of equals) overlapping at least half of it, the capture's
     own frames passed over (``rooflens run`` counts each jitted call in a frame of its own: the program's frame
     is the one around it)."""
-    names, s, e = spans
-    if not len(s):
+    return next((f for f in _covering(spans, g0, g1) if not _own(f)), "")
+
+
+def _program_frame(spans: tuple[list[str], np.ndarray, np.ndarray], g0: float, g1: float) -> str:
+    """The program's own innermost frame covering most of [g0, g1]; "" where none does or the host was inside the
+    capture's code (a frame of its own, or one called from it: its poll's ``time.sleep``, the jitted call it
+    wraps), which is no work of the program's."""
+    frames = _covering(spans, g0, g1)
+    first = next((k for k, f in enumerate(frames) if not _own(f)), None)
+    if first is None or first > 0:
         return ""
-    late = s > g1
-    stop = int(np.argmax(late)) if late.any() else len(s)
-    s, e = s[:stop], e[:stop]
-    fits = np.flatnonzero((np.minimum(e, g1) - np.maximum(s, g0)) >= 0.5 * (g1 - g0))
-    for k in fits[np.argsort((e - s)[fits], kind="stable")].tolist():
-        frame = names[k].lstrip("$")
-        if not _own(frame):
-            return frame
-    return ""
+    outer = next((k for k in range(1, len(frames)) if not _own(frames[k])), len(frames))
+    return "" if outer > 1 else frames[0]
 
 
 @njit(cache=True, nogil=True)
@@ -556,9 +572,33 @@ def _merged_of_np(start, dur, sel):
     return _merged(s, s + dur[sel])
 
 
+HOST_GAP_MIN_NS = 20_000  # a gap shorter than this is a launch's, not the host's work (the tracer's frames are coarser)
+HOST_GAPS_MOST = 2000  # the longest gaps credited to a host frame (each looks through the host's frames once)
+
+
+def host_in_gaps(frames: tuple, gap_start: np.ndarray, gap_end: np.ndarray
+                 ) -> tuple[tuple[str, float], ...]:
+    """The device's gaps (ns) by what the host's Python was doing meanwhile (:func:`_host_during`): the gaps of at
+    least HOST_GAP_MIN_NS, the HOST_GAPS_MOST longest of them, each credited to the program's innermost frame
+    covering half of it (:func:`_program_frame`; "" where none does), summed per frame (s), most first."""
+    if not len(frames[0]) or not len(gap_start):
+        return ()
+    length = gap_end - gap_start
+    keep = np.flatnonzero(length >= HOST_GAP_MIN_NS)
+    if len(keep) > HOST_GAPS_MOST:
+        keep = keep[np.argsort(-length[keep], kind="stable")[:HOST_GAPS_MOST]]
+    by: dict[str, float] = {}
+    for k in keep.tolist():
+        frame = _program_frame(frames, float(gap_start[k]), float(gap_end[k]))
+        by[frame] = by.get(frame, 0.0) + float(length[k]) * 1e-9
+    return tuple(sorted(by.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
 def _device_time(t, start, dur, sel: np.ndarray, dev: int, t0: float, n_gaps: int,
-                 host_events: tuple | None = None, transfers: tuple[TransferTime, ...] = ()) -> DeviceTime:
-    """Busy (union of op intervals), idle and the largest gaps of the events ``sel`` (sorted by start)."""
+                 host_events: tuple | None = None, transfers: tuple[TransferTime, ...] = (),
+                 in_steps: np.ndarray | None = None) -> DeviceTime:
+    """Busy (union of op intervals), idle and the largest gaps of the events ``sel`` (sorted by start); the host's
+    frames in its gaps, those between two events inside the steps where ``in_steps`` (per event) is given."""
     at, ms, me = merged_of(start, dur, sel) if len(sel) else (sel, start[:0], start[:0])
     busy = float((me - ms).sum()) if len(ms) else 0.0
     window = float(me[-1] - ms[0]) if len(ms) else 0.0  # the last running end is the largest end
@@ -576,11 +616,21 @@ def _device_time(t, start, dur, sel: np.ndarray, dev: int, t0: float, n_gaps: in
             after = sel[nxt] if nxt < len(sel) else before
             gaps.append(Gap(dev, float(me[k] - t0) * 1e-9, float(g[k]) * 1e-9, t.names[t.name[before]],
                             t.names[t.name[after]], _host_during(frames, float(me[k]), float(ms[k + 1]))))
+    in_host: tuple[tuple[str, float], ...] = ()
+    if len(frames[0]) and len(ms) > 1:
+        inside = np.ones(len(ms) - 1, bool)
+        if in_steps is not None:  # both ends in a step: the step's own idle, not the set-up's or the warm-up's
+            first = in_steps[sel[at]]
+            last = np.zeros(len(ms), bool)  # the interval's events: is its last (by start) in a step
+            last[:-1] = in_steps[sel[at[1:] - 1]]
+            last[-1] = in_steps[sel[-1]]
+            inside = last[:-1] & first[1:]
+        in_host = host_in_gaps(frames, me[:-1][inside], ms[1:][inside])
     host = t.hosts[int(t.host[sel[0]])] if len(sel) else ""
     every = len(sel) == len(dur)  # all events (one host's, of a one-host trace): no copy
     return DeviceTime(dev, host, busy * 1e-9, window * 1e-9, (window - busy) * 1e-9,
                       float((dur if every else dur[sel]).sum()) * 1e-9,
-                      len(sel), tuple(gaps), transfers)
+                      len(sel), tuple(gaps), transfers, in_host)
 
 
 def category_table(t, info: dict, category: str) -> np.ndarray | None:
@@ -680,11 +730,12 @@ def device_times(profile: Profile, gaps_per_device: int) -> tuple[list[DeviceTim
 
     transfer = transfer_mask(t, profile.op_info) if len(t) else np.zeros(0, bool)
     counted = transfer & (t.step >= 0) if profile.steps else transfer
+    in_steps = (t.step >= 0) if profile.steps and any(len(f[0]) for f in map(frames, range(len(t.hosts)))) else None
     devices = [_device_time(t, start, dur, sel, int(d), t0, gaps_per_device, frames(int(h)),
-                            _transfer_times(t, start, dur, sel, transfer, counted) if counted.any() else ())
+                            _transfer_times(t, start, dur, sel, transfer, counted) if counted.any() else (), in_steps)
                for h, d, sel in ((t.host[g[0]], t.device[g[0]], g) for g in by_dev)]
     del by_dev
-    hosts = [_device_time(t, start, dur, sel, -1, t0, gaps_per_device, frames(int(t.host[sel[0]])))
+    hosts = [_device_time(t, start, dur, sel, -1, t0, gaps_per_device, frames(int(t.host[sel[0]])), (), in_steps)
              for sel in groups_of(t.host)]
     return devices, hosts
 

@@ -35,7 +35,7 @@ from rooflens.analysis.rules.common import (
     step_time_of,
     with_saving,
 )
-from rooflens.analysis.rules.host import idle_flagged
+from rooflens.analysis.rules.host import host_gap_cause, host_gap_evidence, host_in_gaps, idle_flagged
 from rooflens.analysis.rules.kernels import launched_one_by_one, tiny_programs
 from rooflens.analysis.trust import is_async
 from rooflens.cost.kernels import instruction_module
@@ -533,7 +533,12 @@ def rule_overheads(report: Report) -> list[Finding]:
         evidence.append(f"between program executions: {_ms(between)} of that window, in all (host round-trips)")
     evidence += _largest_gaps(gaps.gaps, report.num_devices > 1)
     evidence += _profiler_cost(report, st.step_time_s)
-    if within_share >= 0.5 and per_gap and per_gap < LAUNCH_GAP_S:
+    in_gaps = host_in_gaps(report)
+    if in_gaps is not None:
+        evidence.append(host_gap_evidence(in_gaps))
+    if (host := host_gap_cause(report, in_gaps)) is not None:
+        cause, fix = host
+    elif within_share >= 0.5 and per_gap and per_gap < LAUNCH_GAP_S:
         cause = ("launch and dispatch latency between ops: each of the step's many short kernels waits a few "
                  "microseconds for the next to be launched")
         fix = in_terms_of(

@@ -39,6 +39,101 @@ LINK_BOUND = 0.5  # bytes over transfer time at least this share of the host lin
 SMALL_COPY_BYTES = 1 << 20
 
 
+HOST_WORK_SHARE = 0.3  # the program's host work (or its reading values back) covering this share of the devices'
+# gaps in the steps is what they wait for: the cause the idle and overhead findings give
+#: JAX's frames that wait for a device array's value: float(x), int(x), bool(x), np.asarray(x), printing it, x.item(),
+#: x.tolist(), x.block_until_ready(), jax.device_get(x)
+READ_BACK = re.compile(r"^array\.py:\d+ (_value|__float__|__int__|__bool__|__index__|__array__|__format__|__str__|"
+                       r"__repr__|item|tolist|block_until_ready)$|^api\.py:\d+ (device_get|block_until_ready)$")
+#: waiting on another thread: a lock's acquire (in C, which the tracer names ``<unknown> acquire``), a condition's wait,
+#: a queue's get (a data loader's queue, a future's result)
+WAIT_ON_THREAD = re.compile(r"^<unknown> acquire$|^threading\.py:\d+ (wait|join)$|^queue\.py:\d+ get$|"
+                            r"^_base\.py:\d+ result$")
+
+
+@dataclass(frozen=True)
+class HostInGaps:
+    """What the host's Python was doing while its devices ran no op in the steps (``DeviceTime.host_in_gaps`` of
+    each host's devices together): the gaps credited, the program's frames in them, and the cause where one holds
+    HOST_WORK_SHARE of them."""
+
+    gaps_s: float  # the gaps credited, in all (≥ 20 µs each, between two events in the steps where there are steps)
+    frames: tuple[tuple[str, float], ...]  # the program's frames and the seconds of gaps each covers, most first
+    read_back_s: float  # of them, JAX waiting for a device value (READ_BACK)
+    waiting_s: float  # of them, waiting on another thread (WAIT_ON_THREAD)
+    work: tuple[str, float] | None  # the program's own frame (neither) that holds the most of the gaps
+
+
+def host_in_gaps(report: Report) -> HostInGaps | None:
+    """The hosts' frames in their devices' gaps (each host's devices together, one host's frames per host), None
+    where the trace has no Python frames (JAX's Python tracer was off) or no gap was credited."""
+    units = report.stats.hosts or report.stats.devices
+    by: dict[str, float] = {}
+    for d in units:
+        for frame, s in d.host_in_gaps:
+            by[frame] = by.get(frame, 0.0) + s
+    total = sum(by.values())
+    if total <= 0:
+        return None
+    frames = tuple(sorted(((f, s) for f, s in by.items() if f), key=lambda fs: (-fs[1], fs[0])))
+    read_back = sum(s for f, s in frames if READ_BACK.match(f))
+    waiting = sum(s for f, s in frames if WAIT_ON_THREAD.match(f))
+    work = next(((f, s) for f, s in frames if not READ_BACK.match(f) and not WAIT_ON_THREAD.match(f)), None)
+    return HostInGaps(total, frames, read_back, waiting, work)
+
+
+def frame_label(frame: str) -> str:
+    """A Python tracer frame (``train.py:22 next_batch``) as a reader says it: ``next_batch (train.py:22)``; one of C
+    code, ``time.sleep`` (``time sleep``) or ``acquire (a C function)`` (``<unknown> acquire``)."""
+    where, _, function = frame.partition(" ")
+    if not function:
+        return frame
+    if ".py:" in where:
+        return f"{function} ({where})"
+    return f"{function} (a C function)" if where == "<unknown>" else f"{where}.{function}"
+
+
+def host_gap_evidence(h: HostInGaps) -> str:
+    """One line: the host's frames in the devices' gaps, the largest three, and what is left."""
+    shown = [f"{frame_label(f)}{' (reading a value back)' if READ_BACK.match(f) else ''}"
+             f"{' (waiting on another thread)' if WAIT_ON_THREAD.match(f) else ''} {_ms(s)}" for f, s in h.frames[:3]]
+    rest = h.gaps_s - sum(s for _, s in h.frames[:3])
+    if rest > 0.005 * h.gaps_s:
+        shown.append(f"elsewhere (in JAX's dispatch, rooflens's capture or no frame of the program's) {_ms(rest)}")
+    return (f"while the devices ran no op in the steps ({_ms(h.gaps_s)} in gaps of 20 µs or more, the host's "
+            f"devices together), the host's Python was in: {', '.join(shown)}")
+
+
+def host_gap_cause(report: Report, h: HostInGaps | None) -> tuple[str, str] | None:
+    """The cause and fix when one thing the host did holds HOST_WORK_SHARE of the gaps: the program's own work (its
+    largest frame), reading values back, or waiting on another thread; the largest of them."""
+    if h is None:
+        return None
+    work_s = h.work[1] if h.work else 0.0
+    most = max(work_s, h.read_back_s, h.waiting_s)
+    if most < HOST_WORK_SHARE * h.gaps_s:
+        return None
+    if most == work_s:
+        name = frame_label(h.work[0])
+        cause = (f"the host's own work between dispatches: for {_ms(work_s)} of the {_ms(h.gaps_s)} its devices ran "
+                 f"no op in the steps, the host was in {name}, so the next work was not yet queued (input "
+                 "preparation or other Python on the step's critical path)")
+        return cause, (f"take {name} off the critical path: run it while the device works (the next batch prepared "
+                       "during this step, by a background thread or a loader that prefetches, such as grain or "
+                       "tf.data's prefetch, and jax.device_put of it before the step is called), or make it cheaper")
+    if most == h.read_back_s:
+        return (f"reading values back inside the steps: for {_ms(h.read_back_s)} of the {_ms(h.gaps_s)} its devices "
+                "ran no op, the host waited for a device value (float(), np.asarray, printing, .item(), "
+                "block_until_ready), which drains the device's queue before the next work is dispatched",
+                "read values back every N steps, not every step: keep metrics on the device (accumulate them in the "
+                "step's state) and fetch them together")
+    return (f"the host waited on another thread: for {_ms(h.waiting_s)} of the {_ms(h.gaps_s)} its devices ran no op "
+            "in the steps, it was in a lock's acquire, a queue's get or a condition's wait (a data loader's workers "
+            "not keeping up with the device, or a lock held elsewhere)",
+            "make the input pipeline faster than the step (more workers or processes, cheaper preprocessing, a deeper "
+            "prefetch); a run fed one fixed batch shows the step's speed without it")
+
+
 def _where(unit: IdleUnit) -> tuple[list, list[str]]:
     """The unit's largest gaps (≥ MIN_GAP_S, at most 3) and where each one is."""
     d = unit.unit
@@ -96,13 +191,18 @@ def rule_idle(report: Report) -> list[Finding]:
         if warm_s > 0:
             evidence.append(f"not counted: {_ms(warm_s)} of idle time while the host compiled or around first runs "
                             "(warm-up)")
-        f = Finding(
-            "idle", severity_of(share), f"{who} is idle {fmt_percent(share)} of the time", (),
-            per if by_steps else per_device_step(report, idle_s) * max(report.num_devices, 1), tuple(evidence),
+        in_gaps = host_in_gaps(report)
+        if in_gaps is not None:
+            evidence.append(host_gap_evidence(in_gaps))
+        cause, fix = host_gap_cause(report, in_gaps) or (
             "the host does not feed the device fast enough: Python or data loading between steps, a "
             "synchronisation (print, device_get, block_until_ready) or a host-side stall",
             "prefetch the next batch while the device runs (async data loading), move host work off the critical "
             "path, and drop per-step synchronisations")
+        f = Finding(
+            "idle", severity_of(share), f"{who} is idle {fmt_percent(share)} of the time", (),
+            per if by_steps else per_device_step(report, idle_s) * max(report.num_devices, 1), tuple(evidence),
+            cause, fix)
         out.append(with_saving(report, f, per, main))
     if len(out) > 1:  # one finding for all devices, with the worst one's numbers
         worst = max(out, key=lambda f: f.recoverable_s)

@@ -110,8 +110,8 @@ def read_xspace(path: Path, progress: Progress = None, device_time: bool = True)
     # the ops are found: the columns no step below reads go now (a 1 GB CPU trace's peak was at the dispatches,
     # with 200 MB of device, program and module columns still held)
     x.let_go("hlo_module", "program_id", "device_ordinal", "correlation_id", "device_offset_ps", "device_duration_ps")
-    host_events, protos, origin_ns = _host_events(x, ev), _hlo_protos(x), _absolute_origin(x)
-    dispatches, end_ps = _dispatches(x, ev), _end_ps(x)
+    (dispatches, dispatching), end_ps = _dispatches(x, ev), _end_ps(x)
+    host_events, protos, origin_ns = _host_events(x, ev, dispatching), _hlo_protos(x), _absolute_origin(x)
     # the decoded columns go as soon as they are used, before the table's are made: a 1 GB trace's
     # peak is lower, and the table's columns reuse memory this process has just let go of
     start, dur = ev.start, ev.dur
@@ -310,9 +310,13 @@ def _cpu_ops(x, ev: _Events, vocab, executions: tuple[np.ndarray, np.ndarray]):
     return cpu_ops, dev, *_string_codes(x, cpu_ops, vocab.code)
 
 
-def _host_events(x, ev: _Events) -> list[tuple[str, int, int]]:
-    """The host's Python frames (JAX's Python tracer), for what the host did during idle gaps."""
+def _host_events(x, ev: _Events, dispatching: np.ndarray) -> list[tuple[str, int, int]]:
+    """The host's Python frames (JAX's Python tracer), for what the host did during idle gaps: those of the threads
+    that dispatch the device's work (``dispatching``: their lines) where any does, as what the device waits for is
+    on them (a poll loop's ``time.sleep`` on a thread of its own is not what a gap waited on); all where none does."""
     py = np.flatnonzero((ev.kind == 3) & (ev.role == 4))
+    if len(py) and len(dispatching) and np.isin(x.line[py], dispatching).any():
+        py = py[np.isin(x.line[py], dispatching)]
     if not len(py):
         return []
     uk, inv = np.unique(_metadata_key(x, ev, py), return_inverse=True)
@@ -322,13 +326,13 @@ def _host_events(x, ev: _Events) -> list[tuple[str, int, int]]:
                                                     ev.dur[py[ok]].tolist())]
 
 
-def _dispatches(x, ev: _Events) -> dict[str, np.ndarray]:
+def _dispatches(x, ev: _Events) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """The host's dispatches of jitted functions: its outermost ``PjitFunction(<fn>)`` events that launched an
     execution (:func:`~rooflens.trace.formats.raw.top_level_dispatches`), both kept by the walk for the metadata
-    :func:`~rooflens.trace.formats.xspace.decode.dispatch_metadata` names."""
+    :func:`~rooflens.trace.formats.xspace.decode.dispatch_metadata` names; and the lines (threads) they are on."""
     host = np.flatnonzero((ev.kind == 3) & ~x.has("hlo_op"))  # op events are never dispatches
     if not len(host):
-        return {}
+        return {}, np.zeros(0, np.int64)
     uk, inv = np.unique(_metadata_key(x, ev, host), return_inverse=True)
     names = [_metadata_of(x, k)[0] for k in uk.tolist()]
     fn = [m.group(1) if (m := DISPATCH.match(n)) else None for n in names]
@@ -336,8 +340,8 @@ def _dispatches(x, ev: _Events) -> dict[str, np.ndarray]:
     hit = np.asarray([f is not None for f in fn] + [False])[inv]
     run = host[np.asarray([n.startswith(EXECUTE_PREFIXES) for n in names] + [False])[inv]]
     rows = host[hit]
-    return top_level_dispatches(inv[hit], [f or "" for f in fn], x.line[rows], ev.event_start[rows], x.dur_ps[rows],
-                                x.line[run], ev.event_start[run])
+    return (top_level_dispatches(inv[hit], [f or "" for f in fn], x.line[rows], ev.event_start[rows], x.dur_ps[rows],
+                                 x.line[run], ev.event_start[run]), np.unique(x.line[rows]))
 
 
 def _end_ps(x) -> int:
