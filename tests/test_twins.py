@@ -54,6 +54,7 @@ CHECKED = {
     "rooflens.trace.groupby.group_medians": "test_grouping_kernels_and_their_twins_agree",
     "rooflens.trace.stats._sums_by_key": "test_sums_per_execution_and_their_twin_agree",
     "rooflens.trace.stats._devices_seen": "test_sums_per_execution_and_their_twin_agree",
+    "rooflens.trace.stats._frame_in_gaps": "test_the_host_frame_in_each_gap_and_its_twin_agree",
 }
 
 TRACES = [("tpu", "xprof_tpu_inference_2.v6e-4.xplane.pb"),
@@ -379,3 +380,28 @@ def test_unique_values_and_median_are_numpys(table):
                 assert median(part) == float(np.median(part))
     assert np.isnan(median(np.append(t.dur_ns, np.nan))) and np.isnan(median([]))
     assert median(list(t.dur_ns[:10])) == float(np.median(t.dur_ns[:10]))
+
+
+@pytest.mark.parametrize("run", [("cpu_runs", "input_bound_host"), ("cpu_runs", "input_bound_readback")],
+                         ids=lambda r: r[-1])
+def test_the_host_frame_in_each_gap_and_its_twin_agree(run):
+    """The sweep that credits each gap of a device to the host's Python frame then (stats.host_in_gaps), on real
+    runs' frames (JAX's Python tracer) and the gaps between their devices' busy intervals; some gaps are credited
+    to a frame and some to none (-1), so both branches are compared."""
+    from rooflens.trace.stats import _own, host_spans
+
+    (path,) = (fixture_path(*run) / "plugins" / "profile").iterdir()
+    prof = rl.load(path)
+    names, fs, fe = host_spans(prof.host_events)
+    t = prof.table
+    order = np.argsort(t.start_ns, kind="stable")
+    s, e = t.start_ns[order].astype(np.float64), t.end_ns[order].astype(np.float64)
+    run_end = np.maximum.accumulate(e)
+    gap = np.flatnonzero(s[1:] > run_end[:-1])
+    g0, g1 = run_end[:-1][gap], s[1:][gap]
+    by = np.lexsort((fs - fe, fs))
+    own = np.asarray([_own(n.lstrip("$")) for n in names], bool)[by]
+    fast, plain = _pair("rooflens.trace.stats._frame_in_gaps")
+    got = fast(fs[by], fe[by], own, g0, g1)
+    _same(got, plain(fs[by], fe[by], own, g0, g1), "_frame_in_gaps")
+    assert len(g0) > 20 and (got >= 0).any() and (got < 0).any(), (len(g0), np.unique(got).size)

@@ -571,8 +571,8 @@ def test_a_loop_reading_values_back_every_step_is_told_so():
     ``jax.Array._value``, which drains the queue each step. The cause is the reading back, and no host function is
     blamed."""
     _, f = _host_wait("input_bound_readback")
-    assert f.cause.startswith("reading values back inside the steps"), f.cause
-    assert "every N steps" in f.fix and "batch" not in f.cause + f.fix
+    assert f.cause.startswith("reading values back in the steps"), f.cause
+    assert "after the next step is dispatched" in f.fix and "batch" not in f.cause + f.fix
 
 
 def test_eager_preprocessing_inside_the_steps_is_judged_in_the_step(env, tmp_path):

@@ -529,18 +529,6 @@ def _host_during(spans: tuple[list[str], np.ndarray, np.ndarray], g0: float, g1:
     return next((f for f in _covering(spans, g0, g1) if not _own(f)), "")
 
 
-def _program_frame(spans: tuple[list[str], np.ndarray, np.ndarray], g0: float, g1: float) -> str:
-    """The program's own innermost frame covering most of [g0, g1]; "" where none does or the host was inside the
-    capture's code (a frame of its own, or one called from it: its poll's ``time.sleep``, the jitted call it
-    wraps), which is no work of the program's."""
-    frames = _covering(spans, g0, g1)
-    first = next((k for k, f in enumerate(frames) if not _own(f)), None)
-    if first is None or first > 0:
-        return ""
-    outer = next((k for k in range(1, len(frames)) if not _own(frames[k])), len(frames))
-    return "" if outer > 1 else frames[0]
-
-
 @njit(cache=True, nogil=True)
 def merged_of(start, dur, sel):
     """The events ``sel`` (sorted by start) merged into busy intervals: each interval's first position in ``sel``,
@@ -578,20 +566,101 @@ HOST_GAPS_MOST = 2000  # the longest gaps credited to a host frame (each looks t
 
 def host_in_gaps(frames: tuple, gap_start: np.ndarray, gap_end: np.ndarray
                  ) -> tuple[tuple[str, float], ...]:
-    """The device's gaps (ns) by what the host's Python was doing meanwhile (:func:`_host_during`): the gaps of at
-    least HOST_GAP_MIN_NS, the HOST_GAPS_MOST longest of them, each credited to the program's innermost frame
-    covering half of it (:func:`_program_frame`; "" where none does), summed per frame (s), most first."""
-    if not len(frames[0]) or not len(gap_start):
+    """The device's gaps (ns) by what the host's Python was doing meanwhile: the gaps of at least HOST_GAP_MIN_NS,
+    the HOST_GAPS_MOST longest of them, each credited to the program's innermost frame covering half of it
+    (:func:`_frame_in_gaps`; "" where none does, or where the host was inside the capture's code: a frame of its own,
+    or one called from it, its poll's ``time.sleep`` or the jitted call it wraps, no work of the program's), summed
+    per frame (s), most first."""
+    names, fs, fe = frames
+    if not len(names) or not len(gap_start):
         return ()
     length = gap_end - gap_start
     keep = np.flatnonzero(length >= HOST_GAP_MIN_NS)
     if len(keep) > HOST_GAPS_MOST:
-        keep = keep[np.argsort(-length[keep], kind="stable")[:HOST_GAPS_MOST]]
-    by: dict[str, float] = {}
-    for k in keep.tolist():
-        frame = _program_frame(frames, float(gap_start[k]), float(gap_end[k]))
-        by[frame] = by.get(frame, 0.0) + float(length[k]) * 1e-9
+        keep = np.sort(keep[np.argsort(-length[keep], kind="stable")[:HOST_GAPS_MOST]])
+    if not len(keep):
+        return ()
+    code_of: dict[str, int] = {}
+    codes = np.fromiter((code_of.setdefault(n, len(code_of)) for n in names), np.int64, len(names))
+    words = [n.lstrip("$") for n in code_of]
+    own = np.asarray([_own(w) for w in words], bool)[codes]
+    order = np.lexsort((fs - fe, fs))  # by start, a frame before the frames it holds (longer first at one start)
+    at = _frame_in_gaps(fs[order], fe[order], own[order], gap_start[keep].astype(np.float64),
+                        gap_end[keep].astype(np.float64))
+    hit = at >= 0
+    credited = np.full(len(at), len(words), np.int64)
+    credited[hit] = codes[order][at[hit]]
+    sums = np.bincount(credited, weights=length[keep].astype(np.float64), minlength=len(words) + 1) * 1e-9
+    by = {("" if k == len(words) else words[k]): float(sums[k]) for k in np.flatnonzero(sums).tolist()}
     return tuple(sorted(by.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+@njit(cache=True, nogil=True)
+def _frame_in_gaps(f_start, f_end, own, g0, g1):
+    """For each gap [g0, g1] (disjoint, in order), the frame (an index into the frames, sorted by start, a frame
+    before those it holds) it is credited to, or -1, in one sweep: a frame that overlaps half of
+    a gap holds its midpoint, so the candidates are the call stack at the midpoint, innermost first. The innermost
+    one covering half of the gap is credited unless it or the next one out is the capture's own (``own``)."""
+    n, nf = len(g0), len(f_start)
+    out = np.full(n, -1, np.int64)
+    stack = np.empty(nf + 1, np.int64)
+    depth = 0
+    j = 0
+    for i in range(n):
+        mid = 0.5 * (g0[i] + g1[i])
+        half = 0.5 * (g1[i] - g0[i])
+        while j < nf and f_start[j] <= mid:
+            while depth > 0 and f_end[stack[depth - 1]] < f_start[j]:
+                depth -= 1
+            stack[depth] = j
+            depth += 1
+            j += 1
+        while depth > 0 and f_end[stack[depth - 1]] < mid:
+            depth -= 1
+        first = -1
+        for k in range(depth - 1, -1, -1):
+            q = stack[k]
+            if f_end[q] < mid or min(f_end[q], g1[i]) - max(f_start[q], g0[i]) < half:
+                continue
+            if first < 0:
+                if own[q]:
+                    break
+                first = q
+            else:
+                if own[q]:
+                    first = -1
+                break
+        out[i] = first
+    return out
+
+
+@plain_twin(_frame_in_gaps, 200_000)  # a window's frames: swept before numba would have started
+def _frame_in_gaps_plain(f_start, f_end, own, g0, g1):
+    fs, fe, ow = f_start.tolist(), f_end.tolist(), own.tolist()
+    out, stack, j = [], [], 0
+    for a, b in zip(g0.tolist(), g1.tolist()):
+        mid, half = 0.5 * (a + b), 0.5 * (b - a)
+        while j < len(fs) and fs[j] <= mid:
+            while stack and fe[stack[-1]] < fs[j]:
+                stack.pop()
+            stack.append(j)
+            j += 1
+        while stack and fe[stack[-1]] < mid:
+            stack.pop()
+        first = -1
+        for q in reversed(stack):
+            if fe[q] < mid or min(fe[q], b) - max(fs[q], a) < half:
+                continue
+            if first < 0:
+                if ow[q]:
+                    break
+                first = q
+            else:
+                if ow[q]:
+                    first = -1
+                break
+        out.append(first)
+    return np.asarray(out, np.int64)
 
 
 def _device_time(t, start, dur, sel: np.ndarray, dev: int, t0: float, n_gaps: int,

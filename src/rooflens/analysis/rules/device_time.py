@@ -535,7 +535,7 @@ def rule_overheads(report: Report) -> list[Finding]:
     evidence += _profiler_cost(report, st.step_time_s)
     in_gaps = host_in_gaps(report)
     if in_gaps is not None:
-        evidence.append(host_gap_evidence(in_gaps))
+        evidence.append(host_gap_evidence(report, in_gaps))
     if (host := host_gap_cause(report, in_gaps)) is not None:
         cause, fix = host
     elif within_share >= 0.5 and per_gap and per_gap < LAUNCH_GAP_S:

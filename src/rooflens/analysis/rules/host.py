@@ -23,6 +23,7 @@ from rooflens.analysis.rules.common import (
 )
 from rooflens.hlo.shape import HOST_MEMORY_SPACE, element_bytes
 from rooflens.trace.idle import IdleUnit
+from rooflens.trace.warmup import COMPILE_FRAME
 from rooflens.units import fmt_bytes, fmt_name, fmt_number, fmt_percent, fmt_rate, plural
 from rooflens.units import fmt_seconds as _ms
 
@@ -49,6 +50,15 @@ READ_BACK = re.compile(r"^array\.py:\d+ (_value|__float__|__int__|__bool__|__ind
 #: a queue's get (a data loader's queue, a future's result)
 WAIT_ON_THREAD = re.compile(r"^<unknown> acquire$|^threading\.py:\d+ (wait|join)$|^queue\.py:\d+ get$|"
                             r"^_base\.py:\d+ result$")
+#: JAX copying host data to the device (a NumPy batch passed to a jitted function, jax.device_put)
+DEVICE_PUT = re.compile(r"^pxla\.py:\d+ (batched_device_put|shard_args|_shard_np_array)$|"
+                        r"^api\.py:\d+ device_put$|^dispatch\.py:\d+ _device_put_impl$")
+#: JAX's own dispatch in Python: a jitted call's slow path, an eager primitive
+JAX_DISPATCH = re.compile(r"^pjit\.py:\d+ (_pjit_call_impl_python|_python_pjit_helper|cache_miss|_cpp_pjit)$|"
+                          r"^dispatch\.py:\d+ apply_primitive$|^api\.py:\d+ cache_miss$")
+#: what a frame of these is, said after its name
+_KIND = ((READ_BACK, "reading a value back"), (WAIT_ON_THREAD, "waiting on another thread"),
+         (DEVICE_PUT, "copying host data to the device"), (JAX_DISPATCH, "JAX's dispatch"))
 
 
 @dataclass(frozen=True)
@@ -57,29 +67,34 @@ class HostInGaps:
     each host's devices together): the gaps credited, the program's frames in them, and the cause where one holds
     HOST_WORK_SHARE of them."""
 
-    gaps_s: float  # the gaps credited, in all (≥ 20 µs each, between two events in the steps where there are steps)
+    gaps_s: float  # the gaps credited, in all (≥ 20 µs each, between two events in the steps where there are steps),
+    # those the host spent compiling left out
     frames: tuple[tuple[str, float], ...]  # the program's frames and the seconds of gaps each covers, most first
     read_back_s: float  # of them, JAX waiting for a device value (READ_BACK)
     waiting_s: float  # of them, waiting on another thread (WAIT_ON_THREAD)
-    work: tuple[str, float] | None  # the program's own frame (neither) that holds the most of the gaps
+    device_put_s: float  # of them, JAX copying host data to the device (DEVICE_PUT)
+    work: tuple[str, float] | None  # the program's own frame (none of _KIND's) that holds the most of the gaps
 
 
 def host_in_gaps(report: Report) -> HostInGaps | None:
     """The hosts' frames in their devices' gaps (each host's devices together, one host's frames per host), None
-    where the trace has no Python frames (JAX's Python tracer was off) or no gap was credited."""
+    where the trace has no Python frames (JAX's Python tracer was off) or no gap was credited to a frame of the
+    program's."""
     units = report.stats.hosts or report.stats.devices
     by: dict[str, float] = {}
     for d in units:
         for frame, s in d.host_in_gaps:
-            by[frame] = by.get(frame, 0.0) + s
+            if not COMPILE_FRAME.match("$" + frame):  # compiling is warm-up: the compilation findings' own
+                by[frame] = by.get(frame, 0.0) + s
     total = sum(by.values())
-    if total <= 0:
-        return None
     frames = tuple(sorted(((f, s) for f, s in by.items() if f), key=lambda fs: (-fs[1], fs[0])))
-    read_back = sum(s for f, s in frames if READ_BACK.match(f))
-    waiting = sum(s for f, s in frames if WAIT_ON_THREAD.match(f))
-    work = next(((f, s) for f, s in frames if not READ_BACK.match(f) and not WAIT_ON_THREAD.match(f)), None)
-    return HostInGaps(total, frames, read_back, waiting, work)
+    if total <= 0 or not frames:  # no gap the program's own frame covers: nothing to say of it
+        return None
+    def of(pattern: re.Pattern) -> float:
+        return sum(s for f, s in frames if pattern.match(f))
+
+    work = next(((f, s) for f, s in frames if not any(p.match(f) for p, _ in _KIND)), None)
+    return HostInGaps(total, frames, of(READ_BACK), of(WAIT_ON_THREAD), of(DEVICE_PUT), work)
 
 
 def frame_label(frame: str) -> str:
@@ -93,43 +108,57 @@ def frame_label(frame: str) -> str:
     return f"{function} (a C function)" if where == "<unknown>" else f"{where}.{function}"
 
 
-def host_gap_evidence(h: HostInGaps) -> str:
+def _in_steps(report: Report) -> str:
+    """Where the gaps were credited: in the steps (DeviceTime.host_in_gaps takes those between two events in the
+    steps where the trace has steps), else anywhere in the trace."""
+    return "in the steps" if report.stats.steps is not None else "in the trace"
+
+
+def host_gap_evidence(report: Report, h: HostInGaps) -> str:
     """One line: the host's frames in the devices' gaps, the largest three, and what is left."""
-    shown = [f"{frame_label(f)}{' (reading a value back)' if READ_BACK.match(f) else ''}"
-             f"{' (waiting on another thread)' if WAIT_ON_THREAD.match(f) else ''} {_ms(s)}" for f, s in h.frames[:3]]
+    shown = [frame_label(f) + "".join(f" ({what})" for p, what in _KIND if p.match(f)) + f" {_ms(s)}"
+             for f, s in h.frames[:3]]
     rest = h.gaps_s - sum(s for _, s in h.frames[:3])
     if rest > 0.005 * h.gaps_s:
         shown.append(f"elsewhere (in JAX's dispatch, rooflens's capture or no frame of the program's) {_ms(rest)}")
-    return (f"while the devices ran no op in the steps ({_ms(h.gaps_s)} in gaps of 20 µs or more, the host's "
+    return (f"while the devices ran no op {_in_steps(report)} ({_ms(h.gaps_s)} in gaps of 20 µs or more, the host's "
             f"devices together), the host's Python was in: {', '.join(shown)}")
 
 
 def host_gap_cause(report: Report, h: HostInGaps | None) -> tuple[str, str] | None:
     """The cause and fix when one thing the host did holds HOST_WORK_SHARE of the gaps: the program's own work (its
-    largest frame), reading values back, or waiting on another thread; the largest of them."""
+    largest frame), copying host data to the device, reading values back, or waiting on another thread; the largest
+    of them."""
     if h is None:
         return None
     work_s = h.work[1] if h.work else 0.0
-    most = max(work_s, h.read_back_s, h.waiting_s)
+    most = max(work_s, h.read_back_s, h.waiting_s, h.device_put_s)
     if most < HOST_WORK_SHARE * h.gaps_s:
         return None
     if most == work_s:
         name = frame_label(h.work[0])
         cause = (f"the host's own work between dispatches: for {_ms(work_s)} of the {_ms(h.gaps_s)} its devices ran "
-                 f"no op in the steps, the host was in {name}, so the next work was not yet queued (input "
+                 f"no op {_in_steps(report)}, the host was in {name}, so the next work was not yet queued (input "
                  "preparation or other Python on the step's critical path)")
         return cause, (f"take {name} off the critical path: run it while the device works (the next batch prepared "
                        "during this step, by a background thread or a loader that prefetches, such as grain or "
                        "tf.data's prefetch, and jax.device_put of it before the step is called), or make it cheaper")
+    if most == h.device_put_s:
+        return (f"copying host data to the device between dispatches: for {_ms(h.device_put_s)} of the "
+                f"{_ms(h.gaps_s)} its devices ran no op {_in_steps(report)}, the host was in JAX's device_put (NumPy "
+                "arrays passed to a jitted function are copied then, before it is dispatched)",
+                "put the next batch on the device ahead of the step (jax.device_put on a background thread, or a "
+                "loader that prefetches to the device), and keep arrays that do not change on the device")
     if most == h.read_back_s:
-        return (f"reading values back inside the steps: for {_ms(h.read_back_s)} of the {_ms(h.gaps_s)} its devices "
-                "ran no op, the host waited for a device value (float(), np.asarray, printing, .item(), "
+        return (f"reading values back {_in_steps(report)}: for {_ms(h.read_back_s)} of the {_ms(h.gaps_s)} its "
+                "devices ran no op, the host waited for a device value (float(), np.asarray, printing, .item(), "
                 "block_until_ready), which drains the device's queue before the next work is dispatched",
-                "read values back every N steps, not every step: keep metrics on the device (accumulate them in the "
-                "step's state) and fetch them together")
+                "read a step's values back after the next step is dispatched (its loss one step late: the device "
+                "then has work queued while the host waits), and less often: keep metrics on the device (in the "
+                "step's state) and fetch them together every N steps")
     return (f"the host waited on another thread: for {_ms(h.waiting_s)} of the {_ms(h.gaps_s)} its devices ran no op "
-            "in the steps, it was in a lock's acquire, a queue's get or a condition's wait (a data loader's workers "
-            "not keeping up with the device, or a lock held elsewhere)",
+            f"{_in_steps(report)}, it was in a lock's acquire, a queue's get or a condition's wait (a data loader's "
+            "workers not keeping up with the device, or a lock held elsewhere)",
             "make the input pipeline faster than the step (more workers or processes, cheaper preprocessing, a deeper "
             "prefetch); a run fed one fixed batch shows the step's speed without it")
 
@@ -193,7 +222,7 @@ def rule_idle(report: Report) -> list[Finding]:
                             "(warm-up)")
         in_gaps = host_in_gaps(report)
         if in_gaps is not None:
-            evidence.append(host_gap_evidence(in_gaps))
+            evidence.append(host_gap_evidence(report, in_gaps))
         cause, fix = host_gap_cause(report, in_gaps) or (
             "the host does not feed the device fast enough: Python or data loading between steps, a "
             "synchronisation (print, device_get, block_until_ready) or a host-side stall",
