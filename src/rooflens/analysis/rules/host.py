@@ -84,7 +84,7 @@ def host_in_gaps(report: Report) -> HostInGaps | None:
     by: dict[str, float] = {}
     for d in units:
         for frame, s in d.host_in_gaps:
-            if not COMPILE_FRAME.match("$" + frame):  # compiling is warm-up: the compilation findings' own
+            if not (COMPILE_FRAME.match(frame) or COMPILE_FRAME.match("$" + frame)):  # compiling is warm-up
                 by[frame] = by.get(frame, 0.0) + s
     total = sum(by.values())
     frames = tuple(sorted(((f, s) for f, s in by.items() if f), key=lambda fs: (-fs[1], fs[0])))
