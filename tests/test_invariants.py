@@ -221,8 +221,10 @@ def test_no_op_share_above_100_percent(loaded):
 
 def _executions(t) -> np.ndarray:
     """Each event's execution of its program on its device, from the events alone: on each (host, device,
-    program), a new execution begins with each event of the op that ran first (the program's first op runs
-    once per execution)."""
+    program), a new execution begins with each event of the op that ran first (the program's first op runs once per
+    execution). An op with as many events as that one runs once in each execution: its k-th event is in the k-th,
+    even where XLA:CPU ran it before that execution's first op (independent thunks run concurrently, in no fixed
+    order)."""
     out = np.zeros(len(t), np.int64)
     key = list(zip(t.host.tolist(), t.device.tolist(), t.program.tolist()))
     start, name = t.start_ps.tolist(), t.name.tolist()
@@ -231,9 +233,18 @@ def _executions(t) -> np.ndarray:
         groups.setdefault(key[i], []).append(i)
     for idx in groups.values():
         first, x = name[idx[0]], -1
+        runs = sum(name[i] == first for i in idx)
+        counts: dict[int, int] = {}
+        for i in idx:
+            counts[name[i]] = counts.get(name[i], 0) + 1
+        nth: dict[int, int] = {}
         for i in idx:
             x += name[i] == first
-            out[i] = x
+            if counts[name[i]] == runs:
+                out[i] = nth.get(name[i], 0)
+                nth[name[i]] = out[i] + 1
+            else:
+                out[i] = x
     return out
 
 
