@@ -12,7 +12,11 @@ The counting rules are XLA's own (``HloCostAnalysis``), so a module's total agre
 * reduce: (input elements − output elements) × the reducer's FLOPs; reduce-window: output
   elements × (window elements − 1) × reducer FLOPs; scatter: update elements × combiner FLOPs;
   all-reduce: elements × reducer FLOPs; sort: n·log2(n) over all elements;
-* fft: 8 × Π log2(fft_length) × elements of the real side;
+* fft: 5 × N·log2(N) per transform of N = Π fft_length points, 2.5 × for a real one (FFTW's convention, its
+  benchFFT methodology: https://www.fftw.org/speed/method.html); XLA's HloCostAnalysis multiplies the lengths'
+  log2s instead, which counts a 64×64 transform's work 3× and a 64³ one's 12×;
+* factorizations and triangular solves (LAPACK, cuSOLVER/hipSOLVER, cuBLAS's triangular solve, XLA's cholesky
+  and triangular-solve): LAPACK Working Note 41's operation counts (:func:`solver_counts`);
 * data movement, layout, control and collectives without a reduction: 0.
 
 A fusion's counts are the sum over its body (nested fusions included).
@@ -23,7 +27,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from rooflens.cost.kernels import kernel_cost
+from rooflens.cost.kernels import kernel_cost, solver_routine
 from rooflens.hlo import Instruction, Module, Shape
 from rooflens.hlo.opcodes import MATMUL, MODEL_FLOP_OPCODES
 from rooflens.units import fmt_g
@@ -208,11 +212,14 @@ def instruction_counts(module: Module, ins: Instruction, _depth: int = 0) -> Cou
         flops = n_in * math.log2(n_in) if n_in > 1 else 0.0
         return Counts(flops, 0.0, f"n·log2(n), n = {_fmt(n_in)} = {_fmt(flops)}")
     if op == "fft":
-        lengths = _dims(ins.attrs.get("fft_length"))
-        log_factors = math.prod(max(int(n_).bit_length() - 1, 0) for n_ in lengths) if lengths else 0
-        real = max(n, _elements(module.operand_shape(ins.operands[0])) if ins.operands else 0)
-        flops = 8.0 * log_factors * real  # 4 complex FMAs per butterfly, log2(n) stages
-        return Counts(flops, 0.0, f"8 × {log_factors} (log2 of the lengths) × {_fmt(real)} elements = {_fmt(flops)}")
+        points = math.prod(_dims(ins.attrs.get("fft_length"))) or 1
+        full = max(n, _elements(module.operand_shape(ins.operands[0])) if ins.operands else 0)  # the full-size side
+        per = 2.5 if str(ins.attrs.get("fft_type", "")).upper() in ("RFFT", "IRFFT") else 5.0
+        flops = per * full * math.log2(points) if points > 1 else 0.0
+        return Counts(flops, 0.0, f"{per:g} × {_fmt(full)} elements × log2({_fmt(points)} points per transform) "
+                                  f"= {_fmt(flops)}")
+    if op in ("cholesky", "triangular-solve"):
+        return solver_counts(module, ins, "potrf" if op == "cholesky" else "trsm")
     if op == "map":
         per = _reducer_flops(module, ins, _depth)
         return Counts(n * per, 0.0, f"{_fmt(n)} elements × {per:g}")
@@ -236,8 +243,65 @@ def custom_call_counts(module: Module, ins: Instruction) -> Counts:
         return Counts(flops, 0.0, f"GEMM: 2 × {out_dims} (output) × {k} (contracted) = {_fmt(flops)}")
     if "conv" in target and "dim_labels" in ins.attrs:  # cuDNN/MIOpen convolutions keep XLA's conv attributes
         return convolution_counts(module, ins)
+    if (routine := solver_routine(target)) is not None:
+        return solver_counts(module, ins, routine)
     kc = kernel_cost(module, ins)  # attention kernels, a Pallas kernel's own estimate (rooflens.cost.kernels)
     return Counts(kc.flops, kc.transcendentals, kc.flops_formula) if kc is not None else ZERO
+
+
+def _lapack_counts(routine: str, m: float, n: float, k: float) -> tuple[float, float]:
+    """(multiplications, additions) of one LAPACK routine on an m×n matrix (k: the reflectors of orgqr/ungqr; for
+    trsm, m×n is the right-hand side and the triangle is m×m), LAPACK Working Note 41's table of operation counts
+    (Blackford and Dongarra, "Installation Guide for LAPACK", appendix C); a wide matrix (m < n) of getrf or geqrf
+    with m and n exchanged (the leading terms are then exact)."""
+    if routine in ("getrf", "geqrf") and m < n:
+        m, n = n, m
+    if routine == "potrf":
+        return n ** 3 / 6 + n ** 2 / 2 + n / 3, n ** 3 / 6 - n / 6
+    if routine == "getrf":
+        return (m * n * n / 2 - n ** 3 / 6 + m * n / 2 - n * n / 2 + 2 * n / 3,
+                m * n * n / 2 - n ** 3 / 6 - m * n / 2 + n / 6)
+    if routine == "geqrf":
+        return (m * n * n - n ** 3 / 3 + m * n + n * n / 2 + 23 * n / 6,
+                m * n * n - n ** 3 / 3 + n * n / 2 + 5 * n / 6)
+    if routine in ("orgqr", "ungqr"):
+        return (2 * m * n * k - (m + n) * k * k + 2 * k ** 3 / 3 + 2 * n * k - k * k - 5 * k / 3,
+                2 * m * n * k - (m + n) * k * k + 2 * k ** 3 / 3 + n * k - m * k + k / 3)
+    return n * m * (m + 1) / 2, n * m * (m - 1) / 2  # trsm, the triangle on the left
+
+
+def solver_counts(module: Module, ins: Instruction, routine: str) -> Counts:
+    """FLOPs of a factorization or triangular solve (``routine``: one of SOLVER_ROUTINES) over its operands' batch:
+    a real one's multiplications and additions, a complex one's at 6 and 2 real FLOPs each (LAPACK Working Note
+    41's weights)."""
+    shapes = [module.operand_shape(o) for o in ins.operands]
+    a = shapes[0] if shapes else None
+    if a is None or not a.is_array or len(a.dims) < 2:
+        return ZERO
+    m, n = a.dims[-2], a.dims[-1]
+    batch = math.prod(a.dims[:-2])
+    k = 0
+    if routine == "trsm":  # the triangle is one operand, the right-hand sides the other (the larger, or the second)
+        b = shapes[1] if len(shapes) > 1 and shapes[1] is not None and shapes[1].is_array else None
+        if b is None or len(b.dims) < 2:
+            return ZERO
+        left = ins.attrs.get("left_side")
+        rows, cols = b.dims[-2], b.dims[-1]
+        on_left = (str(left).lower() == "true") if left is not None else a.dims[-1] == rows
+        m, n = (rows, cols) if on_left else (cols, rows)  # a right-side solve is the left one transposed
+        batch = max(batch, math.prod(b.dims[:-2]))
+    elif routine in ("orgqr", "ungqr"):
+        taus = shapes[1] if len(shapes) > 1 and shapes[1] is not None and shapes[1].is_array else None
+        k = taus.dims[-1] if taus is not None and taus.dims else n
+    mults, adds = _lapack_counts(routine, float(m), float(n), float(k))
+    complex_ = a.dtype.startswith("c")
+    per = 6 * mults + 2 * adds if complex_ else mults + adds
+    flops = batch * per
+    what = {"potrf": f"Cholesky of {n}×{n}", "getrf": f"LU of {m}×{n}", "geqrf": f"QR of {m}×{n}",
+            "orgqr": f"Q of {m}×{n} from {k} reflectors", "ungqr": f"Q of {m}×{n} from {k} reflectors",
+            "trsm": f"triangular solve of {m}×{n} right-hand sides"}[routine]
+    kind = ", complex" if complex_ else ""
+    return Counts(flops, 0.0, f"{batch} × {what} ({_fmt(per)}{kind}, LAPACK Working Note 41) = {_fmt(flops)}")
 
 
 MODEL_OPCODES = MODEL_FLOP_OPCODES
@@ -248,7 +312,8 @@ def model_flops(module: Module, ins: Instruction, _depth: int = 0) -> float:
 
     A fusion's :func:`instruction_counts` also holds its elementwise work (the bias add, the
     activation); MFU counts only the matmul-like work, as XProf's ``model_flops`` keeps it apart.
-    Library calls (cuBLAS/hipBLAS GEMMs, cuDNN/MIOpen convolutions) count as theirs.
+    Library calls (cuBLAS/hipBLAS GEMMs, cuDNN/MIOpen convolutions) count as theirs, and so do dense factorizations
+    and triangular solves (LAPACK, cuSOLVER: :func:`solver_counts`), blocked into matrix products by the library.
     """
     op = ins.opcode
     if op in MODEL_OPCODES:

@@ -409,9 +409,26 @@ REGISTRY: tuple[tuple[str, Callable[[Instruction], bool], Callable[[Module, Inst
     ("grouped gemm", _t("groupedmatmul"), cublas_grouped_gemm),
     ("library gemm", _t("gemm", "matmul"), gemm_bytes),
     # (library convolutions are counted in rooflens.cost.counts; a host callback is Python on the host, no kernel)
-    ("matmul-shaped custom call", lambda ins: not any(w in _target(ins) for w in ("conv", "callback")),
-     matmul_shaped),
+    ("matmul-shaped custom call", lambda ins: not any(w in _target(ins) for w in ("conv", "callback"))
+     and solver_routine(_target(ins)) is None, matmul_shaped),  # a triangular solve has a matmul's shapes
 )
+
+
+#: the factorizations and solves priced, by their LAPACK routine's name less its type letter
+SOLVER_ROUTINES = ("potrf", "getrf", "geqrf", "orgqr", "ungqr", "trsm")
+
+
+def solver_routine(target: str) -> str | None:
+    """The LAPACK routine a library call's target runs (``lapack_spotrf_ffi`` → potrf, ``cusolver_getrf_ffi`` →
+    getrf, ``hipsolver_geqrf_ffi``, cuBLAS's ``__cublas$triangularSolve`` → trsm), None for any other."""
+    t = target.lower()
+    if "triangularsolve" in t:
+        return "trsm"
+    for token in t.replace("$", "_").split("_"):
+        for name in (token, token[1:] if token[:1] in "sdcz" else ""):
+            if name in SOLVER_ROUTINES:
+                return name
+    return None
 
 
 def is_host_callback(ins: Instruction | None) -> bool:

@@ -203,6 +203,17 @@ def rule_slow_ops(report: Report) -> list[Finding]:
     return out
 
 
+#: the fix for FFTs and sorts beyond their rooflines (compute- or memory-bound): fewer, smaller, batched
+STAGED_FIX = ("do fewer of them or smaller ones (an FFT over fewer points or modes, a power-of-two length, one batched "
+              "transform instead of several; a top-k instead of a full sort), or move the work into matmuls where the "
+              "algorithm allows; check the largest contributors with `rooflens hlo --op`")
+
+
+def _staged(c: OpComparison) -> bool:
+    """An op that passes over its data once per stage: an FFT or a sort (alone, or at a fusion's root)."""
+    return c.category == "fft" or c.opcode == "sort" or c.name.startswith(("sort", "wrapped_sort"))
+
+
 def rule_kernel_inefficiency(report: Report) -> list[Finding]:
     """Many ops each moderately off their roofline: together, time inside kernels beyond their rooflines."""
     st = report.steps
@@ -257,6 +268,14 @@ def rule_kernel_inefficiency(report: Report) -> list[Finding]:
                  "bandwidth, strided or transposed accesses, or operands padded by their layout")
         fix = ("fuse neighbouring elementwise and reduction ops into fewer, larger kernels (bigger batches or "
                "sequence chunks), and keep minor dimensions contiguous and multiples of the layout's tile")
+        staged = [(c, x) for c, x in ops if c.bound == "memory" and c.measured_s >= TINY_OP_S and _staged(c)]
+        if (in_stages := sum(x for _, x in staged)) > memory / 2:
+            kinds = ", ".join(f"{op} ×{n}" for op, n in Counter(c.opcode for c, _ in staged).most_common(4))
+            evidence.append(f"{_ms(in_stages)} of the memory-bound part is in FFTs and sorts ({kinds})")
+            cause = ("an FFT or a sort passes over its data once per stage (about log2 of its length stages) where "
+                     "its roofline counts one read and one write: data that leave the caches stream several times, "
+                     "and many short transforms each pay a set-up")
+            fix = STAGED_FIX
     else:
         if rate := achieved("compute", lambda c: c.flops_fraction_of_peak):
             evidence.append(f"the compute-bound ops reach {rate} of peak FLOP/s (time-weighted)")
@@ -274,9 +293,7 @@ def rule_kernel_inefficiency(report: Report) -> list[Finding]:
                      "below the peak they are priced at (the chip's published peak for their dtype, or on a CPU its "
                      "measured matmul rate), and an FFT or sort also passes over its data once per stage; their "
                      "rooflines are a floor they do not approach")
-            fix = ("do fewer of them or smaller ones (an FFT over fewer points or modes, a power-of-two length, one "
-                   "batched transform instead of several; a top-k instead of a full sort), or move the work into "
-                   "matmuls where the algorithm allows; check the largest contributors with `rooflens hlo --op`")
+            fix = STAGED_FIX
         elif convs > compute / 2:
             evidence.append(f"{_ms(convs)} of the compute-bound part is in convolutions")
             cause = ("compute-bound convolutions keep the matrix units below peak: few channels or a small batch that "
