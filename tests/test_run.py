@@ -40,7 +40,7 @@ def rooflens(env, *args, stdin=None, cwd=None, timeout=300):
 
 
 def profile(env, tmp_path, script, *args):
-    logs = tmp_path / script
+    logs = tmp_path / Path(script).name
     r = rooflens(env, "run", "--logdir", str(logs), str(SCRIPTS / f"{script}.py"), *args)
     assert r.returncode == 0, r.stderr[-3000:]
     rep = rooflens(env, "report", str(logs), "--json")
@@ -123,6 +123,21 @@ def test_pathology_raises_its_finding(env, healthy, tmp_path, script, rule):
             f"execution of {b['program']} on average (the host's time compiling, not the device's)")
     if script == "host_stall":  # the sleeps, not the compilations, make the device wait
         assert data["steps"]["count"] >= 7
+
+
+def test_jax_functions_that_share_a_name_with_the_scripts_are_no_recompilation(env, healthy, tmp_path):
+    """A Flax linen model's init runs jnp.add outside jit (a bias added at two lines, once per shape): jnp.add is a
+    jitted function of JAX's own whose programs are named jit_add, as the script's own jitted `add` (a tree sum of
+    gradients) is. The whole run's report took jnp.add's second and third shapes for recompilations of the
+    script's `add` ("2 recompilations of already-compiled functions", MEDIUM, "keep shapes static"). Each
+    compilation now records whose function it compiles: JAX's are never recompilations."""
+    _, data, _ = profile(env, tmp_path, "../window_scripts/input_bound", "8", "host")
+    assert "recompilation" not in {f["rule"] for f in data["findings"]}, data["in_window"]["compilations"]
+    (manifest,) = (tmp_path / "input_bound").rglob("rooflens.json")
+    first = json.loads(manifest.read_text())["in_window"]["first_compilations"]
+    adds = [c["own"] for c in first if c["module"] == "jit_add"]
+    assert adds.count(True) == 1 and adds.count(False) >= 2, adds  # the script's `add` once, jnp.add per shape
+    assert [c["own"] for c in first if c["module"] in ("jit_grad_fn", "jit_update")] == [True, True]
 
 
 def test_a_whole_run_leaves_the_python_tracer_off_unless_asked(env, healthy, tmp_path):

@@ -209,6 +209,22 @@ def _hook_xla_bridge(xb) -> None:
     xb.backends = backends
 
 
+def _compiling_own() -> bool | None:
+    """Whether the jitted call compiling a program now is of the script's own function (True), of JAX's (False: one of
+    ``jnp``'s jitted functions, or an eager primitive, compiled once per shape under a name a function of the
+    script's may share, ``jit_add``), or not known (None: no jit's cache miss on the stack, another jax)."""
+    f = sys._getframe(1)
+    while f is not None:
+        code = f.f_code
+        if code.co_name == "apply_primitive" and code.co_filename.endswith("dispatch.py"):
+            return False
+        if code.co_name == "cache_miss" and code.co_filename.endswith("pjit.py"):
+            fun = f.f_locals.get("fun")  # the jitted Python function (the closure's)
+            return None if fun is None else stepwindow.kind_of(fun) == "function"
+        f = f.f_back
+    return None
+
+
 def _hook_compiler(compiler) -> None:
     original = compiler.backend_compile_and_load
 
@@ -227,7 +243,7 @@ def _hook_compiler(compiler) -> None:
         t1 = time.time()
         if S is not None and S.armed:
             rec = {"module": _module_name(module, executable), "start_unix_s": t0, "end_unix_s": t1,
-                   "duration_s": t1 - t0, "where": common.user_frame(skip=(HERE,))}
+                   "duration_s": t1 - t0, "where": common.user_frame(skip=(HERE,)), "own": _compiling_own()}
             try:
                 ms = executable.get_compiled_memory_stats()
                 rec["memory"] = {k: int(getattr(ms, k)) for k in dir(ms)
