@@ -575,6 +575,18 @@ def test_a_loop_reading_values_back_every_step_is_told_so():
     assert "after the next step is dispatched" in f.fix and "batch" not in f.cause + f.fix
 
 
+def test_a_librarys_jit_dispatching_in_python_is_told_apart_from_the_programs_work():
+    """An Equinox loop (tests/window_scripts/eqx_loader.py) fed by a loader thread that keeps up: the device's gaps
+    are the host inside eqx.filter_jit's `_call`, flattening the model and optimizer state on each call, made
+    slower by the Python tracer the window runs. The cause is dispatch in a library's jit, with the tracer's part in
+    it said, not "the host's own work … input preparation"."""
+    _, f = _host_wait("eqx_loader")
+    (line,) = [e for e in f.evidence if "the host's Python was in" in e]
+    assert "_call (_jit.py:229) (a library's jit, in Python on each call)" in line, line
+    assert f.cause.startswith("the Python around each jitted call") and "Python tracer" in f.cause, f.cause
+    assert "eqx.partition" in f.fix and "input preparation" not in f.cause
+
+
 def test_eager_preprocessing_inside_the_steps_is_judged_in_the_step(env, tmp_path):
     """Eager jnp programs between the step's calls run inside the annotated steps: their ops are judged against
     that step (a preprocessing op's 46 µs over its roofline read "44.6 % of the step", HIGH, against its own

@@ -223,10 +223,14 @@ def rule_kernel_inefficiency(report: Report) -> list[Finding]:
     ops = [(c, x) for c in report.comparison
            if _in_step(report, c) and _judged(c) and c.category not in ("collective", "host transfer")
            and not is_async(c) and not is_slow_op(report, c, busy) and (x := excess_per_step(report, c)) > 0]
-    # ops that ran alongside others (XLA:CPU's threads, GPU streams) sum to more than the step: their excess is
-    # counted in the step's time, scaled by the share of the step's op time that ran alone
+    # ops that ran alongside each other (XLA:CPU's threads) sum to more than the step's time they took: their excess
+    # is counted in the step's time, scaled by the share of the step's op time that ran alone. On a GPU or TPU what
+    # runs alongside is mostly collectives beside the compute stream, whose kernels' excess is on the step's path:
+    # scaled only where the plain sum would be more than the step
     parts_s = st.compute_s + st.communication_s + st.layout_s + st.host_s + st.other_s
     alone = (parts_s - st.concurrent_s) / parts_s if st.concurrent_s > 0 and parts_s > 0 else 1.0
+    if report.platform != "cpu" and sum(x for _, x in ops) <= st.step_time_s:
+        alone = 1.0
     ops = [(c, x * alone) for c, x in ops]
     total = sum(x for _, x in ops)
     if total < INEFFICIENCY_SHARE * st.step_time_s or len(ops) < INEFFICIENT_OPS:

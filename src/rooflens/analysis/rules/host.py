@@ -56,9 +56,13 @@ DEVICE_PUT = re.compile(r"^pxla\.py:\d+ (batched_device_put|shard_args|_shard_np
 #: JAX's own dispatch in Python: a jitted call's slow path, an eager primitive
 JAX_DISPATCH = re.compile(r"^pjit\.py:\d+ (_pjit_call_impl_python|_python_pjit_helper|cache_miss|_cpp_pjit)$|"
                           r"^dispatch\.py:\d+ apply_primitive$|^api\.py:\d+ cache_miss$")
+#: a library's jit around JAX's, in Python on every call: Equinox's filter_jit (its ``_call``), Flax NNX's nnx.jit
+#: (``compilation.py``'s ``__call__``) and the graph flattening it does (``graphlib.py``)
+LIBRARY_JIT = re.compile(r"^_jit\.py:\d+ (_call|__call__)$|^compilation\.py:\d+ __call__$|^graphlib\.py:\d+ \w+$")
 #: what a frame of these is, said after its name
 _KIND = ((READ_BACK, "reading a value back"), (WAIT_ON_THREAD, "waiting on another thread"),
-         (DEVICE_PUT, "copying host data to the device"), (JAX_DISPATCH, "JAX's dispatch"))
+         (DEVICE_PUT, "copying host data to the device"), (JAX_DISPATCH, "JAX's dispatch"),
+         (LIBRARY_JIT, "a library's jit, in Python on each call"))
 
 
 @dataclass(frozen=True)
@@ -73,7 +77,9 @@ class HostInGaps:
     read_back_s: float  # of them, JAX waiting for a device value (READ_BACK)
     waiting_s: float  # of them, waiting on another thread (WAIT_ON_THREAD)
     device_put_s: float  # of them, JAX copying host data to the device (DEVICE_PUT)
+    dispatch_s: float  # of them, JAX's dispatch in Python and a library's jit around it (JAX_DISPATCH, LIBRARY_JIT)
     work: tuple[str, float] | None  # the program's own frame (none of _KIND's) that holds the most of the gaps
+    library_jit: str = ""  # the library jit frame that holds the most of the gaps, if any
 
 
 def host_in_gaps(report: Report) -> HostInGaps | None:
@@ -94,7 +100,9 @@ def host_in_gaps(report: Report) -> HostInGaps | None:
         return sum(s for f, s in frames if pattern.match(f))
 
     work = next(((f, s) for f, s in frames if not any(p.match(f) for p, _ in _KIND)), None)
-    return HostInGaps(total, frames, of(READ_BACK), of(WAIT_ON_THREAD), of(DEVICE_PUT), work)
+    library = next((f for f, _ in frames if LIBRARY_JIT.match(f)), "")
+    return HostInGaps(total, frames, of(READ_BACK), of(WAIT_ON_THREAD), of(DEVICE_PUT),
+                      of(JAX_DISPATCH) + of(LIBRARY_JIT), work, library)
 
 
 def frame_label(frame: str) -> str:
@@ -127,12 +135,12 @@ def host_gap_evidence(report: Report, h: HostInGaps) -> str:
 
 def host_gap_cause(report: Report, h: HostInGaps | None) -> tuple[str, str] | None:
     """The cause and fix when one thing the host did holds HOST_WORK_SHARE of the gaps: the program's own work (its
-    largest frame), copying host data to the device, reading values back, or waiting on another thread; the largest
-    of them."""
+    largest frame), dispatching jitted calls in Python, copying host data to the device, reading values back, or
+    waiting on another thread; the largest of them."""
     if h is None:
         return None
     work_s = h.work[1] if h.work else 0.0
-    most = max(work_s, h.read_back_s, h.waiting_s, h.device_put_s)
+    most = max(work_s, h.read_back_s, h.waiting_s, h.device_put_s, h.dispatch_s)
     if most < HOST_WORK_SHARE * h.gaps_s:
         return None
     if most == work_s:
@@ -143,6 +151,16 @@ def host_gap_cause(report: Report, h: HostInGaps | None) -> tuple[str, str] | No
         return cause, (f"take {name} off the critical path: run it while the device works (the next batch prepared "
                        "during this step, by a background thread or a loader that prefetches, such as grain or "
                        "tf.data's prefetch, and jax.device_put of it before the step is called), or make it cheaper")
+    if most == h.dispatch_s:
+        library = frame_label(h.library_jit) if h.library_jit else ""
+        return (f"the Python around each jitted call: for {_ms(h.dispatch_s)} of the {_ms(h.gaps_s)} its devices ran "
+                f"no op {_in_steps(report)}, the host was dispatching"
+                + (f", in {library} (Equinox's filter_jit or Flax NNX's nnx.jit flattens the model's pytree or graph "
+                   "on every call)" if library else " in JAX's Python path (a jitted call's slow path, eager ops)")
+                + "; JAX's Python tracer, on in this trace, makes Python-heavy dispatch slower than it runs untraced",
+                "time the step untraced first (the script's own timing); if the dispatch still shows, flatten once: "
+                "split the model into arrays and the rest once (eqx.partition, nnx.split) and jit a function of the "
+                "arrays (jax.jit, combining or merging inside), or make fewer, larger jitted calls per step")
     if most == h.device_put_s:
         return (f"copying host data to the device between dispatches: for {_ms(h.device_put_s)} of the "
                 f"{_ms(h.gaps_s)} its devices ran no op {_in_steps(report)}, the host was in JAX's device_put (NumPy "
