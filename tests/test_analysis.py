@@ -378,7 +378,7 @@ def test_a_sleeping_data_loader_leaves_the_device_idle(tmp_path):
     names, rep = fired(session(tmp_path, lambda i: MATMUL(X, W), between=lambda i: time.sleep(pause_s)))
     assert "idle" in names
     f = next(f for f in rep.findings if f.rule == "idle")
-    assert any("gap of" in e and "the host was in time sleep" in e for e in f.evidence)
+    assert any("gap of" in e and "the host was in time.sleep" in e for e in f.evidence)
 
 
 def test_uneven_steps(tmp_path):

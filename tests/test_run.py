@@ -162,7 +162,7 @@ def test_a_whole_run_leaves_the_python_tracer_off_unless_asked(env, healthy, tmp
     on = json.loads(rep.stdout)
     assert on["metadata"]["python_tracer"] is True and not any("Python tracer" in n for n in on["notes"])
     idle = next(f for f in on["findings"] if f["rule"] == "idle")
-    assert any("the host was in time sleep" in e for e in idle["evidence"]), idle["evidence"]
+    assert any("the host was in time.sleep" in e for e in idle["evidence"]), idle["evidence"]
 
 
 def test_exit_status_message_and_traceback_are_the_scripts(env, tmp_path):

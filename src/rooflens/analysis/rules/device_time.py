@@ -35,7 +35,7 @@ from rooflens.analysis.rules.common import (
     step_time_of,
     with_saving,
 )
-from rooflens.analysis.rules.host import host_gap_cause, host_gap_evidence, host_in_gaps, idle_flagged
+from rooflens.analysis.rules.host import frame_label, host_gap_cause, host_gap_evidence, host_in_gaps, idle_flagged
 from rooflens.analysis.rules.kernels import launched_one_by_one, tiny_programs
 from rooflens.analysis.trust import is_async
 from rooflens.cost.kernels import instruction_module
@@ -513,7 +513,7 @@ def _largest_gaps(gaps, several: bool, most: int = 2) -> list[str]:
     lines: dict[str, list[int]] = {}
     for g in gaps:
         text = (f"{_ms(g.duration_s)} at {_ms(g.start_s)} between {fmt_name(g.before)} and {fmt_name(g.after)}"
-                + (f"; the host was in {g.host}" if g.host else ""))
+                + (f"; the host was in {frame_label(g.host)}" if g.host else ""))
         if text not in lines and len(lines) == most:
             break
         lines.setdefault(text, []).append(g.device)

@@ -188,7 +188,7 @@ def _where(unit: IdleUnit) -> tuple[list, list[str]]:
         gaps = [g for g in d.largest_gaps if g.duration_s >= MIN_GAP_S]
         return gaps, [f"gap of {_ms(g.duration_s)} at {_ms(g.start_s)} between {fmt_name(g.before)} and "
                       f"{fmt_name(g.after)}"
-                      + (f"; the host was in {g.host}" if g.host else "") for g in gaps[:3]]
+                      + (f"; the host was in {frame_label(g.host)}" if g.host else "") for g in gaps[:3]]
     # gaps left once warm-up is taken out; the stats' own gap names where one matches
     big = unit.gaps.largest(3, MIN_GAP_S)
     named = {round(g.start_s, 6): g for g in d.largest_gaps}
@@ -197,7 +197,7 @@ def _where(unit: IdleUnit) -> tuple[list, list[str]]:
         g = named.get(round(gap.start_s, 6))
         where.append(f"gap of {_ms(gap.duration_s)} at {_ms(gap.start_s)}"
                      + (f" between {fmt_name(g.before)} and {fmt_name(g.after)}"
-                        + (f"; the host was in {g.host}" if g.host else "")
+                        + (f"; the host was in {frame_label(g.host)}" if g.host else "")
                         if g else ""))
     return big, where
 
