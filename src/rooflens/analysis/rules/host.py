@@ -52,7 +52,7 @@ WAIT_ON_THREAD = re.compile(r"^<unknown> acquire$|^threading\.py:\d+ (wait|join)
                             r"^_base\.py:\d+ result$")
 #: JAX copying host data to the device (a NumPy batch passed to a jitted function, jax.device_put)
 DEVICE_PUT = re.compile(r"^pxla\.py:\d+ (batched_device_put|shard_args|_shard_np_array)$|"
-                        r"^api\.py:\d+ device_put$|^dispatch\.py:\d+ _device_put_impl$")
+                        r"^api\.py:\d+ device_put$|^dispatch\.py:\d+ _(batched_)?device_put_impl$")
 #: JAX's own dispatch in Python: a jitted call's slow path, an eager primitive
 JAX_DISPATCH = re.compile(r"^pjit\.py:\d+ (_pjit_call_impl_python|_python_pjit_helper|cache_miss|_cpp_pjit)$|"
                           r"^dispatch\.py:\d+ apply_primitive$|^api\.py:\d+ cache_miss$")
