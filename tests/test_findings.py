@@ -658,3 +658,28 @@ def _memset_and_peer_bytes(path) -> int:
                        "ON k.id = m.copyKind WHERE k.label NOT LIKE '%Host%')").fetchone()
     con.close()
     return n
+
+
+@pytest.mark.parametrize("frame,kind", [
+    # frames JAX's Python tracer recorded in real runs of this repository's scripts (jax 0.10.2, Equinox, Flax NNX)
+    ("array.py:615 _value", "reading a value back"),
+    ("array.py:298 __float__", "reading a value back"),
+    ("api.py:2479 block_until_ready", "reading a value back"),
+    ("<unknown> acquire", "waiting on another thread"),
+    ("pxla.py:246 batched_device_put", "copying host data to the device"),
+    ("dispatch.py:598 _batched_device_put_impl", "copying host data to the device"),
+    ("pjit.py:1113 _pjit_call_impl_python", "JAX's dispatch"),
+    ("_jit.py:229 _call", "a library's jit, in Python on each call"),
+    ("compilation.py:1019 __call__", "a library's jit, in Python on each call"),
+    ("graphlib.py:882 _graph_flatten", "a library's jit, in Python on each call"),
+    ("input_bound.py:36 batch", ""),  # the program's own work
+    ("time sleep", ""),
+])
+def test_the_host_frames_in_the_devices_gaps_are_told_by_kind(frame, kind):
+    """What each frame is, as the idle and overhead findings say it after its name (rules.host): reading a value back,
+    waiting on another thread, copying host data, JAX's or a library's dispatch in Python, or the program's own
+    work (no kind: the one a finding may name as the cause)."""
+    from rooflens.analysis.rules import host
+
+    kinds = [what for pattern, what in host.FRAME_KINDS if pattern.match(frame)]
+    assert kinds == ([kind] if kind else []), kinds

@@ -60,7 +60,7 @@ JAX_DISPATCH = re.compile(r"^pjit\.py:\d+ (_pjit_call_impl_python|_python_pjit_h
 #: (``compilation.py``'s ``__call__``) and the graph flattening it does (``graphlib.py``)
 LIBRARY_JIT = re.compile(r"^_jit\.py:\d+ (_call|__call__)$|^compilation\.py:\d+ __call__$|^graphlib\.py:\d+ \w+$")
 #: what a frame of these is, said after its name
-_KIND = ((READ_BACK, "reading a value back"), (WAIT_ON_THREAD, "waiting on another thread"),
+FRAME_KINDS = ((READ_BACK, "reading a value back"), (WAIT_ON_THREAD, "waiting on another thread"),
          (DEVICE_PUT, "copying host data to the device"), (JAX_DISPATCH, "JAX's dispatch"),
          (LIBRARY_JIT, "a library's jit, in Python on each call"))
 
@@ -78,7 +78,7 @@ class HostInGaps:
     waiting_s: float  # of them, waiting on another thread (WAIT_ON_THREAD)
     device_put_s: float  # of them, JAX copying host data to the device (DEVICE_PUT)
     dispatch_s: float  # of them, JAX's dispatch in Python and a library's jit around it (JAX_DISPATCH, LIBRARY_JIT)
-    work: tuple[str, float] | None  # the program's own frame (none of _KIND's) that holds the most of the gaps
+    work: tuple[str, float] | None  # the program's own frame (none of FRAME_KINDS's) that holds the most of the gaps
     library_jit: str = ""  # the library jit frame that holds the most of the gaps, if any
 
 
@@ -99,7 +99,7 @@ def host_in_gaps(report: Report) -> HostInGaps | None:
     def of(pattern: re.Pattern) -> float:
         return sum(s for f, s in frames if pattern.match(f))
 
-    work = next(((f, s) for f, s in frames if not any(p.match(f) for p, _ in _KIND)), None)
+    work = next(((f, s) for f, s in frames if not any(p.match(f) for p, _ in FRAME_KINDS)), None)
     library = next((f for f, _ in frames if LIBRARY_JIT.match(f)), "")
     return HostInGaps(total, frames, of(READ_BACK), of(WAIT_ON_THREAD), of(DEVICE_PUT),
                       of(JAX_DISPATCH) + of(LIBRARY_JIT), work, library)
@@ -124,7 +124,7 @@ def _in_steps(report: Report) -> str:
 
 def host_gap_evidence(report: Report, h: HostInGaps) -> str:
     """One line: the host's frames in the devices' gaps, the largest three, and what is left."""
-    shown = [frame_label(f) + "".join(f" ({what})" for p, what in _KIND if p.match(f)) + f" {_ms(s)}"
+    shown = [frame_label(f) + "".join(f" ({what})" for p, what in FRAME_KINDS if p.match(f)) + f" {_ms(s)}"
              for f, s in h.frames[:3]]
     rest = h.gaps_s - sum(s for _, s in h.frames[:3])
     if rest > 0.005 * h.gaps_s:
