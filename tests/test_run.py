@@ -149,6 +149,9 @@ def test_a_whole_run_leaves_the_python_tracer_off_unless_asked(env, healthy, tmp
     assert any("without JAX's Python tracer" in n for n in off["notes"]), off["notes"]
     idle = next(f for f in off["findings"] if f["rule"] == "idle")
     assert not any("the host was in" in e for e in idle["evidence"]), idle["evidence"]
+    # the finding itself says how to learn what the host did in its gaps
+    assert any(e.startswith("no Python frame of the host is known in these gaps") and "--python-tracer" in e
+               for e in idle["evidence"]), idle["evidence"]
     logs = tmp_path / "traced"
     # run by an interpreter named python3, as the `rooflens` command's shebang names it: the profiler names the
     # Python thread's line after it ("python3"), and its frames were dropped as not the Python tracer's line
@@ -163,6 +166,7 @@ def test_a_whole_run_leaves_the_python_tracer_off_unless_asked(env, healthy, tmp
     assert on["metadata"]["python_tracer"] is True and not any("Python tracer" in n for n in on["notes"])
     idle = next(f for f in on["findings"] if f["rule"] == "idle")
     assert any("the host was in time.sleep" in e for e in idle["evidence"]), idle["evidence"]
+    assert not any(e.startswith("no Python frame") for e in idle["evidence"]), idle["evidence"]
 
 
 def test_exit_status_message_and_traceback_are_the_scripts(env, tmp_path):

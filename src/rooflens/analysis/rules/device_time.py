@@ -35,7 +35,14 @@ from rooflens.analysis.rules.common import (
     step_time_of,
     with_saving,
 )
-from rooflens.analysis.rules.host import frame_label, host_gap_cause, host_gap_evidence, host_in_gaps, idle_flagged
+from rooflens.analysis.rules.host import (
+    frame_label,
+    frames_hint,
+    host_gap_cause,
+    host_gap_evidence,
+    host_in_gaps,
+    idle_flagged,
+)
 from rooflens.analysis.rules.kernels import launched_one_by_one, tiny_programs
 from rooflens.analysis.trust import is_async
 from rooflens.cost.kernels import instruction_module
@@ -599,6 +606,7 @@ def rule_overheads(report: Report) -> list[Finding]:
                    "buffers are not there then; if it is still slow, give each kernel more work (larger batch) or let "
                    "XLA fuse more of the step")
     elif within_share >= 0.5:
+        evidence.append(frames_hint(report))
         cause = ("the device waits inside its programs for the host: the runtime launching each op slower than the "
                  "device runs it (a library call's set-up, per-op host work), host callbacks, or transfers and "
                  "synchronisation the program waits for")
@@ -609,6 +617,7 @@ def rule_overheads(report: Report) -> list[Finding]:
                              "transfers from the step (reading values back, printing them)")
                + ", and check the gaps above")
     else:
+        evidence.append(frames_hint(report))
         cause = ("host round-trips inside the step: the step runs several programs and the device waits for the "
                  "host to dispatch each")
         fix = in_terms_of(report, "jit the whole step as one program, and drop per-step synchronisations "
@@ -618,7 +627,7 @@ def rule_overheads(report: Report) -> list[Finding]:
                           "run the step as one compiled graph, and drop per-step synchronisations (reading values "
                           "back, printing them)")
     f = Finding("overheads", "low", f"The device runs no kernel {fmt_percent(share)} of the {unit}", (), overhead_s,
-                tuple(evidence), cause, fix)
+                tuple(e for e in evidence if e), cause, fix)
     return [with_saving(report, f, overhead_s, st.program)]
 
 

@@ -11,6 +11,7 @@ from rooflens.analysis.findings import Finding
 from rooflens.analysis.report import Report
 from rooflens.analysis.rules.common import (
     in_terms_of,
+    is_jax,
     per_device_step,
     per_step_of,
     per_what,
@@ -133,6 +134,16 @@ def host_gap_evidence(report: Report, h: HostInGaps) -> str:
             f"devices together), the host's Python was in: {', '.join(shown)}")
 
 
+def frames_hint(report: Report) -> str:
+    """Evidence for a finding of the device waiting on the host when the trace credits none of its gaps to a Python
+    frame (no device or host has any): how to get them."""
+    if not is_jax(report) or any(d.host_in_gaps for d in (report.stats.hosts or report.stats.devices)):
+        return ""
+    return ("no Python frame of the host is known in these gaps (the trace has none of JAX's Python tracer, or the "
+            "gaps are under 20 µs): a window (`rooflens run --steps`) or `--python-tracer` records what the host did "
+            "in them")
+
+
 def host_gap_cause(report: Report, h: HostInGaps | None) -> tuple[str, str] | None:
     """The cause and fix when one thing the host did holds HOST_WORK_SHARE of the gaps: the program's own work (its
     largest frame), dispatching jitted calls in Python, copying host data to the device, reading values back, or
@@ -239,8 +250,7 @@ def rule_idle(report: Report) -> list[Finding]:
             evidence.append(f"not counted: {_ms(warm_s)} of idle time while the host compiled or around first runs "
                             "(warm-up)")
         in_gaps = host_in_gaps(report)
-        if in_gaps is not None:
-            evidence.append(host_gap_evidence(report, in_gaps))
+        evidence.append(host_gap_evidence(report, in_gaps) if in_gaps is not None else frames_hint(report))
         cause, fix = host_gap_cause(report, in_gaps) or (
             "the host does not feed the device fast enough: Python or data loading between steps, a "
             "synchronisation (print, device_get, block_until_ready) or a host-side stall",
@@ -248,8 +258,8 @@ def rule_idle(report: Report) -> list[Finding]:
             "path, and drop per-step synchronisations")
         f = Finding(
             "idle", severity_of(share), f"{who} is idle {fmt_percent(share)} of the time", (),
-            per if by_steps else per_device_step(report, idle_s) * max(report.num_devices, 1), tuple(evidence),
-            cause, fix)
+            per if by_steps else per_device_step(report, idle_s) * max(report.num_devices, 1),
+            tuple(e for e in evidence if e), cause, fix)
         out.append(with_saving(report, f, per, main))
     if len(out) > 1:  # one finding for all devices, with the worst one's numbers
         worst = max(out, key=lambda f: f.recoverable_s)
