@@ -60,10 +60,14 @@ JAX_DISPATCH = re.compile(r"^pjit\.py:\d+ (_pjit_call_impl_python|_python_pjit_h
 #: a library's jit around JAX's, in Python on every call: Equinox's filter_jit (its ``_call``), Flax NNX's nnx.jit
 #: (``compilation.py``'s ``__call__``) and the graph flattening it does (``graphlib.py``)
 LIBRARY_JIT = re.compile(r"^_jit\.py:\d+ (_call|__call__)$|^compilation\.py:\d+ __call__$|^graphlib\.py:\d+ \w+$")
+#: JAX's eager ops: jnp and lax functions called outside jit (jnp.full, a conversion, an index), each binding a
+#: primitive that dispatches a small program of its own
+EAGER_JAX = re.compile(r"^(lax|lax_numpy|array_creation|ufuncs|reductions|indexing|slicing|core)\.py:\d+ \w+$|"
+                       r"^array\.py:\d+ __getitem__$")
 #: what a frame of these is, said after its name
 FRAME_KINDS = ((READ_BACK, "reading a value back"), (WAIT_ON_THREAD, "waiting on another thread"),
          (DEVICE_PUT, "copying host data to the device"), (JAX_DISPATCH, "JAX's dispatch"),
-         (LIBRARY_JIT, "a library's jit, in Python on each call"))
+         (LIBRARY_JIT, "a library's jit, in Python on each call"), (EAGER_JAX, "JAX's eager op, outside jit"))
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,7 @@ class HostInGaps:
     waiting_s: float  # of them, waiting on another thread (WAIT_ON_THREAD)
     device_put_s: float  # of them, JAX copying host data to the device (DEVICE_PUT)
     dispatch_s: float  # of them, JAX's dispatch in Python and a library's jit around it (JAX_DISPATCH, LIBRARY_JIT)
+    eager_s: float  # of them, JAX's eager ops outside jit (EAGER_JAX)
     work: tuple[str, float] | None  # the program's own frame (none of FRAME_KINDS's) that holds the most of the gaps
     library_jit: str = ""  # the library jit frame that holds the most of the gaps, if any
 
@@ -103,7 +108,7 @@ def host_in_gaps(report: Report) -> HostInGaps | None:
     work = next(((f, s) for f, s in frames if not any(p.match(f) for p, _ in FRAME_KINDS)), None)
     library = next((f for f, _ in frames if LIBRARY_JIT.match(f)), "")
     return HostInGaps(total, frames, of(READ_BACK), of(WAIT_ON_THREAD), of(DEVICE_PUT),
-                      of(JAX_DISPATCH) + of(LIBRARY_JIT), work, library)
+                      of(JAX_DISPATCH) + of(LIBRARY_JIT), of(EAGER_JAX), work, library)
 
 
 def frame_label(frame: str) -> str:
@@ -129,7 +134,8 @@ def host_gap_evidence(report: Report, h: HostInGaps) -> str:
              for f, s in h.frames[:3]]
     rest = h.gaps_s - sum(s for _, s in h.frames[:3])
     if rest > 0.005 * h.gaps_s:
-        shown.append(f"elsewhere (in JAX's dispatch, rooflens's capture or no frame of the program's) {_ms(rest)}")
+        shown.append(f"the rest {_ms(rest)} (other frames, or none of the program's: JAX's dispatch in C++, "
+                     "rooflens's capture)")
     return (f"while the devices ran no op {_in_steps(report)} ({_ms(h.gaps_s)} in gaps of 20 µs or more, the host's "
             f"devices together), the host's Python was in: {', '.join(shown)}")
 
@@ -151,7 +157,7 @@ def host_gap_cause(report: Report, h: HostInGaps | None) -> tuple[str, str] | No
     if h is None:
         return None
     work_s = h.work[1] if h.work else 0.0
-    most = max(work_s, h.read_back_s, h.waiting_s, h.device_put_s, h.dispatch_s)
+    most = max(work_s, h.read_back_s, h.waiting_s, h.device_put_s, h.dispatch_s, h.eager_s)
     if most < HOST_WORK_SHARE * h.gaps_s:
         return None
     if most == work_s:
@@ -162,6 +168,12 @@ def host_gap_cause(report: Report, h: HostInGaps | None) -> tuple[str, str] | No
         return cause, (f"take {name} off the critical path: run it while the device works (the next batch prepared "
                        "during this step, by a background thread or a loader that prefetches, such as grain or "
                        "tf.data's prefetch, and jax.device_put of it before the step is called), or make it cheaper")
+    if most == h.eager_s:
+        return (f"JAX's eager ops between the jitted calls: for {_ms(h.eager_s)} of the {_ms(h.gaps_s)} its devices "
+                f"ran no op {_in_steps(report)}, the host was in jnp or lax functions called outside jit (building an "
+                "array, converting or indexing one), each dispatching a small program of its own",
+                "move that work into the jitted step (pass the loop index or the raw value as an argument and build "
+                "the array inside), or make it with NumPy on the host")
     if most == h.dispatch_s:
         library = frame_label(h.library_jit) if h.library_jit else ""
         return (f"the Python around each jitted call: for {_ms(h.dispatch_s)} of the {_ms(h.gaps_s)} its devices ran "
