@@ -165,9 +165,10 @@ def host_gap_cause(report: Report, h: HostInGaps | None) -> tuple[str, str] | No
         cause = (f"the host's own work between dispatches: for {_ms(work_s)} of the {_ms(h.gaps_s)} its devices ran "
                  f"no op {_in_steps(report)}, the host was in {name}, so the next work was not yet queued (input "
                  "preparation or other Python on the step's critical path)")
-        return cause, (f"take {name} off the critical path: run it while the device works (the next batch prepared "
-                       "during this step, by a background thread or a loader that prefetches, such as grain or "
-                       "tf.data's prefetch, and jax.device_put of it before the step is called), or make it cheaper")
+        return cause, (f"take {name} off the critical path: run it while the device works (an input pipeline's next "
+                       "batch prepared during this step, by a background thread or a loader that prefetches, such as "
+                       "grain or tf.data's prefetch, and jax.device_put of it before the step is called; a checkpoint "
+                       "or a log written asynchronously, or every N steps), or make it cheaper")
     if most == h.eager_s:
         return (f"JAX's eager ops between the jitted calls: for {_ms(h.eager_s)} of the {_ms(h.gaps_s)} its devices "
                 f"ran no op {_in_steps(report)}, the host was in jnp or lax functions called outside jit (building an "
