@@ -559,7 +559,7 @@ def test_an_input_bound_loop_names_the_host_function_the_device_waits_for():
     assert "the host was in batch (input_bound.py:36)" in f.cause, f.cause
     assert f.fix.startswith("take batch (input_bound.py:36) off the critical path"), f.fix
     for d in rep.stats.hosts:
-        frames = dict(d.host_in_gaps)
+        frames = {frame: s for frame, s, _ in d.host_in_gaps}  # (batch is the script's own: no caller named)
         assert sum(frames.values()) <= d.idle_s and frames["input_bound.py:36 batch"] >= 0.3 * sum(frames.values())
     # (rooflens's own frames are no work of the program's: its poll's sleep and the jitted call it wraps are not named)
     assert "time.sleep" not in line and "stepwindow" not in line, line
@@ -596,6 +596,18 @@ def test_eager_jax_ops_between_a_samplers_steps_are_named_as_the_cause():
     assert line.split("was in: ")[1].startswith("full (lax.py:"), line
     assert f.cause.startswith("JAX's eager ops between the jitted calls"), f.cause
     assert f.fix.startswith("move that work into the jitted step"), f.fix
+
+
+def test_the_scripts_function_that_called_a_library_is_named_as_the_work():
+    """A loop that saves a checkpoint with NumPy every 4 steps (tests/window_scripts/checkpoint_every.py): the
+    device's gaps are the host inside NumPy's `_savez`, called from the script's `save_checkpoint`. The cause names
+    the script's function (where the user acts) and the library frame inside it, and the fix takes the script's
+    function off the critical path."""
+    rep, f = _host_wait("checkpoint_every")
+    assert "the host was in save_checkpoint (checkpoint_every.py:45), in _savez (_npyio_impl.py:" in f.cause, f.cause
+    assert f.fix.startswith("take save_checkpoint (checkpoint_every.py:45) off the critical path"), f.fix
+    assert any(caller == "checkpoint_every.py:45 save_checkpoint" for d in rep.stats.hosts
+               for frame, _, caller in d.host_in_gaps if frame.endswith(" _savez")), rep.stats.hosts[0].host_in_gaps
 
 
 def test_eager_preprocessing_inside_the_steps_is_judged_in_the_step(env, tmp_path):

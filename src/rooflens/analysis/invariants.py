@@ -138,7 +138,7 @@ def _devices(rows: list[dict]) -> list[str]:
             out.append(f"{where}: idle {idle:.6g} s is negative")
         if None not in (busy, idle, window) and abs(busy + idle - window) > 1e-6 * max(window, 1e-3):
             out.append(f"{where}: busy {busy:.6g} s + idle {idle:.6g} s is not its window {window:.6g} s")
-        credited = sum(s for _, s in d.get("host_in_gaps") or [])
+        credited = sum(e[1] for e in d.get("host_in_gaps") or [])
         if idle is not None and _over(credited, idle):
             out.append(f"{where}: the host's frames cover {credited:.6g} s of its gaps, more than its idle "
                        f"{idle:.6g} s")

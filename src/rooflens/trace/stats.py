@@ -111,8 +111,9 @@ class DeviceTime:
     largest_gaps: tuple[Gap, ...]
     transfers: tuple[TransferTime, ...] = ()  # per program with any (a device's; not a host's devices together)
     #: what the host's Python was doing while the device ran no op (:func:`host_in_gaps`): (frame, seconds of the
-    #: device's gaps it covers), most first, "" for gaps no frame covers; () where the trace has no Python frames
-    host_in_gaps: tuple[tuple[str, float], ...] = ()
+    #: device's gaps it covers, the script's frame it was called from or ""), most first, "" for gaps no frame
+    #: covers; () where the trace has no Python frames
+    host_in_gaps: tuple[tuple[str, float, str], ...] = ()
 
 
 @dataclass
@@ -564,13 +565,15 @@ HOST_GAP_MIN_NS = 20_000  # a gap shorter than this is a launch's, not the host'
 HOST_GAPS_MOST = 2000  # the longest gaps credited to a host frame (each looks through the host's frames once)
 
 
-def host_in_gaps(frames: tuple, gap_start: np.ndarray, gap_end: np.ndarray
-                 ) -> tuple[tuple[str, float], ...]:
+def host_in_gaps(frames: tuple, gap_start: np.ndarray, gap_end: np.ndarray, script: str = ""
+                 ) -> tuple[tuple[str, float, str], ...]:
     """The device's gaps (ns) by what the host's Python was doing meanwhile: the gaps of at least HOST_GAP_MIN_NS,
     the HOST_GAPS_MOST longest of them, each credited to the program's innermost frame covering half of it
     (:func:`_frame_in_gaps`; "" where none does, or where the host was inside the capture's code: a frame of its own,
-    or one called from it, its poll's ``time.sleep`` or the jitted call it wraps, no work of the program's), summed
-    per frame (s), most first."""
+    or one called from it, its poll's ``time.sleep`` or the jitted call it wraps, no work of the program's), and to
+    the innermost frame of the run's ``script`` (its file's base name, ``train.py``) covering it, where that is
+    another (a library's frame called from the script's ``save_checkpoint``): (frame, seconds, script's frame or
+    ""), summed per pair, most first."""
     names, fs, fe = frames
     if not len(names) or not len(gap_start):
         return ()
@@ -584,25 +587,31 @@ def host_in_gaps(frames: tuple, gap_start: np.ndarray, gap_end: np.ndarray
     codes = np.fromiter((code_of.setdefault(n, len(code_of)) for n in names), np.int64, len(names))
     words = [n.lstrip("$") for n in code_of]
     own = np.asarray([_own(w) for w in words], bool)[codes]
+    mine = np.asarray([bool(script) and w.startswith(script + ":") for w in words], bool)[codes]
     order = np.lexsort((fs - fe, fs))  # by start, a frame before the frames it holds (longer first at one start)
-    at = _frame_in_gaps(fs[order], fe[order], own[order], gap_start[keep].astype(np.float64),
-                        gap_end[keep].astype(np.float64))
-    hit = at >= 0
-    credited = np.full(len(at), len(words), np.int64)
-    credited[hit] = codes[order][at[hit]]
-    sums = np.bincount(credited, weights=length[keep].astype(np.float64), minlength=len(words) + 1) * 1e-9
-    by = {("" if k == len(words) else words[k]): float(sums[k]) for k in np.flatnonzero(sums).tolist()}
-    return tuple(sorted(by.items(), key=lambda kv: (-kv[1], kv[0])))
+    at, at_mine = _frame_in_gaps(fs[order], fe[order], own[order], mine[order], gap_start[keep].astype(np.float64),
+                                 gap_end[keep].astype(np.float64))
+    none = len(words)
+    credited = np.where(at >= 0, codes[order][np.maximum(at, 0)], none)
+    caller = np.where((at_mine >= 0) & (at >= 0), codes[order][np.maximum(at_mine, 0)], none)
+    caller[caller == credited] = none  # the frame is the script's own: no caller to name
+    pair = credited * (none + 1) + caller
+    sums = np.bincount(pair, weights=length[keep].astype(np.float64), minlength=(none + 1) ** 2) * 1e-9
+    word = [*words, ""]
+    by = [(word[k // (none + 1)], float(sums[k]), word[k % (none + 1)]) for k in np.flatnonzero(sums).tolist()]
+    return tuple(sorted(by, key=lambda e: (-e[1], e[0], e[2])))
 
 
 @njit(cache=True, nogil=True)
-def _frame_in_gaps(f_start, f_end, own, g0, g1):
+def _frame_in_gaps(f_start, f_end, own, mine, g0, g1):
     """For each gap [g0, g1] (disjoint, in order), the frame (an index into the frames, sorted by start, a frame
-    before those it holds) it is credited to, or -1, in one sweep: a frame that overlaps half of
-    a gap holds its midpoint, so the candidates are the call stack at the midpoint, innermost first. The innermost
-    one covering half of the gap is credited unless it or the next one out is the capture's own (``own``)."""
+    before those it holds) it is credited to, or -1, and the innermost frame covering half of it among ``mine``, or
+    -1, in one sweep: a frame that overlaps half of a gap holds its midpoint, so the candidates are the call stack at
+    the midpoint, innermost first. The innermost one covering half of the gap is credited unless it or the next one
+    out is the capture's own (``own``)."""
     n, nf = len(g0), len(f_start)
     out = np.full(n, -1, np.int64)
+    out_mine = np.full(n, -1, np.int64)
     stack = np.empty(nf + 1, np.int64)
     depth = 0
     j = 0
@@ -618,26 +627,27 @@ def _frame_in_gaps(f_start, f_end, own, g0, g1):
         while depth > 0 and f_end[stack[depth - 1]] < mid:
             depth -= 1
         first = -1
+        seen = 0  # covering frames met so far, innermost first
         for k in range(depth - 1, -1, -1):
             q = stack[k]
             if f_end[q] < mid or min(f_end[q], g1[i]) - max(f_start[q], g0[i]) < half:
                 continue
-            if first < 0:
-                if own[q]:
-                    break
-                first = q
-            else:
-                if own[q]:
-                    first = -1
-                break
+            if mine[q] and out_mine[i] < 0:
+                out_mine[i] = q
+            if seen == 0:
+                if not own[q]:
+                    first = q
+            elif seen == 1 and first >= 0 and own[q]:
+                first = -1
+            seen += 1
         out[i] = first
-    return out
+    return out, out_mine
 
 
 @plain_twin(_frame_in_gaps, 200_000)  # a window's frames: swept before numba would have started
-def _frame_in_gaps_plain(f_start, f_end, own, g0, g1):
-    fs, fe, ow = f_start.tolist(), f_end.tolist(), own.tolist()
-    out, stack, j = [], [], 0
+def _frame_in_gaps_plain(f_start, f_end, own, mine, g0, g1):
+    fs, fe, ow, mi = f_start.tolist(), f_end.tolist(), own.tolist(), mine.tolist()
+    out, out_mine, stack, j = [], [], [], 0
     for a, b in zip(g0.tolist(), g1.tolist()):
         mid, half = 0.5 * (a + b), 0.5 * (b - a)
         while j < len(fs) and fs[j] <= mid:
@@ -647,25 +657,18 @@ def _frame_in_gaps_plain(f_start, f_end, own, g0, g1):
             j += 1
         while stack and fe[stack[-1]] < mid:
             stack.pop()
-        first = -1
-        for q in reversed(stack):
-            if fe[q] < mid or min(fe[q], b) - max(fs[q], a) < half:
-                continue
-            if first < 0:
-                if ow[q]:
-                    break
-                first = q
-            else:
-                if ow[q]:
-                    first = -1
-                break
+        covering = [q for q in reversed(stack) if fe[q] >= mid and min(fe[q], b) - max(fs[q], a) >= half]
+        first = covering[0] if covering and not ow[covering[0]] else -1
+        if first >= 0 and len(covering) > 1 and ow[covering[1]]:
+            first = -1
         out.append(first)
-    return np.asarray(out, np.int64)
+        out_mine.append(next((q for q in covering if mi[q]), -1))
+    return np.asarray(out, np.int64), np.asarray(out_mine, np.int64)
 
 
 def _device_time(t, start, dur, sel: np.ndarray, dev: int, t0: float, n_gaps: int,
                  host_events: tuple | None = None, transfers: tuple[TransferTime, ...] = (),
-                 in_steps: np.ndarray | None = None) -> DeviceTime:
+                 in_steps: np.ndarray | None = None, script: str = "") -> DeviceTime:
     """Busy (union of op intervals), idle and the largest gaps of the events ``sel`` (sorted by start); the host's
     frames in its gaps, those between two events inside the steps where ``in_steps`` (per event) is given."""
     at, ms, me = merged_of(start, dur, sel) if len(sel) else (sel, start[:0], start[:0])
@@ -685,7 +688,7 @@ def _device_time(t, start, dur, sel: np.ndarray, dev: int, t0: float, n_gaps: in
             after = sel[nxt] if nxt < len(sel) else before
             gaps.append(Gap(dev, float(me[k] - t0) * 1e-9, float(g[k]) * 1e-9, t.names[t.name[before]],
                             t.names[t.name[after]], _host_during(frames, float(me[k]), float(ms[k + 1]))))
-    in_host: tuple[tuple[str, float], ...] = ()
+    in_host: tuple[tuple[str, float, str], ...] = ()
     if len(frames[0]) and len(ms) > 1:
         inside = np.ones(len(ms) - 1, bool)
         if in_steps is not None:  # both ends in a step: the step's own idle, not the set-up's or the warm-up's
@@ -694,7 +697,7 @@ def _device_time(t, start, dur, sel: np.ndarray, dev: int, t0: float, n_gaps: in
             last[:-1] = in_steps[sel[at[1:] - 1]]
             last[-1] = in_steps[sel[-1]]
             inside = last[:-1] & first[1:]
-        in_host = host_in_gaps(frames, me[:-1][inside], ms[1:][inside])
+        in_host = host_in_gaps(frames, me[:-1][inside], ms[1:][inside], script)
     host = t.hosts[int(t.host[sel[0]])] if len(sel) else ""
     every = len(sel) == len(dur)  # all events (one host's, of a one-host trace): no copy
     return DeviceTime(dev, host, busy * 1e-9, window * 1e-9, (window - busy) * 1e-9,
@@ -774,8 +777,17 @@ def op_stats(profile: Profile, gaps_per_device: int = 5) -> OpStats:
         profile.steps, profile.platform, profile.device_kind, profile.notes, profile.unran,
         profile.metadata.get("in_window"),
         sorted(profile.hlo_texts.items()), sorted(t.hlo_text.items()), sorted(t.op_meta.items(), key=repr),
-        profile.host_events, sorted(profile.host_events_of.items()), profile.step_choice, profile.marked_steps))
+        profile.host_events, sorted(profile.host_events_of.items()), profile.step_choice, profile.marked_steps,
+        script_name(profile)))
     return memo.remembered("op_stats", key, len(t), lambda: _op_stats(profile, gaps_per_device))
+
+
+def script_name(profile: Profile) -> str:
+    """The base name of the script a ``rooflens run`` ran (``train.py``), as JAX's Python tracer names its frames'
+    files; "" when the profile does not say (a trace of the script's own, a module run)."""
+    import os
+
+    return os.path.basename(profile.manifest.script or "")
 
 
 def device_times(profile: Profile, gaps_per_device: int) -> tuple[list[DeviceTime], list[DeviceTime]]:
@@ -800,11 +812,14 @@ def device_times(profile: Profile, gaps_per_device: int) -> tuple[list[DeviceTim
     transfer = transfer_mask(t, profile.op_info) if len(t) else np.zeros(0, bool)
     counted = transfer & (t.step >= 0) if profile.steps else transfer
     in_steps = (t.step >= 0) if profile.steps and any(len(f[0]) for f in map(frames, range(len(t.hosts)))) else None
+    script = script_name(profile)
     devices = [_device_time(t, start, dur, sel, int(d), t0, gaps_per_device, frames(int(h)),
-                            _transfer_times(t, start, dur, sel, transfer, counted) if counted.any() else (), in_steps)
+                            _transfer_times(t, start, dur, sel, transfer, counted) if counted.any() else (), in_steps,
+                            script)
                for h, d, sel in ((t.host[g[0]], t.device[g[0]], g) for g in by_dev)]
     del by_dev
-    hosts = [_device_time(t, start, dur, sel, -1, t0, gaps_per_device, frames(int(t.host[sel[0]])), (), in_steps)
+    hosts = [_device_time(t, start, dur, sel, -1, t0, gaps_per_device, frames(int(t.host[sel[0]])), (), in_steps,
+                          script)
              for sel in groups_of(t.host)]
     return devices, hosts
 

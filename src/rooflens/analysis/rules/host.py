@@ -84,31 +84,49 @@ class HostInGaps:
     device_put_s: float  # of them, JAX copying host data to the device (DEVICE_PUT)
     dispatch_s: float  # of them, JAX's dispatch in Python and a library's jit around it (JAX_DISPATCH, LIBRARY_JIT)
     eager_s: float  # of them, JAX's eager ops outside jit (EAGER_JAX)
-    work: tuple[str, float] | None  # the program's own frame (none of FRAME_KINDS's) that holds the most of the gaps
+    work: tuple[str, float] | None  # the program's own work (frames none of FRAME_KINDS's) holding the most of the
+    # gaps: the script's frame they were called from, or the frame itself
     library_jit: str = ""  # the library jit frame that holds the most of the gaps, if any
+    work_inner: str = ""  # the frame inside the work's script frame holding the most of its gaps ("": itself)
 
 
 def host_in_gaps(report: Report) -> HostInGaps | None:
     """The hosts' frames in their devices' gaps (each host's devices together, one host's frames per host), None
     where the trace has no Python frames (JAX's Python tracer was off) or no gap was credited to a frame of the
-    program's."""
+    program's. The program's own work is taken by the script's frame it was called from, where the trace names one
+    (a library's ``_savez`` called from the script's ``save_checkpoint`` is that function's work)."""
     units = report.stats.hosts or report.stats.devices
-    by: dict[str, float] = {}
+    by: dict[tuple[str, str], float] = {}
     for d in units:
-        for frame, s in d.host_in_gaps:
+        for frame, s, *caller in d.host_in_gaps:
             if not (COMPILE_FRAME.match(frame) or COMPILE_FRAME.match("$" + frame)):  # compiling is warm-up
-                by[frame] = by.get(frame, 0.0) + s
+                key = (frame, caller[0] if caller else "")
+                by[key] = by.get(key, 0.0) + s
     total = sum(by.values())
-    frames = tuple(sorted(((f, s) for f, s in by.items() if f), key=lambda fs: (-fs[1], fs[0])))
+    per_frame: dict[str, float] = {}
+    work_by: dict[str, dict[str, float]] = {}  # the script's frame (or the frame itself) → its frames inside
+    for (frame, caller), s in by.items():
+        if frame:
+            per_frame[frame] = per_frame.get(frame, 0.0) + s
+            if not any(p.match(frame) for p, _ in FRAME_KINDS):
+                inner = work_by.setdefault(caller or frame, {})
+                inner[frame] = inner.get(frame, 0.0) + s
+    frames = tuple(sorted(per_frame.items(), key=lambda fs: (-fs[1], fs[0])))
     if total <= 0 or not frames:  # no gap the program's own frame covers: nothing to say of it
         return None
+
     def of(pattern: re.Pattern) -> float:
         return sum(s for f, s in frames if pattern.match(f))
 
-    work = next(((f, s) for f, s in frames if not any(p.match(f) for p, _ in FRAME_KINDS)), None)
+    work, inner = None, ""
+    if work_by:
+        name, inside = min(work_by.items(), key=lambda kv: (-sum(kv[1].values()), kv[0]))
+        work = (name, sum(inside.values()))
+        inner = max(inside, key=lambda f: (inside[f], f))
+        inner = "" if inner == name else inner
     library = next((f for f, _ in frames if LIBRARY_JIT.match(f)), "")
     return HostInGaps(total, frames, of(READ_BACK), of(WAIT_ON_THREAD), of(DEVICE_PUT),
-                      of(JAX_DISPATCH) + of(LIBRARY_JIT), of(EAGER_JAX), work, library)
+                      of(JAX_DISPATCH) + of(LIBRARY_JIT), of(EAGER_JAX), work, library, inner)
 
 
 def frame_label(frame: str) -> str:
@@ -162,9 +180,10 @@ def host_gap_cause(report: Report, h: HostInGaps | None) -> tuple[str, str] | No
         return None
     if most == work_s:
         name = frame_label(h.work[0])
+        inside = f", in {frame_label(h.work_inner)}" if h.work_inner else ""
         cause = (f"the host's own work between dispatches: for {_ms(work_s)} of the {_ms(h.gaps_s)} its devices ran "
-                 f"no op {_in_steps(report)}, the host was in {name}, so the next work was not yet queued (input "
-                 "preparation or other Python on the step's critical path)")
+                 f"no op {_in_steps(report)}, the host was in {name}{inside}, so the next work was not yet queued "
+                 "(input preparation or other Python on the step's critical path)")
         return cause, (f"take {name} off the critical path: run it while the device works (an input pipeline's next "
                        "batch prepared during this step, by a background thread or a loader that prefetches, such as "
                        "grain or tf.data's prefetch, and jax.device_put of it before the step is called; a checkpoint "
