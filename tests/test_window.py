@@ -606,6 +606,8 @@ def test_the_scripts_function_that_called_a_library_is_named_as_the_work():
     rep, f = _host_wait("checkpoint_every")
     assert "the host was in save_checkpoint (checkpoint_every.py:45), in _savez (_npyio_impl.py:" in f.cause, f.cause
     assert f.fix.startswith("take save_checkpoint (checkpoint_every.py:45) off the critical path"), f.fix
+    (line,) = [e for e in f.evidence if "the host's Python was in" in e]
+    assert "_savez (_npyio_impl.py:756) from save_checkpoint (checkpoint_every.py:45) " in line, line
     assert any(caller == "checkpoint_every.py:45 save_checkpoint" for d in rep.stats.hosts
                for frame, _, caller in d.host_in_gaps if frame.endswith(" _savez")), rep.stats.hosts[0].host_in_gaps
 

@@ -88,6 +88,7 @@ class HostInGaps:
     # gaps: the script's frame they were called from, or the frame itself
     library_jit: str = ""  # the library jit frame that holds the most of the gaps, if any
     work_inner: str = ""  # the frame inside the work's script frame holding the most of its gaps ("": itself)
+    callers: tuple[tuple[str, str], ...] = ()  # (frame, the script's frame it was mostly called from), where named
 
 
 def host_in_gaps(report: Report) -> HostInGaps | None:
@@ -125,8 +126,13 @@ def host_in_gaps(report: Report) -> HostInGaps | None:
         inner = max(inside, key=lambda f: (inside[f], f))
         inner = "" if inner == name else inner
     library = next((f for f, _ in frames if LIBRARY_JIT.match(f)), "")
+    callers: dict[str, tuple[float, str]] = {}  # frame → (seconds, the script's frame) with the most seconds
+    for (frame, caller), s in sorted(by.items()):
+        if frame and caller and s > callers.get(frame, (0.0, ""))[0]:
+            callers[frame] = (s, caller)
     return HostInGaps(total, frames, of(READ_BACK), of(WAIT_ON_THREAD), of(DEVICE_PUT),
-                      of(JAX_DISPATCH) + of(LIBRARY_JIT), of(EAGER_JAX), work, library, inner)
+                      of(JAX_DISPATCH) + of(LIBRARY_JIT), of(EAGER_JAX), work, library, inner,
+                      tuple(sorted((f, c) for f, (_, c) in callers.items())))
 
 
 def frame_label(frame: str) -> str:
@@ -148,7 +154,9 @@ def _in_steps(report: Report) -> str:
 
 def host_gap_evidence(report: Report, h: HostInGaps) -> str:
     """One line: the host's frames in the devices' gaps, the largest three, and what is left."""
-    shown = [frame_label(f) + "".join(f" ({what})" for p, what in FRAME_KINDS if p.match(f)) + f" {_ms(s)}"
+    called_from = dict(h.callers)
+    shown = [frame_label(f) + "".join(f" ({what})" for p, what in FRAME_KINDS if p.match(f))
+             + (f" from {frame_label(called_from[f])}" if f in called_from else "") + f" {_ms(s)}"
              for f, s in h.frames[:3]]
     rest = h.gaps_s - sum(s for _, s in h.frames[:3])
     if rest > 0.005 * h.gaps_s:
