@@ -684,5 +684,5 @@ def test_the_host_frames_in_the_devices_gaps_are_told_by_kind(frame, kind):
     work (no kind: the one a finding may name as the cause)."""
     from rooflens.analysis.rules import host
 
-    kinds = [what for pattern, what in host.FRAME_KINDS if pattern.match(frame)]
+    kinds = [what for pattern, what, _ in host.FRAME_KINDS if pattern.match(frame)]
     assert kinds == ([kind] if kind else []), kinds

@@ -228,6 +228,11 @@ class StepBreakdown:
     def other_programs_s(self) -> float:
         return sum(s for _, s in self.other_programs)
 
+    @property
+    def parts_s(self) -> float:
+        """The step program's op time in the step, its parts summed (ops that ran side by side counted each)."""
+        return self.compute_s + self.communication_s + self.layout_s + self.host_s + self.other_s
+
 
 @dataclass(frozen=True)
 class InWindow:

@@ -510,24 +510,23 @@ def _own(frame: str) -> bool:
     return ".py:" in where and (where.split(":", 1)[0], function) in own_frames()
 
 
-def _covering(spans: tuple[list[str], np.ndarray, np.ndarray], g0: float, g1: float) -> list[str]:
-    """The Python frames overlapping at least half of [g0, g1], innermost (shortest; the first of equals) first."""
-    names, s, e = spans
-    if not len(s):
-        return []
-    late = s > g1
-    stop = int(np.argmax(late)) if late.any() else len(s)
-    s, e = s[:stop], e[:stop]
-    fits = np.flatnonzero((np.minimum(e, g1) - np.maximum(s, g0)) >= 0.5 * (g1 - g0))
-    return [names[k].lstrip("$") for k in fits[np.argsort((e - s)[fits], kind="stable")].tolist()]
-
-
 def _host_during(spans: tuple[list[str], np.ndarray, np.ndarray], g0: float, g1: float) -> str:
     """The innermost Python frame that covers most of [g0, g1] (e.g. ``$time sleep``): of the frames before the
     first that starts after g1, the shortest (the first of equals) overlapping at least half of it, the capture's
     own frames passed over (``rooflens run`` counts each jitted call in a frame of its own: the program's frame
     is the one around it)."""
-    return next((f for f in _covering(spans, g0, g1) if not _own(f)), "")
+    names, s, e = spans
+    if not len(s):
+        return ""
+    late = s > g1
+    stop = int(np.argmax(late)) if late.any() else len(s)
+    s, e = s[:stop], e[:stop]
+    fits = np.flatnonzero((np.minimum(e, g1) - np.maximum(s, g0)) >= 0.5 * (g1 - g0))
+    for k in fits[np.argsort((e - s)[fits], kind="stable")].tolist():
+        frame = names[k].lstrip("$")
+        if not _own(frame):
+            return frame
+    return ""
 
 
 @njit(cache=True, nogil=True)
@@ -565,17 +564,41 @@ HOST_GAP_MIN_NS = 20_000  # a gap shorter than this is a launch's, not the host'
 HOST_GAPS_MOST = 2000  # the longest gaps credited to a host frame (each looks through the host's frames once)
 
 
-def host_in_gaps(frames: tuple, gap_start: np.ndarray, gap_end: np.ndarray, script: str = ""
-                 ) -> tuple[tuple[str, float, str], ...]:
+@dataclass(frozen=True)
+class FrameCodes:
+    """A host's Python frames coded once for :func:`host_in_gaps` (a host's devices each ask): the frames in the
+    sweep's order (by start, a frame before those it holds), each one's code into ``words`` (its name, ``$``
+    stripped), and whether it is the capture's own or of the run's script."""
+
+    start: np.ndarray
+    end: np.ndarray
+    codes: np.ndarray
+    words: list[str]
+    own: np.ndarray
+    mine: np.ndarray
+
+    @staticmethod
+    def of(frames: tuple, script: str = "") -> FrameCodes:
+        """``frames`` (:func:`host_spans`); ``script``: the run's script's base name (``train.py``), or ""."""
+        names, fs, fe = frames
+        code_of: dict[str, int] = {}
+        codes = np.fromiter((code_of.setdefault(n, len(code_of)) for n in names), np.int64, len(names))
+        words = [n.lstrip("$") for n in code_of]
+        order = np.lexsort((fs - fe, fs))
+        codes = codes[order]
+        own = np.asarray([_own(w) for w in words], bool)[codes]
+        mine = np.asarray([bool(script) and w.startswith(script + ":") for w in words], bool)[codes]
+        return FrameCodes(fs[order], fe[order], codes, words, own, mine)
+
+
+def host_in_gaps(frames: FrameCodes, gap_start: np.ndarray, gap_end: np.ndarray) -> tuple[tuple[str, float, str], ...]:
     """The device's gaps (ns) by what the host's Python was doing meanwhile: the gaps of at least HOST_GAP_MIN_NS,
     the HOST_GAPS_MOST longest of them, each credited to the program's innermost frame covering half of it
     (:func:`_frame_in_gaps`; "" where none does, or where the host was inside the capture's code: a frame of its own,
     or one called from it, its poll's ``time.sleep`` or the jitted call it wraps, no work of the program's), and to
-    the innermost frame of the run's ``script`` (its file's base name, ``train.py``) covering it, where that is
-    another (a library's frame called from the script's ``save_checkpoint``): (frame, seconds, script's frame or
-    ""), summed per pair, most first."""
-    names, fs, fe = frames
-    if not len(names) or not len(gap_start):
+    the innermost frame of the run's script covering it, where that is another (a library's frame called from the
+    script's ``save_checkpoint``): (frame, seconds, script's frame or ""), summed per pair, most first."""
+    if not len(frames.codes) or not len(gap_start):
         return ()
     length = gap_end - gap_start
     keep = np.flatnonzero(length >= HOST_GAP_MIN_NS)
@@ -583,21 +606,15 @@ def host_in_gaps(frames: tuple, gap_start: np.ndarray, gap_end: np.ndarray, scri
         keep = np.sort(keep[np.argsort(-length[keep], kind="stable")[:HOST_GAPS_MOST]])
     if not len(keep):
         return ()
-    code_of: dict[str, int] = {}
-    codes = np.fromiter((code_of.setdefault(n, len(code_of)) for n in names), np.int64, len(names))
-    words = [n.lstrip("$") for n in code_of]
-    own = np.asarray([_own(w) for w in words], bool)[codes]
-    mine = np.asarray([bool(script) and w.startswith(script + ":") for w in words], bool)[codes]
-    order = np.lexsort((fs - fe, fs))  # by start, a frame before the frames it holds (longer first at one start)
-    at, at_mine = _frame_in_gaps(fs[order], fe[order], own[order], mine[order], gap_start[keep].astype(np.float64),
-                                 gap_end[keep].astype(np.float64))
-    none = len(words)
-    credited = np.where(at >= 0, codes[order][np.maximum(at, 0)], none)
-    caller = np.where((at_mine >= 0) & (at >= 0), codes[order][np.maximum(at_mine, 0)], none)
+    at, at_mine = _frame_in_gaps(frames.start, frames.end, frames.own, frames.mine,
+                                 gap_start[keep].astype(np.float64), gap_end[keep].astype(np.float64))
+    none = len(frames.words)
+    credited = np.where(at >= 0, frames.codes[np.maximum(at, 0)], none)
+    caller = np.where((at_mine >= 0) & (at >= 0), frames.codes[np.maximum(at_mine, 0)], none)
     caller[caller == credited] = none  # the frame is the script's own: no caller to name
-    pair = credited * (none + 1) + caller
-    sums = np.bincount(pair, weights=length[keep].astype(np.float64), minlength=(none + 1) ** 2) * 1e-9
-    word = [*words, ""]
+    sums = np.bincount(credited * (none + 1) + caller, weights=length[keep].astype(np.float64),
+                       minlength=(none + 1) ** 2) * 1e-9
+    word = [*frames.words, ""]
     by = [(word[k // (none + 1)], float(sums[k]), word[k % (none + 1)]) for k in np.flatnonzero(sums).tolist()]
     return tuple(sorted(by, key=lambda e: (-e[1], e[0], e[2])))
 
@@ -668,7 +685,7 @@ def _frame_in_gaps_plain(f_start, f_end, own, mine, g0, g1):
 
 def _device_time(t, start, dur, sel: np.ndarray, dev: int, t0: float, n_gaps: int,
                  host_events: tuple | None = None, transfers: tuple[TransferTime, ...] = (),
-                 in_steps: np.ndarray | None = None, script: str = "") -> DeviceTime:
+                 in_steps: np.ndarray | None = None, coded: FrameCodes | None = None) -> DeviceTime:
     """Busy (union of op intervals), idle and the largest gaps of the events ``sel`` (sorted by start); the host's
     frames in its gaps, those between two events inside the steps where ``in_steps`` (per event) is given."""
     at, ms, me = merged_of(start, dur, sel) if len(sel) else (sel, start[:0], start[:0])
@@ -689,7 +706,7 @@ def _device_time(t, start, dur, sel: np.ndarray, dev: int, t0: float, n_gaps: in
             gaps.append(Gap(dev, float(me[k] - t0) * 1e-9, float(g[k]) * 1e-9, t.names[t.name[before]],
                             t.names[t.name[after]], _host_during(frames, float(me[k]), float(ms[k + 1]))))
     in_host: tuple[tuple[str, float, str], ...] = ()
-    if len(frames[0]) and len(ms) > 1:
+    if coded is not None and len(coded.codes) and len(ms) > 1:
         inside = np.ones(len(ms) - 1, bool)
         if in_steps is not None:  # both ends in a step: the step's own idle, not the set-up's or the warm-up's
             first = in_steps[sel[at]]
@@ -697,7 +714,7 @@ def _device_time(t, start, dur, sel: np.ndarray, dev: int, t0: float, n_gaps: in
             last[:-1] = in_steps[sel[at[1:] - 1]]
             last[-1] = in_steps[sel[-1]]
             inside = last[:-1] & first[1:]
-        in_host = host_in_gaps(frames, me[:-1][inside], ms[1:][inside], script)
+        in_host = host_in_gaps(coded, me[:-1][inside], ms[1:][inside])
     host = t.hosts[int(t.host[sel[0]])] if len(sel) else ""
     every = len(sel) == len(dur)  # all events (one host's, of a one-host trace): no copy
     return DeviceTime(dev, host, busy * 1e-9, window * 1e-9, (window - busy) * 1e-9,
@@ -811,15 +828,16 @@ def device_times(profile: Profile, gaps_per_device: int) -> tuple[list[DeviceTim
 
     transfer = transfer_mask(t, profile.op_info) if len(t) else np.zeros(0, bool)
     counted = transfer & (t.step >= 0) if profile.steps else transfer
-    in_steps = (t.step >= 0) if profile.steps and any(len(f[0]) for f in map(frames, range(len(t.hosts)))) else None
     script = script_name(profile)
+    coded = {h: FrameCodes.of(frames(h), script) for h in range(len(t.hosts)) if len(frames(h)[0])}
+    in_steps = (t.step >= 0) if profile.steps and coded else None
     devices = [_device_time(t, start, dur, sel, int(d), t0, gaps_per_device, frames(int(h)),
                             _transfer_times(t, start, dur, sel, transfer, counted) if counted.any() else (), in_steps,
-                            script)
+                            coded.get(int(h)))
                for h, d, sel in ((t.host[g[0]], t.device[g[0]], g) for g in by_dev)]
     del by_dev
     hosts = [_device_time(t, start, dur, sel, -1, t0, gaps_per_device, frames(int(t.host[sel[0]])), (), in_steps,
-                          script)
+                          coded.get(int(t.host[sel[0]])))
              for sel in groups_of(t.host)]
     return devices, hosts
 

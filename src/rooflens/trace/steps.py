@@ -624,7 +624,7 @@ def without_compilations(profile, steps: list, function: str) -> tuple[list, str
     (the host compiled where it would have dispatched, or the device had not begun the step queued before). A
     compilation the device runs through (the host compiles the next program while the device runs a long step) is
     not held by that step."""
-    from rooflens.trace.warmup import compilations_unix_s, held_by, merge_intervals, table_offset_ns
+    from rooflens.trace.warmup import compilations_unix_s, covered_below, held_by, merge_intervals, table_offset_ns
 
     want = letters(function)
     offset_ns = table_offset_ns(profile.table, profile.manifest)
@@ -655,13 +655,10 @@ def without_compilations(profile, steps: list, function: str) -> tuple[list, str
             if b <= a or not near:
                 continue
             lo, hi = np.searchsorted(starts, [a - longest, b])
-            busy = merge_intervals(np.stack([np.maximum(starts[lo:hi], a),
-                                             np.minimum(starts[lo:hi] + durs[lo:hi], b)], axis=1))
-            busy = busy[busy[:, 1] > busy[:, 0]]
-            idle = np.stack([np.r_[a, busy[:, 1]], np.r_[busy[:, 0], b]], axis=1) if len(busy) else np.asarray([[a, b]])
-            idle = idle[idle[:, 1] > idle[:, 0]]
-            for c0, c1, name in near:
-                waited = np.clip(np.minimum(idle[:, 1], c1) - np.maximum(idle[:, 0], c0), 0.0, None).sum()
+            busy = merge_intervals(np.stack([starts[lo:hi], starts[lo:hi] + durs[lo:hi]], axis=1))
+            for c0, c1, name in near:  # the part of the step the compilation spans that no op covers
+                x = np.asarray([max(c0, a), min(c1, b)], float)
+                waited = (x[1] - x[0]) - float(np.diff(covered_below(x, busy))[0]) if len(busy) else x[1] - x[0]
                 if waited >= COMPILE_IDLE_SHARE * (b - a):
                     by_step[i].setdefault(letters(name), unwrapped(name))
     held = {n: sorted(by_step[i].values()) for i, (n, _, _) in enumerate(steps)}

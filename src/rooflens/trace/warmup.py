@@ -394,8 +394,9 @@ def table_offset_ns(t: EventTable, manifest: RunManifest, exec_idx: np.ndarray |
 
 
 #: Host events that are an XLA compilation: the nsys reader's ``XlaCompile <module>`` ranges, and
-#: the Python tracer's frames of jax's compile entry points (``$compiler.py:292 backend_compile_and_load``).
-COMPILE_FRAME = re.compile(r"^(?:XlaCompile\b|\$\S*compiler\.py:\d+ (?:backend_compile|compile_or_get_cached))")
+#: the Python tracer's frames of jax's compile entry points (``$compiler.py:292 backend_compile_and_load``, its ``$``
+#: kept or stripped).
+COMPILE_FRAME = re.compile(r"^(?:XlaCompile\b|\$?\S*compiler\.py:\d+ (?:backend_compile|compile_or_get_cached))")
 
 
 def host_compile_intervals_ns(host_events: list[tuple[str, float, float]]) -> np.ndarray:

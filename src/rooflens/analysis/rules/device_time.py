@@ -234,8 +234,7 @@ def rule_kernel_inefficiency(report: Report) -> list[Finding]:
     # is counted in the step's time, scaled by the share of the step's op time that ran alone. On a GPU or TPU what
     # runs alongside is mostly collectives beside the compute stream, whose kernels' excess is on the step's path:
     # scaled only where the plain sum would be more than the step
-    parts_s = st.compute_s + st.communication_s + st.layout_s + st.host_s + st.other_s
-    alone = (parts_s - st.concurrent_s) / parts_s if st.concurrent_s > 0 and parts_s > 0 else 1.0
+    alone = (st.parts_s - st.concurrent_s) / st.parts_s if st.concurrent_s > 0 and st.parts_s > 0 else 1.0
     if report.platform != "cpu" and sum(x for _, x in ops) <= st.step_time_s:
         alone = 1.0
     ops = [(c, x * alone) for c, x in ops]
@@ -668,7 +667,7 @@ def rule_other_programs(report: Report) -> list[Finding]:
     st = report.steps
     if st is None or st.basis != "steps" or not st.other_programs:
         return []
-    own_s = st.compute_s + st.communication_s + st.layout_s + st.host_s + st.other_s
+    own_s = st.parts_s
     others_s = st.other_programs_s
     if others_s <= own_s or others_s <= 0:
         return []

@@ -64,10 +64,19 @@ LIBRARY_JIT = re.compile(r"^_jit\.py:\d+ (_call|__call__)$|^compilation\.py:\d+ 
 #: primitive that dispatches a small program of its own
 EAGER_JAX = re.compile(r"^(lax|lax_numpy|array_creation|ufuncs|reductions|indexing|slicing|core)\.py:\d+ \w+$|"
                        r"^array\.py:\d+ __getitem__$")
-#: what a frame of these is, said after its name
-FRAME_KINDS = ((READ_BACK, "reading a value back"), (WAIT_ON_THREAD, "waiting on another thread"),
-         (DEVICE_PUT, "copying host data to the device"), (JAX_DISPATCH, "JAX's dispatch"),
-         (LIBRARY_JIT, "a library's jit, in Python on each call"), (EAGER_JAX, "JAX's eager op, outside jit"))
+#: what a frame of these is, said after its name, and the cause it counts toward (a library's jit and JAX's own
+#: dispatch are one: Python around the jitted calls)
+FRAME_KINDS = ((READ_BACK, "reading a value back", "read back"),
+               (WAIT_ON_THREAD, "waiting on another thread", "waiting"),
+               (DEVICE_PUT, "copying host data to the device", "device put"),
+               (JAX_DISPATCH, "JAX's dispatch", "dispatch"),
+               (LIBRARY_JIT, "a library's jit, in Python on each call", "dispatch"),
+               (EAGER_JAX, "JAX's eager op, outside jit", "eager"))
+
+
+def _kind_of(frame: str) -> tuple[str, str]:
+    """(what the frame is, the cause it counts toward), ("", "") for the program's own work."""
+    return next(((what, cause) for pattern, what, cause in FRAME_KINDS if pattern.match(frame)), ("", ""))
 
 
 @dataclass(frozen=True)
@@ -79,14 +88,9 @@ class HostInGaps:
     gaps_s: float  # the gaps credited, in all (≥ 20 µs each, between two events in the steps where there are steps),
     # those the host spent compiling left out
     frames: tuple[tuple[str, float], ...]  # the program's frames and the seconds of gaps each covers, most first
-    read_back_s: float  # of them, JAX waiting for a device value (READ_BACK)
-    waiting_s: float  # of them, waiting on another thread (WAIT_ON_THREAD)
-    device_put_s: float  # of them, JAX copying host data to the device (DEVICE_PUT)
-    dispatch_s: float  # of them, JAX's dispatch in Python and a library's jit around it (JAX_DISPATCH, LIBRARY_JIT)
-    eager_s: float  # of them, JAX's eager ops outside jit (EAGER_JAX)
+    by_cause: dict[str, float]  # seconds per cause of FRAME_KINDS (read back, waiting, device put, dispatch, eager)
     work: tuple[str, float] | None  # the program's own work (frames none of FRAME_KINDS's) holding the most of the
     # gaps: the script's frame they were called from, or the frame itself
-    library_jit: str = ""  # the library jit frame that holds the most of the gaps, if any
     work_inner: str = ""  # the frame inside the work's script frame holding the most of its gaps ("": itself)
     callers: tuple[tuple[str, str], ...] = ()  # (frame, the script's frame it was mostly called from), where named
 
@@ -96,43 +100,38 @@ def host_in_gaps(report: Report) -> HostInGaps | None:
     where the trace has no Python frames (JAX's Python tracer was off) or no gap was credited to a frame of the
     program's. The program's own work is taken by the script's frame it was called from, where the trace names one
     (a library's ``_savez`` called from the script's ``save_checkpoint`` is that function's work)."""
-    units = report.stats.hosts or report.stats.devices
     by: dict[tuple[str, str], float] = {}
-    for d in units:
+    for d in report.stats.hosts or report.stats.devices:
         for frame, s, *caller in d.host_in_gaps:
-            if not (COMPILE_FRAME.match(frame) or COMPILE_FRAME.match("$" + frame)):  # compiling is warm-up
+            if not COMPILE_FRAME.match(frame):  # compiling is warm-up
                 key = (frame, caller[0] if caller else "")
                 by[key] = by.get(key, 0.0) + s
     total = sum(by.values())
     per_frame: dict[str, float] = {}
+    by_cause: dict[str, float] = {}
     work_by: dict[str, dict[str, float]] = {}  # the script's frame (or the frame itself) → its frames inside
-    for (frame, caller), s in by.items():
-        if frame:
-            per_frame[frame] = per_frame.get(frame, 0.0) + s
-            if not any(p.match(frame) for p, _ in FRAME_KINDS):
-                inner = work_by.setdefault(caller or frame, {})
-                inner[frame] = inner.get(frame, 0.0) + s
+    callers: dict[str, tuple[float, str]] = {}  # frame → (seconds, the script's frame) with the most seconds
+    for (frame, caller), s in sorted(by.items()):
+        if not frame:
+            continue
+        per_frame[frame] = per_frame.get(frame, 0.0) + s
+        if cause := _kind_of(frame)[1]:
+            by_cause[cause] = by_cause.get(cause, 0.0) + s
+        else:
+            inner = work_by.setdefault(caller or frame, {})
+            inner[frame] = inner.get(frame, 0.0) + s
+        if caller and s > callers.get(frame, (0.0, ""))[0]:
+            callers[frame] = (s, caller)
     frames = tuple(sorted(per_frame.items(), key=lambda fs: (-fs[1], fs[0])))
     if total <= 0 or not frames:  # no gap the program's own frame covers: nothing to say of it
         return None
-
-    def of(pattern: re.Pattern) -> float:
-        return sum(s for f, s in frames if pattern.match(f))
-
     work, inner = None, ""
     if work_by:
         name, inside = min(work_by.items(), key=lambda kv: (-sum(kv[1].values()), kv[0]))
         work = (name, sum(inside.values()))
         inner = max(inside, key=lambda f: (inside[f], f))
         inner = "" if inner == name else inner
-    library = next((f for f, _ in frames if LIBRARY_JIT.match(f)), "")
-    callers: dict[str, tuple[float, str]] = {}  # frame → (seconds, the script's frame) with the most seconds
-    for (frame, caller), s in sorted(by.items()):
-        if frame and caller and s > callers.get(frame, (0.0, ""))[0]:
-            callers[frame] = (s, caller)
-    return HostInGaps(total, frames, of(READ_BACK), of(WAIT_ON_THREAD), of(DEVICE_PUT),
-                      of(JAX_DISPATCH) + of(LIBRARY_JIT), of(EAGER_JAX), work, library, inner,
-                      tuple(sorted((f, c) for f, (_, c) in callers.items())))
+    return HostInGaps(total, frames, by_cause, work, inner, tuple(sorted((f, c) for f, (_, c) in callers.items())))
 
 
 def frame_label(frame: str) -> str:
@@ -155,9 +154,11 @@ def _in_steps(report: Report) -> str:
 def host_gap_evidence(report: Report, h: HostInGaps) -> str:
     """One line: the host's frames in the devices' gaps, the largest three, and what is left."""
     called_from = dict(h.callers)
-    shown = [frame_label(f) + "".join(f" ({what})" for p, what in FRAME_KINDS if p.match(f))
-             + (f" from {frame_label(called_from[f])}" if f in called_from else "") + f" {_ms(s)}"
-             for f, s in h.frames[:3]]
+    shown = []
+    for f, s in h.frames[:3]:
+        what = _kind_of(f)[0]
+        shown.append(frame_label(f) + (f" ({what})" if what else "")
+                     + (f" from {frame_label(called_from[f])}" if f in called_from else "") + f" {_ms(s)}")
     rest = h.gaps_s - sum(s for _, s in h.frames[:3])
     if rest > 0.005 * h.gaps_s:
         shown.append(f"the rest {_ms(rest)} (other frames, or none of the program's: JAX's dispatch in C++, "
@@ -178,56 +179,55 @@ def frames_hint(report: Report) -> str:
 
 def host_gap_cause(report: Report, h: HostInGaps | None) -> tuple[str, str] | None:
     """The cause and fix when one thing the host did holds HOST_WORK_SHARE of the gaps: the program's own work (its
-    largest frame), dispatching jitted calls in Python, copying host data to the device, reading values back, or
-    waiting on another thread; the largest of them."""
+    largest frame), JAX's eager ops, dispatching jitted calls in Python, copying host data to the device, reading
+    values back, or waiting on another thread; the largest of them."""
     if h is None:
         return None
-    work_s = h.work[1] if h.work else 0.0
-    most = max(work_s, h.read_back_s, h.waiting_s, h.device_put_s, h.dispatch_s, h.eager_s)
-    if most < HOST_WORK_SHARE * h.gaps_s:
+    shares = {"work": h.work[1] if h.work else 0.0, **h.by_cause}
+    order = ("work", "eager", "dispatch", "device put", "read back", "waiting")  # the first of equals
+    cause = max(order, key=lambda c: (shares.get(c, 0.0), -order.index(c)))
+    took = shares.get(cause, 0.0)
+    if took < HOST_WORK_SHARE * h.gaps_s:
         return None
-    if most == work_s:
+    part = f"for {_ms(took)} of the {_ms(h.gaps_s)} its devices ran no op {_in_steps(report)}"
+    if cause == "work":
         name = frame_label(h.work[0])
         inside = f", in {frame_label(h.work_inner)}" if h.work_inner else ""
-        cause = (f"the host's own work between dispatches: for {_ms(work_s)} of the {_ms(h.gaps_s)} its devices ran "
-                 f"no op {_in_steps(report)}, the host was in {name}{inside}, so the next work was not yet queued "
-                 "(input preparation or other Python on the step's critical path)")
-        return cause, (f"take {name} off the critical path: run it while the device works (an input pipeline's next "
-                       "batch prepared during this step, by a background thread or a loader that prefetches, such as "
-                       "grain or tf.data's prefetch, and jax.device_put of it before the step is called; a checkpoint "
-                       "or a log written asynchronously, or every N steps), or make it cheaper")
-    if most == h.eager_s:
-        return (f"JAX's eager ops between the jitted calls: for {_ms(h.eager_s)} of the {_ms(h.gaps_s)} its devices "
-                f"ran no op {_in_steps(report)}, the host was in jnp or lax functions called outside jit (building an "
-                "array, converting or indexing one), each dispatching a small program of its own",
+        return (f"the host's own work between dispatches: {part}, the host was in {name}{inside}, so the next work "
+                "was not yet queued (input preparation or other Python on the step's critical path)",
+                f"take {name} off the critical path: run it while the device works (an input pipeline's next batch "
+                "prepared during this step, by a background thread or a loader that prefetches, such as grain or "
+                "tf.data's prefetch, and jax.device_put of it before the step is called; a checkpoint or a log "
+                "written asynchronously, or every N steps), or make it cheaper")
+    if cause == "eager":
+        return (f"JAX's eager ops between the jitted calls: {part}, the host was in jnp or lax functions called "
+                "outside jit (building an array, converting or indexing one), each dispatching a small program of "
+                "its own",
                 "move that work into the jitted step (pass the loop index or the raw value as an argument and build "
                 "the array inside), or make it with NumPy on the host")
-    if most == h.dispatch_s:
-        library = frame_label(h.library_jit) if h.library_jit else ""
-        return (f"the Python around each jitted call: for {_ms(h.dispatch_s)} of the {_ms(h.gaps_s)} its devices ran "
-                f"no op {_in_steps(report)}, the host was dispatching"
+    if cause == "dispatch":
+        library = next((frame_label(f) for f, _ in h.frames if LIBRARY_JIT.match(f)), "")
+        return (f"the Python around each jitted call: {part}, the host was dispatching"
                 + (f", in {library} (Equinox's filter_jit or Flax NNX's nnx.jit flattens the model's pytree or graph "
                    "on every call)" if library else " in JAX's Python path (a jitted call's slow path, eager ops)")
                 + "; JAX's Python tracer, on in this trace, makes Python-heavy dispatch slower than it runs untraced",
                 "time the step untraced first (the script's own timing); if the dispatch still shows, flatten once: "
                 "split the model into arrays and the rest once (eqx.partition, nnx.split) and jit a function of the "
                 "arrays (jax.jit, combining or merging inside), or make fewer, larger jitted calls per step")
-    if most == h.device_put_s:
-        return (f"copying host data to the device between dispatches: for {_ms(h.device_put_s)} of the "
-                f"{_ms(h.gaps_s)} its devices ran no op {_in_steps(report)}, the host was in JAX's device_put (NumPy "
-                "arrays passed to a jitted function are copied then, before it is dispatched)",
+    if cause == "device put":
+        return (f"copying host data to the device between dispatches: {part}, the host was in JAX's device_put "
+                "(NumPy arrays passed to a jitted function are copied then, before it is dispatched)",
                 "put the next batch on the device ahead of the step (jax.device_put on a background thread, or a "
                 "loader that prefetches to the device), and keep arrays that do not change on the device")
-    if most == h.read_back_s:
-        return (f"reading values back {_in_steps(report)}: for {_ms(h.read_back_s)} of the {_ms(h.gaps_s)} its "
-                "devices ran no op, the host waited for a device value (float(), np.asarray, printing, .item(), "
-                "block_until_ready), which drains the device's queue before the next work is dispatched",
+    if cause == "read back":
+        return (f"reading values back {_in_steps(report)}: for {_ms(took)} of the {_ms(h.gaps_s)} its devices ran no "
+                "op, the host waited for a device value (float(), np.asarray, printing, .item(), block_until_ready), "
+                "which drains the device's queue before the next work is dispatched",
                 "read a step's values back after the next step is dispatched (its loss one step late: the device "
                 "then has work queued while the host waits), and less often: keep metrics on the device (in the "
                 "step's state) and fetch them together every N steps")
-    return (f"the host waited on another thread: for {_ms(h.waiting_s)} of the {_ms(h.gaps_s)} its devices ran no op "
-            f"{_in_steps(report)}, it was in a lock's acquire, a queue's get or a condition's wait (a data loader's "
-            "workers not keeping up with the device, or a lock held elsewhere)",
+    return (f"the host waited on another thread: {part}, it was in a lock's acquire, a queue's get or a condition's "
+            "wait (a data loader's workers not keeping up with the device, or a lock held elsewhere)",
             "make the input pipeline faster than the step (more workers or processes, cheaper preprocessing, a deeper "
             "prefetch); a run fed one fixed batch shows the step's speed without it")
 
@@ -270,6 +270,7 @@ def rule_idle(report: Report) -> list[Finding]:
     main = report.steps.program if report.steps else None
     # forced CPU devices are threads time-sliced on shared cores: one waits while another runs, so
     # idleness is judged for the CPU as a whole (all devices of the host together)
+    in_gaps = host_in_gaps(report)  # the hosts' devices together: one for every unit
     for k in idle_flagged(report):
         unit = report.steady.idle[k]
         d, idle_s, warm_s = unit.unit, unit.idle_s, unit.warmup_s
@@ -289,7 +290,6 @@ def rule_idle(report: Report) -> list[Finding]:
         if warm_s > 0:
             evidence.append(f"not counted: {_ms(warm_s)} of idle time while the host compiled or around first runs "
                             "(warm-up)")
-        in_gaps = host_in_gaps(report)
         evidence.append(host_gap_evidence(report, in_gaps) if in_gaps is not None else frames_hint(report))
         cause, fix = host_gap_cause(report, in_gaps) or (
             "the host does not feed the device fast enough: Python or data loading between steps, a "
